@@ -1,0 +1,160 @@
+"""Aggregator slot pool per switch (DESIGN.md §9, §10): allocate and free contiguous ranges.
+
+A switch has ``capacity`` aggregator slots ``[0, capacity)`` (its register arrays). Each
+INA group (the *owner*, e.g. ``"decode/0/1"``) holds at most one contiguous range on a
+switch. Invariant, checked by :meth:`SlotPool.check`: the ranges of one switch lie inside
+``[0, capacity)`` and never overlap; a range is freed exactly when its owner releases it,
+so nothing is allocated twice and nothing leaks. Allocations live in the controller's
+SQLite store, so they survive restarts; every call is one transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controller.store import Store
+
+
+class SlotError(Exception):
+    """A request the pool cannot satisfy (no room, bad count, unknown switch)."""
+
+
+@dataclass(frozen=True, order=True)
+class Allocation:
+    start: int
+    count: int
+    owner: str
+
+    @property
+    def end(self) -> int:
+        return self.start + self.count
+
+
+class SlotPool:
+    """Slot pools of every switch, persisted in ``store``."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def set_capacity(self, switch: str, capacity: int) -> None:
+        """Declare (or change) the number of slots of ``switch``.
+
+        Shrinking below an existing allocation is refused: the owner must free it first.
+        """
+        if capacity < 0:
+            raise SlotError(f"switch {switch!r}: capacity {capacity} is negative")
+        with self._store.transaction() as db:
+            top = db.execute(
+                "SELECT MAX(start + count) FROM slot_allocs WHERE switch = ?", (switch,)
+            ).fetchone()[0]
+            if top is not None and top > capacity:
+                raise SlotError(
+                    f"switch {switch!r}: capacity {capacity} is below allocated slot {top - 1}"
+                )
+            db.execute(
+                "INSERT OR REPLACE INTO slot_pools(switch, capacity) VALUES (?, ?)",
+                (switch, capacity),
+            )
+
+    def capacity(self, switch: str) -> int | None:
+        with self._store.transaction() as db:
+            row = db.execute(
+                "SELECT capacity FROM slot_pools WHERE switch = ?", (switch,)
+            ).fetchone()
+        return int(row[0]) if row else None
+
+    def allocations(self, switch: str) -> list[Allocation]:
+        with self._store.transaction() as db:
+            rows = db.execute(
+                "SELECT start, count, owner FROM slot_allocs WHERE switch = ? ORDER BY start",
+                (switch,),
+            ).fetchall()
+        return [Allocation(*r) for r in rows]
+
+    def switches(self) -> list[str]:
+        with self._store.transaction() as db:
+            return [r[0] for r in db.execute("SELECT switch FROM slot_pools ORDER BY switch")]
+
+    def get(self, switch: str, owner: str) -> Allocation | None:
+        with self._store.transaction() as db:
+            row = db.execute(
+                "SELECT start, count, owner FROM slot_allocs WHERE switch = ? AND owner = ?",
+                (switch, owner),
+            ).fetchone()
+        return Allocation(*row) if row else None
+
+    def allocate(
+        self, switch: str, owner: str, count: int, prefer_start: int | None = None
+    ) -> Allocation:
+        """Give ``owner`` ``count`` contiguous slots on ``switch``.
+
+        Idempotent: an owner that already holds ``count`` slots keeps its range (a
+        different count is re-allocated). ``prefer_start`` (e.g. the planner's slot range)
+        is honoured when that range is free; otherwise the lowest free range that fits
+        (first fit) is taken. Raises :class:`SlotError` when no range fits.
+        """
+        if count <= 0:
+            raise SlotError(f"switch {switch!r}, owner {owner!r}: slot count {count} must be > 0")
+        with self._store.transaction() as db:
+            row = db.execute(
+                "SELECT capacity FROM slot_pools WHERE switch = ?", (switch,)
+            ).fetchone()
+            if row is None:
+                raise SlotError(f"switch {switch!r} has no slot pool")
+            capacity = int(row[0])
+            mine = db.execute(
+                "SELECT start, count FROM slot_allocs WHERE switch = ? AND owner = ?",
+                (switch, owner),
+            ).fetchone()
+            if mine is not None:
+                if mine[1] == count and (prefer_start is None or prefer_start == mine[0]):
+                    return Allocation(mine[0], mine[1], owner)
+                db.execute(
+                    "DELETE FROM slot_allocs WHERE switch = ? AND owner = ?", (switch, owner)
+                )
+            taken = db.execute(
+                "SELECT start, count FROM slot_allocs WHERE switch = ? ORDER BY start",
+                (switch,),
+            ).fetchall()
+            start = _fit(taken, capacity, count, prefer_start)
+            if start is None:
+                free = capacity - sum(c for _, c in taken)
+                raise SlotError(
+                    f"switch {switch!r}: no {count} contiguous free slots "
+                    f"(capacity {capacity}, {free} free in total)"
+                )
+            db.execute(
+                "INSERT INTO slot_allocs(switch, owner, start, count) VALUES (?,?,?,?)",
+                (switch, owner, start, count),
+            )
+        return Allocation(start, count, owner)
+
+    def free(self, switch: str, owner: str) -> bool:
+        """Release ``owner``'s range on ``switch``; False when it held none."""
+        with self._store.transaction() as db:
+            cur = db.execute(
+                "DELETE FROM slot_allocs WHERE switch = ? AND owner = ?", (switch, owner)
+            )
+        return cur.rowcount > 0
+
+    def check(self, switch: str) -> None:
+        """Assert the pool invariant of ``switch`` (inside capacity, no overlap)."""
+        capacity = self.capacity(switch) or 0
+        prev_end = 0
+        for a in self.allocations(switch):
+            if a.start < prev_end or a.count <= 0 or a.end > capacity:
+                raise SlotError(f"switch {switch!r}: allocation {a} breaks the pool invariant")
+            prev_end = a.end
+
+
+def _fit(taken: list[tuple[int, int]], capacity: int, count: int, prefer: int | None) -> int | None:
+    """Start of a free range of ``count`` slots in ``[0, capacity)``, or None."""
+    if prefer is not None and prefer >= 0 and prefer + count <= capacity:
+        if all(prefer + count <= s or s + c <= prefer for s, c in taken):
+            return prefer
+    cursor = 0
+    for s, c in taken:
+        if s - cursor >= count:
+            return cursor
+        cursor = max(cursor, s + c)
+    return cursor if capacity - cursor >= count else None
