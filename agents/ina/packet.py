@@ -1,0 +1,240 @@
+"""INA header codec: the wire format of p4/heroserve_ina.p4 (docs/dataplane.md).
+
+An INA packet is Ethernet / IPv4 (no options) / UDP with destination port
+``INA_UDP_PORT`` / an 8-byte INA header / ``VECTOR_LEN`` int32 values, all big-endian::
+
+    0      2      4      5      6      7      8
+    | group_id | agg_index | worker | nwork | flags | rsvd | v[0] ... v[31] (4 bytes each)
+
+``flags``: bit 7 = version (which shadow copy of the slot), bit 6 = retransmission,
+bit 5 = result (set by the switch), bits 4..0 reserved (zero).
+
+Values are fixed-point: a real ``x`` travels as ``round(x * scale)`` saturated to int32;
+the switch adds them with two's-complement wrap-around, so the sender must pick a scale
+for which ``num_workers * max|x| * scale < 2**31``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from scapy.fields import BitField, ByteField, FieldListField, ShortField, SignedIntField
+from scapy.layers.inet import UDP
+from scapy.packet import Packet, bind_layers
+
+INA_UDP_PORT = 48879  # 0xBEEF
+VECTOR_LEN = 32
+HEADER_LEN = 8
+PAYLOAD_LEN = HEADER_LEN + 4 * VECTOR_LEN  # 136 bytes after the UDP header
+MAX_WORKERS = 32  # width of the switch's bitmap of workers seen
+
+FLAG_VERSION = 0x80
+FLAG_RETX = 0x40
+FLAG_RESULT = 0x20
+
+DEFAULT_SCALE = 2**16  # 16 fractional bits: resolution 1.5e-5, range +-32768
+INT32_MIN = -(2**31)
+INT32_MAX = 2**31 - 1
+
+_HEADER = struct.Struct("!HHBBBB")
+_VECTOR = struct.Struct(f"!{VECTOR_LEN}i")
+
+
+class InaDecodeError(ValueError):
+    """Bytes that are not a well-formed INA header + vector."""
+
+
+@dataclass(frozen=True)
+class InaHeader:
+    """The 8-byte INA header; field widths as in ``ina_h`` of the P4 program."""
+
+    group_id: int
+    agg_index: int
+    worker_id: int
+    num_workers: int
+    version: int = 0
+    is_retx: bool = False
+    is_result: bool = False
+
+    @property
+    def flags(self) -> int:
+        """The flags byte (version, retransmission and result bits)."""
+        return (
+            (FLAG_VERSION if self.version else 0)
+            | (FLAG_RETX if self.is_retx else 0)
+            | (FLAG_RESULT if self.is_result else 0)
+        )
+
+
+@dataclass(frozen=True)
+class InaMessage:
+    """An INA header with its vector of ``VECTOR_LEN`` int32 fixed-point values."""
+
+    header: InaHeader
+    values: tuple[int, ...]
+
+
+def pack(header: InaHeader, values: Sequence[int]) -> bytes:
+    """Encode header and values (int32 each, exactly ``VECTOR_LEN``) as UDP payload bytes."""
+    if len(values) != VECTOR_LEN:
+        raise ValueError(f"INA vector needs {VECTOR_LEN} values, got {len(values)}")
+    for name, value, bits in (
+        ("group_id", header.group_id, 16),
+        ("agg_index", header.agg_index, 16),
+        ("worker_id", header.worker_id, 8),
+        ("num_workers", header.num_workers, 8),
+    ):
+        if not 0 <= value < (1 << bits):
+            raise ValueError(f"{name}={value} does not fit in {bits} bits")
+    if header.version not in (0, 1):
+        raise ValueError(f"version must be 0 or 1, got {header.version}")
+    for v in values:
+        if not INT32_MIN <= v <= INT32_MAX:
+            raise ValueError(f"value {v} is not an int32 (use to_fixed)")
+    return _HEADER.pack(
+        header.group_id,
+        header.agg_index,
+        header.worker_id,
+        header.num_workers,
+        header.flags,
+        0,
+    ) + _VECTOR.pack(*values)
+
+
+def unpack(payload: bytes) -> InaMessage:
+    """Decode UDP payload bytes; raises InaDecodeError when shorter than ``PAYLOAD_LEN``.
+
+    Bytes past ``PAYLOAD_LEN`` are ignored, as the P4 parser ignores them.
+    """
+    if len(payload) < PAYLOAD_LEN:
+        raise InaDecodeError(f"INA payload is {len(payload)} bytes, needs {PAYLOAD_LEN}")
+    group_id, agg_index, worker_id, num_workers, flags, _ = _HEADER.unpack_from(payload, 0)
+    values = _VECTOR.unpack_from(payload, HEADER_LEN)
+    header = InaHeader(
+        group_id=group_id,
+        agg_index=agg_index,
+        worker_id=worker_id,
+        num_workers=num_workers,
+        version=1 if flags & FLAG_VERSION else 0,
+        is_retx=bool(flags & FLAG_RETX),
+        is_result=bool(flags & FLAG_RESULT),
+    )
+    return InaMessage(header=header, values=values)
+
+
+def to_fixed(x: float, scale: int = DEFAULT_SCALE) -> int:
+    """Real -> int32 fixed point: ``round(x * scale)`` saturated to [-2**31, 2**31-1]."""
+    if x != x:  # NaN has no fixed-point value
+        raise ValueError("cannot convert NaN to fixed point")
+    if x == float("inf"):
+        return INT32_MAX
+    if x == float("-inf"):
+        return INT32_MIN
+    return max(INT32_MIN, min(INT32_MAX, round(x * scale)))
+
+
+def from_fixed(v: int, scale: int = DEFAULT_SCALE) -> float:
+    """int32 fixed point -> real: ``v / scale``."""
+    return v / scale
+
+
+def to_fixed_vector(xs: Iterable[float], scale: int = DEFAULT_SCALE) -> list[int]:
+    """Element-wise ``to_fixed``."""
+    return [to_fixed(x, scale) for x in xs]
+
+
+def from_fixed_vector(vs: Iterable[int], scale: int = DEFAULT_SCALE) -> list[float]:
+    """Element-wise ``from_fixed``."""
+    return [v / scale for v in vs]
+
+
+def wrap_int32(v: int) -> int:
+    """Two's-complement int32 wrap-around, the switch's addition semantics."""
+    return ((v + 2**31) & 0xFFFFFFFF) - 2**31
+
+
+def ipv4_checksum(header: bytes) -> int:
+    """RFC 791 one's-complement checksum of an IPv4 header (checksum field zeroed)."""
+    total = 0
+    for i in range(0, len(header), 2):
+        total += (header[i] << 8) | header[i + 1]
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def mac_bytes(mac: str) -> bytes:
+    """'aa:bb:cc:dd:ee:ff' -> 6 bytes."""
+    parts = mac.split(":")
+    if len(parts) != 6:
+        raise ValueError(f"bad MAC address {mac!r}")
+    return bytes(int(p, 16) for p in parts)
+
+
+def ip_bytes(ip: str) -> bytes:
+    """Dotted quad -> 4 bytes."""
+    parts = [int(p) for p in ip.split(".")]
+    if len(parts) != 4 or not all(0 <= p <= 255 for p in parts):
+        raise ValueError(f"bad IPv4 address {ip!r}")
+    return bytes(parts)
+
+
+def build_frame(
+    header: InaHeader,
+    values: Sequence[int],
+    *,
+    src_mac: str = "02:00:00:00:00:01",
+    dst_mac: str = "02:00:00:00:00:ff",
+    src_ip: str = "10.0.0.1",
+    dst_ip: str = "10.0.0.254",
+    src_port: int = INA_UDP_PORT,
+) -> bytes:
+    """A complete Ethernet/IPv4/UDP/INA frame (UDP checksum 0), without scapy."""
+    payload = pack(header, values)
+    udp = struct.pack("!HHHH", src_port, INA_UDP_PORT, 8 + len(payload), 0)
+    ip_hdr = bytearray(
+        struct.pack(
+            "!BBHHHBBH4s4s",
+            0x45,
+            0,
+            20 + len(udp) + len(payload),
+            0,
+            0,
+            64,
+            17,
+            0,
+            ip_bytes(src_ip),
+            ip_bytes(dst_ip),
+        )
+    )
+    struct.pack_into("!H", ip_hdr, 10, ipv4_checksum(bytes(ip_hdr)))
+    eth = mac_bytes(dst_mac) + mac_bytes(src_mac) + b"\x08\x00"
+    return eth + bytes(ip_hdr) + udp + payload
+
+
+class INA(Packet):
+    """Scapy layer for the INA header + vector, bound to UDP port ``INA_UDP_PORT``."""
+
+    name = "HeroServeINA"
+    fields_desc = [
+        ShortField("group_id", 0),
+        ShortField("agg_index", 0),
+        ByteField("worker_id", 0),
+        ByteField("num_workers", 1),
+        BitField("version", 0, 1),
+        BitField("is_retx", 0, 1),
+        BitField("is_result", 0, 1),
+        BitField("reserved", 0, 5),
+        ByteField("reserved2", 0),
+        FieldListField(
+            "values",
+            [0] * VECTOR_LEN,
+            SignedIntField("v", 0),
+            count_from=lambda pkt: VECTOR_LEN,
+        ),
+    ]
+
+
+bind_layers(UDP, INA, dport=INA_UDP_PORT)

@@ -1,0 +1,419 @@
+/*
+ * HeroServe in-network aggregation (INA) data plane, v1model (BMv2 simple_switch_grpc).
+ *
+ * Specification: DESIGN.md §10; HeroServe paper §IV "Agent on Programmable Switches";
+ * slot/version protocol after SwitchML (NSDI'21). Layout and protocol: docs/dataplane.md.
+ *
+ * Build:  p4c-bm2-ss --p4v 16 --p4runtime-files p4/heroserve_ina.p4info.txtpb \
+ *             -o build/p4/heroserve_ina.json p4/heroserve_ina.p4
+ *
+ * The executable model agents/softswitch/ implements this program exactly (same names,
+ * registers, drop reasons); keep the two in step.
+ *
+ * Packet: Ethernet / IPv4 (no options) / UDP dst port 48879 / ina_h (8 bytes) /
+ *         ina_data_h (32 x int32 two's complement, big-endian).
+ *
+ * Registers (indexed layout, one array for the whole pool):
+ *   pool[(slot << 6) | (version << 5) | i]  partial sum of element i
+ *   contrib_count[(slot << 1) | version]          contributions so far, modulo the worker count
+ *                                           (0 = slot complete or never used)
+ *   seen[(slot << 1) | version]             bitmap of workers that contributed
+ *   slot_tag[slot]                          (group_id ++ agg_index) that last used the slot
+ */
+#include <core.p4>
+#include <v1model.p4>
+
+const bit<16> ETHERTYPE_IPV4 = 0x0800;
+const bit<8>  IPPROTO_UDP    = 17;
+const bit<16> INA_UDP_PORT   = 48879;   // 0xBEEF marks INA traffic
+
+#define INA_VECTOR_LEN 32               // int32 elements per packet
+#define INA_MAX_WORKERS 32              // width of the seen bitmap
+const bit<32> NUM_SLOTS      = 1024;    // aggregator slots (each with two versions)
+const bit<32> NUM_PORTS      = 512;     // v1model ports are bit<9>
+
+// ina_drops indices (drop reasons); docs/dataplane.md lists them.
+const bit<32> DROP_SHORT_HEADER     = 0;  // UDP port says INA but header/vector truncated
+const bit<32> DROP_BAD_WORKER_ID    = 1;  // worker_id >= num_workers or num_workers > 32
+const bit<32> DROP_WORKER_MISMATCH  = 2;  // num_workers differs from the table entry
+const bit<32> DROP_NO_ENTRY         = 3;  // no aggregation_table entry (and no L2 route)
+const bit<32> DROP_SLOT_OUT_OF_RANGE = 4; // table entry points past the register arrays
+#define INA_DROP_REASONS 8
+
+// ina_events indices (what happened to valid contributions).
+const bit<32> EVT_ADDED          = 0;  // new contribution absorbed into a slot
+const bit<32> EVT_COMPLETED      = 1;  // last contribution: result multicast
+const bit<32> EVT_RETX_ANSWERED  = 2;  // duplicate on a complete slot: result unicast back
+const bit<32> EVT_RETX_ABSORBED  = 3;  // duplicate on an incomplete slot: dropped, not added
+const bit<32> EVT_TRANSIT        = 4;  // no aggregation entry, forwarded by L2
+const bit<32> EVT_SLOT_RECLAIMED = 5;  // slot used by a new (group, index): cleared first
+#define INA_EVENTS 8
+
+typedef bit<48> mac_addr_t;
+typedef bit<32> ipv4_addr_t;
+
+header ethernet_h {
+    mac_addr_t dst_addr;
+    mac_addr_t src_addr;
+    bit<16>    ether_type;
+}
+
+header ipv4_h {
+    bit<4>      version;
+    bit<4>      ihl;
+    bit<8>      diffserv;
+    bit<16>     total_len;
+    bit<16>     identification;
+    bit<3>      flags;
+    bit<13>     frag_offset;
+    bit<8>      ttl;
+    bit<8>      protocol;
+    bit<16>     hdr_checksum;
+    ipv4_addr_t src_addr;
+    ipv4_addr_t dst_addr;
+}
+
+header udp_h {
+    bit<16> src_port;
+    bit<16> dst_port;
+    bit<16> length;
+    bit<16> checksum;
+}
+
+// 8 bytes, network byte order.
+header ina_h {
+    bit<16> group_id;     // job/group id assigned by the controller
+    bit<16> agg_index;    // aggregator index within the group (the window position)
+    bit<8>  worker_id;    // 0 .. num_workers-1
+    bit<8>  num_workers;  // must equal the table entry's worker count
+    bit<1>  version;      // which of the slot's two shadow copies
+    bit<1>  is_retx;      // sender says this is a retransmission (informational)
+    bit<1>  is_result;    // set by the switch on aggregated results
+    bit<5>  reserved;
+    bit<8>  reserved2;
+}
+
+header ina_data_h {
+    bit<32> v0;  bit<32> v1;  bit<32> v2;  bit<32> v3;
+    bit<32> v4;  bit<32> v5;  bit<32> v6;  bit<32> v7;
+    bit<32> v8;  bit<32> v9;  bit<32> v10; bit<32> v11;
+    bit<32> v12; bit<32> v13; bit<32> v14; bit<32> v15;
+    bit<32> v16; bit<32> v17; bit<32> v18; bit<32> v19;
+    bit<32> v20; bit<32> v21; bit<32> v22; bit<32> v23;
+    bit<32> v24; bit<32> v25; bit<32> v26; bit<32> v27;
+    bit<32> v28; bit<32> v29; bit<32> v30; bit<32> v31;
+}
+
+struct headers_t {
+    ethernet_h ethernet;
+    ipv4_h     ipv4;
+    udp_h      udp;
+    ina_h      ina;
+    ina_data_h ina_data;
+}
+
+struct metadata_t {
+    bit<16> slot;          // from aggregation_table
+    bit<8>  expected;      // worker count from aggregation_table
+    bit<16> ina_mcast_grp; // result multicast group from aggregation_table
+    bit<1>  ina_miss;      // INA contribution without an aggregation entry
+    bit<1>  do_l2;         // forward by l2_forward
+    bit<1>  ina_result;    // this switch produced an aggregation result
+    bit<1>  l2_flood;      // replicated by l2_multicast: never hairpin
+    bit<32> tag;           // group_id ++ agg_index
+    bit<32> ver_idx;       // (slot << 1) | version
+    bit<32> other_idx;     // (slot << 1) | !version
+    bit<32> pool_base;     // (slot << 6) | (version << 5)
+    bit<32> keep;          // 0 on the first contribution of a round, else all ones
+    bit<32> tmp;
+}
+
+parser InaParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
+                 inout standard_metadata_t standard_metadata) {
+    state start {
+        pkt.extract(hdr.ethernet);
+        transition select(hdr.ethernet.ether_type) {
+            ETHERTYPE_IPV4: parse_ipv4;
+            default: accept;
+        }
+    }
+    state parse_ipv4 {
+        pkt.extract(hdr.ipv4);
+        // Only option-less headers carry INA; anything else is plain L2 traffic.
+        transition select(hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
+            (5, 0, IPPROTO_UDP): parse_udp;
+            default: accept;
+        }
+    }
+    state parse_udp {
+        pkt.extract(hdr.udp);
+        transition select(hdr.udp.dst_port) {
+            INA_UDP_PORT: parse_ina;
+            default: accept;
+        }
+    }
+    state parse_ina {
+        // A truncated packet fails here (PacketTooShort); BMv2 still runs ingress with
+        // the headers extracted so far, where the missing ina_data means DROP_SHORT_HEADER.
+        pkt.extract(hdr.ina);
+        pkt.extract(hdr.ina_data);
+        transition accept;
+    }
+}
+
+control InaVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply { }
+}
+
+// Per-element register update: pool = (pool & keep) + v, result written back to the packet.
+#define AGG(i) \
+    pool.read(meta.tmp, meta.pool_base + i); \
+    meta.tmp = (meta.tmp & meta.keep) + hdr.ina_data.v##i; \
+    pool.write(meta.pool_base + i, meta.tmp); \
+    hdr.ina_data.v##i = meta.tmp;
+
+#define LOAD(i) pool.read(hdr.ina_data.v##i, meta.pool_base + i);
+
+control InaIngress(inout headers_t hdr, inout metadata_t meta,
+                   inout standard_metadata_t standard_metadata) {
+    register<bit<32>>(NUM_SLOTS * 64) pool;
+    register<bit<8>>(NUM_SLOTS * 2) contrib_count;
+    register<bit<32>>(NUM_SLOTS * 2) seen;
+    register<bit<32>>(NUM_SLOTS) slot_tag;
+
+    counter(INA_DROP_REASONS, CounterType.packets) ina_drops;
+    counter(INA_EVENTS, CounterType.packets) ina_events;
+    counter(NUM_PORTS, CounterType.packets_and_bytes) port_rx;
+
+    action drop() {
+        mark_to_drop(standard_metadata);
+    }
+
+    action set_slot(bit<16> slot, bit<8> num_workers, bit<16> mcast_grp) {
+        meta.slot = slot;
+        meta.expected = num_workers;
+        meta.ina_mcast_grp = mcast_grp;
+    }
+
+    action forward(bit<9> port) {
+        standard_metadata.egress_spec = port;
+    }
+
+    action l2_multicast(bit<16> mcast_grp) {
+        standard_metadata.mcast_grp = mcast_grp;
+        meta.l2_flood = 1;
+    }
+
+    table aggregation_table {
+        key = {
+            hdr.ina.group_id  : exact @name("group_id");
+            hdr.ina.agg_index : exact @name("agg_index");
+        }
+        actions = {
+            set_slot;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = 4096;
+    }
+
+    table l2_forward {
+        key = {
+            hdr.ethernet.dst_addr : exact @name("dst_addr");
+        }
+        actions = {
+            forward;
+            l2_multicast;
+            drop;
+        }
+        default_action = drop();
+        size = 1024;
+    }
+
+    apply {
+        port_rx.count((bit<32>) standard_metadata.ingress_port);
+        meta.do_l2 = 1;
+        meta.ina_miss = 0;
+        meta.ina_result = 0;
+        meta.l2_flood = 0;
+
+        if (hdr.udp.isValid() && hdr.udp.dst_port == INA_UDP_PORT && !hdr.ina_data.isValid()) {
+            meta.do_l2 = 0;
+            ina_drops.count(DROP_SHORT_HEADER);
+            mark_to_drop(standard_metadata);
+        } else if (hdr.ina.isValid() && hdr.ina.is_result == 0) {
+            // A contribution (results from another switch are plain L2 traffic).
+            meta.do_l2 = 0;
+            if (hdr.ina.worker_id >= hdr.ina.num_workers
+                    || hdr.ina.num_workers > INA_MAX_WORKERS) {
+                ina_drops.count(DROP_BAD_WORKER_ID);
+                mark_to_drop(standard_metadata);
+            } else if (!aggregation_table.apply().hit) {
+                // Not aggregated here: transit if L2 knows the destination, else dropped.
+                meta.do_l2 = 1;
+                meta.ina_miss = 1;
+            } else if (meta.expected != hdr.ina.num_workers) {
+                ina_drops.count(DROP_WORKER_MISMATCH);
+                mark_to_drop(standard_metadata);
+            } else if ((bit<32>) meta.slot >= NUM_SLOTS) {
+                ina_drops.count(DROP_SLOT_OUT_OF_RANGE);
+                mark_to_drop(standard_metadata);
+            } else {
+                // Slot reuse by another (group, index): clear both versions first, since the
+                // control plane cannot write registers through BMv2's P4Runtime.
+                meta.tag = hdr.ina.group_id ++ hdr.ina.agg_index;
+                slot_tag.read(meta.tmp, (bit<32>) meta.slot);
+                if (meta.tmp != meta.tag) {
+                    slot_tag.write((bit<32>) meta.slot, meta.tag);
+                    contrib_count.write(((bit<32>) meta.slot) << 1, 0);
+                    contrib_count.write((((bit<32>) meta.slot) << 1) | 1, 0);
+                    seen.write(((bit<32>) meta.slot) << 1, 0);
+                    seen.write((((bit<32>) meta.slot) << 1) | 1, 0);
+                    ina_events.count(EVT_SLOT_RECLAIMED);
+                }
+
+                meta.ver_idx = (((bit<32>) meta.slot) << 1) | (bit<32>) hdr.ina.version;
+                meta.other_idx = meta.ver_idx ^ 1;
+                meta.pool_base = meta.ver_idx << 5;
+
+                bit<32> bitmap;
+                bit<8> cnt;
+                bit<32> wbit = (bit<32>) 1 << hdr.ina.worker_id;
+                seen.read(bitmap, meta.ver_idx);
+                contrib_count.read(cnt, meta.ver_idx);
+
+                if ((bitmap & wbit) == 0) {
+                    // New contribution. Mark it, and clear this worker's bit in the other
+                    // version: the worker has moved on, so that copy's next round starts
+                    // clean (SwitchML's shadow-copy rule).
+                    seen.write(meta.ver_idx, bitmap | wbit);
+                    seen.read(meta.tmp, meta.other_idx);
+                    seen.write(meta.other_idx, meta.tmp & ~wbit);
+
+                    // count == 0 means this is the round's first packet: overwrite what the
+                    // previous round of this version left in the pool.
+                    if (cnt == 0) {
+                        meta.keep = 0;
+                    } else {
+                        meta.keep = 0xffffffff;
+                    }
+                    AGG(0)  AGG(1)  AGG(2)  AGG(3)  AGG(4)  AGG(5)  AGG(6)  AGG(7)
+                    AGG(8)  AGG(9)  AGG(10) AGG(11) AGG(12) AGG(13) AGG(14) AGG(15)
+                    AGG(16) AGG(17) AGG(18) AGG(19) AGG(20) AGG(21) AGG(22) AGG(23)
+                    AGG(24) AGG(25) AGG(26) AGG(27) AGG(28) AGG(29) AGG(30) AGG(31)
+
+                    cnt = cnt + 1;
+                    if (cnt == meta.expected) {
+                        contrib_count.write(meta.ver_idx, 0);
+                        hdr.ina.is_result = 1;
+                        hdr.ina.is_retx = 0;
+                        hdr.udp.checksum = 0;
+                        standard_metadata.mcast_grp = meta.ina_mcast_grp;
+                        meta.ina_result = 1;
+                        ina_events.count(EVT_COMPLETED);
+                    } else {
+                        contrib_count.write(meta.ver_idx, cnt);
+                        ina_events.count(EVT_ADDED);
+                        mark_to_drop(standard_metadata);
+                    }
+                } else if (cnt == 0) {
+                    // Duplicate on a complete slot: the worker lost the result. Answer it
+                    // alone, out of the port it came in on, without adding again.
+                    LOAD(0)  LOAD(1)  LOAD(2)  LOAD(3)  LOAD(4)  LOAD(5)  LOAD(6)  LOAD(7)
+                    LOAD(8)  LOAD(9)  LOAD(10) LOAD(11) LOAD(12) LOAD(13) LOAD(14) LOAD(15)
+                    LOAD(16) LOAD(17) LOAD(18) LOAD(19) LOAD(20) LOAD(21) LOAD(22) LOAD(23)
+                    LOAD(24) LOAD(25) LOAD(26) LOAD(27) LOAD(28) LOAD(29) LOAD(30) LOAD(31)
+                    mac_addr_t mac = hdr.ethernet.dst_addr;
+                    hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+                    hdr.ethernet.src_addr = mac;
+                    ipv4_addr_t ip = hdr.ipv4.dst_addr;
+                    hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+                    hdr.ipv4.src_addr = ip;
+                    hdr.ina.is_result = 1;
+                    hdr.ina.is_retx = 0;
+                    hdr.udp.checksum = 0;
+                    standard_metadata.egress_spec = standard_metadata.ingress_port;
+                    meta.ina_result = 1;
+                    ina_events.count(EVT_RETX_ANSWERED);
+                } else {
+                    // Duplicate while the round is still open: already counted.
+                    ina_events.count(EVT_RETX_ABSORBED);
+                    mark_to_drop(standard_metadata);
+                }
+            }
+        }
+
+        if (meta.do_l2 == 1) {
+            if (l2_forward.apply().hit) {
+                if (meta.ina_miss == 1) {
+                    ina_events.count(EVT_TRANSIT);
+                }
+            } else if (meta.ina_miss == 1) {
+                ina_drops.count(DROP_NO_ENTRY);
+            }
+        }
+    }
+}
+
+control InaEgress(inout headers_t hdr, inout metadata_t meta,
+                  inout standard_metadata_t standard_metadata) {
+    counter(NUM_PORTS, CounterType.packets_and_bytes) port_tx;
+
+    action set_result_dst(mac_addr_t dmac, ipv4_addr_t dip) {
+        hdr.ethernet.dst_addr = dmac;
+        hdr.ipv4.dst_addr = dip;
+    }
+
+    // Per-port destination of aggregation results, so each replica reaches its worker's
+    // UDP socket. Without an entry the replica keeps the headers it had.
+    table result_rewrite {
+        key = {
+            standard_metadata.egress_port : exact @name("egress_port");
+        }
+        actions = {
+            set_result_dst;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = 512;
+    }
+
+    apply {
+        if (meta.l2_flood == 1 && standard_metadata.egress_port == standard_metadata.ingress_port) {
+            // Flooded frames never go back where they came from.
+            mark_to_drop(standard_metadata);
+        } else {
+            if (meta.ina_result == 1) {
+                result_rewrite.apply();
+            }
+            port_tx.count((bit<32>) standard_metadata.egress_port);
+        }
+    }
+}
+
+control InaComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply {
+        // Only results this switch rewrote need a new IPv4 checksum; other traffic is
+        // forwarded untouched. UDP checksum of results is 0 (not used, legal for IPv4).
+        update_checksum(
+            hdr.ina.isValid() && hdr.ina.is_result == 1 && meta.ina_result == 1,
+            { hdr.ipv4.version, hdr.ipv4.ihl, hdr.ipv4.diffserv, hdr.ipv4.total_len,
+              hdr.ipv4.identification, hdr.ipv4.flags, hdr.ipv4.frag_offset, hdr.ipv4.ttl,
+              hdr.ipv4.protocol, hdr.ipv4.src_addr, hdr.ipv4.dst_addr },
+            hdr.ipv4.hdr_checksum,
+            HashAlgorithm.csum16);
+    }
+}
+
+control InaDeparser(packet_out pkt, in headers_t hdr) {
+    apply {
+        pkt.emit(hdr.ethernet);
+        pkt.emit(hdr.ipv4);
+        pkt.emit(hdr.udp);
+        pkt.emit(hdr.ina);
+        pkt.emit(hdr.ina_data);
+    }
+}
+
+V1Switch(InaParser(), InaVerifyChecksum(), InaIngress(), InaEgress(), InaComputeChecksum(),
+         InaDeparser()) main;
