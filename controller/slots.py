@@ -88,10 +88,11 @@ class SlotPool:
     ) -> Allocation:
         """Give ``owner`` ``count`` contiguous slots on ``switch``.
 
-        Idempotent: an owner that already holds ``count`` slots keeps its range (a
-        different count is re-allocated). ``prefer_start`` (e.g. the planner's slot range)
-        is honoured when that range is free; otherwise the lowest free range that fits
-        (first fit) is taken. Raises :class:`SlotError` when no range fits.
+        Idempotent: an owner that already holds ``count`` slots keeps its range, whatever
+        ``prefer_start`` says (a different count is re-allocated). ``prefer_start`` (e.g.
+        the planner's slot range) is honoured when that range is free; otherwise the
+        lowest free range that fits (first fit) is taken. Raises :class:`SlotError` when
+        no range fits.
         """
         if count <= 0:
             raise SlotError(f"switch {switch!r}, owner {owner!r}: slot count {count} must be > 0")
@@ -107,7 +108,9 @@ class SlotPool:
                 (switch, owner),
             ).fetchone()
             if mine is not None:
-                if mine[1] == count and (prefer_start is None or prefer_start == mine[0]):
+                # Kept even when prefer_start differs: moving a live group's slots would
+                # break its in-flight aggregation (and a restart must not move anything).
+                if mine[1] == count:
                     return Allocation(mine[0], mine[1], owner)
                 db.execute(
                     "DELETE FROM slot_allocs WHERE switch = ? AND owner = ?", (switch, owner)

@@ -40,8 +40,10 @@ CREATE TABLE IF NOT EXISTS slot_allocs (
 );
 CREATE TABLE IF NOT EXISTS group_ids (name TEXT PRIMARY KEY, id INTEGER NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS table_versions (
-    group_id TEXT PRIMARY KEY, version INTEGER NOT NULL, digest TEXT NOT NULL
+    group_id TEXT PRIMARY KEY, version INTEGER NOT NULL, digest TEXT NOT NULL,
+    apply_from_seq INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS group_seq (group_id TEXT PRIMARY KEY, last_seq INTEGER NOT NULL);
 """
 
 
@@ -240,9 +242,10 @@ class Store:
 
     # --- policy table versions --------------------------------------------------------
 
-    def table_version(self, group_id: str, digest: str) -> int:
+    def table_version(self, group_id: str, digest: str, apply_from_seq: int = 0) -> int:
         """Version of the policy table of ``group_id`` whose content hashes to ``digest``:
-        unchanged content keeps its version, changed content gets version + 1."""
+        unchanged content keeps its version (and apply_from_seq), changed content gets
+        version + 1, applying from collective sequence number ``apply_from_seq``."""
         with self.transaction() as db:
             row = db.execute(
                 "SELECT version, digest FROM table_versions WHERE group_id = ?", (group_id,)
@@ -251,7 +254,34 @@ class Store:
                 return int(row[0])
             version = int(row[0]) + 1 if row else 1
             db.execute(
-                "INSERT OR REPLACE INTO table_versions(group_id, version, digest) VALUES (?,?,?)",
-                (group_id, version, digest),
+                "INSERT OR REPLACE INTO table_versions(group_id, version, digest, apply_from_seq)"
+                " VALUES (?,?,?,?)",
+                (group_id, version, digest, apply_from_seq),
             )
         return version
+
+    def table_apply_from(self, group_id: str) -> int:
+        """apply_from_seq of the current version of ``group_id``'s table (0 if none)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT apply_from_seq FROM table_versions WHERE group_id = ?", (group_id,)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    # --- collective sequence numbers reported by GPU agents ---------------------------
+
+    def note_seq(self, group_id: str, seq: int) -> None:
+        """Remember the highest collective sequence number reported for ``group_id``."""
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO group_seq(group_id, last_seq) VALUES (?, ?) ON CONFLICT(group_id) "
+                "DO UPDATE SET last_seq = MAX(last_seq, excluded.last_seq)",
+                (group_id, seq),
+            )
+
+    def last_seq(self, group_id: str) -> int | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT last_seq FROM group_seq WHERE group_id = ?", (group_id,)
+            ).fetchone()
+        return int(row[0]) if row else None

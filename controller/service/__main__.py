@@ -1,0 +1,5 @@
+import sys
+
+from controller.service import main
+
+sys.exit(main())

@@ -1,0 +1,302 @@
+"""``heroserve controller``: serve the control plane (DESIGN.md §9).
+
+    heroserve controller [--listen ADDR] [--db PATH] [--plan PLAN.json]
+                         [--tls-cert PEM --tls-key PEM --tls-ca PEM] [--metrics-port N]
+
+With the three TLS files the controller requires client certificates signed by the CA
+(mutual TLS). Without them it listens on loopback only (and says it is insecure) unless
+``--insecure-listen-any``. The controller also serves ``grpc.health.v1.Health``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import logging
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
+from controller.service import policies
+from controller.service.core import Controller, Options, RequestError
+from controller.service.metrics import Metrics
+from controller.service.servicer import AdminServicer, ControlServicer
+from controller.slots import SlotError
+from controller.store import Store
+
+log = logging.getLogger("heroserve.controller")
+
+CONTROL_SERVICE = "heroserve.v1.Control"
+ADMIN_SERVICE = "heroserve.v1.Admin"
+
+
+class UsageError(Exception):
+    """Bad command line or configuration: message and exit status 2."""
+
+
+@dataclass
+class Tls:
+    cert: bytes
+    key: bytes
+    ca: bytes
+
+
+def listen_host(addr: str) -> str:
+    """Host part of ``HOST:PORT`` / ``[V6]:PORT`` (``unix:`` paths give ``unix``)."""
+    if addr.startswith(("unix:", "unix-abstract:")):
+        return "unix"
+    if addr.startswith("["):
+        end = addr.find("]")
+        if end < 0:
+            raise UsageError(f"--listen {addr!r}: missing ']'")
+        return addr[1:end]
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise UsageError(f"--listen {addr!r} is not HOST:PORT")
+    return host
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("unix", "localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def load_tls(cert: str | None, key: str | None, ca: str | None) -> Tls | None:
+    given = [x for x in (cert, key, ca) if x]
+    if not given:
+        return None
+    if len(given) != 3:
+        raise UsageError("mutual TLS needs all of --tls-cert, --tls-key and --tls-ca")
+    try:
+        return Tls(Path(cert).read_bytes(), Path(key).read_bytes(), Path(ca).read_bytes())  # type: ignore[arg-type]
+    except OSError as exc:
+        raise UsageError(f"cannot read TLS file: {exc}") from exc
+
+
+class ControllerServer:
+    """The controller's gRPC server on an asyncio loop (owns core, store, server)."""
+
+    def __init__(
+        self,
+        store: Store,
+        listen: str = "127.0.0.1:0",
+        tls: Tls | None = None,
+        insecure_listen_any: bool = False,
+        options: Options | None = None,
+        admin_name: str = "heroserve-admin",
+        metrics_port: int | None = None,
+        metrics_addr: str = "127.0.0.1",
+    ) -> None:
+        host = listen_host(listen)
+        if tls is None and not is_loopback(host):
+            if not insecure_listen_any:
+                raise UsageError(
+                    f"refusing to listen on {listen} without TLS: give --tls-cert/--tls-key/"
+                    "--tls-ca, listen on loopback, or pass --insecure-listen-any"
+                )
+            log.warning("INSECURE: listening on %s without TLS (--insecure-listen-any)", listen)
+        elif tls is None:
+            log.warning("insecure (no TLS): listening on loopback %s only", listen)
+        self.store = store
+        self.listen = listen
+        self.tls = tls
+        self.metrics = Metrics()
+        self.core = Controller(store, options, self.metrics)
+        self.admin_name = admin_name
+        self.metrics_port = metrics_port
+        self.metrics_addr = metrics_addr
+        self.server: grpc.aio.Server | None = None
+        self.port = 0
+        self.health = health.aio.HealthServicer()
+
+    async def start(self) -> int:
+        self.server = grpc.aio.server()
+        pb_grpc.add_ControlServicer_to_server(
+            ControlServicer(self.core, self.tls is not None), self.server
+        )
+        pb_grpc.add_AdminServicer_to_server(
+            AdminServicer(self.core, self.tls is not None, self.admin_name), self.server
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        if self.tls is not None:
+            creds = grpc.ssl_server_credentials(
+                [(self.tls.key, self.tls.cert)],
+                root_certificates=self.tls.ca,
+                require_client_auth=True,
+            )
+            self.port = self.server.add_secure_port(self.listen, creds)
+        else:
+            self.port = self.server.add_insecure_port(self.listen)
+        if self.port == 0 and not self.listen.startswith("unix"):
+            raise UsageError(f"cannot listen on {self.listen}")
+        await self.server.start()
+        serving = health_pb2.HealthCheckResponse.SERVING
+        for svc in ("", CONTROL_SERVICE, ADMIN_SERVICE):
+            await self.health.set(svc, serving)
+        if self.metrics_port is not None:
+            self.metrics.serve(self.metrics_port, self.metrics_addr)
+            log.info("metrics on http://%s:%d/metrics", self.metrics_addr, self.metrics_port)
+        log.info(
+            "controller listening on %s (port %d, %s), epoch %d",
+            self.listen,
+            self.port,
+            "mutual TLS" if self.tls else "insecure",
+            self.core.epoch,
+        )
+        return self.port
+
+    async def stop(self, grace: float = 0.5) -> None:
+        if self.server is not None:
+            await self.health.enter_graceful_shutdown()
+            self.core.close()
+            await self.server.stop(grace)
+            self.server = None
+
+
+class ThreadedServer:
+    """A :class:`ControllerServer` on its own event loop thread (tests, benchmarks)."""
+
+    def __init__(self, server: ControllerServer) -> None:
+        self.server = server
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.port = self.call(server.start())
+
+    def call(self, coro_or_fn):  # noqa: ANN001, ANN201 - a coroutine or a plain callable
+        """Run a coroutine (or a callable) on the server's loop and return its result."""
+        if asyncio.iscoroutine(coro_or_fn):
+            return asyncio.run_coroutine_threadsafe(coro_or_fn, self.loop).result(30)
+
+        async def wrap():  # noqa: ANN202
+            return coro_or_fn()
+
+        return asyncio.run_coroutine_threadsafe(wrap(), self.loop).result(30)
+
+    def stop(self) -> None:
+        self.call(self.server.stop(0.2))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="heroserve controller", description=__doc__.split("\n")[0])
+    p.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT (default %(default)s)")
+    p.add_argument("--db", default="heroserve-controller.db", help="SQLite state file")
+    p.add_argument("--plan", help="plan JSON (heroserve plan --json PATH writes one)")
+    p.add_argument("--tls-cert", help="server certificate (PEM)")
+    p.add_argument("--tls-key", help="server private key (PEM)")
+    p.add_argument("--tls-ca", help="CA that signs agents' client certificates (PEM)")
+    p.add_argument(
+        "--insecure-listen-any",
+        action="store_true",
+        help="allow a non-loopback address without TLS (logged as insecure)",
+    )
+    p.add_argument(
+        "--admin-name",
+        default="heroserve-admin",
+        help="certificate name allowed to call the Admin service (TLS only)",
+    )
+    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    p.add_argument("--metrics-addr", default="127.0.0.1")
+    p.add_argument(
+        "--default-slots",
+        type=int,
+        default=1024,
+        help="aggregator slots of a switch before it registers",
+    )
+    p.add_argument(
+        "--slots-per-group",
+        type=int,
+        default=policies.DEFAULT_SLOTS_PER_GROUP,
+        help="slots of an INA group whose plan gives no range",
+    )
+    p.add_argument("--window-s", type=float, default=0.1, help="T_u of policy tables (s)")
+    p.add_argument("--gamma", type=float, default=0.5, help="Eq. 18 smoothing factor")
+    p.add_argument("--port-file", help="write the bound port here once listening")
+    p.add_argument("--log-level", default="INFO")
+    return p
+
+
+async def _serve(server: ControllerServer, plan_text: str | None, port_file: str | None) -> None:
+    if plan_text is not None:
+        epoch, pid = server.core.apply_plan(plan_text)
+        log.info("serving plan %s at epoch %d", pid, epoch)
+    port = await server.start()
+    if port_file:
+        tmp = Path(port_file + ".tmp")
+        tmp.write_text(f"{port}\n")
+        tmp.replace(port_file)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    await server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    try:
+        if not 0.0 <= args.gamma <= 1.0:
+            raise UsageError(f"--gamma {args.gamma} is not in [0, 1]")
+        if args.window_s <= 0 or args.default_slots <= 0 or args.slots_per_group <= 0:
+            raise UsageError("--window-s, --default-slots and --slots-per-group must be > 0")
+        tls = load_tls(args.tls_cert, args.tls_key, args.tls_ca)
+        plan_text = None
+        if args.plan:
+            try:
+                plan_text = Path(args.plan).read_text()
+            except OSError as exc:
+                raise UsageError(f"cannot read plan: {exc}") from exc
+        try:
+            store = Store(args.db)
+        except Exception as exc:  # sqlite3.Error, OSError
+            raise UsageError(f"cannot open state database {args.db}: {exc}") from exc
+        if plan_text is None and store.current_plan() is None:
+            raise UsageError(
+                f"no plan: give --plan PLAN.json ({args.db} holds none yet); "
+                "`heroserve plan --json PATH` writes one"
+            )
+        opts = Options(
+            default_slots=args.default_slots,
+            slots_per_group=args.slots_per_group,
+            window_s=args.window_s,
+            gamma=args.gamma,
+        )
+        server = ControllerServer(
+            store,
+            args.listen,
+            tls,
+            args.insecure_listen_any,
+            opts,
+            args.admin_name,
+            args.metrics_port,
+            args.metrics_addr,
+        )
+        asyncio.run(_serve(server, plan_text, args.port_file))
+    except (UsageError, RequestError, policies.PlanError, SlotError) as exc:
+        print(f"heroserve controller: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
