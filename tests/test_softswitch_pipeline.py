@@ -1,0 +1,261 @@
+"""The executable model of p4/heroserve_ina.p4 (agents/softswitch/pipeline.py), packet by
+packet: exact sums, retransmissions, slot reuse across versions, drop reasons, L2."""
+
+import struct
+
+import pytest
+
+from agents.ina.packet import (
+    VECTOR_LEN,
+    InaHeader,
+    build_frame,
+    ipv4_checksum,
+    pack,
+    unpack,
+)
+from agents.softswitch.pipeline import (
+    DROP_BAD_WORKER_ID,
+    DROP_NO_ENTRY,
+    DROP_SHORT_HEADER,
+    DROP_SLOT_OUT_OF_RANGE,
+    DROP_WORKER_MISMATCH,
+    EVT_ADDED,
+    EVT_COMPLETED,
+    EVT_RETX_ABSORBED,
+    EVT_RETX_ANSWERED,
+    EVT_SLOT_RECLAIMED,
+    EVT_TRANSIT,
+    InaPipeline,
+)
+from agents.softswitch.tables import TableEntry
+
+PORTS = [1, 2, 3, 4]
+GROUP, MCAST = 7, 100
+OFF = 14 + 20 + 8  # INA payload offset in a frame
+
+
+def worker_frame(
+    w: int,
+    values: list[int],
+    *,
+    version: int = 0,
+    agg: int = 0,
+    group: int = GROUP,
+    n: int = 4,
+    retx: bool = False,
+) -> bytes:
+    return build_frame(
+        InaHeader(group, agg, w, n, version=version, is_retx=retx),
+        values,
+        src_mac=f"02:00:00:00:00:0{w + 1}",
+        src_ip=f"10.0.0.{w + 1}",
+    )
+
+
+def vec(w: int, round_: int = 0) -> list[int]:
+    """Worker w's vector: mixed signs, large magnitudes, different per round."""
+    return [(-1) ** (i + w) * (i * 1_000_003 + w * 7 + round_ * 100_000) for i in range(VECTOR_LEN)]
+
+
+@pytest.fixture
+def sw() -> InaPipeline:
+    p = InaPipeline()
+    p.add_group(GROUP, 0, slot=5, workers=4, mcast=MCAST)
+    p.pre.insert(MCAST, [(port, 0) for port in PORTS])
+    return p
+
+
+def run_round(sw: InaPipeline, round_: int = 0, version: int = 0, agg: int = 0):
+    outs = []
+    for w in range(4):
+        outs.append(sw.process(PORTS[w], worker_frame(w, vec(w, round_), version=version, agg=agg)))
+    return outs
+
+
+def expected_sum(round_: int = 0) -> list[int]:
+    return [sum(vec(w, round_)[i] for w in range(4)) for i in range(VECTOR_LEN)]
+
+
+def test_four_workers_exact_sum_multicast_to_all(sw: InaPipeline) -> None:
+    outs = run_round(sw)
+    assert outs[:3] == [[], [], []]  # contributions absorbed until the last one
+    result = outs[3]
+    assert [port for port, _ in result] == PORTS
+    for _, frame in result:
+        msg = unpack(frame[OFF:])
+        assert list(msg.values) == expected_sum()
+        assert msg.header.is_result and not msg.header.is_retx
+        assert msg.header.group_id == GROUP and msg.header.version == 0
+        assert ipv4_checksum(frame[14:34]) == 0  # valid checksum sums to 0
+        assert frame[40:42] == b"\x00\x00"  # UDP checksum zeroed
+    ev = sw.ingress.ina_events.packets
+    assert ev[EVT_ADDED] == 3 and ev[EVT_COMPLETED] == 1
+
+
+def test_sum_wraps_like_int32(sw: InaPipeline) -> None:
+    big = [2**31 - 1] * VECTOR_LEN
+    for w in range(3):
+        sw.process(PORTS[w], worker_frame(w, big))
+    out = sw.process(PORTS[3], worker_frame(3, [1] * VECTOR_LEN))
+    # 3 * (2**31 - 1) + 1 = 2**32 + 2**31 - 2 -> wraps to 2**31 - 2
+    assert list(unpack(out[0][1][OFF:]).values) == [2**31 - 2] * VECTOR_LEN
+
+
+def test_retransmission_before_completion_is_not_added(sw: InaPipeline) -> None:
+    sw.process(PORTS[0], worker_frame(0, vec(0)))
+    assert sw.process(PORTS[0], worker_frame(0, vec(0), retx=True)) == []
+    # Even a duplicate with different values is ignored: the bitmap decides.
+    assert sw.process(PORTS[0], worker_frame(0, [999] * VECTOR_LEN, retx=True)) == []
+    for w in (1, 2):
+        sw.process(PORTS[w], worker_frame(w, vec(w)))
+    out = sw.process(PORTS[3], worker_frame(3, vec(3)))
+    assert list(unpack(out[0][1][OFF:]).values) == expected_sum()
+    assert sw.ingress.ina_events.packets[EVT_RETX_ABSORBED] == 2
+
+
+def test_retransmission_after_completion_answers_that_worker_only(sw: InaPipeline) -> None:
+    run_round(sw)
+    out = sw.process(PORTS[1], worker_frame(1, [5] * VECTOR_LEN, retx=True))
+    assert len(out) == 1
+    port, frame = out[0]
+    assert port == PORTS[1]
+    msg = unpack(frame[OFF:])
+    assert list(msg.values) == expected_sum() and msg.header.is_result
+    # Addressed back to the worker: MAC and IP swapped.
+    assert frame[0:6] == bytes.fromhex("020000000002")
+    assert frame[30:34] == bytes([10, 0, 0, 2])
+    assert ipv4_checksum(frame[14:34]) == 0
+    assert sw.ingress.ina_events.packets[EVT_RETX_ANSWERED] == 1
+    # The slot is untouched: a second duplicate gets the same answer.
+    again = sw.process(PORTS[1], worker_frame(1, vec(1), retx=True))
+    assert list(unpack(again[0][1][OFF:]).values) == expected_sum()
+
+
+def test_slot_reuse_across_versions_has_no_stale_values(sw: InaPipeline) -> None:
+    for round_ in range(5):
+        outs = run_round(sw, round_=round_, version=round_ % 2)
+        assert list(unpack(outs[3][0][1][OFF:]).values) == expected_sum(round_)
+    # Version 0 was used by rounds 0, 2, 4: its pool holds round 4's sum only.
+    base = ((5 << 1) | 0) << 5
+    pool = sw.ingress.pool.values[base : base + VECTOR_LEN]
+    assert [v - (1 << 32) if v >= 2**31 else v for v in pool] == expected_sum(4)
+
+
+def test_interleaved_versions_keep_separate_sums(sw: InaPipeline) -> None:
+    # Workers 0,1 race ahead into version 1 while 2,3 are still on version 0.
+    for w in (0, 1):
+        sw.process(PORTS[w], worker_frame(w, vec(w, 0), version=0))
+        sw.process(PORTS[w], worker_frame(w, vec(w, 1), version=1))
+    sw.process(PORTS[2], worker_frame(2, vec(2, 0), version=0))
+    out0 = sw.process(PORTS[3], worker_frame(3, vec(3, 0), version=0))
+    assert list(unpack(out0[0][1][OFF:]).values) == expected_sum(0)
+    sw.process(PORTS[2], worker_frame(2, vec(2, 1), version=1))
+    out1 = sw.process(PORTS[3], worker_frame(3, vec(3, 1), version=1))
+    assert list(unpack(out1[0][1][OFF:]).values) == expected_sum(1)
+
+
+def test_slot_reassigned_to_another_group_starts_clean(sw: InaPipeline) -> None:
+    # Group 7 leaves slot 5 half full (2 of 4), then the slot goes to group 8.
+    for w in (0, 1):
+        sw.process(PORTS[w], worker_frame(w, vec(w)))
+    sw.ingress.aggregation_table.delete((GROUP, 0))
+    sw.add_group(8, 3, slot=5, workers=2, mcast=MCAST)
+    sw.process(PORTS[0], worker_frame(0, [10] * VECTOR_LEN, group=8, agg=3, n=2))
+    out = sw.process(PORTS[1], worker_frame(1, [32] * VECTOR_LEN, group=8, agg=3, n=2))
+    assert list(unpack(out[0][1][OFF:]).values) == [42] * VECTOR_LEN
+    assert sw.ingress.ina_events.packets[EVT_SLOT_RECLAIMED] == 2  # first use, then reuse
+
+
+def _short(frame: bytes, cut: int) -> bytes:
+    return frame[: len(frame) - cut]
+
+
+@pytest.mark.parametrize(
+    ("frame", "reason"),
+    [
+        (_short(worker_frame(0, [1] * VECTOR_LEN), 1), DROP_SHORT_HEADER),
+        (_short(worker_frame(0, [1] * VECTOR_LEN), 4 * VECTOR_LEN + 3), DROP_SHORT_HEADER),
+        (worker_frame(4, [1] * VECTOR_LEN), DROP_BAD_WORKER_ID),  # worker 4 of 4
+        (build_frame(InaHeader(GROUP, 0, 0, 33), [1] * VECTOR_LEN), DROP_BAD_WORKER_ID),
+        (worker_frame(0, [1] * VECTOR_LEN, n=3), DROP_WORKER_MISMATCH),
+        (worker_frame(0, [1] * VECTOR_LEN, agg=1), DROP_NO_ENTRY),
+        (worker_frame(0, [1] * VECTOR_LEN, agg=2), DROP_SLOT_OUT_OF_RANGE),
+    ],
+)
+def test_malformed_packets_are_dropped_and_counted(
+    sw: InaPipeline, frame: bytes, reason: int
+) -> None:
+    sw.add_group(GROUP, 2, slot=1024, workers=4, mcast=MCAST)  # points past the registers
+    assert sw.process(PORTS[0], frame) == []
+    drops = sw.ingress.ina_drops
+    assert drops.packets[reason] == 1
+    assert sum(drops.packets) == 1
+    assert drops.bytes[reason] == len(frame)
+    assert sum(sw.ingress.pool.values) == 0  # nothing was aggregated
+
+
+def test_l2_forwarding_and_flooding() -> None:
+    sw = InaPipeline()
+    sw.add_l2(0x020000000002, 2)
+    plain = bytes.fromhex("02000000000202000000000188b5") + b"x" * 50
+    assert sw.process(1, plain) == [(2, plain)]
+    unknown = bytes.fromhex("02000000000902000000000188b5") + b"x" * 50
+    assert sw.process(1, unknown) == []  # default action drop
+    sw.ingress.l2_forward.insert(
+        TableEntry((0xFFFFFFFFFFFF,), "InaIngress.l2_multicast", {"mcast_grp": 9})
+    )
+    sw.pre.insert(9, [(1, 0), (2, 0), (3, 0)])
+    bcast = bytes.fromhex("ffffffffffff0200000000010806") + b"a" * 28
+    assert sw.process(1, bcast) == [(2, bcast), (3, bcast)]  # never back to port 1
+    assert sw.ingress.port_rx.packets[1] == 3
+    assert sw.egress.port_tx.packets[2] == 2 and sw.egress.port_tx.bytes[3] == len(bcast)
+    assert sw.ingress.port_rx.bytes[1] == len(plain) + len(unknown) + len(bcast)
+
+
+def test_ina_without_entry_transits_when_l2_knows_the_destination() -> None:
+    sw = InaPipeline()
+    sw.add_l2(0x0200000000FF, 9)
+    frame = worker_frame(0, [1] * VECTOR_LEN)  # dst 02:00:00:00:00:ff
+    assert sw.process(1, frame) == [(9, frame)]
+    assert sw.ingress.ina_events.packets[EVT_TRANSIT] == 1
+    assert sum(sw.ingress.ina_drops.packets) == 0
+
+
+def test_result_packets_are_forwarded_not_aggregated(sw: InaPipeline) -> None:
+    sw.add_l2(0x0200000000FF, 3)
+    frame = build_frame(InaHeader(GROUP, 0, 0, 4, is_result=True), [1] * VECTOR_LEN)
+    assert sw.process(1, frame) == [(3, frame)]
+    assert sum(sw.ingress.ina_events.packets) == 0
+
+
+def test_result_rewrite_sets_each_replicas_destination(sw: InaPipeline) -> None:
+    for port in PORTS:
+        sw.egress.result_rewrite.insert(
+            TableEntry(
+                (port,),
+                "InaEgress.set_result_dst",
+                {"dmac": 0x0A0000000000 + port, "dip": (10 << 24) | (9 << 8) | port},
+            )
+        )
+    out = run_round(sw)[3]
+    for port, frame in out:
+        assert frame[0:6] == (0x0A0000000000 + port).to_bytes(6, "big")
+        assert frame[30:34] == bytes([10, 0, 9, port])
+        assert ipv4_checksum(frame[14:34]) == 0
+
+
+def test_unknown_multicast_group_sends_nothing() -> None:
+    sw = InaPipeline()
+    sw.add_group(1, 0, slot=0, workers=1, mcast=55)
+    assert sw.process(1, build_frame(InaHeader(1, 0, 0, 1), [3] * VECTOR_LEN)) == []
+    assert sw.ingress.ina_events.packets[EVT_COMPLETED] == 1
+
+
+def test_trailing_bytes_are_kept_and_frames_below_ethernet_ignored(sw: InaPipeline) -> None:
+    sw.add_l2(0x020000000002, 2)
+    frame = bytes.fromhex("0200000000020200000000010800") + b"\x46" + bytes(40)
+    assert sw.process(1, frame) == [(2, frame)]  # IPv4 with options: plain L2
+    assert sw.process(1, b"\x00" * 10) == []
+    assert struct.calcsize("!HHBBBB") + 4 * VECTOR_LEN == len(
+        pack(InaHeader(0, 0, 0, 1), [0] * VECTOR_LEN)
+    )
