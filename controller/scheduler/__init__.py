@@ -1,0 +1,5 @@
+"""HeroServe's online scheduler (DESIGN.md §8): the Python reference of the C++ policy core."""
+
+from controller.scheduler.online import OnlineScheduler, PolicyTable, TableError, parse_table
+
+__all__ = ["OnlineScheduler", "PolicyTable", "TableError", "parse_table"]

@@ -1,0 +1,333 @@
+"""Online scheduler: pick INA, ring or NVLS and the route for every all-reduce (DESIGN.md §8).
+
+This is the reference implementation of paper section III-D (Eqs. 16-18). The C++ policy core
+(``csrc/src/policy.cc``) mirrors it operation for operation, in IEEE double, so both give the
+same choices and costs on ``tests/vectors/online_scheduler.json``. Keep the two in step: when
+an expression changes here, change it there in the same order.
+
+Units: bytes for transfer sizes, bytes/s for link capacities, seconds for the window T_u.
+A cost b_c is dimensionless: the fraction of one window T_u the policy's bottleneck link is
+busy, so a transfer's increment delta_c = D / (T_u * capacity) and a measured utilisation
+(also a fraction of the window) are on the same scale.
+
+Rules (one group, one table at a time):
+
+* Eq. 16: delta_c = D / (T_u * bottleneck capacity of c); J(c, D) = b_c + delta_c;
+  c* = argmin J, ties broken to the lowest policy id.
+* Eq. 17 (as DESIGN §8 reads it): b_{c*} += delta_{c*}; for c != c*,
+  b_c += delta_{c*} * f(c*, c).
+* Eq. 18: at each window boundary (:meth:`OnlineScheduler.observe_utilisation`),
+  f(c*, c) <- (1 - gamma) f(c*, c) + gamma W(c*, c), with
+  W(c*, c) = (sum of utilisation over links shared by c* and c) / (sum over c's links),
+  0/0 read as 0. f starts at W computed from the table's utilisation.
+* Window decay (our choice, the paper leaves it open): at the same boundary
+  b_c <- (1 - gamma) b_c + gamma U_c, where U_c is the measured maximum utilisation over c's
+  links (the bottleneck's busy fraction). Costs therefore forget old selections at the rate
+  gamma per window and track what the network actually measured.
+* Versions: :meth:`OnlineScheduler.install` queues a table; it takes effect at the first
+  :meth:`OnlineScheduler.select` whose sequence number is >= ``apply_from_seq`` (every member
+  of the group counts collectives from 0, so all members switch at the same collective).
+  A table taking effect drops queued older versions (the controller superseded them).
+  Activating a table resets b to the table's ``cost`` fields and f to W of its utilisation.
+  A table whose version is not above every version already seen is stale and ignored.
+
+Sums run over a policy's links in the order the table lists them, with a plain loop (not
+``sum()``, whose float algorithm differs between Python versions).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMES = ("ina", "ring", "nvls")
+
+
+class TableError(ValueError):
+    """A policy table that breaks docs/policy-table.md; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One candidate policy c: its links (indices into the table's links) and bottleneck."""
+
+    id: int
+    scheme: str
+    switch: str
+    links: tuple[int, ...]
+    bottleneck: float  # bytes/s, min capacity over the policy's links
+    cost: float  # b_c when the table takes effect
+
+
+@dataclass(frozen=True)
+class PolicyTable:
+    """A validated table (docs/policy-table.md)."""
+
+    group_id: str
+    version: int
+    apply_from_seq: int
+    window_s: float
+    gamma: float
+    link_ids: tuple[str, ...]
+    capacities: tuple[float, ...]
+    policies: tuple[Policy, ...]
+    utilisation: tuple[float, ...]  # per link, index-aligned with link_ids
+
+    def link_index(self) -> dict[str, int]:
+        return {lid: i for i, lid in enumerate(self.link_ids)}
+
+
+def _number(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TableError(f"{what} must be a number, got {value!r}")
+    out = float(value)
+    if not math.isfinite(out):
+        raise TableError(f"{what} must be finite, got {value!r}")
+    return out
+
+
+def _uint(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value >= 2**64:
+        raise TableError(f"{what} must be an unsigned 64-bit integer, got {value!r}")
+    return value
+
+
+def _utilisation_vector(
+    utilisation: Any, index: Mapping[str, int], what: str, strict: bool
+) -> list[float]:
+    if not isinstance(utilisation, Mapping):
+        raise TableError(f"{what} must be a map link id -> utilisation")
+    out = [0.0] * len(index)
+    for lid, value in utilisation.items():
+        u = _number(value, f"{what}[{lid!r}]")
+        if not 0.0 <= u <= 1.0:
+            raise TableError(f"{what}[{lid!r}] = {u} is outside [0, 1]")
+        if lid not in index:
+            if strict:
+                raise TableError(f"{what} names unknown link {lid!r}")
+            continue  # telemetry may cover links outside this group
+        out[index[lid]] = u
+    return out
+
+
+def parse_table(data: Mapping[str, Any]) -> PolicyTable:
+    """Validate a table in the JSON form of docs/policy-table.md; raise :class:`TableError`."""
+    if not isinstance(data, Mapping):
+        raise TableError("a policy table must be a JSON object")
+    for key in ("group_id", "version", "apply_from_seq", "window_s", "gamma", "links", "policies"):
+        if key not in data:
+            raise TableError(f"policy table lacks {key!r}")
+    group_id = data["group_id"]
+    if not isinstance(group_id, str) or not group_id:
+        raise TableError("group_id must be a non-empty string")
+    version = _uint(data["version"], "version")
+    apply_from_seq = _uint(data["apply_from_seq"], "apply_from_seq")
+    window_s = _number(data["window_s"], "window_s")
+    if window_s <= 0.0:
+        raise TableError(f"window_s must be > 0, got {window_s}")
+    gamma = _number(data["gamma"], "gamma")
+    if not 0.0 <= gamma <= 1.0:
+        raise TableError(f"gamma must be in [0, 1], got {gamma}")
+    links = data["links"]
+    if not isinstance(links, list) or not links:
+        raise TableError("links must be a non-empty list")
+    link_ids: list[str] = []
+    caps: list[float] = []
+    for i, link in enumerate(links):
+        if not isinstance(link, Mapping) or "id" not in link or "capacity" not in link:
+            raise TableError(f"links[{i}] must be an object with id and capacity")
+        lid = link["id"]
+        if not isinstance(lid, str) or not lid:
+            raise TableError(f"links[{i}].id must be a non-empty string")
+        if lid in link_ids:
+            raise TableError(f"link {lid!r} is listed twice")
+        cap = _number(link["capacity"], f"links[{i}].capacity")
+        if cap <= 0.0:
+            raise TableError(f"link {lid!r} capacity must be > 0, got {cap}")
+        link_ids.append(lid)
+        caps.append(cap)
+    index = {lid: i for i, lid in enumerate(link_ids)}
+    raw_policies = data["policies"]
+    if not isinstance(raw_policies, list) or not raw_policies:
+        raise TableError("policies must be a non-empty list")
+    policies: list[Policy] = []
+    for i, p in enumerate(raw_policies):
+        if not isinstance(p, Mapping):
+            raise TableError(f"policies[{i}] must be an object")
+        for key in ("id", "scheme", "links", "cost"):
+            if key not in p:
+                raise TableError(f"policies[{i}] lacks {key!r}")
+        pid = p["id"]
+        if isinstance(pid, bool) or not isinstance(pid, int) or not 0 <= pid < 2**32:
+            raise TableError(f"policies[{i}].id must be a uint32, got {pid!r}")
+        if policies and pid <= policies[-1].id:
+            raise TableError(f"policies must be in increasing id order (id {pid} at {i})")
+        scheme = p["scheme"]
+        if scheme not in SCHEMES:
+            raise TableError(f"policy {pid}: scheme must be one of {SCHEMES}, got {scheme!r}")
+        switch = p.get("switch", "")
+        if not isinstance(switch, str):
+            raise TableError(f"policy {pid}: switch must be a string")
+        plinks = p["links"]
+        if not isinstance(plinks, list) or not plinks:
+            raise TableError(f"policy {pid}: links must be a non-empty list")
+        idx: list[int] = []
+        for lid in plinks:
+            if lid not in index:
+                raise TableError(f"policy {pid}: unknown link {lid!r}")
+            if index[lid] in idx:
+                raise TableError(f"policy {pid}: link {lid!r} listed twice")
+            idx.append(index[lid])
+        bottleneck = caps[idx[0]]
+        for k in idx[1:]:
+            if caps[k] < bottleneck:
+                bottleneck = caps[k]
+        cost = _number(p["cost"], f"policy {pid}: cost")
+        if cost < 0.0:
+            raise TableError(f"policy {pid}: cost must be >= 0, got {cost}")
+        policies.append(Policy(pid, scheme, switch, tuple(idx), bottleneck, cost))
+    util = _utilisation_vector(data.get("utilisation", {}), index, "utilisation", strict=True)
+    return PolicyTable(
+        group_id=group_id,
+        version=version,
+        apply_from_seq=apply_from_seq,
+        window_s=window_s,
+        gamma=gamma,
+        link_ids=tuple(link_ids),
+        capacities=tuple(caps),
+        policies=tuple(policies),
+        utilisation=tuple(util),
+    )
+
+
+def sharing_ratio(table: PolicyTable, util: list[float] | tuple[float, ...], i: int, j: int):
+    """W(c_i, c_j) of Eq. 18: utilisation on links c_i and c_j share over c_j's total; 0/0 = 0."""
+    shared = 0.0
+    total = 0.0
+    mine = table.policies[i].links
+    for k in table.policies[j].links:
+        total += util[k]
+        if k in mine:
+            shared += util[k]
+    if total == 0.0:
+        return 0.0
+    return shared / total
+
+
+class OnlineScheduler:
+    """Per-group online scheduler state: costs b, penalties f, sequence number, tables.
+
+    ``select(nbytes)`` returns the chosen policy id and advances the collective sequence;
+    ``observe_utilisation`` closes a window (Eq. 18 and the cost decay); ``install`` queues a
+    new table version. Single-threaded: one object per group member.
+    """
+
+    def __init__(self, table: Mapping[str, Any] | PolicyTable | None = None) -> None:
+        self.seq = 0  # sequence number of the next collective
+        self.table: PolicyTable | None = None
+        self.costs: list[float] = []  # b_c, index-aligned with table.policies
+        self.penalty: list[list[float]] = []  # f[i][j] = f(c_i, c_j)
+        self.util: list[float] = []
+        self.last_cost = 0.0  # J(c*, D) of the last selection
+        self.late_tables = 0  # tables that arrived after their apply_from_seq
+        self._pending: list[PolicyTable] = []
+        self._max_version = -1
+        if table is not None:
+            self.install(table)
+
+    @property
+    def version(self) -> int | None:
+        """Version of the table in force, None before the first one takes effect."""
+        return None if self.table is None else self.table.version
+
+    def install(self, table: Mapping[str, Any] | PolicyTable) -> bool:
+        """Queue a table; False (ignored) when its version is not above all seen so far."""
+        t = table if isinstance(table, PolicyTable) else parse_table(table)
+        if t.version <= self._max_version:
+            return False
+        self._max_version = t.version
+        if t.apply_from_seq < self.seq:
+            self.late_tables += 1  # members may have switched earlier: the controller was late
+        self._pending.append(t)
+        self._pending.sort(key=lambda x: (x.apply_from_seq, x.version))
+        return True
+
+    def _activate_due(self) -> None:
+        due = None
+        while self._pending and self._pending[0].apply_from_seq <= self.seq:
+            cand = self._pending.pop(0)
+            if due is None or cand.version > due.version:
+                due = cand
+        if due is None:
+            return
+        # A newer version that took effect supersedes older ones still waiting.
+        self._pending = [p for p in self._pending if p.version > due.version]
+        self.table = due
+        self.costs = [p.cost for p in due.policies]
+        self.util = list(due.utilisation)
+        n = len(due.policies)
+        self.penalty = [
+            [0.0 if i == j else sharing_ratio(due, self.util, i, j) for j in range(n)]
+            for i in range(n)
+        ]
+
+    def select(self, nbytes: int | float) -> int:
+        """Eqs. 16-17 for a transfer of ``nbytes`` bytes; return the chosen policy id."""
+        self._activate_due()
+        t = self.table
+        if t is None:
+            raise RuntimeError(f"no policy table in force at collective {self.seq}")
+        d = float(nbytes)
+        if not d >= 0.0:
+            raise ValueError(f"transfer size must be >= 0 bytes, got {nbytes!r}")
+        best = -1
+        best_j = 0.0
+        deltas = []
+        for i, p in enumerate(t.policies):
+            delta = d / (t.window_s * p.bottleneck)
+            deltas.append(delta)
+            j = self.costs[i] + delta
+            if best < 0 or j < best_j:
+                best, best_j = i, j
+        dstar = deltas[best]
+        row = self.penalty[best]
+        for i in range(len(self.costs)):
+            if i == best:
+                self.costs[i] = self.costs[i] + dstar
+            else:
+                self.costs[i] = self.costs[i] + dstar * row[i]
+        self.seq += 1
+        self.last_cost = best_j
+        return t.policies[best].id
+
+    def observe_utilisation(self, utilisation: Mapping[str, float]) -> None:
+        """Close a window T_u with measured link utilisation (absent links: 0, unknown: ignored).
+
+        Eq. 18 on every ordered pair, then b_c <- (1 - gamma) b_c + gamma * max_l u_l over c's
+        links.
+        """
+        t = self.table
+        if t is None:
+            raise RuntimeError("no policy table in force")
+        self.util = _utilisation_vector(utilisation, t.link_index(), "utilisation", strict=False)
+        g = t.gamma
+        n = len(t.policies)
+        for i in range(n):
+            row = self.penalty[i]
+            for j in range(n):
+                if i != j:
+                    row[j] = (1.0 - g) * row[j] + g * sharing_ratio(t, self.util, i, j)
+        for i, p in enumerate(t.policies):
+            peak = 0.0
+            for k in p.links:
+                if self.util[k] > peak:
+                    peak = self.util[k]
+            self.costs[i] = (1.0 - g) * self.costs[i] + g * peak
+
+    def cost_map(self) -> dict[int, float]:
+        """Current b_c by policy id."""
+        if self.table is None:
+            return {}
+        return {p.id: self.costs[i] for i, p in enumerate(self.table.policies)}

@@ -1,0 +1,137 @@
+// Policy-core benchmark: ns per selection (16 and 256 policies, 1 and 2 threads, each thread
+// its own Scheduler reading one shared TableStore) and updates per second (table publishes
+// into the store while readers select; utilisation windows, Eq. 18, per scheduler).
+// Prints one line per figure; benchmarks/bench_policy_core.py runs it.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "heroserve/policy.h"
+
+using heroserve::Policy;
+using heroserve::PolicyTable;
+using heroserve::Scheduler;
+using heroserve::Selection;
+using heroserve::TableStore;
+using Clock = std::chrono::steady_clock;
+
+static std::shared_ptr<PolicyTable> MakeTable(size_t n, uint64_t version) {
+  auto t = std::make_shared<PolicyTable>();
+  t->group_id = "bench/0/0";
+  t->version = version;
+  t->window_s = 0.001;
+  t->gamma = 0.5;
+  for (size_t i = 0; i <= n; ++i) {
+    t->link_ids.push_back("n" + std::to_string(i) + "|n" + std::to_string(i + 1));
+    t->capacities.push_back(12.5e9 * static_cast<double>(1 + i % 4));
+    t->utilisation.push_back(0.05 * static_cast<double>(i % 9));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Policy p;
+    p.id = static_cast<uint32_t>(i);
+    p.scheme = static_cast<heroserve::Scheme>(i % 3);
+    p.links = {static_cast<uint32_t>(i), static_cast<uint32_t>(i + 1)};
+    p.bottleneck = std::min(t->capacities[i], t->capacities[i + 1]);
+    t->policies.push_back(p);
+  }
+  return t;
+}
+
+static double SelectNs(size_t n, int threads, uint64_t iters) {
+  TableStore store;
+  store.Publish(MakeTable(n, 1));
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<double> ns(threads);
+  std::vector<std::thread> pool;
+  volatile uint32_t sink = 0;
+  for (int k = 0; k < threads; ++k) {
+    pool.emplace_back([&, k] {
+      Scheduler s(&store);
+      Selection sel;
+      s.Select(1, &sel);  // activate outside the timed loop
+      ready.fetch_add(1);
+      while (!go.load()) {
+      }
+      auto t0 = Clock::now();
+      uint32_t acc = 0;
+      for (uint64_t i = 0; i < iters; ++i) {
+        s.Select(static_cast<double>(4096u << (i & 15)), &sel);
+        acc += sel.policy_id;
+      }
+      auto t1 = Clock::now();
+      sink = sink + acc;
+      ns[k] = std::chrono::duration<double, std::nano>(t1 - t0).count() / static_cast<double>(iters);
+    });
+  }
+  while (ready.load() < threads) {
+  }
+  go.store(true);
+  for (auto& th : pool) th.join();
+  double mean = 0;
+  for (double v : ns) mean += v;
+  return mean / threads;
+}
+
+int main(int argc, char** argv) {
+  uint64_t iters = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 2000000;
+  for (size_t n : {16u, 256u}) {
+    for (int threads : {1, 2}) {
+      uint64_t it = n == 256 ? iters / 16 : iters;
+      std::printf("select_ns policies=%zu threads=%d ns_per_selection=%.1f\n", n, threads,
+                  SelectNs(n, threads, it));
+    }
+  }
+  // Table publishes per second with one reader selecting concurrently.
+  for (size_t n : {16u, 256u}) {
+    TableStore store;
+    store.Publish(MakeTable(n, 1));
+    std::vector<std::shared_ptr<PolicyTable>> tables;
+    const uint64_t updates = n == 16 ? 20000 : 2000;
+    for (uint64_t v = 2; v < updates + 2; ++v) {
+      auto t = MakeTable(n, v);
+      t->apply_from_seq = v;
+      tables.push_back(t);
+    }
+    std::atomic<bool> stop{false};
+    uint64_t reader_selects = 0;
+    std::thread reader([&] {
+      Scheduler s(&store);
+      Selection sel;
+      while (!stop.load(std::memory_order_relaxed)) {
+        s.Select(65536.0, &sel);
+        ++reader_selects;
+      }
+    });
+    auto t0 = Clock::now();
+    for (auto& t : tables) store.Publish(t);
+    auto t1 = Clock::now();
+    stop.store(true);
+    reader.join();
+    double secs = std::chrono::duration<double>(t1 - t0).count();
+    std::printf("table_updates policies=%zu updates_per_s=%.0f (reader made %llu selections)\n",
+                n, static_cast<double>(updates) / secs,
+                static_cast<unsigned long long>(reader_selects));
+  }
+  // Utilisation windows (Eq. 18 + decay) per second on one scheduler.
+  for (size_t n : {16u, 256u}) {
+    Scheduler s;
+    auto t = MakeTable(n, 1);
+    s.Install(t);
+    Selection sel;
+    s.Select(1, &sel);
+    std::vector<std::pair<std::string, double>> u;
+    for (size_t i = 0; i < t->link_ids.size(); i += 2) u.emplace_back(t->link_ids[i], 0.5);
+    const uint64_t windows = n == 16 ? 100000 : 100;
+    std::string err;
+    auto t0 = Clock::now();
+    for (uint64_t i = 0; i < windows; ++i) s.ObserveUtilisation(u, &err);
+    double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::printf("utilisation_windows policies=%zu updates_per_s=%.0f\n", n,
+                static_cast<double>(windows) / secs);
+  }
+  return 0;
+}

@@ -1,0 +1,145 @@
+// Policy tables and the online scheduler core (DESIGN.md §8, paper Eqs. 16-18).
+//
+// Mirrors controller/scheduler/online.py operation for operation, in IEEE double, so both
+// produce the same choices and costs on tests/vectors/online_scheduler.json. Costs b_c are
+// fractions of one window T_u (dimensionless); sizes are bytes; capacities bytes/s.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "heroserve/json.h"
+
+namespace heroserve {
+
+enum class Scheme : uint8_t { kIna = 0, kRing = 1, kNvls = 2 };
+
+const char* SchemeName(Scheme s);
+
+struct Policy {
+  uint32_t id = 0;
+  Scheme scheme = Scheme::kRing;
+  std::string switch_name;
+  std::vector<uint32_t> links;  // indices into PolicyTable::link_ids, in table order
+  std::map<std::string, std::vector<std::string>> paths;  // GPU id -> route (informational)
+  double bottleneck = 0.0;  // bytes/s: min capacity over links
+  double cost = 0.0;        // b_c when the table takes effect
+};
+
+// A validated table (docs/policy-table.md). Immutable once built; shared between threads
+// through std::shared_ptr<const PolicyTable>.
+struct PolicyTable {
+  std::string group_id;
+  uint64_t version = 0;
+  uint64_t apply_from_seq = 0;
+  double window_s = 0.0;  // T_u, seconds
+  double gamma = 0.0;     // Eq. 18 smoothing
+  std::vector<std::string> link_ids;
+  std::vector<double> capacities;  // bytes/s, aligned with link_ids
+  std::vector<Policy> policies;    // increasing id
+  std::vector<double> utilisation; // aligned with link_ids; absent in the source = 0
+
+  // Index of a link id, or -1.
+  int LinkIndex(std::string_view id) const;
+};
+
+// Validates a table in the JSON form of docs/policy-table.md. On failure returns false with a
+// message naming the field (same rules as online.py's parse_table).
+bool ParseTable(const json::Value& v, PolicyTable* out, std::string* error);
+bool ParseTableJson(std::string_view text, PolicyTable* out, std::string* error);
+json::Value TableToJsonValue(const PolicyTable& t);
+std::string TableToJson(const PolicyTable& t);
+
+// W(c_i, c_j) of Eq. 18: utilisation on the links c_i and c_j share, over the utilisation on
+// c_j's links, summed in c_j's link order; 0/0 = 0.
+double SharingRatio(const PolicyTable& t, const std::vector<double>& util, size_t i, size_t j);
+
+// Versioned table store: one writer publishes, many threads read without locks.
+//
+// Two slots ("versioned double buffer"): readers pin the active slot with a per-slot reader
+// count and re-check that it is still active; the writer fills the inactive slot once its
+// reader count is zero, then flips. Readers never wait on the writer; the writer waits only
+// for readers still inside the slot it is about to reuse (a few hundred nanoseconds).
+class TableStore {
+ public:
+  static constexpr size_t kKeep = 8;  // most recent versions kept (pending + in force)
+
+  struct Snapshot {
+    uint64_t generation = 0;
+    std::vector<std::shared_ptr<const PolicyTable>> tables;  // increasing version
+  };
+
+  // Adds a table; false when its version is not above the newest one held (stale).
+  bool Publish(std::shared_ptr<const PolicyTable> table);
+  // Increases on every successful Publish; one acquire load, safe from any thread.
+  uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+  // Copies the current snapshot (lock-free for the reader).
+  Snapshot Read() const;
+  uint64_t newest_version() const;
+
+ private:
+  Snapshot slots_[2];
+  mutable std::atomic<int> readers_[2] = {{0}, {0}};
+  std::atomic<int> active_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::mutex writer_;  // serialises writers only
+};
+
+struct Selection {
+  uint32_t policy_id = 0;
+  uint32_t index = 0;   // position in the table's policy list
+  Scheme scheme = Scheme::kRing;
+  double cost = 0.0;    // J(c*, D)
+  uint64_t seq = 0;     // collective sequence number this selection was for
+  uint64_t version = 0; // table version in force
+};
+
+// Per-group scheduler state (one object per group member, used by one thread at a time).
+// Tables come from Install() and/or from a TableStore polled at each Select().
+class Scheduler {
+ public:
+  explicit Scheduler(const TableStore* store = nullptr) : store_(store) {}
+
+  // Queues a table; false when stale (version not above every version seen).
+  bool Install(std::shared_ptr<const PolicyTable> table);
+  // Eqs. 16-17 for a transfer of nbytes; false when no table is in force.
+  bool Select(double nbytes, Selection* out);
+  // Window boundary: Eq. 18 and the cost decay. Unknown link ids are ignored; a value outside
+  // [0, 1] is an error (state untouched).
+  bool ObserveUtilisation(const std::vector<std::pair<std::string, double>>& util,
+                          std::string* error);
+
+  uint64_t seq() const { return seq_; }
+  uint64_t version() const { return table_ ? table_->version : 0; }
+  bool has_table() const { return table_ != nullptr; }
+  const PolicyTable* table() const { return table_.get(); }
+  const std::vector<double>& costs() const { return costs_; }
+  double penalty(size_t i, size_t j) const { return penalty_[i * costs_.size() + j]; }
+  uint64_t late_tables() const { return late_tables_; }
+
+ private:
+  void PollStore();
+  void ActivateDue();
+
+  const TableStore* store_;
+  uint64_t store_generation_ = 0;
+  std::shared_ptr<const PolicyTable> table_;
+  std::vector<std::shared_ptr<const PolicyTable>> pending_;  // by (apply_from_seq, version)
+  bool seen_any_ = false;
+  uint64_t max_version_ = 0;
+  uint64_t seq_ = 0;
+  uint64_t late_tables_ = 0;
+  std::vector<double> costs_;    // b_c
+  std::vector<double> wb_;       // T_u * bottleneck_c, bytes
+  std::vector<double> penalty_;  // f, row-major n x n
+  std::vector<double> util_;
+};
+
+}  // namespace heroserve

@@ -1,0 +1,102 @@
+// Shared-memory channel between the GPU agent daemon (writer) and the NCCL tuner plugin
+// (readers in the serving processes). POSIX shm, one segment per group.
+//
+// Layout (all 64-bit fields accessed with atomic builtins, so it works across processes):
+//   header   magic "HSRVPOL1", layout version, table capacity, seqlock counter, payload
+//            length, FNV-1a checksum, newest table version, writer pid
+//   counters kMaxProcs slots, one per serving process: pid, table version, last sequence,
+//            and per policy index {selections, bytes}; the plugin adds, the daemon reads
+//   payload  JSON {"tables": [table, ...]} (docs/policy-table.md form), newest last
+// The payload is guarded by a seqlock (odd = write in progress) plus the checksum, so a
+// reader never parses a torn or garbled table: it keeps its last good one.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace heroserve::shm {
+
+constexpr uint32_t kLayoutVersion = 1;
+constexpr size_t kMaxProcs = 32;
+constexpr size_t kMaxPolicies = 256;
+constexpr size_t kDefaultCapacity = 1 << 20;
+
+struct PolicyCounter {
+  uint64_t selections;
+  uint64_t bytes;
+};
+
+struct ProcSlot {
+  uint64_t pid;  // 0: free
+  uint64_t version;
+  uint64_t last_seq;
+  uint64_t reserved;
+  PolicyCounter counters[kMaxPolicies];  // by policy index in `version`
+};
+
+struct Header {
+  char magic[8];
+  uint32_t layout;
+  uint32_t reserved;
+  uint64_t capacity;
+  uint64_t seq;
+  uint64_t length;
+  uint64_t checksum;
+  uint64_t version;
+  uint64_t writer_pid;
+  ProcSlot procs[kMaxProcs];
+};
+
+// "/heroserve-<prefix><group>" with '/' in the group replaced by '.'; prefix from
+// HEROSERVE_SHM_PREFIX (tests use it to keep segments apart).
+std::string SegmentName(const std::string& group_id);
+
+uint64_t Checksum(const char* data, size_t n);
+
+class Segment {
+ public:
+  Segment() = default;
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  // Writer side: create (or reuse) and size the segment.
+  bool Create(const std::string& name, size_t capacity, std::string* error);
+  // Reader side: open an existing segment read-write (the counters are written by readers).
+  bool Open(const std::string& name, std::string* error);
+  void Close();
+  bool is_open() const { return hdr_ != nullptr; }
+
+  // Writer: publish a payload under the seqlock.
+  bool Publish(const std::string& payload, uint64_t newest_version, std::string* error);
+
+  enum class ReadStatus { kOk, kUnchanged, kBusy, kGarbled, kEmpty };
+  // Reader: cheap check of the seqlock counter (even and != last seen means new data).
+  uint64_t seq() const;
+  // Copies the payload when the counter differs from *last_seq; updates *last_seq on kOk
+  // and on kGarbled (so a garbled payload is reported once, not on every call).
+  ReadStatus Read(uint64_t* last_seq, std::string* payload) const;
+
+  // Counters (plugin side). Claims a slot for this process; -1 when none is free.
+  int ClaimSlot();
+  void ResetSlot(int slot, uint64_t version);
+  void Count(int slot, uint32_t policy_index, uint64_t bytes, uint64_t seq);
+  // Daemon side: snapshot of every slot in use.
+  struct SlotView {
+    uint64_t pid, version, last_seq;
+    std::vector<PolicyCounter> counters;
+  };
+  std::vector<SlotView> ReadSlots() const;
+
+  Header* header() { return hdr_; }  // tests only (to garble a segment)
+
+ private:
+  Header* hdr_ = nullptr;
+  char* data_ = nullptr;
+  size_t map_size_ = 0;
+  std::string name_;
+};
+
+}  // namespace heroserve::shm

@@ -1,0 +1,421 @@
+#include "heroserve/policy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+namespace heroserve {
+
+const char* SchemeName(Scheme s) {
+  switch (s) {
+    case Scheme::kIna: return "ina";
+    case Scheme::kRing: return "ring";
+    case Scheme::kNvls: return "nvls";
+  }
+  return "?";
+}
+
+int PolicyTable::LinkIndex(std::string_view id) const {
+  for (size_t i = 0; i < link_ids.size(); ++i) {
+    if (link_ids[i] == id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+namespace {
+
+bool Fail(std::string* error, std::string msg) {
+  if (error) *error = std::move(msg);
+  return false;
+}
+
+bool Number(const json::Value* v, const std::string& what, double* out, std::string* error) {
+  if (!v || !v->is_number()) return Fail(error, what + " must be a number");
+  *out = v->as_double();
+  if (!std::isfinite(*out)) return Fail(error, what + " must be finite");
+  return true;
+}
+
+bool Uint(const json::Value* v, const std::string& what, uint64_t* out, std::string* error) {
+  if (!v || !v->as_uint64(out)) {
+    return Fail(error, what + " must be an unsigned 64-bit integer");
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ParseTable(const json::Value& v, PolicyTable* out, std::string* error) {
+  if (!v.is_object()) return Fail(error, "a policy table must be a JSON object");
+  for (const char* key :
+       {"group_id", "version", "apply_from_seq", "window_s", "gamma", "links", "policies"}) {
+    if (!v.find(key)) return Fail(error, std::string("policy table lacks '") + key + "'");
+  }
+  PolicyTable t;
+  const json::Value* g = v.find("group_id");
+  if (!g->is_string() || g->as_string().empty()) {
+    return Fail(error, "group_id must be a non-empty string");
+  }
+  t.group_id = g->as_string();
+  if (!Uint(v.find("version"), "version", &t.version, error)) return false;
+  if (!Uint(v.find("apply_from_seq"), "apply_from_seq", &t.apply_from_seq, error)) return false;
+  if (!Number(v.find("window_s"), "window_s", &t.window_s, error)) return false;
+  if (!(t.window_s > 0.0)) return Fail(error, "window_s must be > 0");
+  if (!Number(v.find("gamma"), "gamma", &t.gamma, error)) return false;
+  if (!(t.gamma >= 0.0 && t.gamma <= 1.0)) return Fail(error, "gamma must be in [0, 1]");
+
+  const json::Value* links = v.find("links");
+  if (!links->is_array() || links->items().empty()) {
+    return Fail(error, "links must be a non-empty list");
+  }
+  for (size_t i = 0; i < links->items().size(); ++i) {
+    const json::Value& l = links->items()[i];
+    std::string where = "links[" + std::to_string(i) + "]";
+    if (!l.is_object() || !l.find("id") || !l.find("capacity")) {
+      return Fail(error, where + " must be an object with id and capacity");
+    }
+    const json::Value* id = l.find("id");
+    if (!id->is_string() || id->as_string().empty()) {
+      return Fail(error, where + ".id must be a non-empty string");
+    }
+    if (t.LinkIndex(id->as_string()) >= 0) {
+      return Fail(error, "link '" + id->as_string() + "' is listed twice");
+    }
+    double cap = 0.0;
+    if (!Number(l.find("capacity"), where + ".capacity", &cap, error)) return false;
+    if (!(cap > 0.0)) return Fail(error, "link '" + id->as_string() + "' capacity must be > 0");
+    t.link_ids.push_back(id->as_string());
+    t.capacities.push_back(cap);
+  }
+
+  const json::Value* pols = v.find("policies");
+  if (!pols->is_array() || pols->items().empty()) {
+    return Fail(error, "policies must be a non-empty list");
+  }
+  for (size_t i = 0; i < pols->items().size(); ++i) {
+    const json::Value& p = pols->items()[i];
+    std::string where = "policies[" + std::to_string(i) + "]";
+    if (!p.is_object()) return Fail(error, where + " must be an object");
+    for (const char* key : {"id", "scheme", "links", "cost"}) {
+      if (!p.find(key)) return Fail(error, where + " lacks '" + key + "'");
+    }
+    Policy pol;
+    uint64_t id = 0;
+    if (!p.find("id")->as_uint64(&id) || id > 0xFFFFFFFFull) {
+      return Fail(error, where + ".id must be a uint32");
+    }
+    pol.id = static_cast<uint32_t>(id);
+    if (!t.policies.empty() && pol.id <= t.policies.back().id) {
+      return Fail(error, "policies must be in increasing id order (id " + std::to_string(id) +
+                             " at " + std::to_string(i) + ")");
+    }
+    std::string pw = "policy " + std::to_string(id);
+    const json::Value* scheme = p.find("scheme");
+    if (!scheme->is_string()) return Fail(error, pw + ": scheme must be ina, ring or nvls");
+    if (scheme->as_string() == "ina") {
+      pol.scheme = Scheme::kIna;
+    } else if (scheme->as_string() == "ring") {
+      pol.scheme = Scheme::kRing;
+    } else if (scheme->as_string() == "nvls") {
+      pol.scheme = Scheme::kNvls;
+    } else {
+      return Fail(error, pw + ": scheme must be ina, ring or nvls");
+    }
+    if (const json::Value* sw = p.find("switch")) {
+      if (!sw->is_string()) return Fail(error, pw + ": switch must be a string");
+      pol.switch_name = sw->as_string();
+    }
+    const json::Value* pl = p.find("links");
+    if (!pl->is_array() || pl->items().empty()) {
+      return Fail(error, pw + ": links must be a non-empty list");
+    }
+    for (const auto& lid : pl->items()) {
+      int k = lid.is_string() ? t.LinkIndex(lid.as_string()) : -1;
+      if (k < 0) {
+        return Fail(error, pw + ": unknown link '" + (lid.is_string() ? lid.as_string() : "?") +
+                               "'");
+      }
+      if (std::find(pol.links.begin(), pol.links.end(), static_cast<uint32_t>(k)) !=
+          pol.links.end()) {
+        return Fail(error, pw + ": link '" + lid.as_string() + "' listed twice");
+      }
+      pol.links.push_back(static_cast<uint32_t>(k));
+    }
+    pol.bottleneck = t.capacities[pol.links[0]];
+    for (size_t k = 1; k < pol.links.size(); ++k) {
+      if (t.capacities[pol.links[k]] < pol.bottleneck) pol.bottleneck = t.capacities[pol.links[k]];
+    }
+    if (!Number(p.find("cost"), pw + ": cost", &pol.cost, error)) return false;
+    if (!(pol.cost >= 0.0)) return Fail(error, pw + ": cost must be >= 0");
+    if (const json::Value* paths = p.find("paths")) {
+      if (!paths->is_object()) return Fail(error, pw + ": paths must be a map");
+      for (const auto& kv : paths->members()) {
+        if (!kv.second.is_array()) return Fail(error, pw + ": paths values must be lists");
+        std::vector<std::string> route;
+        for (const auto& n : kv.second.items()) {
+          if (!n.is_string()) return Fail(error, pw + ": path nodes must be strings");
+          route.push_back(n.as_string());
+        }
+        pol.paths[kv.first] = std::move(route);
+      }
+    }
+    t.policies.push_back(std::move(pol));
+  }
+
+  t.utilisation.assign(t.link_ids.size(), 0.0);
+  if (const json::Value* u = v.find("utilisation")) {
+    if (!u->is_object()) return Fail(error, "utilisation must be a map link id -> utilisation");
+    for (const auto& kv : u->members()) {
+      double x = 0.0;
+      if (!Number(&kv.second, "utilisation['" + kv.first + "']", &x, error)) return false;
+      if (!(x >= 0.0 && x <= 1.0)) {
+        return Fail(error, "utilisation['" + kv.first + "'] is outside [0, 1]");
+      }
+      int k = t.LinkIndex(kv.first);
+      if (k < 0) return Fail(error, "utilisation names unknown link '" + kv.first + "'");
+      t.utilisation[static_cast<size_t>(k)] = x;
+    }
+  }
+  *out = std::move(t);
+  return true;
+}
+
+bool ParseTableJson(std::string_view text, PolicyTable* out, std::string* error) {
+  json::Value v;
+  std::string perr;
+  if (!json::Parse(text, &v, &perr)) return Fail(error, "policy table is not JSON: " + perr);
+  return ParseTable(v, out, error);
+}
+
+json::Value TableToJsonValue(const PolicyTable& t) {
+  using json::Value;
+  Value o = Value::Object();
+  o.set("group_id", Value::String(t.group_id));
+  o.set("version", Value::Uint(t.version));
+  o.set("apply_from_seq", Value::Uint(t.apply_from_seq));
+  o.set("window_s", Value::Number(t.window_s));
+  o.set("gamma", Value::Number(t.gamma));
+  Value links = Value::Array();
+  for (size_t i = 0; i < t.link_ids.size(); ++i) {
+    Value l = Value::Object();
+    l.set("id", Value::String(t.link_ids[i]));
+    l.set("capacity", Value::Number(t.capacities[i]));
+    links.push_back(std::move(l));
+  }
+  o.set("links", std::move(links));
+  Value pols = Value::Array();
+  for (const auto& p : t.policies) {
+    Value q = Value::Object();
+    q.set("id", Value::Uint(p.id));
+    q.set("scheme", Value::String(SchemeName(p.scheme)));
+    q.set("switch", Value::String(p.switch_name));
+    Value pl = Value::Array();
+    for (uint32_t k : p.links) pl.push_back(Value::String(t.link_ids[k]));
+    q.set("links", std::move(pl));
+    Value paths = Value::Object();
+    for (const auto& kv : p.paths) {
+      Value route = Value::Array();
+      for (const auto& n : kv.second) route.push_back(Value::String(n));
+      paths.set(kv.first, std::move(route));
+    }
+    q.set("paths", std::move(paths));
+    q.set("cost", Value::Number(p.cost));
+    pols.push_back(std::move(q));
+  }
+  o.set("policies", std::move(pols));
+  Value u = Value::Object();
+  for (size_t i = 0; i < t.link_ids.size(); ++i) {
+    if (t.utilisation[i] != 0.0) u.set(t.link_ids[i], Value::Number(t.utilisation[i]));
+  }
+  o.set("utilisation", std::move(u));
+  return o;
+}
+
+std::string TableToJson(const PolicyTable& t) { return json::Write(TableToJsonValue(t)); }
+
+double SharingRatio(const PolicyTable& t, const std::vector<double>& util, size_t i, size_t j) {
+  double shared = 0.0;
+  double total = 0.0;
+  const auto& mine = t.policies[i].links;
+  for (uint32_t k : t.policies[j].links) {
+    total += util[k];
+    if (std::find(mine.begin(), mine.end(), k) != mine.end()) shared += util[k];
+  }
+  if (total == 0.0) return 0.0;
+  return shared / total;
+}
+
+// ---------------------------------------------------------------------------------------
+// TableStore
+
+bool TableStore::Publish(std::shared_ptr<const PolicyTable> table) {
+  std::lock_guard<std::mutex> lock(writer_);
+  int cur = active_.load(std::memory_order_seq_cst);
+  const Snapshot& now = slots_[cur];
+  if (!now.tables.empty() && table->version <= now.tables.back()->version) return false;
+  int next = 1 - cur;
+  // Wait for readers that pinned the inactive slot before the previous flip.
+  while (readers_[next].load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  Snapshot& s = slots_[next];
+  s.tables = now.tables;
+  s.tables.push_back(std::move(table));
+  if (s.tables.size() > kKeep) s.tables.erase(s.tables.begin());
+  s.generation = now.generation + 1;
+  active_.store(next, std::memory_order_seq_cst);
+  generation_.store(s.generation, std::memory_order_release);
+  return true;
+}
+
+TableStore::Snapshot TableStore::Read() const {
+  while (true) {
+    int idx = active_.load(std::memory_order_seq_cst);
+    readers_[idx].fetch_add(1, std::memory_order_seq_cst);
+    if (active_.load(std::memory_order_seq_cst) == idx) {
+      Snapshot copy = slots_[idx];
+      readers_[idx].fetch_sub(1, std::memory_order_release);
+      return copy;
+    }
+    readers_[idx].fetch_sub(1, std::memory_order_release);
+  }
+}
+
+uint64_t TableStore::newest_version() const {
+  Snapshot s = Read();
+  return s.tables.empty() ? 0 : s.tables.back()->version;
+}
+
+// ---------------------------------------------------------------------------------------
+// Scheduler
+
+bool Scheduler::Install(std::shared_ptr<const PolicyTable> table) {
+  if (!table) return false;
+  if (seen_any_ && table->version <= max_version_) return false;
+  seen_any_ = true;
+  max_version_ = table->version;
+  if (table->apply_from_seq < seq_) ++late_tables_;  // other members may have switched earlier
+  auto pos = std::upper_bound(pending_.begin(), pending_.end(), table,
+                              [](const auto& a, const auto& b) {
+                                if (a->apply_from_seq != b->apply_from_seq) {
+                                  return a->apply_from_seq < b->apply_from_seq;
+                                }
+                                return a->version < b->version;
+                              });
+  pending_.insert(pos, std::move(table));
+  return true;
+}
+
+void Scheduler::PollStore() {
+  uint64_t gen = store_->generation();
+  if (gen == store_generation_) return;
+  TableStore::Snapshot snap = store_->Read();
+  store_generation_ = snap.generation;
+  for (auto& t : snap.tables) {
+    if (!seen_any_ || t->version > max_version_) Install(t);
+  }
+}
+
+void Scheduler::ActivateDue() {
+  std::shared_ptr<const PolicyTable> due;
+  size_t n_due = 0;
+  while (n_due < pending_.size() && pending_[n_due]->apply_from_seq <= seq_) {
+    if (!due || pending_[n_due]->version > due->version) due = pending_[n_due];
+    ++n_due;
+  }
+  if (!due) return;
+  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n_due));
+  // A newer version that took effect supersedes older ones still waiting.
+  const uint64_t v = due->version;
+  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
+                                [v](const auto& p) { return p->version <= v; }),
+                 pending_.end());
+  table_ = std::move(due);
+  const PolicyTable& t = *table_;
+  size_t n = t.policies.size();
+  costs_.resize(n);
+  wb_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    costs_[i] = t.policies[i].cost;
+    wb_[i] = t.window_s * t.policies[i].bottleneck;
+  }
+  util_ = t.utilisation;
+  penalty_.assign(n * n, 0.0);
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      if (i != j) penalty_[i * n + j] = SharingRatio(t, util_, i, j);
+    }
+  }
+}
+
+bool Scheduler::Select(double nbytes, Selection* out) {
+  if (store_) PollStore();
+  if (!pending_.empty() && pending_.front()->apply_from_seq <= seq_) ActivateDue();
+  if (!table_) return false;
+  const size_t n = costs_.size();
+  const double d = nbytes;
+  // Eq. 16: J(c, D) = b_c + D / (T_u * bottleneck_c); strict '<' keeps the lowest id on ties.
+  size_t best = 0;
+  double best_j = costs_[0] + d / wb_[0];
+  for (size_t i = 1; i < n; ++i) {
+    double j = costs_[i] + d / wb_[i];
+    if (j < best_j) {
+      best = i;
+      best_j = j;
+    }
+  }
+  // Eq. 17 as DESIGN §8 reads it: the winner pays its increment, others a share f(c*, c).
+  const double dstar = d / wb_[best];
+  const double* row = &penalty_[best * n];
+  for (size_t i = 0; i < n; ++i) {
+    if (i == best) {
+      costs_[i] = costs_[i] + dstar;
+    } else {
+      costs_[i] = costs_[i] + dstar * row[i];
+    }
+  }
+  if (out) {
+    const Policy& p = table_->policies[best];
+    out->policy_id = p.id;
+    out->index = static_cast<uint32_t>(best);
+    out->scheme = p.scheme;
+    out->cost = best_j;
+    out->seq = seq_;
+    out->version = table_->version;
+  }
+  ++seq_;
+  return true;
+}
+
+bool Scheduler::ObserveUtilisation(const std::vector<std::pair<std::string, double>>& util,
+                                   std::string* error) {
+  if (!table_) return Fail(error, "no policy table in force");
+  const PolicyTable& t = *table_;
+  std::vector<double> u(t.link_ids.size(), 0.0);
+  for (const auto& kv : util) {
+    if (!(kv.second >= 0.0 && kv.second <= 1.0)) {
+      return Fail(error, "utilisation['" + kv.first + "'] is outside [0, 1]");
+    }
+    int k = t.LinkIndex(kv.first);
+    if (k >= 0) u[static_cast<size_t>(k)] = kv.second;  // other groups' links are ignored
+  }
+  util_ = std::move(u);
+  const double g = t.gamma;
+  const size_t n = t.policies.size();
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      if (i != j) {
+        double& f = penalty_[i * n + j];
+        f = (1.0 - g) * f + g * SharingRatio(t, util_, i, j);  // Eq. 18
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    double peak = 0.0;
+    for (uint32_t k : t.policies[i].links) {
+      if (util_[k] > peak) peak = util_[k];
+    }
+    costs_[i] = (1.0 - g) * costs_[i] + g * peak;  // per-window decay towards measured load
+  }
+  return true;
+}
+
+}  // namespace heroserve

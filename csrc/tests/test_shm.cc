@@ -1,0 +1,102 @@
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include "heroserve/shm.h"
+
+namespace heroserve::shm {
+namespace {
+
+std::string UniqueName(const char* tag) {
+  return "/heroserve-test-" + std::string(tag) + "-" + std::to_string(getpid());
+}
+
+TEST(Shm, SegmentNameSanitisesGroup) {
+  unsetenv("HEROSERVE_SHM_PREFIX");
+  EXPECT_EQ(SegmentName("decode/0/1"), "/heroserve-decode.0.1");
+  setenv("HEROSERVE_SHM_PREFIX", "t1/", 1);
+  EXPECT_EQ(SegmentName("decode/0/1"), "/heroserve-t1.decode.0.1");
+  unsetenv("HEROSERVE_SHM_PREFIX");
+}
+
+TEST(Shm, PublishThenReadOnceThenUnchanged) {
+  std::string name = UniqueName("rw");
+  Segment w, r;
+  std::string err;
+  ASSERT_TRUE(w.Create(name, 4096, &err)) << err;
+  ASSERT_TRUE(r.Open(name, &err)) << err;
+  uint64_t seen = 0;
+  std::string payload;
+  EXPECT_EQ(r.Read(&seen, &payload), Segment::ReadStatus::kEmpty);
+  ASSERT_TRUE(w.Publish("{\"tables\": []}", 1, &err));
+  EXPECT_EQ(r.Read(&seen, &payload), Segment::ReadStatus::kOk);
+  EXPECT_EQ(payload, "{\"tables\": []}");
+  EXPECT_EQ(r.Read(&seen, &payload), Segment::ReadStatus::kUnchanged);
+  EXPECT_FALSE(w.Publish(std::string(5000, 'x'), 2, &err));  // over capacity
+  EXPECT_NE(err.find("capacity"), std::string::npos);
+  shm_unlink(name.c_str());
+}
+
+TEST(Shm, GarbledPayloadIsDetectedOnce) {
+  std::string name = UniqueName("garble");
+  Segment w, r;
+  std::string err;
+  ASSERT_TRUE(w.Create(name, 4096, &err));
+  ASSERT_TRUE(w.Publish("{\"tables\": [1, 2, 3]}", 1, &err));
+  ASSERT_TRUE(r.Open(name, &err));
+  // Flip a payload byte behind the writer's back (a stray write in another process).
+  char* data = reinterpret_cast<char*>(w.header()) + ((sizeof(Header) + 63) & ~size_t{63});
+  data[3] ^= 0x55;
+  __atomic_fetch_add(&w.header()->seq, 2, __ATOMIC_RELEASE);
+  uint64_t seen = 0;
+  std::string payload;
+  EXPECT_EQ(r.Read(&seen, &payload), Segment::ReadStatus::kGarbled);
+  EXPECT_EQ(r.Read(&seen, &payload), Segment::ReadStatus::kUnchanged);
+  shm_unlink(name.c_str());
+}
+
+TEST(Shm, MissingOrForeignSegmentIsAnError) {
+  Segment r;
+  std::string err;
+  EXPECT_FALSE(r.Open(UniqueName("absent"), &err));
+  EXPECT_FALSE(err.empty());
+  std::string name = UniqueName("foreign");
+  {
+    Segment w;
+    ASSERT_TRUE(w.Create(name, 64, &err));
+    std::memcpy(w.header()->magic, "NOTOURS!", 8);
+  }
+  EXPECT_FALSE(r.Open(name, &err));
+  EXPECT_NE(err.find("bad header"), std::string::npos);
+  shm_unlink(name.c_str());
+}
+
+TEST(Shm, CountersPerProcessSlot) {
+  std::string name = UniqueName("count");
+  Segment w, r;
+  std::string err;
+  ASSERT_TRUE(w.Create(name, 64, &err));
+  ASSERT_TRUE(r.Open(name, &err));
+  int slot = r.ClaimSlot();
+  ASSERT_GE(slot, 0);
+  EXPECT_EQ(r.ClaimSlot(), slot);  // same process, same slot
+  r.ResetSlot(slot, 7);
+  r.Count(slot, 1, 1000, 0);
+  r.Count(slot, 1, 24, 1);
+  r.Count(slot, 0, 5, 2);
+  auto slots = w.ReadSlots();
+  ASSERT_EQ(slots.size(), 1u);
+  EXPECT_EQ(slots[0].pid, static_cast<uint64_t>(getpid()));
+  EXPECT_EQ(slots[0].version, 7u);
+  EXPECT_EQ(slots[0].last_seq, 2u);
+  EXPECT_EQ(slots[0].counters[1].selections, 2u);
+  EXPECT_EQ(slots[0].counters[1].bytes, 1024u);
+  EXPECT_EQ(slots[0].counters[0].bytes, 5u);
+  shm_unlink(name.c_str());
+}
+
+}  // namespace
+}  // namespace heroserve::shm
