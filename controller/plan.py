@@ -119,8 +119,13 @@ class Plan:
         Path(path).write_text(self.to_json() + "\n")
 
     def all_gpus(self) -> list[str]:
-        return [g for phase in (self.prefill, self.decode) for i in phase.instances
-                for s in i.stages for g in s]
+        return [
+            g
+            for phase in (self.prefill, self.decode)
+            for i in phase.instances
+            for s in i.stages
+            for g in s
+        ]
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Plan:

@@ -1,0 +1,12 @@
+"""The cost model of DESIGN.md §5: pure functions, one module per concern.
+
+| paper | function |
+|---|---|
+| Eq. 1 (objective), Eq. 2-5 | ``controller.planner.evaluate`` (assembles the terms) |
+| Eq. 6 (pipeline hop) | ``controller.planner.evaluate.pipeline_hop_time`` |
+| Eqs. 7-10 (INA) | ``network.ina_pattern`` |
+| Eq. 11 (ring) | ``network.ring_pattern`` |
+| Eqs. 12-13 (compute) | ``compute.prefill_layer_time``, ``compute.decode_layer_time`` |
+| Eqs. 14-15 (KV transfer) | ``kvcache.kv_transfer`` |
+| P-K queueing | ``queueing.pk_queue_delay``, ``queueing.max_rate_within`` |
+"""

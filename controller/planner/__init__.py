@@ -1,0 +1,55 @@
+"""Offline planners (DESIGN.md §6). Every planner returns a :class:`controller.plan.Plan`.
+
+``plan(cluster, model, workload, sla, options, planner=...)`` is the common interface;
+``PLANNERS`` lists the names: heroserve (Alg. 1 + 2), distserve, ds-atp, ds-switchml and
+exhaustive (small clusters only)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import networkx as nx
+
+from controller.errors import InputError
+from controller.models.specs import ModelSpec
+from controller.plan import Plan
+from controller.planner.assemble import build_plan
+from controller.planner.baselines import DISTSERVE, DS_ATP, DS_SWITCHML, packed_grouper
+from controller.planner.exhaustive import POLICY as EXHAUSTIVE
+from controller.planner.exhaustive import exhaustive_grouper
+from controller.planner.heroserve import POLICY as HEROSERVE
+from controller.planner.heroserve import heroserve_grouper
+from controller.planner.options import PlannerOptions, Policy, Problem
+from controller.planner.search import search
+from controller.workload.generators import Workload
+from controller.workload.sla import SLA
+
+PLANNERS: dict[str, tuple[Policy, Callable]] = {
+    "heroserve": (HEROSERVE, heroserve_grouper),
+    "distserve": (DISTSERVE, packed_grouper),
+    "ds-atp": (DS_ATP, packed_grouper),
+    "ds-switchml": (DS_SWITCHML, packed_grouper),
+    "exhaustive": (EXHAUSTIVE, exhaustive_grouper),
+}
+BASELINES = ["distserve", "ds-atp", "ds-switchml"]
+
+
+def plan(
+    cluster: nx.Graph,
+    model: ModelSpec,
+    workload: Workload,
+    sla: SLA,
+    options: PlannerOptions | None = None,
+    planner: str = "heroserve",
+    progress: Callable[[str], None] | None = None,
+) -> Plan:
+    """Plan a disaggregated deployment of ``model`` on ``cluster`` with the named planner."""
+    if planner not in PLANNERS:
+        raise InputError(f"unknown planner {planner!r}; known: {', '.join(PLANNERS)}")
+    policy, grouper = PLANNERS[planner]
+    problem = Problem(cluster, model, workload, sla, options or PlannerOptions(), progress)
+    result = search(problem, policy, grouper)
+    return build_plan(result, planner, str(cluster.name), workload.name)
+
+
+__all__ = ["BASELINES", "PLANNERS", "PlannerOptions", "Problem", "plan"]

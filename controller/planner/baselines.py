@@ -1,0 +1,50 @@
+"""The paper's baselines (§V), as its evaluation describes them:
+
+- ``distserve``: DistServe. Instances kept inside a server where they fit (TP no larger than
+  a server; pipeline stages across servers), GPUs packed in server order, NCCL ring over
+  whatever links are there (NVLink inside a server; Ethernet with one channel per NIC pair
+  and PXN relays between servers). No INA.
+- ``ds-switchml``: DistServe's placement with SwitchML's synchronous INA for every group that
+  spans servers, over Ethernet only (no NVLink detours); each group reserves its window of
+  aggregator slots, and a group that finds none falls back to the ring.
+- ``ds-atp``: the same with ATP's asynchronous, best-effort INA: groups share a switch's
+  aggregators without reservation; when they want more slots than the switch has, the
+  overflowing share of their traffic goes to the end-host fallback (priced as the ring).
+"""
+
+from __future__ import annotations
+
+from controller.planner.evaluate import Evaluator
+from controller.planner.grouping import packed_groups
+from controller.planner.options import Policy
+
+DISTSERVE = Policy(
+    "distserve",
+    grouping="packed",
+    ina="none",
+    ina_relay=False,
+    ina_cross_server_only=True,
+    prefer_intra_server=True,
+)
+DS_SWITCHML = Policy(
+    "ds-switchml",
+    grouping="packed",
+    ina="sync",
+    ina_relay=False,
+    ina_cross_server_only=True,
+    prefer_intra_server=True,
+)
+DS_ATP = Policy(
+    "ds-atp",
+    grouping="packed",
+    ina="async",
+    ina_relay=False,
+    ina_cross_server_only=True,
+    prefer_intra_server=True,
+)
+
+
+def packed_grouper(
+    ev: Evaluator, role: str, pool: list[str], tp: int, pp: int, nbytes: float
+) -> list[list[str]]:
+    return packed_groups(ev.g, pool, tp)

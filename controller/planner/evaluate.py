@@ -1,0 +1,372 @@
+"""Evaluating a placement: the terms of Eqs. 1-15 assembled for instances, phases and plans.
+
+One code path for every planner: planners differ only in how they group GPUs and which
+schemes and routes they may use (``Policy``); given groups, ``Evaluator`` prices them the
+same way, so their predictions are comparable and the simulator can re-use them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from controller.costmodel.compute import (
+    ComputeCoefficients,
+    decode_layer_time,
+    default_coefficients,
+    prefill_layer_time,
+)
+from controller.costmodel.kvcache import KVFlow, kv_shares
+from controller.costmodel.network import CommPattern, flow_times, ina_pattern, ring_pattern
+from controller.costmodel.queueing import max_rate_within, pk_queue_delay
+from controller.models.gpus import gpu_spec
+from controller.planner.grouping import latency_matrix
+from controller.planner.options import Policy, Problem
+from controller.topology.fabric import Fabric
+from controller.topology.graph import SWITCH, gpus
+from controller.units import GB
+
+
+@dataclass
+class GroupEval:
+    """A tensor-parallel group priced at a reference message size (Alg. 2 getlatency)."""
+
+    members: tuple[str, ...]
+    ring: CommPattern
+    ina: list[CommPattern]  # allowed INA options, cheapest first at the reference size
+    ina_note: str  # why INA is absent, when it is
+
+    def time(self, fabrics: Evaluator, nbytes: float, allow_ina: bool = True) -> float:
+        t = self.ring.time(fabrics.ring_fabric, nbytes)
+        if allow_ina and self.ina:
+            t = min(t, self.ina[0].time(fabrics.ina_fabric, nbytes))
+        return t
+
+
+@dataclass
+class InstanceEval:
+    stages: list[list[str]]
+    allreduce_s: list[float]  # one all-reduce per stage at the phase's message size
+    hop_s: list[float]  # pipeline hop after each stage but the last (Eq. 6)
+    compute_s: float  # one request (prefill) or one step (decode) over all layers
+    comm_s: float
+    serve_s: float  # prefill: request latency; decode: step latency without T_f
+    bottleneck_s: float  # busiest pipeline stage per request (prefill) or per step (decode)
+    rate: float  # requests/s within the SLA
+    batch: int  # decode batch (micro-batch per pipeline stage); 1 for prefill
+    tpot_s: float = 0.0
+
+
+@dataclass
+class PhaseResult:
+    role: str
+    tp: int
+    pp: int
+    groups: list[list[list[str]]]  # per instance, its stages
+    instances: list[InstanceEval] = field(default_factory=list)
+    gpu_type: str = ""
+
+    @property
+    def capacity(self) -> float:
+        return sum(i.rate for i in self.instances)
+
+
+class Evaluator:
+    """Prices groups, instances and phases for one problem and one policy. Caches group
+    evaluations, which is what makes perturbation and large clusters affordable."""
+
+    def __init__(self, problem: Problem, policy: Policy) -> None:
+        self.problem = problem
+        self.policy = policy
+        g = problem.cluster
+        self.g = g
+        self.ring_fabric = Fabric(g, relay=True)  # NCCL's PXN may relay over NVLink
+        self.ina_fabric = self.ring_fabric if policy.ina_relay else Fabric(g, relay=False)
+        self.model = problem.model
+        self.net = problem.options.net
+        self._coeffs: dict[str, ComputeCoefficients] = {}
+        self._groups: dict[tuple, GroupEval] = {}
+        w = problem.workload
+        self.mean_in, self.mean_in2, self.mean_out = w.mean_input, w.mean_input_sq, w.mean_output
+
+    # -- sizes ---------------------------------------------------------------------------
+    def activation_bytes(self, tokens: float) -> float:
+        """One all-reduce moves tokens * h * dtype bytes per GPU (DESIGN.md §5)."""
+        return tokens * self.model.hidden * self.model.dtype_bytes
+
+    def prefill_bytes(self) -> float:
+        return self.activation_bytes(self.mean_in)
+
+    def coeffs(self, gpu_type: str) -> ComputeCoefficients:
+        if gpu_type not in self._coeffs:
+            self._coeffs[gpu_type] = default_coefficients(gpu_type, self.model.dtype_bytes)
+        return self._coeffs[gpu_type]
+
+    def slowest_type(self, members: Sequence[str]) -> str:
+        return min(
+            (self.g.nodes[m]["gpu_type"] for m in members), key=lambda t: gpu_spec(t).fp16_flops
+        )
+
+    # -- groups (Alg. 2) -----------------------------------------------------------------
+    def ina_candidates(self, members: Sequence[str]) -> list[str]:
+        """Switches a group may aggregate on: those its routes reach first and their
+        neighbours one tier up, INA-capable only (Alg. 2 line 7)."""
+        first = {e[-1] for m in members for e in self.ina_fabric.exits(m)}
+        near = set(first)
+        for a in first:
+            near.update(v for v in self.g.neighbors(a) if self.g.nodes[v]["kind"] == SWITCH)
+        return sorted(s for s in near if self.g.nodes[s].get("ina"))
+
+    def group(self, members: Sequence[str], nbytes: float) -> GroupEval:
+        key = (tuple(members), round(nbytes))
+        hit = self._groups.get(key)
+        if hit is not None:
+            return hit
+        ring = ring_pattern(self.ring_fabric, members, nbytes, self.net)
+        ina: list[CommPattern] = []
+        note = ""
+        servers = {self.g.nodes[m].get("server") for m in members}
+        if len(members) == 1:
+            note = "TP=1: no all-reduce"
+        elif self.policy.ina == "none":
+            note = f"{self.policy.name} uses NCCL ring only"
+        elif self.policy.ina_cross_server_only and len(servers) == 1:
+            note = "group inside one server: NCCL ring over NVLink"
+        else:
+            for s in self.ina_candidates(members):
+                p = ina_pattern(self.ina_fabric, members, s, nbytes, self.net)
+                if p is not None:
+                    ina.append(p)
+            ina.sort(key=lambda p: (p.time(self.ina_fabric, nbytes), p.switch))
+            if not ina:
+                note = "no INA switch reachable"
+        ev = GroupEval(tuple(members), ring, ina, note)
+        self._groups[key] = ev
+        return ev
+
+    def group_cost(self, members: Sequence[str], nbytes: float) -> float:
+        return self.group(members, nbytes).time(self, nbytes)
+
+    def forced_ring(self) -> set[tuple[str, ...]]:
+        return getattr(self, "_forced_ring", set())
+
+    def allreduce_time(self, members: Sequence[str], nbytes: float) -> float:
+        if len(members) == 1:
+            return 0.0
+        allow = tuple(members) not in self.forced_ring()
+        return self.group(members, nbytes).time(self, nbytes, allow_ina=allow)
+
+    # -- pipeline (Eq. 6) ----------------------------------------------------------------
+    def pipeline_hop_time(self, a: Sequence[str], b: Sequence[str], nbytes: float) -> float:
+        """Eq. 6: T_pp(i) = min over receivers r in stage i+1 of max over senders k in stage i
+        of the cost of sending the activation k -> r."""
+        d = latency_matrix(self.ring_fabric, list(a) + list(b), nbytes)
+        n = len(a)
+        return float(np.min(np.max(d[:n, n:], axis=0)))
+
+    def order_stages(self, groups: list[list[str]], pp: int) -> list[list[list[str]]]:
+        """Chain groups into instances of ``pp`` stages: start from the first free group (in
+        server order) and append the free group with the cheapest pipeline hop."""
+        if pp == 1:
+            return [[grp] for grp in groups]
+        nbytes = self.prefill_bytes()
+        free = list(groups)
+        out = []
+        while len(free) >= pp:
+            chain = [free.pop(0)]
+            while len(chain) < pp:
+                best = min(
+                    range(len(free)),
+                    key=lambda i: self.pipeline_hop_time(chain[-1], free[i], nbytes),
+                )
+                chain.append(free.pop(best))
+            out.append(chain)
+        return out
+
+    # -- instances -----------------------------------------------------------------------
+    def stage_parts(
+        self, stages: list[list[str]], nbytes: float
+    ) -> tuple[list[float], list[float]]:
+        ar = [self.allreduce_time(s, nbytes) for s in stages]
+        hops = [
+            self.pipeline_hop_time(stages[i], stages[i + 1], nbytes) for i in range(len(stages) - 1)
+        ]
+        return ar, hops
+
+    def prefill_instance(self, stages: list[list[str]]) -> InstanceEval:
+        """TTFT side (Eqs. 3, 5-12): one request of mean length per batch; the queue is served
+        by the busiest stage (P-K with deterministic service)."""
+        m = self.model
+        tp, pp = len(stages[0]), len(stages)
+        co = self.coeffs(self.slowest_type([g for s in stages for g in s]))
+        layer = prefill_layer_time(co, m, tp, self.mean_in, self.mean_in2)
+        lps = m.layers / pp
+        ar, hops = self.stage_parts(stages, self.prefill_bytes())
+        stage_s = [lps * (layer + 2 * a) for a in ar]
+        busy = [s + (hops[i] if i < len(hops) else 0.0) for i, s in enumerate(stage_s)]
+        serve = sum(stage_s) + sum(hops)
+        rate = max_rate_within(self.problem.sla.ttft_s, serve, max(busy))
+        comm = sum(2 * lps * a for a in ar) + sum(hops)
+        return InstanceEval(stages, ar, hops, m.layers * layer, comm, serve, max(busy), rate, 1)
+
+    def kv_room_bytes(self, members: Sequence[str], tp: int, pp: int) -> float:
+        """Memory left per GPU for KV cache: r_frac of its memory minus its weight shard."""
+        r = self.problem.options.r_frac
+        weights = self.model.param_bytes / (tp * pp)
+        return min(self.g.nodes[x]["memory_gb"] * GB * r for x in members) - weights
+
+    def decode_step(self, stages: list[list[str]], batch: int) -> tuple[float, float, float, float]:
+        """(step time over all stages, busiest stage, compute, comm) for a micro-batch."""
+        m = self.model
+        tp, pp = len(stages[0]), len(stages)
+        co = self.coeffs(self.slowest_type([g for s in stages for g in s]))
+        ctx = self.mean_in + self.mean_out / 2
+        layer = decode_layer_time(co, m, tp, batch, batch * ctx)
+        lps = m.layers / pp
+        ar, hops = self.stage_parts(stages, self.activation_bytes(batch))
+        stage_s = [lps * (layer + 2 * a) for a in ar]
+        busy = [s + (hops[i] if i < len(hops) else 0.0) for i, s in enumerate(stage_s)]
+        comm = sum(2 * lps * a for a in ar) + sum(hops)
+        return sum(stage_s) + sum(hops), max(busy), m.layers * layer, comm
+
+    def decode_instance(self, stages: list[list[str]], t_f: float) -> InstanceEval:
+        """TPOT side (Eqs. 4, 13): the largest batch whose step time plus T_f meets the TPOT
+        bound and whose KV cache fits; ``pp`` micro-batches are in flight. Rate in requests/s:
+        batch / (busiest stage * mean output length)."""
+        tp, pp = len(stages[0]), len(stages)
+        ctx = self.mean_in + self.mean_out / 2
+        room = self.kv_room_bytes([g for s in stages for g in s], tp, pp)
+        b_mem = int(room * tp / (ctx * self.model.kv_bytes_per_token())) if room > 0 else 0
+        b_max = min(b_mem, self.problem.options.max_batch)
+        bound = self.problem.sla.tpot_s
+
+        def ok(b: int) -> bool:
+            return self.decode_step(stages, b)[0] + t_f <= bound
+
+        if b_max < 1 or not ok(1):
+            step, busy, comp, comm = self.decode_step(stages, 1)
+            return InstanceEval(stages, [], [], comp, comm, step, busy, 0.0, 0, step + t_f)
+        lo, hi = 1, b_max  # largest b with ok(b): step time grows with b
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        step, busy, comp, comm = self.decode_step(stages, lo)
+        ar, hops = self.stage_parts(stages, self.activation_bytes(lo))
+        rate = lo / (busy * self.mean_out)
+        return InstanceEval(stages, ar, hops, comp, comm, step, busy, rate, lo, step + t_f)
+
+    # -- KV transfer (Eqs. 14-15) --------------------------------------------------------
+    def kv_transfer(self, pre: PhaseResult, dec: PhaseResult) -> tuple[float, list[KVFlow]]:
+        """T_f for one mean-length request from each prefill instance to the decode instance
+        it is paired with (round robin), all pairs at once; at most ``kv_pairs_max`` pairs are
+        priced. Routes are each flow's cheapest alone; the price counts shared links."""
+        n = min(len(pre.groups), self.problem.options.kv_pairs_max)
+        if n == 0 or not dec.groups:
+            return 0.0, []
+        total = self.mean_in * self.model.kv_bytes_per_token()
+        specs = []
+        for i in range(n):
+            for s, d, f in kv_shares(self.model, pre.groups[i], dec.groups[i % len(dec.groups)]):
+                specs.append((s, d, f * total))
+        fab = self.ring_fabric
+        routes = []
+        for s, d, nb in specs:
+            opts = fab.routes_between(s, d)
+            routes.append(min(opts, key=lambda p: flow_times(fab, [(p, nb)])[0]))
+        times = flow_times(fab, [(r, sp[2]) for r, sp in zip(routes, specs, strict=True)])
+        per_src: dict[str, float] = {}
+        flows = []
+        for (s, d, nb), r, t in zip(specs, routes, times, strict=True):
+            per_src[s] = per_src.get(s, 0.0) + t
+            flows.append(KVFlow(s, d, nb, r, t))
+        return max(per_src.values()), flows
+
+    # -- phases --------------------------------------------------------------------------
+    def pool(self, role: str, tp: int, pp: int) -> list[str]:
+        """GPUs that may serve ``role`` with enough memory for a 1/(TP*PP) weight shard (Alg. 1
+        lines 5-6)."""
+        need = self.model.param_bytes / (tp * pp * self.problem.options.r_frac)
+        return [
+            x for x in role_gpus(self.problem, role) if self.g.nodes[x]["memory_gb"] * GB >= need
+        ]
+
+    def prefill_phase(self, tp: int, pp: int, groups: list[list[str]]) -> PhaseResult:
+        insts = self.order_stages(groups, pp)
+        res = PhaseResult("prefill", tp, pp, insts)
+        res.instances = [self.prefill_instance(s) for s in insts]
+        res.gpu_type = _types(self.g, insts)
+        return res
+
+    def decode_phase(self, tp: int, pp: int, groups: list[list[str]], t_f: float) -> PhaseResult:
+        insts = self.order_stages(groups, pp)
+        res = PhaseResult("decode", tp, pp, insts)
+        res.instances = [self.decode_instance(s, t_f) for s in insts]
+        res.gpu_type = _types(self.g, insts)
+        return res
+
+
+def _types(g, insts: list[list[list[str]]]) -> str:
+    return "+".join(sorted({g.nodes[x]["gpu_type"] for i in insts for s in i for x in s}))
+
+
+def role_gpus(problem: Problem, role: str) -> list[str]:
+    """GPUs serving ``role``. GPUs marked ``any`` are split by server: the first half of those
+    servers (in name order) goes to prefill, the rest to decode."""
+    g = problem.cluster
+    fixed = [x for x in gpus(g) if g.nodes[x].get("role") == role]
+    flexible = [x for x in gpus(g) if g.nodes[x].get("role", "any") == "any"]
+    servers = sorted({g.nodes[x]["server"] for x in flexible})
+    half = set(servers[: (len(servers) + 1) // 2])
+    mine = [x for x in flexible if (g.nodes[x]["server"] in half) == (role == "prefill")]
+    return fixed + mine
+
+
+@dataclass
+class Combination:
+    """The deployment chosen from two evaluated phases: how many of the best instances of each
+    to run (the planner decides replica counts), and the predicted figures (Eq. 1)."""
+
+    n_prefill: int
+    n_decode: int
+    rate: float
+    rate_per_gpu: float
+    gpus_used: int
+    ttft_s: float
+    tpot_s: float
+
+
+def combine(pre: PhaseResult, dec: PhaseResult, sla_ttft: float) -> Combination | None:
+    """Maximise the per-GPU rate min(sum prefill rates, sum decode rates) / GPUs over the
+    numbers of prefill and decode instances, best instances first. O(I_p log I_d)."""
+    p = sorted([i for i in pre.instances if i.rate > 0], key=lambda i: -i.rate)
+    d = sorted([i for i in dec.instances if i.rate > 0], key=lambda i: -i.rate)
+    if not p or not d:
+        return None
+    n_p, n_d = pre.tp * pre.pp, dec.tp * dec.pp
+    cp = np.cumsum([i.rate for i in p])
+    cd = np.cumsum([i.rate for i in d])
+    best = None
+    for i in range(1, len(p) + 1):
+        j = int(np.searchsorted(cd, cp[i - 1]))  # fewest decode instances keeping up
+        for jj in {max(1, j), min(len(d), j + 1)}:
+            rate = min(cp[i - 1], cd[jj - 1])
+            per_gpu = rate / (i * n_p + jj * n_d)
+            if best is None or per_gpu > best[0] + 1e-15:
+                best = (per_gpu, i, jj, rate)
+    per_gpu, i, j, rate = best  # type: ignore[misc]
+    chosen = p[:i]
+    cap = sum(x.rate for x in chosen)
+    ttft = 0.0
+    for x in chosen:  # each prefill instance takes load in proportion to its capacity
+        lam = rate * x.rate / cap if cap > 0 else 0.0
+        ttft = max(ttft, x.serve_s + pk_queue_delay(lam, x.bottleneck_s))
+    tpot = max(x.tpot_s for x in d[:j])
+    if not math.isfinite(ttft):
+        ttft = sla_ttft
+    return Combination(i, j, float(rate), float(per_gpu), i * n_p + j * n_d, ttft, tpot)

@@ -1,0 +1,178 @@
+"""GPU grouping (Alg. 2 lines 4 and 12-22): which GPUs form each tensor-parallel group.
+
+- ``latency_matrix``: D(i, j), the cost of sending a reference message from GPU i to GPU j
+  over its best route (NVLink inside a server; otherwise best exit, switch path, best entry),
+  computed with min-plus products over the few switches GPUs attach to. O(N^2 S).
+- ``mds_embedding``: classical multidimensional scaling of D, because k-means-constrained
+  takes Euclidean features, never a distance matrix. O(N^3) (dense eigensolver; N is a pod).
+- ``kmeans_groups``: KMeansConstrained(n_clusters=N/TP, size_min=size_max=TP) on the embedding.
+- ``perturb``: random swaps between groups, kept when they lower the two groups' summed
+  all-reduce time (seeded, reproducible).
+- ``packed_groups``: DistServe's placement, consecutive GPUs in server order.
+- ``pods``: servers that share access switches; large clusters are grouped pod by pod.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+
+import networkx as nx
+import numpy as np
+from k_means_constrained import KMeansConstrained
+
+from controller.costmodel.network import path_time
+from controller.topology.fabric import Fabric
+from controller.topology.graph import gpu_sort_key, nic_switches
+
+
+def latency_matrix(fabric: Fabric, gpus: Sequence[str], nbytes: float) -> np.ndarray:
+    """D(i, j) in seconds for a message of ``nbytes`` (Alg. 2 line 2), unloaded links."""
+    n = len(gpus)
+    sw = sorted({e[-1] for g in gpus for e in fabric.exits(g)})
+    idx = {s: k for k, s in enumerate(sw)}
+    exit_cost = np.full((n, len(sw)), np.inf)
+    for i, g in enumerate(gpus):
+        for e in fabric.exits(g):
+            k = idx[e[-1]]
+            exit_cost[i, k] = min(exit_cost[i, k], path_time(fabric, e, nbytes))
+    sd = np.full((len(sw), len(sw)), np.inf)
+    for a in sw:
+        for b in sw:
+            p = fabric.switch_path(a, b)
+            if p is not None:
+                sd[idx[a], idx[b]] = path_time(fabric, p, nbytes) if len(p) > 1 else 0.0
+    # min-plus: via[i, b] = min_a exit[i, a] + sd[a, b]; D[i, j] = min_b via[i, b] + exit[j, b]
+    via = np.min(exit_cost[:, :, None] + sd[None, :, :], axis=1) if len(sw) else exit_cost
+    d = (
+        np.min(via[:, None, :] + exit_cost[None, :, :], axis=2)
+        if len(sw)
+        else np.full((n, n), np.inf)
+    )
+    servers = [fabric.g.nodes[g].get("server") for g in gpus]
+    for i in range(n):
+        d[i, i] = 0.0
+        for j in range(i + 1, n):
+            if servers[i] is not None and servers[i] == servers[j]:
+                p = fabric.nvlink_path(gpus[i], gpus[j])
+                if p is not None:
+                    d[i, j] = min(d[i, j], path_time(fabric, p, nbytes))
+            d[i, j] = d[j, i] = min(d[i, j], d[j, i])
+    return d
+
+
+def mds_embedding(d: np.ndarray, dims: int = 8) -> np.ndarray:
+    """Classical MDS: coordinates whose Euclidean distances approximate ``d``."""
+    n = d.shape[0]
+    if n <= 1:
+        return np.zeros((n, 1))
+    finite = np.isfinite(d)
+    big = d[finite].max() * 10 if finite.any() else 1.0
+    d = np.where(finite, d, big)
+    j = np.eye(n) - np.ones((n, n)) / n
+    b = -0.5 * j @ (d**2) @ j
+    vals, vecs = np.linalg.eigh(b)
+    order = np.argsort(vals)[::-1][: min(dims, n - 1)]
+    vals = np.clip(vals[order], 0, None)
+    return vecs[:, order] * np.sqrt(vals)
+
+
+def kmeans_groups(gpus: Sequence[str], coords: np.ndarray, tp: int, seed: int) -> list[list[str]]:
+    """Equal-size clusters of ``tp`` GPUs (Alg. 2 line 4)."""
+    n = len(gpus)
+    if tp == 1:
+        return [[g] for g in gpus]
+    if tp == n:
+        return [list(gpus)]
+    k = n // tp
+    km = KMeansConstrained(n_clusters=k, size_min=tp, size_max=tp, random_state=seed, n_init=3)
+    labels = km.fit_predict(coords[: k * tp])
+    groups: list[list[str]] = [[] for _ in range(k)]
+    for g, lab in zip(gpus[: k * tp], labels, strict=True):
+        groups[int(lab)].append(g)
+    return [sorted(grp, key=list(gpus).index) for grp in groups]
+
+
+def packed_groups(g: nx.Graph, gpus: Sequence[str], tp: int) -> list[list[str]]:
+    """Consecutive GPUs in (server, index) order: a group stays inside a server when TP divides
+    the server's GPU count (DistServe's intra-op placement)."""
+    order = sorted(gpus, key=gpu_sort_key(g))
+    k = len(order) // tp
+    return [order[i * tp : (i + 1) * tp] for i in range(k)]
+
+
+def perturb(
+    groups: list[list[str]], cost: Callable[[Sequence[str]], float], rng: random.Random, tries: int
+) -> list[list[str]]:
+    """Alg. 2 lines 12-22: for each group, swap a random member with a random member of a
+    random other group while that lowers the two groups' summed cost; stop after ``tries``
+    swaps in a row fail."""
+    groups = [list(x) for x in groups]
+    if len(groups) < 2:
+        return groups
+    costs = [cost(x) for x in groups]
+    for gi in range(len(groups)):
+        failed = 0
+        while failed < tries:
+            gj = rng.randrange(len(groups) - 1)
+            gj = gj + 1 if gj >= gi else gj
+            a, b = rng.randrange(len(groups[gi])), rng.randrange(len(groups[gj]))
+            ga, gb = list(groups[gi]), list(groups[gj])
+            ga[a], gb[b] = gb[b], ga[a]
+            ca, cb = cost(ga), cost(gb)
+            if ca + cb < costs[gi] + costs[gj] - 1e-12:
+                groups[gi], groups[gj], costs[gi], costs[gj] = ga, gb, ca, cb
+                failed = 0
+            else:
+                failed += 1
+    return groups
+
+
+def pods(g: nx.Graph, gpus: Sequence[str]) -> list[list[str]]:
+    """Split GPUs into pods: servers joined when their GPUs share an access switch. Tensor
+    groups are formed inside a pod (a group across pods would cross the core tier, which is
+    never cheaper than the pod's own access switches)."""
+    h = nx.Graph()
+    by_server: dict[str, list[str]] = {}
+    for n in gpus:
+        s = g.nodes[n].get("server") or n
+        by_server.setdefault(s, []).append(n)
+        h.add_node(("srv", s))
+        for a in nic_switches(g, n):
+            if g.nodes[a].get("tier", "access") == "access":
+                h.add_edge(("srv", s), ("sw", a))
+    out = []
+    for comp in nx.connected_components(h):
+        members = [n for kind, s in comp if kind == "srv" for n in by_server[s]]
+        if members:
+            out.append(sorted(members, key=gpu_sort_key(g)))
+    out.sort(key=lambda p: gpu_sort_key(g)(p[0]))
+    return out
+
+
+def pod_signature(g: nx.Graph, pod: Sequence[str]) -> tuple:
+    """A key equal for pods with the same local structure (GPU types, memories, NVLink and NIC
+    bandwidths, which local access switch each NIC plugs into, uplink bandwidths), so a pod's
+    grouping and group costs can be reused for its twins. Assumes a uniform core tier."""
+    local: dict[str, int] = {}
+    servers: dict[str, int] = {}
+    gpu_keys = []
+    for n in pod:
+        d = g.nodes[n]
+        s = servers.setdefault(d.get("server") or n, len(servers))
+        links = []
+        for v in sorted(g.neighbors(n), key=lambda v: (g.nodes[v]["kind"], v)):
+            e = g.edges[n, v]
+            tag = local.setdefault(v, len(local)) if g.nodes[v]["kind"] == "switch" else -1
+            links.append((e["link"], e["available"], e["latency_s"], tag))
+        gpu_keys.append((d["gpu_type"], d["memory_gb"], s, d.get("index", 0), tuple(links)))
+    sw_keys = []
+    for a, k in sorted(local.items(), key=lambda x: x[1]):
+        up = sorted(
+            (g.edges[a, v]["available"], g.edges[a, v]["latency_s"])
+            for v in g.neighbors(a)
+            if g.nodes[v]["kind"] == "switch"
+        )
+        d = g.nodes[a]
+        sw_keys.append((k, d.get("ina"), d.get("aggregator_slots"), tuple(up)))
+    return (tuple(gpu_keys), tuple(sw_keys))

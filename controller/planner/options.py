@@ -1,0 +1,53 @@
+"""Planner options and the problem every planner solves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import networkx as nx
+
+from controller.costmodel.network import NetParams
+from controller.models.specs import ModelSpec
+from controller.workload.generators import Workload
+from controller.workload.sla import SLA
+
+Progress = object  # a callable(str) or None; kept loose to stay plain data
+
+
+@dataclass(frozen=True)
+class PlannerOptions:
+    max_candi: int = 20  # Alg. 1: candidate (TP, PP) pairs per phase
+    r_frac: float = 0.9  # fraction of a GPU's memory a serving engine may use (Alg. 1 R_frac)
+    seed: int = 0
+    perturb_tries: int = 8  # failed random swaps per group before Alg. 2's loop moves on
+    kv_pairs_max: int = 16  # prefill/decode instance pairs whose KV transfer is priced
+    max_batch: int = 512  # largest decode batch considered
+    net: NetParams = field(default_factory=NetParams)
+    exhaustive_limit: int = 20000  # most groupings the exhaustive planner enumerates per phase
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a planner may use: the knobs that tell HeroServe and its baselines apart."""
+
+    name: str
+    grouping: Literal["kmeans", "packed", "exhaustive"]
+    ina: Literal["none", "sync", "async"]  # INA off, SwitchML-style, ATP-style
+    ina_relay: bool  # INA routes may relay over NVLink (heterogeneous, HeroServe)
+    ina_cross_server_only: bool  # baselines keep NCCL's NVLink ring inside a server
+    prefer_intra_server: bool  # DistServe: TP inside a server where it fits
+
+
+@dataclass
+class Problem:
+    cluster: nx.Graph
+    model: ModelSpec
+    workload: Workload
+    sla: SLA
+    options: PlannerOptions = field(default_factory=PlannerOptions)
+    progress: object = None  # callable(str) for progress lines, or None
+
+    def say(self, msg: str) -> None:
+        if callable(self.progress):
+            self.progress(msg)

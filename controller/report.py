@@ -1,0 +1,95 @@
+"""Readable tables of plans for the terminal."""
+
+from __future__ import annotations
+
+from controller.plan import Plan
+
+
+def _fmt_s(x: float) -> str:
+    if x >= 1:
+        return f"{x:.2f} s"
+    if x >= 1e-3:
+        return f"{x * 1e3:.1f} ms"
+    return f"{x * 1e6:.1f} us"
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for k, r in enumerate(rows):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def comparison_table(plans: dict[str, Plan], reference: str = "heroserve") -> str:
+    """One row per planner: parallelism, instances, predicted latencies and rates."""
+    ref = plans.get(reference)
+    rows = [
+        [
+            "planner",
+            "prefill TPxPP",
+            "decode TPxPP",
+            "GPUs",
+            "TTFT",
+            "TPOT",
+            "KV xfer",
+            "rate r/s",
+            "rate/GPU",
+            f"{reference}/this",
+        ]
+    ]
+    for name, p in plans.items():
+        pr = p.predicted
+        ratio = (
+            f"{ref.predicted.rate_per_gpu / pr.rate_per_gpu:.2f}x"
+            if ref and pr.rate_per_gpu > 0
+            else "-"
+        )
+        rows.append(
+            [
+                name,
+                f"{p.prefill.tp}x{p.prefill.pp} ({len(p.prefill.instances)} inst)",
+                f"{p.decode.tp}x{p.decode.pp} ({len(p.decode.instances)} inst, B={p.decode.batch_size})",
+                str(pr.gpus_used),
+                _fmt_s(pr.ttft_s),
+                _fmt_s(pr.tpot_s),
+                _fmt_s(pr.kv_transfer_s),
+                f"{pr.rate:.3f}",
+                f"{pr.rate_per_gpu:.4f}",
+                ratio,
+            ]
+        )
+    return _table(rows)
+
+
+def groups_table(plan: Plan, limit: int = 40) -> str:
+    """The groups of a plan: members, scheme, switch, slots and why the scheme was chosen."""
+    rows = [["phase", "inst", "stage", "GPUs", "scheme", "switch", "slots", "all-reduce", "why"]]
+    shown = 0
+    total = 0
+    for phase in (plan.prefill, plan.decode):
+        for gr in phase.groups:
+            total += 1
+            if shown >= limit:
+                continue
+            shown += 1
+            slots = f"{gr.slots.start}+{gr.slots.count}" if gr.slots else "-"
+            rows.append(
+                [
+                    phase.role,
+                    str(gr.instance),
+                    str(gr.stage),
+                    ",".join(gr.gpus),
+                    gr.scheme,
+                    gr.switch or "-",
+                    slots,
+                    _fmt_s(gr.allreduce_s),
+                    gr.reason,
+                ]
+            )
+    out = _table(rows)
+    if total > shown:
+        out += f"\n... {total - shown} more groups (see --json)"
+    return out

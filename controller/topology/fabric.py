@@ -1,0 +1,137 @@
+"""Routes over the cluster graph (Alg. 2 lines 1-3 of the paper).
+
+Shortest paths between switches are computed once per bandwidth update with Dijkstra over the
+switch tier (scipy's C implementation; O(S (S + E_s) log S) for S switches), weighted by the
+store-and-forward cost of a reference message, ``ref_bytes / B(e) + latency(e)``. A GPU leaves
+the GPU tier through an *exit*: one of its own NIC ports, or, when NVLink relay is allowed,
+the NIC port of an NVLink peer reached over the server's NVLink fabric (the paper's key idea,
+Fig. 2). Every route is an exit followed by a switch path; candidate routes per GPU are few
+(one per NIC in its server), so the load-aware choice among them is cheap.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import networkx as nx
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import dijkstra
+
+from controller.topology.graph import GPU, SWITCH, nic_switches, servers
+from controller.units import MB
+
+Path = list[str]
+
+
+class Fabric:
+    """Candidate routes in ``g``. ``relay`` allows NVLink detours to a peer's NIC."""
+
+    def __init__(self, g: nx.Graph, *, relay: bool = True, ref_bytes: float = MB) -> None:
+        self.g = g
+        self.relay = relay
+        self.ref_bytes = ref_bytes
+        self._server_gpus = servers(g)
+        self._nv_cache: dict[tuple[str, str], Path] = {}
+        self._exit_cache: dict[str, list[Path]] = {}
+        sw = [n for n, d in g.nodes(data=True) if d["kind"] == SWITCH]
+        self.switch_index = {s: i for i, s in enumerate(sorted(sw))}
+        self.switch_names = sorted(sw)
+        rows, cols, w = [], [], []
+        for a, b, d in g.edges(data=True):
+            if a in self.switch_index and b in self.switch_index:
+                cost = ref_bytes / d["available"] + d["latency_s"]
+                rows += [self.switch_index[a], self.switch_index[b]]
+                cols += [self.switch_index[b], self.switch_index[a]]
+                w += [cost, cost]
+        n = len(sw)
+        m = csr_matrix((w, (rows, cols)), shape=(n, n)) if n else csr_matrix((0, 0))
+        if n:
+            self.switch_dist, self._pred = dijkstra(m, directed=False, return_predecessors=True)
+        else:
+            self.switch_dist, self._pred = np.zeros((0, 0)), np.zeros((0, 0), dtype=int)
+
+    # -- switch tier ---------------------------------------------------------------------
+    def switch_path(self, a: str, b: str) -> Path | None:
+        """Shortest switch path a..b (inclusive), or None when unreachable."""
+        i, j = self.switch_index[a], self.switch_index[b]
+        if i == j:
+            return [a]
+        if not np.isfinite(self.switch_dist[i, j]):
+            return None
+        out = [b]
+        k = j
+        while k != i:
+            k = int(self._pred[i, k])
+            out.append(self.switch_names[k])
+        return out[::-1]
+
+    # -- GPU tier ------------------------------------------------------------------------
+    def nvlink_path(self, a: str, b: str) -> Path | None:
+        """Path between two GPUs of one server over NVLink/PCIe (no switch)."""
+        if a == b:
+            return [a]
+        key = (a, b)
+        if key not in self._nv_cache:
+            server = self.g.nodes[a]["server"]
+            if self.g.nodes[b].get("server") != server:
+                return None
+            local = [n for n in self.g.neighbors(a)] + [a, b]
+            local += [n for n in self.g.neighbors(b)]
+            sub = self.g.subgraph({n for n in local if self.g.nodes[n]["kind"] != SWITCH})
+            try:
+                self._nv_cache[key] = nx.shortest_path(sub, a, b)
+            except nx.NetworkXNoPath:
+                self._nv_cache[key] = None  # type: ignore[assignment]
+        return self._nv_cache[key]
+
+    def peers(self, gpu: str) -> list[str]:
+        return self._server_gpus.get(self.g.nodes[gpu].get("server"), [gpu])
+
+    def exits(self, gpu: str) -> list[Path]:
+        """Ways out of the GPU tier: each a path gpu .. access switch."""
+        if gpu not in self._exit_cache:
+            out: list[Path] = []
+            relays = self.peers(gpu) if self.relay else [gpu]
+            for x in relays:
+                nv = self.nvlink_path(gpu, x)
+                if nv is None:
+                    continue
+                out += [nv + [a] for a in nic_switches(self.g, x)]
+            self._exit_cache[gpu] = out
+        return self._exit_cache[gpu]
+
+    def routes_to_switch(self, gpu: str, switch: str) -> list[Path]:
+        out = []
+        for e in self.exits(gpu):
+            sp = self.switch_path(e[-1], switch)
+            if sp is not None:
+                out.append(e + sp[1:])
+        return out
+
+    def routes_between(self, src: str, dst: str) -> list[Path]:
+        """Candidate routes from GPU src to GPU dst: NVLink inside a server, otherwise an exit
+        of src, a switch path, and the reverse of an exit of dst."""
+        if src == dst:
+            return [[src]]
+        nv = self.nvlink_path(src, dst)
+        if nv is not None:
+            return [nv]
+        out = []
+        for e in self.exits(src):
+            for f in self.exits(dst):
+                sp = self.switch_path(e[-1], f[-1])
+                if sp is not None:
+                    out.append(e + sp[1:] + f[::-1][1:])
+        return out
+
+    @cached_property
+    def link_table(self) -> dict[tuple[str, str], tuple[float, float]]:
+        """(u, v) -> (1 / B(e), latency) in both directions, for fast pricing."""
+        out = {}
+        for a, b, d in self.g.edges(data=True):
+            out[(a, b)] = out[(b, a)] = (1.0 / d["available"], d["latency_s"])
+        return out
+
+    def is_gpu(self, n: str) -> bool:
+        return self.g.nodes[n]["kind"] == GPU

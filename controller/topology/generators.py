@@ -1,0 +1,143 @@
+"""Built-in clusters (DESIGN.md §3): the paper's testbed (Fig. 6), the track clusters of its
+simulations (§V) and the Fig. 2 example. Each returns a cluster graph (``graph.py``)."""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from controller.models.gpus import gpu_spec
+from controller.topology.graph import add_gpu, add_link, add_nvswitch, add_switch
+from controller.units import GB, gbps
+
+
+def add_server(g: nx.Graph, server: str, *, gpu_type: str, n_gpus: int, role: str) -> list[str]:
+    """One GPU server: ``n_gpus`` GPUs joined by an NVLink fabric (or PCIe for NVLink-less
+    parts). Returns the GPU ids ``<server>-gpu<i>``."""
+    spec = gpu_spec(gpu_type)
+    fabric = f"{server}-nvsw"
+    add_nvswitch(g, fabric, server=server)
+    link, bw = ("nvlink", spec.nvlink_bw) if spec.nvlink_bw > 0 else ("pcie", 32 * GB)
+    out = []
+    for i in range(n_gpus):
+        gid = f"{server}-gpu{i}"
+        add_gpu(
+            g,
+            gid,
+            gpu_type=gpu_type,
+            memory_gb=spec.memory_bytes / GB,
+            server=server,
+            index=i,
+            role=role,
+        )
+        add_link(g, gid, fabric, link=link, capacity=bw)
+        out.append(gid)
+    return out
+
+
+def testbed() -> nx.Graph:
+    """The paper's testbed (Fig. 6): 4 servers of 4 GPUs; srv0, srv1 are A100-40GB (prefill),
+    srv2, srv3 V100-32GB (decode); one 100 Gb/s port per GPU on 2 tracks: GPUs 0 and 2 of every
+    server on access switch s1, GPUs 1 and 3 on s2; s1 and s2 joined by one 100 Gb/s link."""
+    g = nx.Graph(name="testbed")
+    add_switch(g, "s1", tier="access")
+    add_switch(g, "s2", tier="access")
+    add_link(g, "s1", "s2", link="ethernet", capacity=gbps(100))
+    kinds = [
+        ("A100-40GB", "prefill"),
+        ("A100-40GB", "prefill"),
+        ("V100-32GB", "decode"),
+        ("V100-32GB", "decode"),
+    ]
+    for s, (gpu_type, role) in enumerate(kinds):
+        for i, gid in enumerate(add_server(g, f"srv{s}", gpu_type=gpu_type, n_gpus=4, role=role)):
+            add_link(g, gid, "s1" if i % 2 == 0 else "s2", link="ethernet", capacity=gbps(100))
+    return g
+
+
+def tracks(
+    servers: int,
+    gpus_per_server: int,
+    n_tracks: int,
+    servers_per_unit: int,
+    core_switches: int,
+    *,
+    gpu_type: str = "A100-40GB",
+    uplinks_per_access: int = 4,
+    gpu_port_gbps: float = 100,
+    uplink_gbps: float = 400,
+    prefill_fraction: float = 0.5,
+    name: str | None = None,
+) -> nx.Graph:
+    """A rail ("track") cluster of the paper's simulations (§V).
+
+    Servers are grouped in units of ``servers_per_unit``; each unit has ``n_tracks`` access
+    switches and GPU i of a server plugs into its unit's access switch of track
+    ``i mod n_tracks``. Every access switch of unit u has ``uplinks_per_access`` links to the
+    core switches ``(u * uplinks_per_access + j) mod core_switches`` (j < uplinks_per_access),
+    so the access switches of one unit share their core switches (cross-track traffic inside a
+    unit takes access-core-access), and the core tier is modelled as a non-blocking full mesh.
+    The first ``prefill_fraction`` of the units serve prefill, the rest decode (the paper's
+    Fig. 4 gives each phase its own access switches).
+    """
+    if servers % servers_per_unit:
+        raise ValueError(f"{servers} servers do not split into units of {servers_per_unit}")
+    g = nx.Graph(name=name or f"{n_tracks}tracks-{servers}x{gpus_per_server}")
+    units = servers // servers_per_unit
+    cores = [f"core{c}" for c in range(core_switches)]
+    for c in cores:
+        add_switch(g, c, tier="core")
+    for i, a in enumerate(cores):
+        for b in cores[i + 1 :]:
+            add_link(g, a, b, link="ethernet", capacity=gbps(uplink_gbps))
+    prefill_units = round(units * prefill_fraction)
+    for u in range(units):
+        role = "prefill" if u < prefill_units else "decode"
+        acc = [f"u{u}-acc{t}" for t in range(n_tracks)]
+        for a in acc:
+            add_switch(g, a, tier="access")
+            for j in range(uplinks_per_access):
+                core = cores[(u * uplinks_per_access + j) % core_switches]
+                if not g.has_edge(a, core):
+                    add_link(g, a, core, link="ethernet", capacity=gbps(uplink_gbps))
+        for s in range(servers_per_unit):
+            server = f"u{u}-srv{s}"
+            for i, gid in enumerate(
+                add_server(g, server, gpu_type=gpu_type, n_gpus=gpus_per_server, role=role)
+            ):
+                add_link(g, gid, acc[i % n_tracks], link="ethernet", capacity=gbps(gpu_port_gbps))
+    return g
+
+
+def two_tracks(servers: int = 1200) -> nx.Graph:
+    """§V's 2tracks: units of 6 servers on 2 access switches (400 access, 27 core at 1200)."""
+    return tracks(servers, 8, 2, 6, 27, name="2tracks")
+
+
+def eight_tracks(servers: int = 1200) -> nx.Graph:
+    """§V's 8tracks: units of 16 servers on 8 access switches (600 access, 280 core at 1200)."""
+    return tracks(servers, 8, 8, 16, 280, name="8tracks")
+
+
+def fig2() -> nx.Graph:
+    """Fig. 2's example: two servers of two GPUs, access switch S2 and core switch S1.
+
+    gn1 (server A) and gn3 (server B) have their NICs on S2; gn2 (A) and gn4 (B) on S1; S1 and
+    S2 are joined. The group {gn2, gn3} aggregating on the core S1 (homogeneous INA) needs two
+    Ethernet hops from gn3; with NVLink, gn2 relays through gn1's NIC and both reach the access
+    switch S2 in one Ethernet hop."""
+    g = nx.Graph(name="fig2")
+    add_switch(g, "S1", tier="core")
+    add_switch(g, "S2", tier="access")
+    add_link(g, "S1", "S2", link="ethernet", capacity=gbps(100))
+    names = {"A": ["gn1", "gn2"], "B": ["gn3", "gn4"]}
+    for server, gids in names.items():
+        add_nvswitch(g, f"{server}-nvsw", server=server)
+        for i, gid in enumerate(gids):
+            add_gpu(g, gid, gpu_type="A100-40GB", memory_gb=40, server=server, index=i)
+            add_link(g, gid, f"{server}-nvsw", link="nvlink", capacity=600 * GB)
+    for gid, sw in [("gn1", "S2"), ("gn3", "S2"), ("gn2", "S1"), ("gn4", "S1")]:
+        add_link(g, gid, sw, link="ethernet", capacity=gbps(100))
+    return g
+
+
+BUILTIN = {"testbed": testbed, "2tracks": two_tracks, "8tracks": eight_tracks, "fig2": fig2}
