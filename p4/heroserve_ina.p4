@@ -305,6 +305,15 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                     cnt = cnt + 1;
                     if (cnt == meta.expected) {
                         contrib_count.write(meta.ver_idx, 0);
+                        // The result comes from the address the workers sent to (a worker
+                        // drops packets whose source is its own address); result_rewrite
+                        // then gives each replica its worker's destination.
+                        mac_addr_t mac = hdr.ethernet.dst_addr;
+                        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+                        hdr.ethernet.src_addr = mac;
+                        ipv4_addr_t ip = hdr.ipv4.dst_addr;
+                        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+                        hdr.ipv4.src_addr = ip;
                         hdr.ina.is_result = 1;
                         hdr.ina.is_retx = 0;
                         hdr.udp.checksum = 0;

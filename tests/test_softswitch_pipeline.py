@@ -88,6 +88,11 @@ def test_four_workers_exact_sum_multicast_to_all(sw: InaPipeline) -> None:
         assert msg.header.group_id == GROUP and msg.header.version == 0
         assert ipv4_checksum(frame[14:34]) == 0  # valid checksum sums to 0
         assert frame[40:42] == b"\x00\x00"  # UDP checksum zeroed
+        # From the switch's address (what the workers sent to), to the last contributor.
+        assert frame[6:12] == bytes.fromhex("0200000000ff") and frame[26:30] == bytes(
+            [10, 0, 0, 254]
+        )
+        assert frame[0:6] == bytes.fromhex("020000000004") and frame[30:34] == bytes([10, 0, 0, 4])
     ev = sw.ingress.ina_events.packets
     assert ev[EVT_ADDED] == 3 and ev[EVT_COMPLETED] == 1
 

@@ -334,6 +334,7 @@ class InaIngress:
             cnt = (cnt + 1) & 0xFF
             if cnt == meta.expected:
                 self.contrib_count.write(ver_idx, 0)
+                self._swap_addresses(hdr)
                 ina.is_result = 1
                 ina.is_retx = 0
                 self._zero_udp_checksum(hdr)
@@ -346,11 +347,7 @@ class InaIngress:
                 mark_to_drop(std)
         elif cnt == 0:
             values[:] = pool[base : base + VECTOR_LEN]
-            eth = hdr.eth
-            ip = hdr.ipv4
-            assert eth is not None and ip is not None
-            eth[0:6], eth[6:12] = eth[6:12], eth[0:6]
-            ip[12:16], ip[16:20] = ip[16:20], ip[12:16]
+            self._swap_addresses(hdr)
             ina.is_result = 1
             ina.is_retx = 0
             self._zero_udp_checksum(hdr)
@@ -360,6 +357,14 @@ class InaIngress:
         else:
             self.ina_events.count(EVT_RETX_ABSORBED, nbytes)
             mark_to_drop(std)
+
+    @staticmethod
+    def _swap_addresses(hdr: Headers) -> None:
+        """Results come from the address the workers sent to: swap MACs and IPs."""
+        eth, ip = hdr.eth, hdr.ipv4
+        assert eth is not None and ip is not None
+        eth[0:6], eth[6:12] = eth[6:12], eth[0:6]
+        ip[12:16], ip[16:20] = ip[16:20], ip[12:16]
 
     @staticmethod
     def _zero_udp_checksum(hdr: Headers) -> None:
