@@ -157,9 +157,7 @@ def wrap_int32(v: int) -> int:
 
 def ipv4_checksum(header: bytes) -> int:
     """RFC 791 one's-complement checksum of an IPv4 header (checksum field zeroed)."""
-    total = 0
-    for i in range(0, len(header), 2):
-        total += (header[i] << 8) | header[i + 1]
+    total = sum(struct.unpack(f"!{len(header) // 2}H", header))
     while total >> 16:
         total = (total & 0xFFFF) + (total >> 16)
     return ~total & 0xFFFF

@@ -326,11 +326,13 @@ class InaIngress:
         if bitmap & wbit == 0:
             self.seen.write(ver_idx, bitmap | wbit)
             self.seen.write(other_idx, self.seen.read(other_idx) & ~wbit)
-            keep = 0 if cnt == 0 else _ALL_ONES
-            for i in range(VECTOR_LEN):
-                s = ((pool[base + i] & keep) + values[i]) & _ALL_ONES
-                pool[base + i] = s
-                values[i] = s
+            # pool = (pool & keep) + v, keep = 0 on the round's first packet (count 0).
+            if cnt != 0:
+                end = base + VECTOR_LEN
+                values[:] = [
+                    (a + b) & _ALL_ONES for a, b in zip(pool[base:end], values, strict=True)
+                ]
+            pool[base : base + VECTOR_LEN] = values
             cnt = (cnt + 1) & 0xFF
             if cnt == meta.expected:
                 self.contrib_count.write(ver_idx, 0)
