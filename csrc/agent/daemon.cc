@@ -1,0 +1,460 @@
+#include "daemon.h"
+
+#include <grpcpp/grpcpp.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "heroserve/v1/control.grpc.pb.h"
+#include "heroserve/v1/control.pb.h"
+
+namespace heroserve::agent {
+
+namespace pb = heroserve::v1;
+constexpr const char* kAgentVersion = "heroserve-gpu-agent 0.1.0";
+constexpr size_t kKeepVersions = 4;
+
+void Log(const char* level, const std::string& msg) {
+  struct timeval tv;
+  gettimeofday(&tv, nullptr);
+  struct tm tm;
+  gmtime_r(&tv.tv_sec, &tm);
+  char ts[32];
+  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+  std::fprintf(stderr, "%s.%03dZ heroserve-gpu-agent %s: %s\n", ts,
+               static_cast<int>(tv.tv_usec / 1000), level, msg.c_str());
+  std::fflush(stderr);
+}
+
+namespace {
+
+bool ReadFile(const std::string& path, std::string* out, std::string* error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = "cannot read " + path;
+    return false;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  if (out->empty()) {
+    *error = path + " is empty";
+    return false;
+  }
+  return true;
+}
+
+std::string HostOf(const std::string& addr) {
+  if (!addr.empty() && addr[0] == '[') return addr.substr(1, addr.find(']') - 1);
+  auto colon = addr.rfind(':');
+  return colon == std::string::npos ? addr : addr.substr(0, colon);
+}
+
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0 ||
+         host.rfind("unix:", 0) == 0;
+}
+
+const char* SchemeString(int s) {
+  switch (s) {
+    case pb::SCHEME_INA: return "ina";
+    case pb::SCHEME_RING: return "ring";
+    case pb::SCHEME_NVLS: return "nvls";
+    default: return "unspecified";
+  }
+}
+
+// Proto -> the JSON form of docs/policy-table.md, so one validator (ParseTable) serves the
+// plugin, the C API and the daemon. Map fields are written in sorted key order.
+json::Value TableJson(const pb::PolicyTable& t) {
+  using json::Value;
+  Value o = Value::Object();
+  o.set("group_id", Value::String(t.group_id()));
+  o.set("version", Value::Uint(t.version()));
+  o.set("apply_from_seq", Value::Uint(t.apply_from_seq()));
+  o.set("window_s", Value::Number(t.window_s()));
+  o.set("gamma", Value::Number(t.gamma()));
+  Value links = Value::Array();
+  for (const auto& l : t.links()) {
+    Value x = Value::Object();
+    x.set("id", Value::String(l.id()));
+    x.set("capacity", Value::Number(l.capacity()));
+    links.push_back(std::move(x));
+  }
+  o.set("links", std::move(links));
+  Value pols = Value::Array();
+  for (const auto& p : t.policies()) {
+    Value q = Value::Object();
+    q.set("id", Value::Uint(p.id()));
+    q.set("scheme", Value::String(SchemeString(p.scheme())));
+    q.set("switch", Value::String(p.switch_()));
+    Value pl = Value::Array();
+    for (const auto& l : p.links()) pl.push_back(Value::String(l));
+    q.set("links", std::move(pl));
+    std::map<std::string, std::vector<std::string>> sorted;
+    for (const auto& kv : p.paths()) {
+      sorted[kv.first].assign(kv.second.nodes().begin(), kv.second.nodes().end());
+    }
+    Value paths = Value::Object();
+    for (const auto& kv : sorted) {
+      Value route = Value::Array();
+      for (const auto& n : kv.second) route.push_back(Value::String(n));
+      paths.set(kv.first, std::move(route));
+    }
+    q.set("paths", std::move(paths));
+    q.set("cost", Value::Number(p.cost()));
+    pols.push_back(std::move(q));
+  }
+  o.set("policies", std::move(pols));
+  std::map<std::string, double> util(t.utilisation().begin(), t.utilisation().end());
+  Value u = Value::Object();
+  for (const auto& kv : util) u.set(kv.first, Value::Number(kv.second));
+  o.set("utilisation", std::move(u));
+  return o;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> Credentials(const Options& o, std::string* error) {
+  if (o.tls_ca.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  if (!ReadFile(o.tls_ca, &ssl.pem_root_certs, error) ||
+      !ReadFile(o.tls_cert, &ssl.pem_cert_chain, error) ||
+      !ReadFile(o.tls_key, &ssl.pem_private_key, error)) {
+    *error = "TLS: " + *error;
+    return nullptr;
+  }
+  return grpc::SslCredentials(ssl);
+}
+
+}  // namespace
+
+Daemon::Daemon(Options opts) : opts_(std::move(opts)) {}
+Daemon::~Daemon() = default;
+
+void Daemon::Stop() {
+  stop_.store(true);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stream_ctx_) stream_ctx_->TryCancel();
+  cv_.notify_all();
+}
+
+bool Daemon::Sleep(double seconds) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return stop_.load(); });
+  return !stop_.load();
+}
+
+bool Daemon::InstallTable(const pb::PolicyTable& t, Group* g, std::string* error) {
+  auto table = std::make_shared<PolicyTable>();
+  std::string why;
+  if (!ParseTable(TableJson(t), table.get(), &why)) {
+    *error = "table " + t.group_id() + " v" + std::to_string(t.version()) + ": " + why;
+    return false;
+  }
+  auto& ts = g->tables;
+  if (!ts.empty() && table->version <= ts.back()->version) {
+    for (auto& old : ts) {
+      if (old->version == table->version) old = table;  // a re-sent version: replace
+    }
+    return true;
+  }
+  ts.push_back(std::move(table));
+  if (ts.size() > kKeepVersions) ts.erase(ts.begin());
+  return true;
+}
+
+bool Daemon::Publish(const std::string& group_id, Group* g, std::string* error) {
+  if (!g->seg) {
+    g->seg = std::make_unique<shm::Segment>();
+    if (!g->seg->Create(shm::SegmentName(group_id), opts_.shm_capacity, error)) {
+      g->seg.reset();
+      return false;
+    }
+  }
+  json::Value doc = json::Value::Object();
+  json::Value list = json::Value::Array();
+  for (const auto& t : g->tables) list.push_back(TableToJsonValue(*t));
+  doc.set("tables", std::move(list));
+  uint64_t newest = g->tables.empty() ? 0 : g->tables.back()->version;
+  return g->seg->Publish(json::Write(doc), newest, error);
+}
+
+bool Daemon::ApplyUpdate(const pb::PolicyUpdate& u, std::string* error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!u.full() && u.epoch() <= last_epoch_) {
+    Log("INFO", "ignoring stale update epoch " + std::to_string(u.epoch()));
+    return true;
+  }
+  if (!u.has_gpu_policy()) {
+    last_epoch_ = u.epoch();
+    return true;  // nothing for a GPU agent (an empty full update carries no body)
+  }
+  const pb::GpuPolicy& gp = u.gpu_policy();
+  std::vector<std::string> errors;
+  if (u.full()) {
+    std::map<std::string, bool> keep;
+    for (const auto& t : gp.tables()) keep[t.group_id()] = true;
+    for (auto it = groups_.begin(); it != groups_.end();) {
+      it = keep.count(it->first) ? std::next(it) : groups_.erase(it);
+    }
+  }
+  for (const auto& id : gp.removed_group_ids()) groups_.erase(id);
+  std::map<std::string, bool> touched;
+  for (const auto& t : gp.tables()) {
+    Group& g = groups_[t.group_id()];
+    std::string e;
+    if (t.group_id().empty() || !InstallTable(t, &g, &e)) {
+      errors.push_back(e.empty() ? "a table has no group_id" : e);
+      continue;
+    }
+    touched[t.group_id()] = true;
+  }
+  for (const auto& kv : touched) {
+    Group& g = groups_[kv.first];
+    std::string e;
+    if (!Publish(kv.first, &g, &e)) {
+      errors.push_back("publish " + kv.first + ": " + e);
+    } else {
+      Log("INFO", "published group " + kv.first + " version " +
+                      std::to_string(g.tables.back()->version) + " (applies from collective " +
+                      std::to_string(g.tables.back()->apply_from_seq) + ")");
+    }
+  }
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    it = it->second.tables.empty() ? groups_.erase(it) : std::next(it);
+  }
+  last_epoch_ = std::max(last_epoch_, u.epoch());
+  if (!errors.empty()) {
+    std::string all;
+    for (const auto& e : errors) all += (all.empty() ? "" : "; ") + e;
+    *error = all;
+    Log("ERROR", "epoch " + std::to_string(u.epoch()) + ": " + all +
+                     " (keeping the last good tables)");
+    return false;
+  }
+  return true;
+}
+
+void Daemon::FillTelemetry(pb::TelemetryReport* r) {
+  for (auto& kv : groups_) {
+    Group& g = kv.second;
+    if (!g.seg) continue;
+    struct Agg {
+      uint64_t sel = 0, bytes = 0, last_seq = 0;
+    };
+    std::map<std::pair<uint64_t, uint32_t>, Agg> agg;  // (version, index)
+    for (const auto& slot : g.seg->ReadSlots()) {
+      for (uint32_t i = 0; i < slot.counters.size(); ++i) {
+        const auto& c = slot.counters[i];
+        if (c.selections == 0) continue;
+        auto key = std::make_tuple(slot.pid, slot.version, i);
+        shm::PolicyCounter prev{0, 0};
+        auto it = g.reported.find(key);
+        if (it != g.reported.end() && it->second.selections <= c.selections) prev = it->second;
+        g.reported[key] = c;
+        Agg& a = agg[{slot.version, i}];
+        // Every member process of the group makes the same choices: the group's count is
+        // one member's, so take the largest delta rather than the sum.
+        a.sel = std::max(a.sel, c.selections - prev.selections);
+        a.bytes = std::max(a.bytes, c.bytes - prev.bytes);
+        a.last_seq = std::max(a.last_seq, slot.last_seq);
+      }
+    }
+    for (const auto& [key, a] : agg) {
+      if (a.sel == 0) continue;
+      const PolicyTable* table = nullptr;
+      for (const auto& t : g.tables) {
+        if (t->version == key.first) table = t.get();
+      }
+      if (!table || key.second >= table->policies.size()) continue;
+      pb::PolicySelection* s = r->add_selections();
+      s->set_group_id(kv.first);
+      s->set_version(key.first);
+      s->set_policy_id(table->policies[key.second].id);
+      s->set_selections(a.sel);
+      s->set_bytes(a.bytes);
+      s->set_last_seq(a.last_seq);
+    }
+  }
+}
+
+void Daemon::TelemetryLoop() {
+  auto last = std::chrono::steady_clock::now();
+  while (true) {
+    double interval;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      interval = opts_.telemetry_interval_s > 0 ? opts_.telemetry_interval_s
+                                                : telemetry_interval_s_;
+    }
+    if (!Sleep(std::max(0.05, interval))) return;
+    pb::TelemetryReport report;
+    pb::Control::Stub* stub = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (session_.empty() || !stub_) continue;
+      stub = static_cast<pb::Control::Stub*>(stub_);
+      auto now = std::chrono::steady_clock::now();
+      report.mutable_identity()->set_node_id(opts_.node_id);
+      report.mutable_identity()->set_kind(pb::NODE_KIND_GPU);
+      report.set_session_id(session_);
+      report.set_timestamp_ns(static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(
+              std::chrono::system_clock::now().time_since_epoch())
+              .count()));
+      report.set_window_s(std::chrono::duration<double>(now - last).count());
+      last = now;
+      FillTelemetry(&report);
+      for (const auto& s : nvml_.Sample()) {
+        std::string gpu;
+        for (const auto& spec : opts_.gpus) {
+          if (spec.local_index == static_cast<int>(s.index)) gpu = spec.gpu_id;
+        }
+        if (gpu.empty()) gpu = opts_.node_id + "-gpu" + std::to_string(s.index);
+        std::string a = gpu, b = opts_.nvlink_peer.empty() ? opts_.node_id + "-nvlink"
+                                                           : opts_.nvlink_peer;
+        pb::LinkUtilisation* l = report.add_links();
+        l->set_link_id(a < b ? a + "|" + b : b + "|" + a);
+        l->set_utilisation(s.utilisation);
+        l->set_bytes_per_s(std::max(s.tx_bytes_s, s.rx_bytes_s));
+      }
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    pb::TelemetryAck ack;
+    grpc::Status st = stub->ReportTelemetry(&ctx, report, &ack);
+    if (!st.ok()) {
+      Log("WARN", "telemetry: " + st.error_message() + " (code " +
+                      std::to_string(static_cast<int>(st.error_code())) + ")");
+    } else if (report.selections_size() > 0) {
+      Log("INFO", "telemetry: reported " + std::to_string(report.selections_size()) +
+                      " selection record(s), controller accepted " +
+                      std::to_string(ack.accepted()));
+    }
+  }
+}
+
+int Daemon::Run() {
+  std::string why;
+  if (nvml_.Load(&why)) {
+    Log("INFO", "NVML: " + std::to_string(nvml_.devices().size()) + " GPU(s)");
+  } else {
+    Log("INFO", why);
+  }
+  if (opts_.tls_ca.empty()) {
+    Log("WARN", "insecure (no TLS) connection to " + opts_.controller +
+                    (IsLoopback(HostOf(opts_.controller)) ? " on loopback" : ""));
+  }
+  std::thread telemetry([this] { TelemetryLoop(); });
+  double backoff = 0.2;
+  while (!stop_.load()) {
+    std::string error;
+    auto creds = Credentials(opts_, &error);
+    if (!creds) {
+      Log("ERROR", error + "; retrying in " + std::to_string(backoff) + " s");
+      if (!Sleep(backoff)) break;
+      backoff = std::min(opts_.max_backoff_s, backoff * 2);
+      continue;
+    }
+    grpc::ChannelArguments args;
+    if (!opts_.tls_server_name.empty()) args.SetSslTargetNameOverride(opts_.tls_server_name);
+    auto channel = grpc::CreateCustomChannel(opts_.controller, creds, args);
+    auto stub = pb::Control::NewStub(channel);
+
+    pb::RegisterRequest reg;
+    reg.mutable_identity()->set_node_id(opts_.node_id);
+    reg.mutable_identity()->set_kind(pb::NODE_KIND_GPU);
+    reg.set_agent_version(kAgentVersion);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reg.set_last_applied_epoch(last_epoch_);
+    }
+    auto* inv = reg.mutable_gpu();
+    for (const auto& g : opts_.gpus) {
+      auto* gi = inv->add_gpus();
+      gi->set_gpu_id(g.gpu_id);
+      gi->set_server(opts_.node_id);
+      if (g.local_index >= 0) {
+        gi->set_local_index(static_cast<uint32_t>(g.local_index));
+        for (const auto& d : nvml_.devices()) {
+          if (static_cast<int>(d.index) == g.local_index) {
+            gi->set_gpu_type(d.name);
+            gi->set_memory_bytes(d.memory_bytes);
+          }
+        }
+      }
+    }
+    grpc::ClientContext rctx;
+    rctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    pb::RegisterResponse rresp;
+    grpc::Status st = stub->Register(&rctx, reg, &rresp);
+    if (!st.ok()) {
+      Log("ERROR", "cannot register with the controller at " + opts_.controller + ": " +
+                       st.error_message() + " (code " +
+                       std::to_string(static_cast<int>(st.error_code())) + "); retrying in " +
+                       std::to_string(backoff) + " s, last good tables stay published");
+      if (!Sleep(backoff)) break;
+      backoff = std::min(opts_.max_backoff_s, backoff * 2);
+      continue;
+    }
+    Log("INFO", "registered " + opts_.node_id + " with " + opts_.controller + " (epoch " +
+                    std::to_string(rresp.current_epoch()) + ")");
+    backoff = 0.2;
+    grpc::ClientContext sctx;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_.load()) break;
+      session_ = rresp.session_id();
+      stub_ = stub.get();
+      if (rresp.telemetry_interval_s() > 0) telemetry_interval_s_ = rresp.telemetry_interval_s();
+      stream_ctx_ = &sctx;
+    }
+    pb::SubscribeRequest sreq;
+    *sreq.mutable_identity() = reg.identity();
+    sreq.set_session_id(rresp.session_id());
+    auto reader = stub->Subscribe(&sctx, sreq);
+    pb::PolicyUpdate upd;
+    while (reader->Read(&upd)) {
+      std::string err;
+      bool ok = ApplyUpdate(upd, &err);
+      if (!upd.has_gpu_policy() && !upd.full()) continue;
+      pb::AckRequest ack;
+      *ack.mutable_identity() = reg.identity();
+      ack.set_session_id(rresp.session_id());
+      ack.set_epoch(upd.epoch());
+      ack.set_ok(ok);
+      if (!ok) ack.set_error(err);
+      if (upd.epoch() == 0) continue;  // nothing applied yet on the controller
+      grpc::ClientContext actx;
+      actx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      pb::AckResponse aresp;
+      grpc::Status as = stub->Ack(&actx, ack, &aresp);
+      if (!as.ok()) Log("WARN", "ack of epoch " + std::to_string(upd.epoch()) + ": " +
+                                    as.error_message());
+    }
+    st = reader->Finish();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stream_ctx_ = nullptr;
+      session_.clear();
+      stub_ = nullptr;
+    }
+    if (stop_.load()) break;
+    Log("WARN", "policy stream ended: " + (st.ok() ? std::string("closed by the controller")
+                                                   : st.error_message()) +
+                    "; reconnecting");
+    if (!Sleep(backoff)) break;
+    backoff = std::min(opts_.max_backoff_s, backoff * 2);
+  }
+  Stop();
+  telemetry.join();
+  Log("INFO", "stopped");
+  return 0;
+}
+
+}  // namespace heroserve::agent

@@ -1,0 +1,90 @@
+// heroserve-gpu-agent: gRPC client of the controller (DESIGN.md §9, §11).
+//
+// Registers the server's GPUs, follows the policy stream (full state on connect, then
+// increments with increasing epochs; stale epochs ignored, applied ones acknowledged),
+// publishes each group's tables into its shm segment for the tuner plugin, and reports the
+// plugin's selections and bytes plus NVLink utilisation (NVML, when present) as telemetry.
+// Failures (controller unreachable, TLS files or handshake bad, malformed tables) are logged
+// and retried with backoff; the last good tables stay published meanwhile.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "heroserve/policy.h"
+#include "heroserve/shm.h"
+#include "nvml.h"
+
+namespace grpc {
+class ClientContext;
+}
+
+namespace heroserve::v1 {
+class PolicyUpdate;
+class PolicyTable;
+class TelemetryReport;
+}  // namespace heroserve::v1
+
+namespace heroserve::agent {
+
+struct GpuSpec {
+  std::string gpu_id;
+  int local_index = -1;
+};
+
+struct Options {
+  std::string controller;  // HOST:PORT
+  std::string node_id;
+  std::vector<GpuSpec> gpus;
+  std::string tls_ca, tls_cert, tls_key, tls_server_name;
+  bool insecure = false;           // allow no TLS to a non-loopback controller
+  std::string nvlink_peer;         // node name at the far end of each GPU's NVLink
+  double telemetry_interval_s = 0; // 0: the controller's value
+  size_t shm_capacity = shm::kDefaultCapacity;
+  double max_backoff_s = 10.0;
+};
+
+void Log(const char* level, const std::string& msg);
+
+class Daemon {
+ public:
+  explicit Daemon(Options opts);
+  ~Daemon();
+  int Run();   // until Stop(); returns the exit status
+  void Stop(); // async-signal-unsafe: call from a normal thread
+
+ private:
+  struct Group {
+    std::vector<std::shared_ptr<const PolicyTable>> tables;  // increasing version
+    std::unique_ptr<shm::Segment> seg;
+    // (pid, version, policy index) -> cumulative {selections, bytes} last reported
+    std::map<std::tuple<uint64_t, uint64_t, uint32_t>, shm::PolicyCounter> reported;
+  };
+
+  bool ApplyUpdate(const heroserve::v1::PolicyUpdate& u, std::string* error);
+  bool InstallTable(const heroserve::v1::PolicyTable& t, Group* g, std::string* error);
+  bool Publish(const std::string& group_id, Group* g, std::string* error);
+  void FillTelemetry(heroserve::v1::TelemetryReport* r);
+  void TelemetryLoop();
+  bool Sleep(double seconds);  // false when stopping
+
+  Options opts_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  grpc::ClientContext* stream_ctx_ = nullptr;
+  std::map<std::string, Group> groups_;
+  uint64_t last_epoch_ = 0;
+  std::string session_;
+  double telemetry_interval_s_ = 1.0;
+  void* stub_ = nullptr;  // heroserve::v1::Control::Stub*, valid while session_ is set
+  Nvml nvml_;
+};
+
+}  // namespace heroserve::agent
