@@ -132,7 +132,7 @@ class Controller:
             epoch,
             self.store,
             slots,
-            self._capacity,
+            self._capacities(),
             self.opts.window_s,
             self.opts.gamma,
             self._apply_from,
@@ -142,21 +142,18 @@ class Controller:
         last = self.store.last_seq(group)
         return 0 if last is None else last + 1 + self.opts.apply_margin
 
-    def _capacity(self, link: str) -> float:
-        """bytes/s of ``link``: from the topology when given, else the registered switch
+    def _capacities(self) -> Callable[[str], float]:
+        """bytes/s of a link id: from the topology when given, else the registered switch
         ports (a port's capacity to its peer), else 0 (unknown)."""
         if self._capacity_fn is not None:
-            return self._capacity_fn(link)
-        a, b = link.split("|", 1)
+            return self._capacity_fn
+        known: dict[str, float] = {}
         for rec in self.store.agents():
-            if rec.kind != "switch" or rec.node_id not in (a, b):
-                continue
-            peer = b if rec.node_id == a else a
-            inv = pb.SwitchInventory.FromString(rec.inventory)
-            for p in inv.ports:
-                if p.peer == peer:
-                    return p.capacity
-        return 0.0
+            if rec.kind == "switch":
+                for p in pb.SwitchInventory.FromString(rec.inventory).ports:
+                    if p.peer:
+                        known[policies.link_id(rec.node_id, p.peer)] = p.capacity
+        return lambda link: known.get(link, 0.0)
 
     # --- agents -------------------------------------------------------------------------
 

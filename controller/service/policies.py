@@ -65,6 +65,17 @@ class PlanState:
     assignments: list[pb.InaAssignment]  # every INA group, all switches
     tables: list[pb.PolicyTable]  # every group
     members: dict[str, list[str]]  # group name -> GPU ids
+    by_gpu: dict[str, set[str]] = field(default_factory=dict)  # GPU id -> group names
+    table_by_name: dict[str, pb.PolicyTable] = field(default_factory=dict)
+    ina_by_name: dict[str, pb.InaAssignment] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Index once per plan: every agent's stream looks its groups up here.
+        self.table_by_name = {t.group_id: t for t in self.tables}
+        self.ina_by_name = {a.group_name: a for a in self.assignments}
+        for name, gpus in self.members.items():
+            for g in gpus:
+                self.by_gpu.setdefault(g, set()).add(name)
 
 
 def _groups(plan: Plan) -> Iterable[tuple[str, Group]]:
@@ -232,17 +243,17 @@ def node_state(
         return out
     gpus = {g.gpu_id for g in inventory.gpus} if isinstance(inventory, pb.GpuInventory) else set()
     gpus = gpus or {identity.node_id}
-    mine = {name for name, ms in state.members.items() if gpus.intersection(ms)}
-    for t in state.tables:
-        if t.group_id in mine:
-            m = pb.PolicyTable()
-            m.CopyFrom(t)
-            for lk in m.links:
-                if lk.id in utilisation:
-                    m.utilisation[lk.id] = utilisation[lk.id]
-            out.tables[t.group_id] = m
-    for a in state.assignments:
-        if a.group_name in mine:
+    mine: set[str] = set().union(*(state.by_gpu.get(g, set()) for g in gpus))
+    for name in sorted(mine):
+        t = state.table_by_name[name]
+        m = pb.PolicyTable()
+        m.CopyFrom(t)
+        for lk in m.links:
+            if lk.id in utilisation:
+                m.utilisation[lk.id] = utilisation[lk.id]
+        out.tables[name] = m
+        a = state.ina_by_name.get(name)
+        if a is not None:
             out.gpu_ina[a.group_id] = a
     return out
 

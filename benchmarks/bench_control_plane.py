@@ -1,0 +1,176 @@
+"""Time from a new plan to acknowledged policies, for 1, 100 and 1,000 simulated agents.
+
+The controller runs as its own process on loopback (``python -m controller.service``, SQLite
+in a temporary directory); the agents are asyncio tasks in this process, each a GPU agent
+owning one GPU of the plan: register, subscribe, acknowledge every update. Per round the
+benchmark applies a new plan (the INA groups' slot ranges move, so every policy table
+changes) through the Admin service and measures until every agent has acknowledged it.
+
+    .venv/bin/python benchmarks/bench_control_plane.py [--agents 1 100 1000] [--rounds 5]
+
+Prints, per agent count: plan-to-all-acked time (median and worst over rounds) and the
+per-agent ack latency (median, p99) of the last round. Figures depend on the machine
+(and on sharing its two cores); they are not asserted anywhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from controller._gen.heroserve.v1 import control_pb2 as pb  # noqa: E402
+from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc  # noqa: E402
+from controller.service.sample import sample_plan  # noqa: E402
+
+WORKERS = 4
+AGENTS_PER_CHANNEL = 100
+
+
+def plan_json(n_agents: int, round_: int) -> str:
+    groups = max(1, -(-n_agents // WORKERS))
+    switches = tuple(f"s{i}" for i in range(1, 1 + max(1, groups // 32)))
+    p = sample_plan(ina_groups=groups, workers=WORKERS, ring_groups=0, switches=switches)
+    for g in p.prefill.groups:  # move every group's slots: every table and assignment changes
+        assert g.slots is not None
+        g.slots.count = 4 + round_ % 4
+    p.notes.append(f"round {round_}")
+    return p.to_json()
+
+
+async def agent(
+    ch: grpc.aio.Channel, gpu: str, acked: dict[int, dict[str, float]], ready: asyncio.Event
+) -> None:
+    stub = pb_grpc.ControlStub(ch)
+    ident = pb.NodeIdentity(node_id=gpu, kind=pb.NODE_KIND_GPU)
+    reg = await stub.Register(
+        pb.RegisterRequest(identity=ident, gpu=pb.GpuInventory(gpus=[pb.GpuInfo(gpu_id=gpu)]))
+    )
+    call = stub.Subscribe(pb.SubscribeRequest(identity=ident, session_id=reg.session_id))
+    async for upd in call:
+        await stub.Ack(
+            pb.AckRequest(identity=ident, session_id=reg.session_id, epoch=upd.epoch, ok=True)
+        )
+        acked.setdefault(upd.epoch, {})[gpu] = time.perf_counter()
+        ready.set()
+
+
+async def run(n: int, rounds: int, port: int) -> dict[str, float]:
+    chans = [
+        grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _ in range(-(-n // AGENTS_PER_CHANNEL))
+    ]
+    gpus = [f"p{i // WORKERS}-g{i % WORKERS}" for i in range(n)]
+    acked: dict[int, dict[str, float]] = {}
+    ready = asyncio.Event()
+    tasks = [
+        asyncio.create_task(agent(chans[i // AGENTS_PER_CHANNEL], g, acked, ready))
+        for i, g in enumerate(gpus)
+    ]
+    admin = pb_grpc.AdminStub(chans[0])
+    first = (await admin.GetState(pb.GetStateRequest())).epoch
+    while len(acked.get(first, {})) < n:  # everyone connected and acked the initial state
+        await asyncio.sleep(0.01)
+    totals, per_agent = [], []
+    for r in range(1, rounds + 1):
+        text = plan_json(n, r)
+        t0 = time.perf_counter()
+        epoch = (await admin.ApplyPlan(pb.ApplyPlanRequest(plan_json=text))).epoch
+        while len(acked.get(epoch, {})) < n:
+            await asyncio.sleep(0.0005)
+        times = sorted(t - t0 for t in acked[epoch].values())
+        totals.append(times[-1])
+        per_agent = times
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for c in chans:
+        await c.close()
+    return {
+        "all_acked_median_ms": statistics.median(totals) * 1e3,
+        "all_acked_worst_ms": max(totals) * 1e3,
+        "agent_median_ms": statistics.median(per_agent) * 1e3,
+        "agent_p99_ms": per_agent[min(len(per_agent) - 1, int(0.99 * len(per_agent)))] * 1e3,
+    }
+
+
+async def bench(n: int, rounds: int, tmp: Path) -> dict[str, float]:
+    plan, port_file = tmp / "plan.json", tmp / "port"
+    plan.write_text(plan_json(n, 0))
+    log = open(tmp / "controller.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "controller.service",
+            "--db",
+            str(tmp / "c.db"),
+            "--plan",
+            str(plan),
+            "--listen",
+            "127.0.0.1:0",
+            "--port-file",
+            str(port_file),
+            "--log-level",
+            "WARNING",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not port_file.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"controller did not start: {(tmp / 'controller.log').read_text()}"
+                )
+            await asyncio.sleep(0.05)
+        return await run(n, rounds, int(port_file.read_text()))
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()
+
+
+async def bench_all(agents: list[int], rounds: int) -> None:
+    print(
+        f"{'agents':>7} {'all acked ms (median)':>22} {'(worst)':>9} "
+        f"{'agent ms (median)':>18} {'(p99)':>8}",
+        flush=True,
+    )
+    for n in agents:
+        with tempfile.TemporaryDirectory() as tmp:
+            res = await bench(n, rounds, Path(tmp))
+        print(
+            f"{n:>7} {res['all_acked_median_ms']:>22.1f} {res['all_acked_worst_ms']:>9.1f} "
+            f"{res['agent_median_ms']:>18.1f} {res['agent_p99_ms']:>8.1f}",
+            flush=True,
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--agents", type=int, nargs="+", default=[1, 100, 1000])
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args(argv)
+    if args.rounds < 1 or any(n < 1 for n in args.agents):
+        print("bench_control_plane: --rounds and --agents must be >= 1", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.ERROR)
+    asyncio.run(bench_all(args.agents, args.rounds))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
