@@ -6,14 +6,16 @@ UV ?= uv
 PY := .venv/bin/python
 BUILD := build
 
-.PHONY: setup venv proto cxx plan test pytest ctest lint format clean
+.PHONY: setup deps venv proto cxx plan test pytest ctest lint format clean
 
-setup: venv proto cxx
+setup: deps venv proto cxx
+
+deps:
+	@bash .ci/install-deps
 
 venv:
 	@command -v $(UV) >/dev/null || python3 -m pip install --quiet uv
-	$(UV) sync --quiet --all-extras --no-extra ray
-	$(UV) pip install --quiet -e . --python $(PY) >/dev/null
+	$(UV) sync --quiet
 
 proto: venv
 	@if [ -d proto ] && ls proto/*.proto >/dev/null 2>&1 || ls proto/*/*/*.proto >/dev/null 2>&1; then \
@@ -25,7 +27,7 @@ cxx:
 	  cmake --build $(BUILD)/csrc -j2; fi
 
 plan: venv proto
-	.venv/bin/heroserve plan
+	.venv/bin/heroserve plan $(ARGS)
 
 test: setup
 	$(PY) -m pytest -q

@@ -29,6 +29,16 @@ def _positive(kind: type):
     return parse
 
 
+def _parallelism(s: str) -> tuple[int, int]:
+    try:
+        tp, pp = (int(x) for x in s.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{s!r} is not TPxPP, e.g. 4x2") from None
+    if tp < 1 or pp < 1:
+        raise argparse.ArgumentTypeError(f"TP and PP must be positive in {s!r}")
+    return tp, pp
+
+
 # -- plan ------------------------------------------------------------------------------------
 def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
@@ -64,6 +74,18 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="write the plan (heroserve's, or the one "
         "planner's) here; with --planner all each baseline goes to PATH.<planner>.json",
+    )
+    p.add_argument(
+        "--prefill-par",
+        type=_parallelism,
+        metavar="TPxPP",
+        help="force the prefill parallelism, e.g. 4x1",
+    )
+    p.add_argument(
+        "--decode-par",
+        type=_parallelism,
+        metavar="TPxPP",
+        help="force the decode parallelism, e.g. 8x1",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument(
@@ -105,11 +127,19 @@ def run_plan(a: argparse.Namespace) -> int:
     progress(
         f"cluster {g.name}: {n_gpus} GPUs, {g.number_of_nodes()} nodes, {g.number_of_edges()} links"
     )
-    opts = PlannerOptions(seed=a.seed, max_candi=a.max_candi)
+    opts = PlannerOptions(
+        seed=a.seed, max_candi=a.max_candi, prefill_par=a.prefill_par, decode_par=a.decode_par
+    )
     plans = {}
+    failed: dict[str, str] = {}
     for n in names:
         progress(f"planning with {n}")
-        plans[n] = plan(g, model, workload, sla, opts, planner=n, progress=progress)
+        try:
+            plans[n] = plan(g, model, workload, sla, opts, planner=n, progress=progress)
+        except InputError as e:
+            if n == names[0]:
+                raise
+            failed[n] = str(e)  # a baseline with no feasible plan is a result, not an error
     head = names[0]
     print(
         f"HeroServe offline plan: topology {g.name} ({n_gpus} GPUs), model {model.name}, "
@@ -117,6 +147,8 @@ def run_plan(a: argparse.Namespace) -> int:
         f"({sla.attainment:.0%})\n"
     )
     print(comparison_table(plans, reference=head))
+    for n, why in failed.items():
+        print(f"{n}: no plan ({why})")
     print(f"\nGroups of the {head} plan (scheme per group and why):\n")
     print(groups_table(plans[head]))
     if a.json:
@@ -184,6 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as e:
         print(f"heroserve: error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into head and the like
+        return 0
     except KeyboardInterrupt:
         print("heroserve: interrupted", file=sys.stderr)
         return 130

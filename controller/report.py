@@ -51,7 +51,8 @@ def comparison_table(plans: dict[str, Plan], reference: str = "heroserve") -> st
             [
                 name,
                 f"{p.prefill.tp}x{p.prefill.pp} ({len(p.prefill.instances)} inst)",
-                f"{p.decode.tp}x{p.decode.pp} ({len(p.decode.instances)} inst, B={p.decode.batch_size})",
+                f"{p.decode.tp}x{p.decode.pp} ({len(p.decode.instances)} inst, "
+                f"B={p.decode.batch_size})",
                 str(pr.gpus_used),
                 _fmt_s(pr.ttft_s),
                 _fmt_s(pr.tpot_s),

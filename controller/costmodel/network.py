@@ -195,7 +195,10 @@ def ring_pattern(
             options.append(fabric.routes_between(b[c], nxt[c]))
             sizes.append(nbytes * share / channels)
     cross, _ = choose_routes(fabric, options, sizes, background=[(q, s * nbytes) for q, s in intra])
-    for i, b in enumerate(blocks):
-        paths[b[-1]] = cross[i * channels]
+    for i, b in enumerate(blocks):  # the plan's ring edge from a server's last GPU onwards
+        nxt = blocks[(i + 1) % len(blocks)][0]
+        paths[b[-1]] = min(
+            fabric.routes_between(b[-1], nxt), key=lambda q: path_time(fabric, q, nbytes * share)
+        )
     flows = intra + [(r, share / channels) for r in cross]
     return CommPattern("ring", flows, 2 * (p - 1), params.ring_step_net_s, 0.0, None, paths)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from controller.errors import InputError
 from controller.units import GB
 
 
@@ -41,4 +42,4 @@ def gpu_spec(name: str) -> GpuSpec:
     try:
         return GPU_SPECS[name]
     except KeyError:
-        raise ValueError(f"unknown GPU type {name!r}; known: {', '.join(GPU_SPECS)}") from None
+        raise InputError(f"unknown GPU type {name!r}; known: {', '.join(GPU_SPECS)}") from None

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from controller.errors import InputError
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -67,4 +69,4 @@ def model_spec(name: str) -> ModelSpec:
     for key, spec in MODELS.items():
         if key.lower() == name.lower():
             return spec
-    raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+    raise InputError(f"unknown model {name!r}; known: {', '.join(MODELS)}")

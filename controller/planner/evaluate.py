@@ -262,17 +262,22 @@ class Evaluator:
         return InstanceEval(stages, ar, hops, comp, comm, step, busy, rate, lo, step + t_f)
 
     # -- KV transfer (Eqs. 14-15) --------------------------------------------------------
-    def kv_transfer(self, pre: PhaseResult, dec: PhaseResult) -> tuple[float, list[KVFlow]]:
+    def kv_transfer(
+        self, pre: PhaseResult, dec: PhaseResult, n_pre: int | None = None, n_dec: int | None = None
+    ) -> tuple[float, list[KVFlow]]:
         """T_f for one mean-length request from each prefill instance to the decode instance
         it is paired with (round robin), all pairs at once; at most ``kv_pairs_max`` pairs are
         priced. Routes are each flow's cheapest alone; the price counts shared links."""
-        n = min(len(pre.groups), self.problem.options.kv_pairs_max)
-        if n == 0 or not dec.groups:
+        # the best instances first, as ``combine`` deploys them
+        pres = [i.stages for i in sorted(pre.instances, key=lambda i: -i.rate)][:n_pre]
+        decs = [i.stages for i in sorted(dec.instances, key=lambda i: -i.rate)][:n_dec]
+        n = min(len(pres), self.problem.options.kv_pairs_max)
+        if n == 0 or not decs:
             return 0.0, []
         total = self.mean_in * self.model.kv_bytes_per_token()
         specs = []
         for i in range(n):
-            for s, d, f in kv_shares(self.model, pre.groups[i], dec.groups[i % len(dec.groups)]):
+            for s, d, f in kv_shares(self.model, pres[i], decs[i % len(decs)]):
                 specs.append((s, d, f * total))
         fab = self.ring_fabric
         routes = []

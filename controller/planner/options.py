@@ -25,6 +25,8 @@ class PlannerOptions:
     max_batch: int = 512  # largest decode batch considered
     net: NetParams = field(default_factory=NetParams)
     exhaustive_limit: int = 20000  # most groupings the exhaustive planner enumerates per phase
+    prefill_par: tuple[int, int] | None = None  # force (TP, PP) for prefill
+    decode_par: tuple[int, int] | None = None  # force (TP, PP) for decode
 
 
 @dataclass(frozen=True)

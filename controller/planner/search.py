@@ -80,9 +80,18 @@ def search(problem: Problem, policy: Policy, grouper: Grouper) -> SearchResult:
                 sum(1 for y in pool if g.nodes[y]["server"] == g.nodes[x]["server"]) for x in pool
             )
             max_tp = per_server
-        c = tp_pp_candidates(model, mem, opts.r_frac, opts.max_candi, max_tp)
-        if not c and max_tp is not None:  # DistServe spans servers only when it must
-            c = tp_pp_candidates(model, mem, opts.r_frac, opts.max_candi)
+        forced = opts.prefill_par if role == "prefill" else opts.decode_par
+        if forced is not None:
+            c = [forced] if forced in tp_pp_candidates(model, mem, opts.r_frac, 10**6) else []
+            if not c:
+                raise InputError(
+                    f"{role} TP={forced[0]} PP={forced[1]} is not feasible: TP must "
+                    f"split the heads, PP the layers, and the shards must fit"
+                )
+        else:
+            c = tp_pp_candidates(model, mem, opts.r_frac, opts.max_candi, max_tp)
+        if not c and max_tp is not None and forced is None:  # DistServe spans servers only
+            c = tp_pp_candidates(model, mem, opts.r_frac, opts.max_candi)  # when it must
         if not c:
             total = sum(mem)
             raise InputError(
@@ -132,6 +141,15 @@ def search(problem: Problem, policy: Policy, grouper: Grouper) -> SearchResult:
         comb = combine(pre[cp], rd, problem.sla.ttft_s)
         if comb is None:
             continue
+        # price the KV transfer again between the instances actually deployed
+        t_f2, flows2 = ev.kv_transfer(pre[cp], rd, comb.n_prefill, comb.n_decode)
+        rd2 = ev.decode_phase(cd[0], cd[1], dec_groups[cd], t_f2)
+        comb2 = combine(pre[cp], rd2, problem.sla.ttft_s)
+        if comb2 is not None and (comb2.n_prefill, comb2.n_decode) == (
+            comb.n_prefill,
+            comb.n_decode,
+        ):
+            t_f, flows, rd, comb = t_f2, flows2, rd2, comb2
         if best is None or comb.rate_per_gpu > best.combination.rate_per_gpu + 1e-15:
             best = SearchResult(ev, pre[cp], rd, comb, t_f, flows, tried)
     if best is None:
