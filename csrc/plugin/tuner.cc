@@ -77,6 +77,9 @@ struct GroupFeed {
   std::atomic<uint64_t> shm_seq_hint{0};
   std::atomic<int64_t> next_open_ns{0};
   std::atomic<int> slot{-1};
+  // One context per group per process counts selections (all members choose alike, and
+  // several communicators of one group in one process must not be counted twice).
+  std::atomic<void*> counter_owner{nullptr};
   TableStore store;
   std::atomic<bool> warned_missing{false};
   std::atomic<bool> warned_garbled{false};
@@ -194,6 +197,8 @@ hsNcclResult InitCommon(size_t nranks, size_t nnodes, hsNcclLogger log, void** c
       ctx->feed = FeedFor(group);
       ctx->feed->next_open_ns.store(0, std::memory_order_relaxed);  // new communicator: look now
       ctx->sched = std::make_unique<Scheduler>(&ctx->feed->store);
+      void* none = nullptr;
+      ctx->feed->counter_owner.compare_exchange_strong(none, ctx);
     }
   } catch (...) {
     ctx->feed = nullptr;
@@ -252,7 +257,7 @@ bool Decide(Context* ctx, hsNcclFunc coll, size_t nbytes, Selection* sel) {
   ctx->stats.seq = sel->seq + 1;
   ctx->stats.last_policy_id = sel->policy_id;
   int slot = ctx->feed->slot.load(std::memory_order_relaxed);
-  if (slot >= 0) {
+  if (slot >= 0 && ctx->feed->counter_owner.load(std::memory_order_relaxed) == ctx) {
     shm::Segment& seg = ctx->feed->seg;  // counters only touch the mapped header
     if (sel->version != ctx->counted_version) {
       seg.ResetSlot(slot, sel->version);
@@ -297,7 +302,12 @@ hsNcclResult GetCollInfoTable(void* context, hsNcclFunc coll, size_t nbytes, flo
 }
 
 hsNcclResult Destroy(void* context) {
-  delete static_cast<Context*>(context);
+  auto* ctx = static_cast<Context*>(context);
+  if (ctx && ctx->feed) {
+    void* me = ctx;
+    ctx->feed->counter_owner.compare_exchange_strong(me, nullptr);
+  }
+  delete ctx;
   return HS_NCCL_SUCCESS;
 }
 

@@ -1,0 +1,307 @@
+"""End to end: controller -> heroserve-gpu-agent -> shm -> tuner plugin -> telemetry.
+
+The controller (in-process, loopback) pushes a group's table; the C++ daemon publishes it in
+shared memory; the NCCL tuner plugin, loaded in another process by agents/gpu/tuner_driver.py,
+schedules AllReduces with it; the daemon reports the plugin's selections; the controller
+derives the next version's apply_from_seq from them, and the plugin switches to it exactly at
+that collective. Also the daemon's failure modes (DESIGN.md §11, issue 5 item 5).
+Skipped when the C++ build (`make cxx`) is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = ROOT / "build" / "csrc"
+AGENT = BUILD / "heroserve-gpu-agent"
+PLUGIN = BUILD / "libnccl-tuner-heroserve.so"
+GROUP = "prefill/0/0"
+
+pytestmark = pytest.mark.skipif(
+    not (AGENT.exists() and PLUGIN.exists()), reason="C++ GPU agent not built (make cxx)"
+)
+
+pb = pytest.importorskip("controller._gen.heroserve.v1.control_pb2")
+pb_grpc = pytest.importorskip("controller._gen.heroserve.v1.control_pb2_grpc")
+
+
+def _wait(pred, timeout: float = 15.0, what: str = "condition"):  # noqa: ANN001, ANN202
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    p = f"pytest{os.getpid()}x{time.monotonic_ns() % 1000000}."
+    yield p
+    for f in Path("/dev/shm").glob(f"heroserve-{p}*"):
+        f.unlink()
+
+
+@pytest.fixture
+def controller(tmp_path: Path) -> Iterator:
+    from controller.service.core import Options
+    from controller.service.server import ControllerServer, ThreadedServer
+    from controller.store import Store
+
+    opts = Options(apply_margin=5, telemetry_interval_s=0.2)
+    s = ThreadedServer(ControllerServer(Store(tmp_path / "c.db"), "127.0.0.1:0", options=opts))
+    yield s
+    s.stop()
+
+
+def register_switch(port: int, capacity: float = 12.5e9) -> None:
+    """The switch s1 reports its ports, which gives the controller the links' capacities."""
+    inv = pb.SwitchInventory(device_id=1, aggregator_slots=1024, slot_bytes=128)
+    for k in range(4):
+        inv.ports.add(port=k + 1, peer=f"p0-g{k}", capacity=capacity)
+    req = pb.RegisterRequest(identity=pb.NodeIdentity(node_id="s1", kind=pb.NODE_KIND_SWITCH))
+    req.switch_inventory.CopyFrom(inv)
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        pb_grpc.ControlStub(ch).Register(req, timeout=5)
+
+
+def apply_plan(srv, reverse: bool = False) -> int:  # noqa: ANN001
+    from controller.service.sample import sample_plan
+
+    p = sample_plan(ina_groups=1, ring_groups=0, workers=4)
+    if reverse:  # same group, different member order: a new table version
+        p.prefill.groups[0].gpus.reverse()
+    epoch, _ = srv.call(lambda: srv.server.core.apply_plan(p.to_json()))
+    return epoch
+
+
+class Proc:
+    """A child process with its stderr collected in a file (read it any time)."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path, stdin: bool = False):
+        self.log = log
+        self._f = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        self.p = subprocess.Popen(
+            args,
+            env=env,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if stdin else self._f,
+            stderr=self._f,
+            text=stdin,
+        )
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def ask(self, line: str) -> dict:
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+        reply = self.p.stdout.readline()
+        if not reply:
+            raise AssertionError(f"{self.p.args} exited ({self.p.wait(5)}): {self.text()}")
+        return json.loads(reply)
+
+    def stop(self) -> int:
+        if self.p.stdin and self.p.poll() is None:
+            try:
+                self.p.stdin.write("quit\n")
+                self.p.stdin.close()
+                self.p.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(10)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self._f.close()
+        return self.p.returncode
+
+
+def agent_env(prefix: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["HEROSERVE_SHM_PREFIX"] = prefix
+    env["HEROSERVE_GROUP"] = GROUP
+    return env
+
+
+def start_agent(tmp_path: Path, prefix: str, controller_addr: str, *extra: str) -> Proc:
+    args = [str(AGENT), "--controller", controller_addr, "--node-id", "srv-p0"]
+    args += ["--gpu", "p0-g1:0", "--telemetry-interval", "0.2", *extra]
+    return Proc(args, agent_env(prefix), tmp_path / "agent.log")
+
+
+def segment(prefix: str) -> Path:
+    return Path("/dev/shm") / f"heroserve-{prefix}{GROUP.replace('/', '.')}"
+
+
+def acked(srv, epoch: int) -> bool:  # noqa: ANN001
+    rec = srv.server.core.store.agent("srv-p0")
+    return rec is not None and rec.acked_epoch >= epoch
+
+
+def test_table_reaches_plugin_and_selections_come_back(
+    controller, tmp_path: Path, prefix: str
+) -> None:
+    register_switch(controller.port)
+    e1 = apply_plan(controller)
+    agent = start_agent(tmp_path, prefix, f"127.0.0.1:{controller.port}")
+    driver = None
+    try:
+        _wait(lambda: acked(controller, e1), what=f"ack of epoch {e1}\n{agent.text()}")
+        assert segment(prefix).exists()
+        driver = Proc(
+            [
+                sys.executable,
+                "-X",
+                "faulthandler",
+                "-m",
+                "agents.gpu.tuner_driver",
+                str(PLUGIN),
+                "--ranks",
+                "2",
+            ],
+            {**agent_env(prefix), "PYTHONPATH": str(ROOT)},
+            tmp_path / "driver.log",
+            stdin=True,
+        )
+        first = driver.ask("run 20 1048576")
+        assert first["agree"], first
+        assert [c[0] for c in first["choices"]] == list(range(20))
+        assert {c[1] for c in first["choices"]} == {1}  # version 1 in force
+        # The plugin's selections come back as telemetry: the controller learns the sequence.
+        store = controller.server.core.store
+        _wait(lambda: store.last_seq(GROUP) == 19, what="telemetry with last_seq 19")
+        reg = controller.server.core.metrics.registry
+        total = sum(
+            reg.get_sample_value(
+                "heroserve_policy_selections_total", {"group": GROUP, "policy": str(p)}
+            )
+            or 0.0
+            for p in (0, 1)
+        )
+        assert total == 20
+        # A new version: it applies from last_seq + 1 + margin = 25.
+        e2 = apply_plan(controller, reverse=True)
+        _wait(lambda: acked(controller, e2), what=f"ack of epoch {e2}\n{agent.text()}")
+        second = driver.ask("run 10 1048576")
+        assert second["agree"], second
+        versions = [(c[0], c[1]) for c in second["choices"]]
+        assert versions == [(s, 1 if s < 25 else 2) for s in range(20, 30)]
+        _wait(lambda: store.last_seq(GROUP) == 29, what="telemetry with last_seq 29")
+        assert "published group prefill/0/0 version 2" in agent.text()
+    finally:
+        if driver is not None:
+            driver.stop()
+        assert agent.stop() == 0, agent.text()
+
+
+def test_bad_controller_address_keeps_running(tmp_path: Path, prefix: str) -> None:
+    agent = start_agent(tmp_path, prefix, "127.0.0.1:1")
+    try:
+        _wait(lambda: agent.text().count("cannot register") >= 2, what="retries")
+        assert agent.p.poll() is None
+    finally:
+        assert agent.stop() == 0
+    assert "Connection refused" in agent.text() or "failed to connect" in agent.text()
+
+
+def test_bad_certificates_keep_running(tmp_path: Path, prefix: str) -> None:
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a certificate\n")
+    agent = start_agent(
+        tmp_path,
+        prefix,
+        "127.0.0.1:1",
+        "--tls-ca",
+        str(tmp_path / "missing-ca.pem"),
+        "--tls-cert",
+        str(bad),
+        "--tls-key",
+        str(bad),
+    )
+    try:
+        _wait(lambda: "TLS: cannot read" in agent.text(), what="TLS error")
+        assert agent.p.poll() is None
+    finally:
+        assert agent.stop() == 0
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    for args in (
+        [],
+        ["--controller", "127.0.0.1:1"],
+        ["--controller", "10.1.2.3:50051", "--node-id", "x"],  # no TLS off loopback
+        ["--controller", "127.0.0.1:1", "--node-id", "x", "--tls-ca", "a.pem"],
+        ["--controller", "127.0.0.1:1", "--node-id", "x", "--telemetry-interval", "-1"],
+        ["--bogus"],
+    ):
+        r = subprocess.run([str(AGENT), *args], capture_output=True, text=True, timeout=10)
+        assert r.returncode == 2, args
+        assert "heroserve-gpu-agent:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_malformed_table_keeps_last_good_one(controller, tmp_path: Path, prefix: str) -> None:
+    register_switch(controller.port)
+    e1 = apply_plan(controller)
+    agent = start_agent(tmp_path, prefix, f"127.0.0.1:{controller.port}")
+    try:
+        _wait(lambda: acked(controller, e1), what="first ack")
+        before = segment(prefix).read_bytes()
+        # The switch now reports capacity 0 on its ports: the next table has links of
+        # unknown (zero) capacity, which the policy core refuses.
+        register_switch(controller.port, capacity=0.0)
+        e2 = apply_plan(controller, reverse=True)
+        _wait(lambda: "keeping the last good tables" in agent.text(), what="error log")
+        assert "capacity must be > 0" in agent.text()
+        assert not acked(controller, e2)  # acknowledged with ok=false
+        assert agent.p.poll() is None
+        after = segment(prefix).read_bytes()
+        assert after == before  # nothing republished: the plugin keeps version 1
+    finally:
+        assert agent.stop() == 0
+
+
+def test_plugin_survives_missing_and_garbled_segment(tmp_path: Path, prefix: str) -> None:
+    """No agent at all, then a segment full of garbage: NCCL's defaults, no crash."""
+    driver = Proc(
+        [
+            sys.executable,
+            "-X",
+            "faulthandler",
+            "-m",
+            "agents.gpu.tuner_driver",
+            str(PLUGIN),
+            "--ranks",
+            "2",
+        ],
+        {**agent_env(prefix), "PYTHONPATH": str(ROOT)},
+        tmp_path / "driver.log",
+        stdin=True,
+    )
+    try:
+        out = driver.ask("run 3 4096")
+        assert out["agree"] and all(c[3] == 1 for c in out["choices"])  # NCCL's Ring/LL
+        segment(prefix).write_bytes(os.urandom(8192))
+        out = driver.ask("run 3 4096")
+        assert out["agree"]
+        stats = driver.ask("stats")
+        assert stats["selections"] == 0 and stats["fallbacks"] == 6
+    finally:
+        driver.stop()
+    log = driver.text()
+    assert log.count("using NCCL's defaults") == 1, log  # logged once
