@@ -48,8 +48,9 @@ def _sh(*cmd: str) -> None:
 def _netns_unavailable() -> str | None:
     if os.geteuid() != 0:
         return "needs root for network namespaces and AF_PACKET sockets"
-    if shutil.which("ip") is None:
-        return "iproute2 `ip` not found"
+    for tool, package in (("ip", "iproute2"), ("sysctl", "procps")):
+        if shutil.which(tool) is None:
+            return f"`{tool}` not found (Debian package {package})"
     probe = f"hsprobe{os.getpid()}"
     try:
         _sh("ip", "netns", "add", probe)

@@ -264,3 +264,27 @@ def test_trailing_bytes_are_kept_and_frames_below_ethernet_ignored(sw: InaPipeli
     assert struct.calcsize("!HHBBBB") + 4 * VECTOR_LEN == len(
         pack(InaHeader(0, 0, 0, 1), [0] * VECTOR_LEN)
     )
+
+
+def test_random_and_truncated_frames_never_raise(sw: InaPipeline) -> None:
+    """Any bytes in, frames or nothing out: bad packets are dropped, never an exception."""
+    import random
+
+    rng = random.Random(1234)
+    good = worker_frame(0, vec(0))
+    sw.add_l2(0x0200000000FF, 2)
+    for _ in range(2000):
+        kind = rng.randrange(3)
+        if kind == 0:
+            frame = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 200)))
+        elif kind == 1:
+            frame = good[: rng.randrange(0, len(good) + 1)]
+        else:  # valid headers, random INA fields
+            b = bytearray(good)
+            for i in range(OFF, OFF + 8):
+                b[i] = rng.randrange(256)
+            frame = bytes(b)
+        for port, out in sw.process(rng.randrange(1, 5), frame):
+            assert 0 <= port < 511 and len(out) >= 14
+    drops = sw.ingress.ina_drops.packets
+    assert drops[DROP_SHORT_HEADER] > 0 and drops[DROP_BAD_WORKER_ID] > 0

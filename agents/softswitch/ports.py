@@ -79,6 +79,7 @@ class PortIO:
         self.rx_frames = 0
         self.tx_frames = 0
         self.tx_errors = 0
+        self.process_errors = 0
 
     def open(self) -> None:
         """Open and bind every port's socket (OSError naming the interface on failure)."""
@@ -117,7 +118,13 @@ class PortIO:
                     if addr[2] == PACKET_OUTGOING:
                         continue
                     self.rx_frames += 1
-                    for out_port, out in self.process(port, frame):
+                    try:
+                        outs = self.process(port, frame)
+                    except Exception:  # a model bug must not stop the switch: count, log
+                        self.process_errors += 1
+                        log.exception("port %d: frame of %d bytes not processed", port, len(frame))
+                        continue
+                    for out_port, out in outs:
                         self._send(out_port, out)
 
     def _send(self, port: int, frame: bytes) -> None:
