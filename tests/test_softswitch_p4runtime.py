@@ -122,6 +122,37 @@ def test_cli_process_serves_p4runtime() -> None:
     assert out == {"api_version": "1.4.1", "config": "OK", "entries": 1, "exit": 0}
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--p4runtime", "nohost"], "is not host:port"),
+        (["--p4runtime", "127.0.0.1:0", "-i", "hsnosuch0"], "cannot open interface hsnosuch0"),
+        (["--p4runtime", "127.0.0.1:0", "-i", "600@x"], "bad port number"),
+        (["--p4runtime", "127.0.0.1:0", "--p4info", "/nonexistent.txtpb"], "--p4info"),
+        (["--device-id", "seven"], "invalid int value"),
+    ],
+)
+def test_cli_bad_arguments_exit_2(args: list[str], message: str) -> None:
+    # Started without the protobuf variable: main() re-executes itself with it.
+    env = {k: v for k, v in ENV.items() if k != "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from agents.softswitch import main; sys.exit(main(sys.argv[1:]))",
+            *args,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 # ---------------------------------------------------------------------------------------
 # Scenarios (child processes).
 
