@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.needs_root, pytest.mark.slow]
+
 ROOT = Path(__file__).resolve().parents[1]
 P4_SRC = ROOT / "p4" / "heroserve_ina.p4"
 P4INFO = ROOT / "p4" / "heroserve_ina.p4info.txtpb"
