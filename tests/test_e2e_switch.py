@@ -161,7 +161,7 @@ def start_softswitch(procs: Procs) -> int:
     return int(line.split("=")[1])
 
 
-def start_agent(procs: Procs, sw_port: int, ctl_port: int) -> None:
+def start_agent(procs: Procs, sw_port: int, ctl_port: int, ports: list[str] = PORTS) -> None:
     args = [
         "-m",
         "agents.switch",
@@ -176,7 +176,7 @@ def start_agent(procs: Procs, sw_port: int, ctl_port: int) -> None:
         "--telemetry-interval",
         "0.2",
     ]
-    for spec in PORTS:
+    for spec in ports:
         args += ["--port", spec]
     procs.start("agent", args)
 
@@ -268,6 +268,111 @@ def test_plan_reaches_the_switch_and_agent_restart_reconciles(procs: Procs, tmp_
     )
 
 
+@pytest.mark.slow
+@pytest.mark.needs_root
+def test_four_workers_aggregate_through_agent_installed_entries(
+    procs: Procs, tmp_path: Path
+) -> None:
+    """Real packets (network namespaces, as tests/test_softswitch_netns.py): 4 workers send
+    contributions for the group the controller planned; the entries come only from the
+    switch agent; every worker's UDP socket receives the exact sum."""
+    from test_softswitch_netns import NetnsBed, _netns_unavailable
+
+    reason = _netns_unavailable()
+    if reason:
+        pytest.skip(reason)
+    bed = NetnsBed()
+    try:
+        bed.up()
+        plan = tmp_path / "plan.json"
+        sample_plan(ina_groups=1, workers=4, ring_groups=0).save(plan)
+        ctl = start_controller(procs, tmp_path, plan)
+        args = ["-m", "agents.softswitch", "--p4runtime", "127.0.0.1:0", "--device-id", "1"]
+        for i, p in enumerate(bed.ports):
+            args += ["-i", f"{i + 1}@{p}"]
+        sw_proc = procs.start("softswitch", args)
+        assert sw_proc.stdout is not None
+        sw = int(sw_proc.stdout.readline().decode().split("=")[1])
+        start_agent(procs, sw, ctl, _netns_ports())
+        wait_for("ack of epoch 1", lambda: acked(ctl).get("s1") == 1, 60)
+        d = dump(sw)
+        assert d["aggregation_table"] == expected_entries([(1, 0, 8)])
+        env = dict(
+            os.environ, PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python", PYTHONPATH=str(ROOT)
+        )
+        workers = [
+            subprocess.Popen(
+                ["ip", "netns", "exec", bed.ns[w], PY, __file__, "worker", str(w), "1", "5"],
+                env=env,
+                cwd=ROOT,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for w in range(4)
+        ]
+        for p in workers:
+            assert p.stdout is not None and p.stdout.readline().strip() == "READY"
+        for p in workers:
+            assert p.stdin is not None
+            p.stdin.write("GO\n")
+            p.stdin.flush()
+        results = []
+        for p in workers:
+            out, err = p.communicate(timeout=60)
+            assert p.returncode == 0, err[-3000:]
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        bed.down()
+    expected = [sum(_values(w)[i] for w in range(4)) for i in range(32)]
+    for w, r in enumerate(results):
+        assert r["result"] == expected, f"worker {w}"
+        assert r["header"] == [1, 5, True]
+
+
+def _netns_ports() -> list[str]:
+    from test_softswitch_netns import worker_ip, worker_mac
+
+    return [f"{w + 1}=p0-g{w},mac={worker_mac(w)},ip={worker_ip(w)}" for w in range(4)]
+
+
+def _values(w: int) -> list[int]:
+    return [(w + 1) * 7 - i * (w + 2) for i in range(32)]
+
+
+def _worker(w: int, group: int, agg: int) -> dict:
+    """Child in worker namespace ``w``: one contribution, then wait for the sum."""
+    import socket as so
+
+    from scapy.all import conf, sendp
+    from scapy.layers.inet import IP, UDP
+    from scapy.layers.l2 import Ether
+    from test_softswitch_netns import SWITCH_IP, SWITCH_MAC, worker_ip, worker_mac
+
+    from agents.ina.packet import INA, INA_UDP_PORT, unpack
+
+    conf.verb = 0
+    rx = so.socket(so.AF_INET, so.SOCK_DGRAM)
+    rx.bind(("0.0.0.0", INA_UDP_PORT))
+    rx.settimeout(20)
+    print("READY", flush=True)
+    sys.stdin.readline()
+    frame = (
+        Ether(src=worker_mac(w), dst=SWITCH_MAC)
+        / IP(src=worker_ip(w), dst=SWITCH_IP)
+        / UDP(sport=41000 + w, dport=INA_UDP_PORT)
+        / INA(group_id=group, agg_index=agg, worker_id=w, num_workers=4, values=_values(w))
+    )
+    sendp(frame, iface="eth0")
+    data, _ = rx.recvfrom(2048)
+    msg = unpack(data)
+    return {
+        "result": list(msg.values),
+        "header": [msg.header.group_id, msg.header.agg_index, bool(msg.header.is_result)],
+    }
+
+
 def test_agent_rejects_bad_arguments() -> None:
     env = dict(os.environ)
     for extra in (
@@ -289,3 +394,10 @@ def test_agent_rejects_bad_arguments() -> None:
         )
         assert r.returncode == 2, (extra, r.stderr)
         assert b"Traceback" not in r.stderr
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "tests"))
+    if sys.argv[1] == "worker":
+        print(json.dumps(_worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))), flush=True)
