@@ -64,7 +64,7 @@ def build(proto_dir: Path = PROTO_DIR, out_dir: Path = OUT_DIR) -> list[Path]:
     rc = protoc.main(args)
     if rc != 0:
         raise RuntimeError(f"protoc failed with status {rc}")
-    generated = sorted(p for p in out_dir.rglob("*.py*") if p.suffix in (".py", ".pyi"))
+    generated = sorted(p for p in out_dir.rglob("*_pb2*") if p.suffix in (".py", ".pyi"))
     for d in [out_dir, *(p for p in out_dir.rglob("*") if p.is_dir())]:
         init = d / "__init__.py"
         if not init.exists():
