@@ -305,6 +305,25 @@ def test_cli_refuses_bad_configuration(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["--db", db, "--plan", str(tmp_path / "missing.json")]) == 2
     assert main(["--db", db, "--tls-cert", "x", "--plan", str(plan)]) == 2
     assert "all of --tls-cert" in capsys.readouterr().err
+    assert main(["--db", db, "--plan", str(plan), "--topology", "nosuch"]) == 2
+    assert "--topology" in capsys.readouterr().err
     (tmp_path / "bad.json").write_text("{")
     assert main(["--db", db, "--plan", str(tmp_path / "bad.json")]) == 2
     assert "not a valid Plan" in capsys.readouterr().err
+
+
+def test_link_capacities_from_topology(tmp_path: Path) -> None:
+    import controller.topology as topo
+    from controller.service.core import Controller
+    from controller.service.server import topology_capacity
+
+    cap = topology_capacity("fig2")
+    # Fig. 2: two servers of two GPUs under access switch S2; every capacity is > 0.
+    g = topo.fig2()
+    a, b = next(iter(g.edges()))
+    assert cap("|".join(sorted((a, b)))) == g.edges[a, b]["capacity"] > 0
+    assert cap("nope|none") == 0.0
+    c = Controller(Store(tmp_path / "c.db"), capacity=lambda link: 5.0)
+    c.apply_plan(sample_plan().to_json())
+    assert c.state is not None
+    assert {lk.capacity for t in c.state.tables for lk in t.links} == {5.0}

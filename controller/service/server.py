@@ -17,6 +17,7 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,6 +98,7 @@ class ControllerServer:
         admin_name: str = "heroserve-admin",
         metrics_port: int | None = None,
         metrics_addr: str = "127.0.0.1",
+        capacity: Callable[[str], float] | None = None,
     ) -> None:
         host = listen_host(listen)
         if tls is None and not is_loopback(host):
@@ -112,7 +114,7 @@ class ControllerServer:
         self.listen = listen
         self.tls = tls
         self.metrics = Metrics()
-        self.core = Controller(store, options, self.metrics)
+        self.core = Controller(store, options, self.metrics, capacity)
         self.admin_name = admin_name
         self.metrics_port = metrics_port
         self.metrics_addr = metrics_addr
@@ -191,11 +193,25 @@ class ThreadedServer:
         self.loop.close()
 
 
+def topology_capacity(spec: str) -> Callable[[str], float]:
+    """Link capacities (bytes/s) from a topology (built-in name or file), by link id."""
+    from controller.errors import InputError
+    from controller.topology import resolve_topology
+
+    try:
+        g = resolve_topology(spec)
+    except (InputError, OSError) as exc:
+        raise UsageError(f"--topology: {exc}") from exc
+    caps = {"|".join(sorted((a, b))): float(d["capacity"]) for a, b, d in g.edges(data=True)}
+    return lambda link: caps.get(link, 0.0)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="heroserve controller", description=__doc__.split("\n")[0])
     p.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT (default %(default)s)")
     p.add_argument("--db", default="heroserve-controller.db", help="SQLite state file")
     p.add_argument("--plan", help="plan JSON (heroserve plan --json PATH writes one)")
+    p.add_argument("--topology", help="topology (built-in name or file) for link capacities")
     p.add_argument("--tls-cert", help="server certificate (PEM)")
     p.add_argument("--tls-key", help="server private key (PEM)")
     p.add_argument("--tls-ca", help="CA that signs agents' client certificates (PEM)")
@@ -281,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
             window_s=args.window_s,
             gamma=args.gamma,
         )
+        capacity = topology_capacity(args.topology) if args.topology else None
         server = ControllerServer(
             store,
             args.listen,
@@ -290,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             args.admin_name,
             args.metrics_port,
             args.metrics_addr,
+            capacity,
         )
         asyncio.run(_serve(server, plan_text, args.port_file))
     except (UsageError, RequestError, policies.PlanError, SlotError) as exc:
