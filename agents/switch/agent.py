@@ -59,6 +59,7 @@ class SwitchAgent:
         )
         self.applied = 0  # reconciles done, for logs and tests
         self._connected = False
+        self._desired: PolicyState | None = None  # last state reconciled (or being)
 
     # --- switch -------------------------------------------------------------------------
 
@@ -96,12 +97,19 @@ class SwitchAgent:
             )
         return inv
 
-    def reconcile(self, state: PolicyState) -> Diff:
-        groups = [state.switch_groups[g] for g in sorted(state.switch_groups)]
-        total = Diff()
+    def reconcile(self, state: PolicyState | None = None) -> Diff:
+        """Make the switch hold ``state`` (default: the last state given). Serialised by
+        the lock, so the newest state always wins."""
         with self.lock:
+            if state is not None:
+                self._desired = state
+            state = self._desired
+            if state is None:
+                return Diff()
             if not self._connected:
                 raise SwitchError("not connected to the switch")
+            groups = [state.switch_groups[g] for g in sorted(state.switch_groups)]
+            total = Diff()
             try:
                 mc = MulticastGroups(self.conn)
                 want_mc = MulticastGroups.desired(groups)
@@ -114,7 +122,7 @@ class SwitchAgent:
             except SwitchError:
                 self._connected = False
                 raise
-        self.applied += 1
+            self.applied += 1
         return total
 
     def on_state(self, old: PolicyState, new: PolicyState, upd: pb.PolicyUpdate) -> None:
@@ -147,8 +155,22 @@ class SwitchAgent:
                     ina.poll(rep)
             except (SwitchError, ValueError) as exc:
                 log.warning("telemetry poll failed: %s", exc)
+                self._resync()
                 continue
             self.client.report(rep)
+
+    def _resync(self) -> None:
+        """The switch stopped answering (restarted?): reconnect, reinstall the pipeline if
+        it lost it, and reconcile it with the last state the controller gave us."""
+        with self.lock:
+            self._connected = False
+        if not self.connect_switch():
+            return
+        try:
+            d = self.reconcile()
+            log.info("switch resynchronised: +%d ~%d -%d", d.inserted, d.modified, d.deleted)
+        except SwitchError as exc:
+            log.warning("resynchronising the switch failed: %s", exc)
 
     # --- lifecycle ----------------------------------------------------------------------
 
