@@ -389,6 +389,48 @@ def _worker(w: int, group: int, agg: int) -> dict:
     }
 
 
+_DESIRED = """
+import json
+from agents.switch.main import parse_port
+from agents.switch.tables import AggregationTable, L2Forward, MulticastGroups, ResultRewrite
+from controller._gen.heroserve.v1 import control_pb2 as pb
+
+a = pb.InaAssignment(group_id=7, switch="s1", slots=pb.SlotRange(start=100, count=3),
+                     worker_count=3, multicast_group_id=7)
+a.members.add(worker_id=0, gpu="h0", port=5, port_known=True, mac="02:00:00:00:00:0a",
+              ipv4="10.0.0.10")
+a.members.add(worker_id=1, gpu="h1", port=6, port_known=True)   # address from the port map
+a.members.add(worker_id=2, gpu="h2", port_known=False)           # behind no known port
+ports = {6: parse_port("6=h1,mac=02:00:00:00:00:0b,ip=10.0.0.11,gbps=25")}
+print(json.dumps({
+    "agg": sorted([list(k), v[0], list(v[1])] for k, v in AggregationTable.desired([a]).items()),
+    "rw": sorted([list(k), v[0], list(v[1])] for k, v in ResultRewrite.desired([a], ports).items()),
+    "l2": sorted([list(k), v[0], list(v[1])] for k, v in L2Forward.desired(ports).items()),
+    "mc": {str(k): list(v) for k, v in MulticastGroups.desired([a]).items()},
+    "cap": ports[6].capacity,
+}))
+"""
+
+
+def test_desired_entries_hand_worked() -> None:
+    """What the agent's table classes derive from one assignment (run in a subprocess:
+    they need the pure-Python protobuf runtime of the agent's process)."""
+    env = dict(os.environ, PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python")
+    out = subprocess.run(
+        [PY, "-c", _DESIRED], cwd=ROOT, env=env, capture_output=True, timeout=60, check=True
+    )
+    d = json.loads(out.stdout)
+    # One entry per aggregator index: slot = start + index; worker count; multicast group.
+    assert d["agg"] == [[[7, i], "set_slot", [100 + i, 3, 7]] for i in range(3)]
+    assert d["rw"] == [
+        [[5], "set_result_dst", [0x02000000000A, 0x0A00000A]],
+        [[6], "set_result_dst", [0x02000000000B, 0x0A00000B]],
+    ]
+    assert d["l2"] == [[[0x02000000000B], "forward", [6]]]
+    assert d["mc"] == {"7": [5, 6]}
+    assert d["cap"] == 25e9 / 8  # 25 Gb/s in bytes/s
+
+
 def test_agent_rejects_bad_arguments() -> None:
     env = dict(os.environ)
     for extra in (
