@@ -165,3 +165,26 @@ def test_controller_restart(tmp_path: Path) -> None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(10)
     assert proc.returncode == 0 or proc.returncode == -signal.SIGTERM
+
+
+def test_agent_waits_for_the_first_plan(tmp_path: Path) -> None:
+    """A controller without a plan sends an empty full state at epoch 0 (never acked);
+    the first plan then arrives as epoch 1."""
+    from controller.service.server import ControllerServer, ThreadedServer
+
+    srv = ThreadedServer(ControllerServer(Store(tmp_path / "c.db"), "127.0.0.1:0"))
+    gpu = Agent(
+        srv.port,
+        pb.NodeIdentity(node_id="p0-g0", kind=pb.NODE_KIND_GPU),
+        pb.GpuInventory(gpus=[pb.GpuInfo(gpu_id="p0-g0")]),
+    )
+    try:
+        wait_for("empty state", lambda: len(gpu.states) == 1)
+        assert gpu.states[0].epoch == 0 and gpu.states[0].tables == {}
+        srv.call(lambda: srv.server.core.apply_plan(sample_plan().to_json()))
+        wait_for("epoch 1", lambda: gpu.epoch == 1)
+        assert sorted(gpu.client.state.tables) == ["prefill/0/0"]
+        assert gpu.client.connects == 1  # no error, no reconnect
+    finally:
+        gpu.stop()
+        srv.stop()

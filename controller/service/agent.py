@@ -236,6 +236,8 @@ class AgentClient:
             )
             raise _Reconnect(f"epoch {upd.epoch} not applied") from exc
         self.state = new
+        if upd.epoch == 0:
+            return  # the controller has issued no epoch yet (no plan): nothing to ack
         stub.Ack(
             pb.AckRequest(
                 identity=self.identity, session_id=self.session, epoch=upd.epoch, ok=True
