@@ -126,7 +126,7 @@ def metric(port: int, name: str) -> float:
     return 0.0
 
 
-def start_controller(procs: Procs, tmp: Path, plan: Path) -> int:
+def start_controller(procs: Procs, tmp: Path, plan: Path, extra: tuple[str, ...] = ()) -> int:
     port_file = tmp / "cport"
     port_file.unlink(missing_ok=True)
     procs.metrics_port = free_port()
@@ -145,6 +145,7 @@ def start_controller(procs: Procs, tmp: Path, plan: Path) -> int:
             str(port_file),
             "--metrics-port",
             str(procs.metrics_port),
+            *extra,
         ],
     )
     wait_for("controller port", port_file.exists)
@@ -162,7 +163,13 @@ def start_softswitch(procs: Procs, port: int = 0) -> int:
     return int(line.split("=")[1])
 
 
-def start_agent(procs: Procs, sw_port: int, ctl_port: int, ports: list[str] = PORTS) -> None:
+def start_agent(
+    procs: Procs,
+    sw_port: int,
+    ctl_port: int,
+    ports: list[str] = PORTS,
+    extra: tuple[str, ...] = (),
+) -> None:
     args = [
         "-m",
         "agents.switch",
@@ -177,6 +184,7 @@ def start_agent(procs: Procs, sw_port: int, ctl_port: int, ports: list[str] = PO
         "--telemetry-interval",
         "0.2",
     ]
+    args += list(extra)
     for spec in ports:
         args += ["--port", spec]
     procs.start("agent", args)
@@ -387,6 +395,36 @@ def _worker(w: int, group: int, agg: int) -> dict:
         "result": list(msg.values),
         "header": [msg.header.group_id, msg.header.agg_index, bool(msg.header.is_result)],
     }
+
+
+@pytest.mark.slow
+def test_switch_agent_over_mutual_tls(procs: Procs, tmp_path: Path) -> None:
+    """The agent process speaks mutual TLS to the controller: with a certificate naming
+    s1 it is served; with one naming s2 it is refused and nothing reaches the switch."""
+    from pki import CA
+
+    ca = CA()
+    (tmp_path / "ca.crt").write_bytes(ca.pem)
+    scert, skey = ca.issue("controller", ips=("127.0.0.1",), server=True).write(tmp_path, "srv")
+    plan = tmp_path / "plan.json"
+    sample_plan(ina_groups=1, workers=4).save(plan)
+    ca_file = str(tmp_path / "ca.crt")
+    ctl = start_controller(
+        procs, tmp_path, plan, ("--tls-cert", scert, "--tls-key", skey, "--tls-ca", ca_file)
+    )
+    sw = start_softswitch(procs)
+    wrong_c, wrong_k = ca.issue("s2").write(tmp_path, "s2")
+    start_agent(
+        procs, sw, ctl, extra=("--tls-cert", wrong_c, "--tls-key", wrong_k, "--tls-ca", ca_file)
+    )
+    wait_for("refusal", lambda: "PERMISSION_DENIED" in procs.log("agent"), 60)
+    assert table_or_none(sw) == []
+    procs.kill("agent")
+    good_c, good_k = ca.issue("s1").write(tmp_path, "s1")
+    start_agent(
+        procs, sw, ctl, extra=("--tls-cert", good_c, "--tls-key", good_k, "--tls-ca", ca_file)
+    )
+    wait_for("entries over TLS", lambda: table_or_none(sw) == expected_entries([(1, 0, 8)]), 60)
 
 
 _DESIRED = """
