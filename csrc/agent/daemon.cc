@@ -119,6 +119,12 @@ json::Value TableJson(const pb::PolicyTable& t) {
   return o;
 }
 
+std::string Secs(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", s);
+  return buf;
+}
+
 std::shared_ptr<grpc::ChannelCredentials> Credentials(const Options& o, std::string* error) {
   if (o.tls_ca.empty()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions ssl;
@@ -356,7 +362,7 @@ int Daemon::Run() {
     std::string error;
     auto creds = Credentials(opts_, &error);
     if (!creds) {
-      Log("ERROR", error + "; retrying in " + std::to_string(backoff) + " s");
+      Log("ERROR", error + "; retrying in " + Secs(backoff));
       if (!Sleep(backoff)) break;
       backoff = std::min(opts_.max_backoff_s, backoff * 2);
       continue;
@@ -396,8 +402,11 @@ int Daemon::Run() {
     if (!st.ok()) {
       Log("ERROR", "cannot register with the controller at " + opts_.controller + ": " +
                        st.error_message() + " (code " +
-                       std::to_string(static_cast<int>(st.error_code())) + "); retrying in " +
-                       std::to_string(backoff) + " s, last good tables stay published");
+                       std::to_string(static_cast<int>(st.error_code())) + ")" +
+                       (opts_.tls_ca.empty() ? ""
+                                             : " [TLS: is the controller's certificate signed by "
+                                               "--tls-ca, and ours by the controller's CA?]") +
+                       "; retrying in " + Secs(backoff) + ", last good tables stay published");
       if (!Sleep(backoff)) break;
       backoff = std::min(opts_.max_backoff_s, backoff * 2);
       continue;

@@ -95,12 +95,13 @@ struct GroupFeed {
     }
     if (h) {
       uint64_t s = __atomic_load_n(&h->seq, __ATOMIC_ACQUIRE);
-      if (s == shm_seq_hint.load(std::memory_order_relaxed)) return;
+      if (s == shm_seq_hint.load(std::memory_order_acquire)) return;
     } else if (NowNs() < next_open_ns.load(std::memory_order_relaxed)) {
       return;  // segment missing: retry opening at most every 100 ms
     }
-    std::unique_lock<std::mutex> lock(refresh_mu, std::try_to_lock);
-    if (!lock.owns_lock()) return;
+    // Block (not try-lock) while another context refreshes: a context must not choose before
+    // the tables already in shm reach the store, or ranks could diverge. Only on a change.
+    std::lock_guard<std::mutex> lock(refresh_mu);
     if (!seg.is_open()) {
       std::string err;
       if (!seg.Open(shm_name, &err)) {
@@ -118,7 +119,13 @@ struct GroupFeed {
     std::string payload;
     auto st = seg.Read(&shm_seq_seen, &payload);
     if (st == shm::Segment::ReadStatus::kBusy || st == shm::Segment::ReadStatus::kEmpty) return;
-    shm_seq_hint.store(shm_seq_seen, std::memory_order_relaxed);
+    // The hint moves only after the store holds the new tables (other contexts skip the lock
+    // once they see it).
+    struct HintOnExit {
+      GroupFeed* f;
+      ~HintOnExit() { f->shm_seq_hint.store(f->shm_seq_seen, std::memory_order_release); }
+    } hint_on_exit{this};
+    if (st == shm::Segment::ReadStatus::kUnchanged) return;
     if (st == shm::Segment::ReadStatus::kGarbled) {
       if (!warned_garbled.exchange(true)) {
         LogTo(log, HS_NCCL_LOG_WARN, "garbled policy segment %s ignored; keeping the last good table",
@@ -140,10 +147,11 @@ struct GroupFeed {
     }
     for (const auto& tv : tables->items()) {
       auto t = std::make_shared<PolicyTable>();
+      err.clear();
       if (!heroserve::ParseTable(tv, t.get(), &err) || t->group_id != group) {
         if (!warned_bad_table.exchange(true)) {
           LogTo(log, HS_NCCL_LOG_WARN, "bad table in %s ignored: %s", shm_name.c_str(),
-                t->group_id != group ? "group mismatch" : err.c_str());
+                err.empty() ? "group mismatch" : err.c_str());
         }
         continue;
       }
