@@ -50,7 +50,9 @@ def main() -> int:
     if not BINARY.exists():
         print(f"{BINARY} is not built: run `make cxx` first", file=sys.stderr)
         return 2
-    out = subprocess.run([str(BINARY), iters], check=True, capture_output=True, text=True).stdout
+    plugin = ROOT / "build" / "csrc" / "libnccl-tuner-heroserve.so"
+    cmd = [str(BINARY), iters] + ([str(plugin)] if plugin.exists() else [])
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     print(out, end="")
     cpp16 = None
     for line in out.splitlines():

@@ -9,7 +9,13 @@
 #include <thread>
 #include <vector>
 
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "heroserve/policy.h"
+#include "heroserve/shm.h"
+#include "nccl_tuner_abi.h"
 
 using heroserve::Policy;
 using heroserve::PolicyTable;
@@ -76,6 +82,46 @@ static double SelectNs(size_t n, int threads, uint64_t iters) {
   return mean / threads;
 }
 
+// Whole plugin path: ns per getCollInfo (shm check, table store poll, selection, counters,
+// cost-table rewrite) with a 16-policy table published in a private segment.
+static void PluginNs(const char* path, uint64_t iters) {
+  std::string prefix = "bench" + std::to_string(getpid()) + ".";
+  setenv("HEROSERVE_SHM_PREFIX", prefix.c_str(), 1);
+  setenv("HEROSERVE_GROUP", "bench/0/0", 1);
+  heroserve::shm::Segment seg;
+  std::string err;
+  std::string name = heroserve::shm::SegmentName("bench/0/0");
+  if (!seg.Create(name, 1 << 20, &err) ||
+      !seg.Publish("{\"tables\": [" + heroserve::TableToJson(*MakeTable(16, 1)) + "]}", 1, &err)) {
+    std::printf("plugin_ns skipped: %s\n", err.c_str());
+    return;
+  }
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  auto* v6 = lib ? static_cast<const hsTunerV6*>(dlsym(lib, HS_TUNER_SYMBOL_V6)) : nullptr;
+  if (!v6) {
+    std::printf("plugin_ns skipped: cannot load %s\n", path);
+    shm_unlink(name.c_str());
+    return;
+  }
+  void* ctx = nullptr;
+  v6->init(&ctx, 1, 8, 1, nullptr, nullptr, nullptr);
+  float table[HS_NUM_ALGORITHMS][HS_NUM_PROTOCOLS];
+  int nch = 0;
+  auto t0 = Clock::now();
+  for (uint64_t i = 0; i < iters; ++i) {
+    for (auto& row : table)
+      for (float& c : row) c = 1.0f;
+    v6->getCollInfo(ctx, HS_NCCL_FUNC_ALLREDUCE, 4096u << (i & 15), 1,
+                    reinterpret_cast<float**>(table), HS_NUM_ALGORITHMS, HS_NUM_PROTOCOLS, 0,
+                    &nch);
+  }
+  double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
+              static_cast<double>(iters);
+  std::printf("plugin_getcollinfo policies=16 ns_per_call=%.1f\n", ns);
+  v6->finalize(ctx);
+  shm_unlink(name.c_str());
+}
+
 int main(int argc, char** argv) {
   uint64_t iters = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 2000000;
   for (size_t n : {16u, 256u}) {
@@ -133,5 +179,6 @@ int main(int argc, char** argv) {
     std::printf("utilisation_windows policies=%zu updates_per_s=%.0f\n", n,
                 static_cast<double>(windows) / secs);
   }
+  if (argc > 2) PluginNs(argv[2], iters);
   return 0;
 }
