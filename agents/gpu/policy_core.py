@@ -111,6 +111,8 @@ class PolicyCore:
 
     def select(self, nbytes: int | float) -> int:
         """Eqs. 16-17 for ``nbytes`` bytes; returns the policy id (J in ``last_cost``)."""
+        if not float(nbytes) >= 0.0:
+            raise ValueError(f"transfer size must be >= 0 bytes, got {nbytes!r}")
         pid = ctypes.c_uint32()
         cost = ctypes.c_double()
         if self._lib.hs_scheduler_select(self._h, float(nbytes), pid, cost) != 0:

@@ -186,6 +186,7 @@ struct Context {
   uint64_t counted_version = 0;
   hsTunerStats stats{};
   bool warned_no_table = false;
+  uint64_t late_seen = 0;
   bool warned_unsupported = false;
 };
 
@@ -259,6 +260,13 @@ bool Decide(Context* ctx, hsNcclFunc coll, size_t nbytes, Selection* sel) {
             ctx->feed->group.c_str());
     }
     return false;
+  }
+  if (ctx->sched->late_tables() != ctx->late_seen) {
+    ctx->late_seen = ctx->sched->late_tables();
+    LogTo(ctx->log, HS_NCCL_LOG_WARN,
+          "group %s: a table arrived after its apply_from_seq (now at collective %llu); ranks "
+          "may disagree until the next version, the controller's margin is too small",
+          ctx->feed->group.c_str(), static_cast<unsigned long long>(sel->seq));
   }
   ++ctx->stats.selections;
   ctx->stats.table_version = sel->version;
