@@ -398,7 +398,16 @@ int Daemon::Run() {
     grpc::ClientContext rctx;
     rctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     pb::RegisterResponse rresp;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_.load()) break;
+      stream_ctx_ = &rctx;  // so Stop() cancels a registration in progress
+    }
     grpc::Status st = stub->Register(&rctx, reg, &rresp);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stream_ctx_ = nullptr;
+    }
     if (!st.ok()) {
       Log("ERROR", "cannot register with the controller at " + opts_.controller + ": " +
                        st.error_message() + " (code " +
