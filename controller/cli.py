@@ -197,6 +197,25 @@ COMMANDS["topology"] = (
 )
 
 
+def _controller(argv: list[str]) -> int:
+    from controller.service import main as controller_main
+
+    return controller_main(argv)
+
+
+def _softswitch(argv: list[str]) -> int:
+    from agents.softswitch import main as softswitch_main
+
+    return softswitch_main(argv)
+
+
+# Commands whose own parser takes every argument after the command name.
+PASSTHROUGH: dict[str, tuple[str, Callable[[list[str]], int]]] = {
+    "controller": ("run the controller: gRPC service for switch and GPU agents", _controller),
+    "softswitch": ("run the executable model of the P4 INA switch (P4Runtime server)", _softswitch),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="heroserve",
@@ -205,10 +224,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_, add_args, _) in COMMANDS.items():
         add_args(sub.add_parser(name, help=help_, description=help_))
+    for name, (help_, _) in PASSTHROUGH.items():
+        sub.add_parser(name, help=help_, add_help=False)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in PASSTHROUGH:
+        return PASSTHROUGH[argv[0]][1](argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -55,6 +55,70 @@ def path_time(fabric: Fabric, path: Path, nbytes: float) -> float:
     return flow_times(fabric, [(path, nbytes)])[0]
 
 
+class _Loads:
+    """Link loads of a set of flows with each flow's time kept current, so that trying one
+    more route costs O(its hops + flows sharing them) instead of re-pricing every flow."""
+
+    def __init__(self, fabric: Fabric) -> None:
+        self.table = fabric.link_table
+        self.load: dict[tuple[str, str], float] = defaultdict(float)
+        self.on_edge: dict[tuple[str, str], list[int]] = defaultdict(list)
+        self.edges: list[list[tuple[str, str]]] = []
+        self.nbytes: list[float] = []
+        self.times: list[float] = []
+
+    def _time(self, edges: list[tuple[str, str]]) -> float:
+        t = 0.0
+        for e in edges:
+            inv_bw, lat = self.table[e]
+            t += self.load[e] * inv_bw + lat
+        return t
+
+    def trial(self, path: Path, nbytes: float) -> float:
+        """Slowest flow if a flow of ``nbytes`` on ``path`` joined."""
+        delta: dict[int, float] = defaultdict(float)
+        own = 0.0
+        for e in zip(path, path[1:], strict=False):
+            inv_bw, lat = self.table[e]
+            own += (self.load[e] + nbytes) * inv_bw + lat
+            for i in self.on_edge[e]:
+                delta[i] += nbytes * inv_bw
+        worst = max(self.times, default=0.0)
+        for i, d in delta.items():
+            worst = max(worst, self.times[i] + d)
+        return max(worst, own)
+
+    def _place(self, k: int, edges: list[tuple[str, str]], sign: float) -> None:
+        nb = self.nbytes[k] * sign
+        for e in edges:
+            self.load[e] += nb
+            if sign < 0:
+                self.on_edge[e].remove(k)
+            for i in self.on_edge[e]:
+                self.times[i] += nb * self.table[e][0]
+            if sign > 0:
+                self.on_edge[e].append(k)
+
+    def add(self, path: Path, nbytes: float) -> int:
+        k = len(self.edges)
+        self.edges.append(list(zip(path, path[1:], strict=False)))
+        self.nbytes.append(nbytes)
+        self.times.append(0.0)
+        self._place(k, self.edges[k], 1.0)
+        self.times[k] = self._time(self.edges[k])
+        return k
+
+    def move(self, k: int, path: Path) -> None:
+        """Re-route flow ``k``."""
+        self._place(k, self.edges[k], -1.0)
+        self.edges[k] = list(zip(path, path[1:], strict=False))
+        self._place(k, self.edges[k], 1.0)
+        self.times[k] = self._time(self.edges[k])
+
+    def worst(self) -> float:
+        return max(self.times, default=0.0)
+
+
 def choose_routes(
     fabric: Fabric,
     options: Sequence[Sequence[Path]],
@@ -66,32 +130,37 @@ def choose_routes(
 
     Greedy in flow order, then up to ``sweeps`` rounds in which each flow re-picks its route
     given the others. ``background`` flows share the links but are not re-routed. Returns the
-    routes and the time of the slowest flow. O(sweeps * F * R) pricings of F flows with R
-    candidate routes each."""
+    routes and the time of the slowest flow. Each try is priced incrementally (``_Loads``):
+    O(sweeps * F * R * (hops + sharing flows)) for F flows with R candidate routes."""
     if any(len(o) == 0 for o in options):
         raise ValueError("a flow has no route")
-    bg = list(background)
-
-    def worst(routes: list[Path]) -> float:
-        return max(flow_times(fabric, bg + list(zip(routes, nbytes, strict=False))))
-
+    state = _Loads(fabric)
+    for p, b in background:
+        state.add(p, b)
+    base = len(background)
     chosen: list[Path] = []
-    for opts in options:
-        chosen.append(min(opts, key=lambda p: worst(chosen + [p])))
-    best = worst(chosen)
+    for opts, nb in zip(options, nbytes, strict=True):
+        best = min(opts, key=lambda p: state.trial(p, nb)) if len(opts) > 1 else opts[0]
+        chosen.append(best)
+        state.add(best, nb)
     for _ in range(sweeps):
         improved = False
         for i, opts in enumerate(options):
+            if len(opts) < 2:
+                continue
+            current = state.worst()
             for p in opts:
                 if p is chosen[i]:
                     continue
-                trial = chosen[:i] + [p] + chosen[i + 1 :]
-                t = worst(trial)
-                if t < best - 1e-15:
-                    chosen, best, improved = trial, t, True
+                old = chosen[i]
+                state.move(base + i, p)
+                if state.worst() < current - 1e-15:
+                    chosen[i], current, improved = p, state.worst(), True
+                else:
+                    state.move(base + i, old)
         if not improved:
             break
-    return chosen, best
+    return chosen, state.worst()
 
 
 @dataclass
@@ -153,6 +222,22 @@ def ring_order(fabric: Fabric, members: Sequence[str]) -> list[str]:
     return sorted(members, key=lambda n: (g.nodes[n].get("server") or "", g.nodes[n]["index"], n))
 
 
+def rail_routes(fabric: Fabric, src: str, dst: str) -> list[Path]:
+    """NCCL's routes for one inter-server channel: leave through the source GPU's own NIC or,
+    with PXN, through an NVLink peer's NIC on the destination's rail; arrive at the destination
+    GPU's own NIC."""
+    g = fabric.g
+    rails = {e[-1] for e in fabric.exits(dst) if len(e) == 2}
+    keep = []
+    for r in fabric.routes_between(src, dst):
+        if g.nodes[r[-2]]["kind"] != "switch":
+            continue  # enters through a peer's NIC
+        first = next(n for n in r if g.nodes[n]["kind"] == "switch")
+        if r[1] == first or first in rails:
+            keep.append(r)
+    return keep or fabric.routes_between(src, dst)
+
+
 def ring_pattern(
     fabric: Fabric, members: Sequence[str], nbytes: float, params: NetParams
 ) -> CommPattern:
@@ -192,9 +277,11 @@ def ring_pattern(
     for i, b in enumerate(blocks):
         nxt = blocks[(i + 1) % len(blocks)]
         for c in range(channels):
-            options.append(fabric.routes_between(b[c], nxt[c]))
+            options.append(rail_routes(fabric, b[c], nxt[c]))
             sizes.append(nbytes * share / channels)
-    cross, _ = choose_routes(fabric, options, sizes, background=[(q, s * nbytes) for q, s in intra])
+    cross, _ = choose_routes(
+        fabric, options, sizes, sweeps=1, background=[(q, s * nbytes) for q, s in intra]
+    )
     for i, b in enumerate(blocks):  # the plan's ring edge from a server's last GPU onwards
         nxt = blocks[(i + 1) % len(blocks)][0]
         paths[b[-1]] = min(

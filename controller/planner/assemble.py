@@ -10,6 +10,7 @@ import math
 from controller.costmodel.network import CommPattern
 from controller.plan import Group, Instance, KVTransfer, PhasePlan, Plan, Predicted, SlotRange
 from controller.planner.evaluate import Evaluator, InstanceEval, PhaseResult, combine
+from controller.planner.grouping import PodGroups
 from controller.planner.search import SearchResult
 from controller.topology.fabric import Fabric
 from controller.topology.graph import DEFAULT_AGGREGATOR_SLOTS, DEFAULT_SLOT_BYTES
@@ -141,6 +142,11 @@ def _phase_plan(ev: Evaluator, res: PhaseResult, n_used: int, groups: list[Group
     )
 
 
+def _one_pod(res: PhaseResult) -> PodGroups:
+    groups = [s for i in res.groups for s in i]
+    return PodGroups(None, [x for grp in groups for x in grp], groups)
+
+
 def build_plan(result: SearchResult, planner: str, topology: str, workload: str) -> Plan:
     ev = result.evaluator
     problem = ev.problem
@@ -154,8 +160,8 @@ def build_plan(result: SearchResult, planner: str, topology: str, workload: str)
     notes = []
     if forced:  # some groups lost INA to the slot limit: price them as rings again
         notes.append(f"{len(forced)} group(s) fell back to ring: aggregator slots exhausted")
-        pre = ev.prefill_phase(pre.tp, pre.pp, [s for i in pre.groups for s in i])
-        dec = ev.decode_phase(dec.tp, dec.pp, [s for i in dec.groups for s in i], result.t_f)
+        pre = ev.prefill_phase(pre.tp, pre.pp, [_one_pod(pre)])
+        dec = ev.decode_phase(dec.tp, dec.pp, [_one_pod(dec)], result.t_f)
         comb = combine(pre, dec, problem.sla.ttft_s) or comb
     pred = Predicted(
         ttft_s=comb.ttft_s,

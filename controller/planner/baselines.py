@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from controller.planner.evaluate import Evaluator
-from controller.planner.grouping import packed_groups
+from controller.planner.grouping import PodGroups, by_pods, packed_groups
 from controller.planner.options import Policy
 
 DISTSERVE = Policy(
@@ -46,5 +46,5 @@ DS_ATP = Policy(
 
 def packed_grouper(
     ev: Evaluator, role: str, pool: list[str], tp: int, pp: int, nbytes: float
-) -> list[list[str]]:
-    return packed_groups(ev.g, pool, tp)
+) -> list[PodGroups]:
+    return by_pods(ev.g, pool, tp, pp, lambda pod: packed_groups(ev.g, pod, tp), ev.problem.say)

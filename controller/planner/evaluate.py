@@ -8,8 +8,8 @@ same way, so their predictions are comparable and the simulator can re-use them.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from controller.costmodel.kvcache import KVFlow, kv_shares
 from controller.costmodel.network import CommPattern, flow_times, ina_pattern, ring_pattern
 from controller.costmodel.queueing import max_rate_within, pk_queue_delay
 from controller.models.gpus import gpu_spec
-from controller.planner.grouping import latency_matrix
+from controller.planner.grouping import PodGroups, latency_matrix
 from controller.planner.options import Policy, Problem
 from controller.topology.fabric import Fabric
 from controller.topology.graph import SWITCH, gpus
@@ -89,6 +89,7 @@ class Evaluator:
         self.net = problem.options.net
         self._coeffs: dict[str, ComputeCoefficients] = {}
         self._groups: dict[tuple, GroupEval] = {}
+        self._pod_cache: dict[tuple, tuple] = {}
         w = problem.workload
         self.mean_in, self.mean_in2, self.mean_out = w.mean_input, w.mean_input_sq, w.mean_output
 
@@ -112,12 +113,16 @@ class Evaluator:
 
     # -- groups (Alg. 2) -----------------------------------------------------------------
     def ina_candidates(self, members: Sequence[str]) -> list[str]:
-        """Switches a group may aggregate on: those its routes reach first and their
-        neighbours one tier up, INA-capable only (Alg. 2 line 7)."""
-        first = {e[-1] for m in members for e in self.ina_fabric.exits(m)}
+        """Switches a group may aggregate on (Alg. 2 line 7): the first-hop switches its
+        members' routes reach; the tier above them only when no first-hop switch is reachable
+        by every member (a higher tier only adds hops otherwise). INA-capable only."""
+        reach = [{e[-1] for e in self.ina_fabric.exits(m)} for m in members]
+        first = set().union(*reach)
+        common = set.intersection(*reach) if reach else set()
         near = set(first)
-        for a in first:
-            near.update(v for v in self.g.neighbors(a) if self.g.nodes[v]["kind"] == SWITCH)
+        if not common:
+            for a in first:
+                near.update(v for v in self.g.neighbors(a) if self.g.nodes[v]["kind"] == SWITCH)
         return sorted(s for s in near if self.g.nodes[s].get("ina"))
 
     def group(self, members: Sequence[str], nbytes: float) -> GroupEval:
@@ -167,11 +172,14 @@ class Evaluator:
         n = len(a)
         return float(np.min(np.max(d[:n, n:], axis=0)))
 
-    def order_stages(self, groups: list[list[str]], pp: int) -> list[list[list[str]]]:
+    def order_stages(
+        self, groups: list[list[str]], pp: int
+    ) -> tuple[list[list[list[str]]], list[list[str]]]:
         """Chain groups into instances of ``pp`` stages: start from the first free group (in
-        server order) and append the free group with the cheapest pipeline hop."""
+        server order) and append the free group with the cheapest pipeline hop. Returns the
+        instances and the groups left over."""
         if pp == 1:
-            return [[grp] for grp in groups]
+            return [[grp] for grp in groups], []
         nbytes = self.prefill_bytes()
         free = list(groups)
         out = []
@@ -184,6 +192,41 @@ class Evaluator:
                 )
                 chain.append(free.pop(best))
             out.append(chain)
+        return out, free
+
+    def instances(
+        self,
+        tag: tuple,
+        pods: list[PodGroups],
+        pp: int,
+        evaluate: Callable[[list[list[str]]], InstanceEval],
+    ) -> list[InstanceEval]:
+        """Form and evaluate the instances of every pod; twin pods reuse the first one's
+        results renamed by position. Groups left over in pods are chained across pods."""
+        out: list[InstanceEval] = []
+        leftovers: list[list[str]] = []
+        for pg in pods:
+            ck = (tag, pg.key) if pg.key is not None else None
+            hit = self._pod_cache.get(ck) if ck is not None else None
+            if hit is not None:
+                first, evals, rest = hit
+                pos = {x: i for i, x in enumerate(first)}
+
+                def rename(xs: list[str], pg: PodGroups = pg, pos: dict = pos) -> list[str]:
+                    return [pg.members[pos[x]] for x in xs]
+
+                out += [replace(e, stages=[rename(st) for st in e.stages]) for e in evals]
+                leftovers += [rename(grp) for grp in rest]
+                continue
+            insts, rest = self.order_stages(pg.groups, pp)
+            evals = [evaluate(st) for st in insts]
+            if ck is not None:
+                self._pod_cache[ck] = (pg.members, evals, rest)
+            out += evals
+            leftovers += rest
+        if len(leftovers) >= pp:
+            insts, _ = self.order_stages(leftovers, pp)
+            out += [evaluate(st) for st in insts]
         return out
 
     # -- instances -----------------------------------------------------------------------
@@ -301,18 +344,27 @@ class Evaluator:
             x for x in role_gpus(self.problem, role) if self.g.nodes[x]["memory_gb"] * GB >= need
         ]
 
-    def prefill_phase(self, tp: int, pp: int, groups: list[list[str]]) -> PhaseResult:
-        insts = self.order_stages(groups, pp)
-        res = PhaseResult("prefill", tp, pp, insts)
-        res.instances = [self.prefill_instance(s) for s in insts]
-        res.gpu_type = _types(self.g, insts)
-        return res
+    def prefill_phase(self, tp: int, pp: int, pods: list[PodGroups]) -> PhaseResult:
+        evals = self.instances(
+            ("prefill", tp, pp, self._forced_key()), pods, pp, self.prefill_instance
+        )
+        return self._phase("prefill", tp, pp, evals)
 
-    def decode_phase(self, tp: int, pp: int, groups: list[list[str]], t_f: float) -> PhaseResult:
-        insts = self.order_stages(groups, pp)
-        res = PhaseResult("decode", tp, pp, insts)
-        res.instances = [self.decode_instance(s, t_f) for s in insts]
-        res.gpu_type = _types(self.g, insts)
+    def decode_phase(self, tp: int, pp: int, pods: list[PodGroups], t_f: float) -> PhaseResult:
+        evals = self.instances(
+            ("decode", tp, pp, t_f, self._forced_key()),
+            pods,
+            pp,
+            lambda st: self.decode_instance(st, t_f),
+        )
+        return self._phase("decode", tp, pp, evals)
+
+    def _forced_key(self) -> int:
+        return len(self.forced_ring())
+
+    def _phase(self, role: str, tp: int, pp: int, evals: list[InstanceEval]) -> PhaseResult:
+        res = PhaseResult(role, tp, pp, [e.stages for e in evals], evals)
+        res.gpu_type = _types(self.g, res.groups)
         return res
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 from controller.errors import InputError
 from controller.planner.evaluate import Evaluator
+from controller.planner.grouping import PodGroups
 from controller.planner.heroserve import POLICY as HEROSERVE
 from controller.planner.options import Policy
 
@@ -67,10 +68,11 @@ def exhaustive_grouper(
     subsets = combinations(pool, usable) if usable != len(pool) else [tuple(pool)]
     for subset in subsets:
         for part in partitions(list(subset), tp):
+            one = [PodGroups(None, pool, part)]
             if role == "prefill":
-                cap = ev.prefill_phase(tp, pp, part).capacity
+                cap = ev.prefill_phase(tp, pp, one).capacity
             else:
-                cap = ev.decode_phase(tp, pp, part, 0.0).capacity
+                cap = ev.decode_phase(tp, pp, one, 0.0).capacity
             if cap > best_cap + 1e-12:
                 best, best_cap = part, cap
-    return best or []
+    return [PodGroups(None, pool, best or [])]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import networkx as nx
 import numpy as np
@@ -176,3 +177,43 @@ def pod_signature(g: nx.Graph, pod: Sequence[str]) -> tuple:
         d = g.nodes[a]
         sw_keys.append((k, d.get("ina"), d.get("aggregator_slots"), tuple(up)))
     return (tuple(gpu_keys), tuple(sw_keys))
+
+
+@dataclass
+class PodGroups:
+    """The groups formed inside one pod. Pods with the same ``key`` (signature) are twins:
+    their groups, instances and costs are the same up to renaming GPUs by position."""
+
+    key: tuple | None
+    members: list[str]
+    groups: list[list[str]]
+
+
+def by_pods(
+    g: nx.Graph,
+    pool: Sequence[str],
+    tp: int,
+    pp: int,
+    group_fn: Callable[[list[str]], list[list[str]]],
+    say: Callable[[str], None] | None = None,
+) -> list[PodGroups]:
+    """Run ``group_fn`` on each pod of ``pool``, once per distinct pod signature; twins get
+    the first pod's grouping renamed by position. One pod (the whole pool) when a pod cannot
+    hold an instance."""
+    parts = pods(g, pool)
+    if len(parts) == 1 or min(len(p) for p in parts) < tp * pp:
+        return [PodGroups(None, list(pool), group_fn(list(pool)))]
+    cache: dict[tuple, list[list[int]]] = {}
+    out = []
+    for k, pod in enumerate(parts):
+        if say is not None and len(parts) > 8 and k % max(1, len(parts) // 4) == 0:
+            say(f"    TP={tp} PP={pp}: pod {k + 1}/{len(parts)}, {len(cache)} distinct so far")
+        sig = pod_signature(g, pod)
+        if sig in cache:
+            groups = [[pod[i] for i in grp] for grp in cache[sig]]
+        else:
+            groups = group_fn(pod)
+            index = {x: i for i, x in enumerate(pod)}
+            cache[sig] = [[index[x] for x in grp] for grp in groups]
+        out.append(PodGroups(sig, pod, groups))
+    return out

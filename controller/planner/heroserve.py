@@ -10,13 +10,13 @@ import numpy as np
 
 from controller.planner.evaluate import Evaluator
 from controller.planner.grouping import (
+    PodGroups,
+    by_pods,
     kmeans_groups,
     latency_matrix,
     mds_embedding,
     packed_groups,
     perturb,
-    pod_signature,
-    pods,
 )
 from controller.planner.options import Policy
 
@@ -44,6 +44,10 @@ def group_pod(
 ) -> list[list[str]]:
     """Alg. 2 lines 2-22 for one pod: embed, cluster, perturb. The server-packed grouping is a
     second starting point, so HeroServe never does worse than locality alone."""
+    usable = len(members) // tp * tp
+    members = members[:usable]
+    if not members:
+        return []
     d = latency_matrix(ev.ring_fabric if ev.policy.ina_relay else ev.ina_fabric, members, nbytes)
     coords = mds_embedding(d)
     finite = d[np.isfinite(d)]
@@ -63,29 +67,8 @@ def group_pod(
 
 def heroserve_grouper(
     ev: Evaluator, role: str, pool: list[str], tp: int, pp: int, nbytes: float
-) -> list[list[str]]:
+) -> list[PodGroups]:
     rng = random.Random(ev.problem.options.seed * 1000003 + tp * 101 + pp)
-    parts = pods(ev.g, pool)
-    if min(len(p) for p in parts) < tp * pp:
-        parts = [pool]  # pods too small for an instance: group the whole pool at once
-    cache: dict[tuple, list[list[int]]] = {}
-    groups: list[list[str]] = []
-    leftovers: list[str] = []
-    for k, pod in enumerate(parts):
-        if len(parts) > 8 and k % max(1, len(parts) // 10) == 0:
-            ev.problem.say(f"    {role} TP={tp} PP={pp}: pod {k + 1}/{len(parts)}")
-        usable = len(pod) // tp * tp
-        sig = (pod_signature(ev.g, pod), usable) if len(parts) > 1 else None
-        if sig is not None and sig in cache:
-            pos = cache[sig]
-            got = [[pod[i] for i in grp] for grp in pos]
-        else:
-            got = group_pod(ev, pod[:usable], tp, nbytes, rng) if usable else []
-            if sig is not None:
-                index = {x: i for i, x in enumerate(pod)}
-                cache[sig] = [[index[x] for x in grp] for grp in got]
-        groups += got
-        leftovers += pod[usable:]
-    if len(leftovers) >= tp:
-        groups += packed_groups(ev.g, leftovers, tp)
-    return groups
+    return by_pods(
+        ev.g, pool, tp, pp, lambda pod: group_pod(ev, pod, tp, nbytes, rng), ev.problem.say
+    )

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from controller.errors import InputError
 from controller.planner.candidates import tp_pp_candidates
 from controller.planner.evaluate import Combination, Evaluator, PhaseResult, combine, role_gpus
+from controller.planner.grouping import PodGroups
 from controller.planner.options import Policy, Problem
 
 # A grouper turns a pool of GPUs into TP-sized groups for one phase.
-Grouper = Callable[[Evaluator, str, list[str], int, int, float], list[list[str]]]
+Grouper = Callable[[Evaluator, str, list[str], int, int, float], list[PodGroups]]
 
 
 @dataclass
