@@ -1,0 +1,61 @@
+"""Discrete-event simulator of a disaggregated prefill/decode cluster running a plan
+(DESIGN.md §7). ``simulate(plan, cluster, workload, rate, n)`` is the one-call entry;
+``build_model`` + ``Simulator`` reuse a priced plan across runs (rate sweeps)."""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from controller.errors import InputError
+from controller.plan import Plan
+from controller.sim.engine import SimOptions, Simulator
+from controller.sim.metrics import SimResult
+from controller.sim.model import PlanModel, build_model
+from controller.workload import Request, Workload
+
+
+def make_requests(
+    workload: Workload, rate: float, n: int, seed: int = 0, cv: float = 1.0
+) -> list[Request]:
+    """``n`` requests at ``rate`` req/s (Poisson when cv = 1, gamma otherwise). A trace with
+    timestamps keeps its own arrival times, rescaled to ``rate``."""
+    if not rate > 0:
+        raise InputError(f"request rate must be positive, got {rate}")
+    if cv <= 0:
+        raise InputError(f"arrival CV must be positive, got {cv}")
+    if workload.arrivals is not None and len(workload.arrivals) > 1:
+        t = workload.arrivals - workload.arrivals.min()
+        span = float(t.max())
+        k = min(n, len(t))
+        scale = ((k - 1) / rate) / float(sorted(t)[k - 1]) if span > 0 else 1.0
+        order = sorted(range(len(t)), key=lambda i: t[i])[:k]
+        return [
+            Request(float(t[i]) * scale, int(workload.inputs[i]), int(workload.outputs[i]))
+            for i in order
+        ]
+    return workload.requests(rate, n, seed, cv)
+
+
+def simulate(
+    plan: Plan,
+    cluster: nx.Graph,
+    workload: Workload,
+    rate: float,
+    n: int = 2000,
+    seed: int = 0,
+    cv: float = 1.0,
+    options: SimOptions | None = None,
+) -> SimResult:
+    model = build_model(plan, cluster, workload)
+    return Simulator(model, options).run(make_requests(workload, rate, n, seed, cv))
+
+
+__all__ = [
+    "PlanModel",
+    "SimOptions",
+    "SimResult",
+    "Simulator",
+    "build_model",
+    "make_requests",
+    "simulate",
+]

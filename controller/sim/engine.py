@@ -1,0 +1,427 @@
+"""The discrete-event simulator of a disaggregated cluster running a plan (DESIGN.md §7).
+
+A heap of events in simulated seconds. Requests arrive (Poisson, gamma or a trace), queue FCFS
+at the prefill instance with the least work, are batched up to a token budget and flow through
+the instance's pipeline stages; when the last stage finishes, the first token is out (TTFT; the
+KV transfer is not part of it, as in the planner's Eq. 3) and the request's KV cache moves to
+the decode instance with the most room (Eqs. 14-15, as link flows that contend). Decode
+instances run continuous batching: ``P_pipe`` micro-batches of at most the plan's batch size
+cycle through the stages, requests join a micro-batch at the start of its next step when their
+KV cache has arrived, and leave after their last token. Every stage iteration is an activity
+of the fluid network (``network.py``): its compute time (Eqs. 12-13) plus the 2 L/P_pipe
+all-reduces of its layers over the links of the policy in use (the plan's, or the online
+scheduler's choice, ``scheduler.py``) plus the pipeline hop (Eq. 6).
+
+Each request's TPOT is (last token - first token) / (output tokens - 1): it includes the KV
+transfer once, spread over the tokens (the planner's Eq. 4 charges T_f to every token, an upper
+bound; the low-load test compares each term with the cost model separately).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import random
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from controller.errors import InputError
+from controller.sim.metrics import SimResult, summarise
+from controller.sim.model import CommOption, InstanceModel, PlanModel, StageModel
+from controller.sim.network import Activity, FluidNetwork
+from controller.sim.scheduler import GroupSchedulers
+from controller.workload import Request
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    prefill_token_budget: int = 2048  # most input tokens in one prefill batch
+    online_scheduler: bool = False  # DESIGN.md §8 on every group with several policies
+    window_s: float = 0.05  # T_u: the scheduler's utilisation window
+    gamma: float = 0.3  # Eq. 18 smoothing
+    kv_samples: int = 400  # points of the KV-memory timeline
+    route_choices: int = 2  # instances compared per routing decision when there are many
+    seed: int = 0  # routing tie-breaks among many instances
+
+
+@dataclass
+class _PrefillState:
+    model: InstanceModel
+    queue: deque = field(default_factory=deque)
+    inbox: list[deque] = field(default_factory=list)
+    busy: list[bool] = field(default_factory=list)
+    work_tokens: float = 0.0  # tokens queued or in flight (the routing load)
+    speed: float = 1.0  # seconds per token when alone (routing weight)
+
+
+@dataclass
+class _MicroBatch:
+    index: int
+    reqs: set = field(default_factory=set)
+    k_ctx: float = 0.0  # context tokens held by its requests
+    step: int = 0
+    ends: dict = field(default_factory=dict)  # step -> requests finishing at it
+    running: bool = False
+
+
+@dataclass
+class _DecodeState:
+    model: InstanceModel
+    mbs: list[_MicroBatch] = field(default_factory=list)
+    inbox: list[deque] = field(default_factory=list)
+    busy: list[bool] = field(default_factory=list)
+    waiting: deque = field(default_factory=deque)  # KV arrived, waiting for a batch slot
+    pending: deque = field(default_factory=deque)  # waiting for KV room before the transfer
+    reserved: float = 0.0  # tokens of transfers in flight and of waiting requests
+    members: int = 0  # requests assigned (pending, transferring, waiting or decoding)
+
+    def tokens(self) -> float:
+        return self.reserved + sum(m.k_ctx for m in self.mbs)
+
+
+class Simulator:
+    """One run: ``Simulator(model, options).run(requests)`` -> :class:`SimResult`."""
+
+    def __init__(self, model: PlanModel, options: SimOptions | None = None) -> None:
+        self.m = model
+        self.o = options or SimOptions()
+        if self.o.window_s <= 0:
+            raise InputError(f"scheduler window must be positive, got {self.o.window_s}")
+
+    # -- set-up --------------------------------------------------------------------------
+    def _reset(self, requests: list[Request]) -> None:
+        m = self.m
+        self.now = 0.0
+        self.events: list = []
+        self._seq = itertools.count()
+        self.links = m.links
+        lk = self.links
+        for i in range(len(lk)):
+            lk.load[i] = 0.0
+            lk.stretch[i] = 1.0
+            lk.on[i].clear()
+            lk.bytes[i] = 0.0
+            lk.window_bytes[i] = 0.0
+        self.net = FluidNetwork(lk, self.events, lambda: next(self._seq))
+        self.rng = random.Random(self.o.seed)
+        n = len(requests)
+        self.reqs = requests
+        self.inp = [r.input_tokens for r in requests]
+        self.out = [r.output_tokens for r in requests]
+        self.arrival = [r.arrival_s for r in requests]
+        self.start_pf = [math.nan] * n
+        self.first = [math.nan] * n
+        self.kv_done = [math.nan] * n
+        self.finish = [math.nan] * n
+        self.dec_of = [-1] * n
+        self.pre_of = [-1] * n
+        self.pre = []
+        for im in m.prefill:
+            st = _PrefillState(im)
+            st.inbox = [deque() for _ in im.stages]
+            st.busy = [False] * len(im.stages)
+            # seconds per token of a mean request alone: the least-work routing weight
+            ev = m.evaluator
+            st.speed = ev.prefill_instance([s.gpus for s in im.stages]).serve_s / max(
+                1.0, ev.mean_in
+            )
+            self.pre.append(st)
+        self.dec = []
+        for im in m.decode:
+            st = _DecodeState(im)
+            st.mbs = [_MicroBatch(i) for i in range(im.pp)]
+            st.inbox = [deque() for _ in im.stages]
+            st.busy = [False] * len(im.stages)
+            self.dec.append(st)
+        self.sched = (
+            GroupSchedulers(m, self.o.window_s, self.o.gamma) if self.o.online_scheduler else None
+        )
+        # statistics
+        self.q_len = 0  # requests waiting for prefill
+        self.q_area = 0.0
+        self.sys_len = 0
+        self.sys_area = 0.0
+        self.last_t = 0.0
+        self.ina_bytes = 0.0
+        self.ar_bytes = 0.0
+        self.kv_bytes = 0.0
+        self.policy_use: dict[str, int] = {}
+        self.kv_peak_frac = 0.0
+        self.kv_peak_tokens_gpu = 0.0
+        self.kv_timeline: list[tuple[float, float]] = []
+        self.kv_overflow = 0
+        self.done = 0
+
+    def _push(self, t: float, kind: str, payload) -> None:
+        heapq.heappush(self.events, (t, next(self._seq), kind, payload))
+
+    # -- run -----------------------------------------------------------------------------
+    def run(self, requests: list[Request]) -> SimResult:
+        if not requests:
+            raise InputError("no requests to simulate")
+        t0 = time.perf_counter()
+        self._reset(requests)
+        order = sorted(range(len(requests)), key=lambda i: self.arrival[i])
+        self._order = order
+        self._next_arrival = 0
+        self._push(self.arrival[order[0]], "arr", None)
+        span = max(self.arrival[order[-1]] - self.arrival[order[0]], 1e-3)
+        self._sample_dt = span / max(1, self.o.kv_samples // 2)
+        self._push(0.0, "kv", None)
+        if self.sched is not None:
+            self._push(self.o.window_s, "win", None)
+        n_events = 0
+        ev = self.events
+        pop = heapq.heappop
+        total = len(requests)
+        while ev:
+            t, _, kind, payload = pop(ev)
+            if self.done == total and kind in ("kv", "win"):
+                continue  # periodic events stop once every request has finished
+            dt = t - self.last_t
+            if dt > 0:
+                self.q_area += self.q_len * dt
+                self.sys_area += self.sys_len * dt
+                self.last_t = t
+            self.now = t
+            n_events += 1
+            if kind == "act":
+                a = self.net.finish(payload[0], payload[1], t)
+                if a is not None:
+                    a.on_done(t)
+            elif kind == "arr":
+                self._arrive()
+            elif kind == "kv":
+                self._sample_kv()
+                self._push(t + self._sample_dt, "kv", None)
+            elif kind == "win":
+                self.net.book()
+                self.sched.close_window(self.links)
+                self._push(t + self.o.window_s, "win", None)
+        self.net.book()
+        wall = time.perf_counter() - t0
+        return summarise(self, wall, n_events)
+
+    # -- arrivals and prefill ------------------------------------------------------------
+    def _choose(self, n: int, load) -> int:
+        """Least-loaded instance; among many, the better of ``route_choices`` random ones
+        (power of d choices: near-optimal balance at O(d) per decision)."""
+        if n <= 8:
+            return min(range(n), key=load)
+        cands = self.rng.sample(range(n), min(n, self.o.route_choices))
+        return min(cands, key=load)
+
+    def _arrive(self) -> None:
+        r = self._order[self._next_arrival]
+        self._next_arrival += 1
+        if self._next_arrival < len(self._order):
+            self._push(self.arrival[self._order[self._next_arrival]], "arr", None)
+        p = self._choose(len(self.pre), lambda i: self.pre[i].work_tokens * self.pre[i].speed)
+        st = self.pre[p]
+        self.pre_of[r] = p
+        st.queue.append(r)
+        st.work_tokens += self.inp[r]
+        self.q_len += 1
+        self.sys_len += 1
+        self._prefill_try(st, 0)
+
+    def _prefill_try(self, st: _PrefillState, i: int) -> None:
+        if st.busy[i]:
+            return
+        if i == 0:
+            if not st.queue:
+                return
+            batch, k, k2 = [], 0, 0.0
+            budget = self.o.prefill_token_budget
+            while st.queue and (not batch or k + self.inp[st.queue[0]] <= budget):
+                r = st.queue.popleft()
+                batch.append(r)
+                k += self.inp[r]
+                k2 += float(self.inp[r]) ** 2
+                self.start_pf[r] = self.now
+            self.q_len -= len(batch)
+            item = (batch, k, k2)
+        else:
+            if not st.inbox[i]:
+                return
+            item = st.inbox[i].popleft()
+        st.busy[i] = True
+        stage = st.model.stages[i]
+        batch, k, k2 = item
+        compute = self.m.prefill_compute(st.model, stage, k, k2)
+        nbytes = self.m.message_bytes(k)
+        hop = self.m.hop(stage, nbytes)
+
+        def done(now: float, st=st, i=i, item=item) -> None:
+            st.busy[i] = False
+            if i + 1 < len(st.model.stages):
+                st.inbox[i + 1].append(item)
+                self._prefill_try(st, i + 1)
+            else:
+                self._prefill_done(st, item)
+            self._prefill_try(st, i)
+
+        self._iteration(stage, compute + hop, nbytes, done)
+
+    def _prefill_done(self, st: _PrefillState, item) -> None:
+        batch, k, _ = item
+        st.work_tokens -= k
+        for r in batch:
+            self.first[r] = self.now
+            if self.out[r] <= 1:  # the first token was the last: no decode
+                self._finish(r)
+                continue
+            d = self._choose(
+                len(self.dec),
+                lambda j: (
+                    self.dec[j].members / (self.dec[j].model.max_batch * self.dec[j].model.pp)
+                ),
+            )
+            ds = self.dec[d]
+            self.dec_of[r] = d
+            ds.members += 1
+            ds.pending.append(r)
+            self._kv_try(ds)
+
+    # -- KV transfer ---------------------------------------------------------------------
+    def _kv_try(self, ds: _DecodeState) -> None:
+        """Start the KV transfers the decode instance has room for (FCFS; the cache stays on
+        the prefill GPUs until then)."""
+        cap = ds.model.kv_capacity_tokens
+        while ds.pending:
+            r = ds.pending[0]
+            need = self.inp[r] + 1
+            if ds.tokens() + need > cap and ds.tokens() > 0:
+                return
+            ds.pending.popleft()
+            ds.reserved += need
+            self._note_kv(ds)
+            kvm = self.m.kv(self.pre_of[r], self.dec_of[r])
+            tok = float(self.inp[r])
+
+            def done(now: float, r=r, ds=ds) -> None:
+                self.kv_done[r] = now
+                ds.waiting.append(r)
+                for mb in ds.mbs:
+                    if not mb.running:
+                        self._begin_step(ds, mb)
+
+            a = Activity(
+                0.0, 1.0, tok, kvm.flows, kvm.envelope, 1.0, (kvm.bytes_per_token, tok), done,
+                kvm.links, ("kv", self.pre_of[r], self.dec_of[r]),
+            )  # fmt: skip
+            self.kv_bytes += tok * self.m.model.kv_bytes_per_token()
+            self.net.start(a, self.now)
+
+    # -- decode --------------------------------------------------------------------------
+    def _begin_step(self, ds: _DecodeState, mb: _MicroBatch) -> None:
+        """Continuous batching: admit waiting requests, then queue the micro-batch for stage
+        0, or park it when it is empty."""
+        cap = ds.model.max_batch
+        while ds.waiting and len(mb.reqs) < cap:
+            r = ds.waiting.popleft()
+            need = self.inp[r] + 1
+            ds.reserved -= need
+            mb.k_ctx += need
+            mb.reqs.add(r)
+            mb.ends.setdefault(mb.step + self.out[r] - 1, []).append(r)
+        if not mb.reqs:
+            mb.running = False
+            return
+        mb.running = True
+        ds.inbox[0].append(mb)
+        self._decode_try(ds, 0)
+
+    def _decode_try(self, ds: _DecodeState, i: int) -> None:
+        if ds.busy[i] or not ds.inbox[i]:
+            return
+        mb = ds.inbox[i].popleft()
+        ds.busy[i] = True
+        stage = ds.model.stages[i]
+        b = len(mb.reqs)
+        compute = self.m.decode_compute(ds.model, stage, b, mb.k_ctx)
+        nbytes = self.m.message_bytes(b)
+        hop = self.m.hop(stage, nbytes)
+
+        def done(now: float, ds=ds, i=i, mb=mb) -> None:
+            ds.busy[i] = False
+            if i + 1 < len(ds.model.stages):
+                ds.inbox[i + 1].append(mb)
+                self._decode_try(ds, i + 1)
+            else:
+                self._step_done(ds, mb)
+            self._decode_try(ds, i)
+
+        self._iteration(stage, compute + hop, nbytes, done)
+
+    def _step_done(self, ds: _DecodeState, mb: _MicroBatch) -> None:
+        mb.step += 1
+        mb.k_ctx += len(mb.reqs)
+        for r in mb.ends.pop(mb.step, ()):
+            mb.reqs.discard(r)
+            mb.k_ctx -= self.inp[r] + self.out[r]
+            ds.members -= 1
+            self._finish(r)
+        self._note_kv(ds)
+        self._begin_step(ds, mb)
+        if ds.pending:
+            self._kv_try(ds)
+
+    def _finish(self, r: int) -> None:
+        self.finish[r] = self.now
+        self.sys_len -= 1
+        self.done += 1
+
+    # -- one stage iteration over the network --------------------------------------------
+    def _iteration(self, stage: StageModel, fixed_s: float, nbytes: float, done) -> None:
+        """Start one stage's iteration: ``fixed_s`` of compute and pipeline hop plus
+        2 L/P_pipe all-reduces of ``nbytes`` bytes under the policy in use."""
+        if not stage.options:
+            a = Activity(fixed_s, 0.0, 0.0, (), (), 0.0, None, done)
+            self.net.start(a, self.now)
+            return
+        n_ar = 2.0 * stage.layers
+        k = 0
+        if self.sched is not None:
+            k = self.sched.choose(stage, n_ar * nbytes)
+        opt: CommOption = stage.options[k]
+        a = Activity(
+            fixed_s + n_ar * (opt.rounds * opt.per_round_s + opt.fixed_s),
+            n_ar * opt.rounds,
+            nbytes,
+            opt.flows,
+            opt.envelope,
+            0.0,
+            (opt.bytes_per_byte, nbytes * n_ar),
+            done,
+            opt.links,
+            ("it", id(stage), k),
+        )
+        base = a.base_s = a.time_alone()
+        # the share of its time the iteration spends on the network (its link weight)
+        a.weight = (base - fixed_s) / base if base > 0 else 0.0
+        self.ar_bytes += n_ar * nbytes
+        if opt.scheme == "ina":
+            self.ina_bytes += n_ar * nbytes
+        key = f"{opt.scheme}:{opt.switch}" if opt.switch else opt.scheme
+        self.policy_use[key] = self.policy_use.get(key, 0) + 1
+        self.net.start(a, self.now)
+
+    # -- KV memory -----------------------------------------------------------------------
+    def _note_kv(self, ds: _DecodeState) -> None:
+        tok = ds.tokens()
+        cap = ds.model.kv_capacity_tokens
+        per_gpu = tok / (ds.model.tp * ds.model.pp)
+        if per_gpu > self.kv_peak_tokens_gpu:
+            self.kv_peak_tokens_gpu = per_gpu
+        if cap > 0 and tok / cap > self.kv_peak_frac:
+            self.kv_peak_frac = tok / cap
+        if tok > cap:
+            self.kv_overflow += 1
+
+    def _sample_kv(self) -> None:
+        used = sum(d.tokens() for d in self.dec)
+        cap = sum(d.model.kv_capacity_tokens for d in self.dec)
+        self.kv_timeline.append((self.now, used / cap if cap > 0 else 0.0))

@@ -1,0 +1,152 @@
+"""What a simulation run reports (DESIGN.md §7): per-request TTFT, TPOT and end-to-end latency,
+SLA attainment, percentiles, INA throughput, link utilisation and KV-cache memory.
+
+Units: seconds, bytes, bytes/s; utilisation and attainment are fractions."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from controller.sim.engine import Simulator
+
+
+def _pct(x: np.ndarray) -> dict[str, float]:
+    if x.size == 0:
+        return {"mean": math.nan, "p50": math.nan, "p90": math.nan, "p99": math.nan}
+    return {
+        "mean": float(np.mean(x)),
+        "p50": float(np.percentile(x, 50)),
+        "p90": float(np.percentile(x, 90)),
+        "p99": float(np.percentile(x, 99)),
+    }
+
+
+@dataclass
+class SimResult:
+    requests: int
+    finished: int
+    offered_rate: float  # requests/s of the arrivals (n - 1 over the arrival span)
+    duration_s: float  # first arrival to last finish
+    gpus_used: int
+    sla: dict[str, float]
+    attainment: float  # fraction meeting TTFT and TPOT bounds
+    ttft_s: dict[str, float]
+    tpot_s: dict[str, float]
+    e2e_s: dict[str, float]
+    kv_transfer_s: dict[str, float]
+    ina_throughput_Bps: float  # bytes of all-reduce messages aggregated in switches per second
+    allreduce_throughput_Bps: float  # all-reduce message bytes per second, any scheme
+    policy_use: dict[str, int]  # stage iterations per all-reduce policy
+    peak_kv_bytes_per_gpu: float  # KV cache on the busiest decode GPU at its peak
+    peak_kv_fraction: float  # of that instance's KV room
+    kv_overflow_events: int  # times a decode instance held more KV than its room
+    ethernet_util: dict[str, float]  # over Ethernet links that carried traffic: mean, max, cv
+    little: dict[str, float]  # prefill queue: L (time average), lambda, W, L / (lambda W)
+    wall_s: float
+    events: int
+    rerates: int  # activities re-rated by contention mid-flight
+    kv_timeline: list[tuple[float, float]] = field(default_factory=list)
+    per_request: dict[str, list[float]] = field(default_factory=dict)
+    link_util: dict[str, float] = field(default_factory=dict)  # undirected id -> busier way
+
+    def to_dict(self, per_request: bool = False) -> dict[str, Any]:
+        d = asdict(self)
+        if not per_request:
+            d.pop("per_request")
+            d.pop("link_util")
+        return d
+
+    @property
+    def requests_per_wall_s(self) -> float:
+        return self.requests / self.wall_s if self.wall_s > 0 else math.inf
+
+
+def summarise(sim: Simulator, wall_s: float, events: int) -> SimResult:
+    from controller.topology.graph import link_id
+
+    m = sim.m
+    arr = np.asarray(sim.arrival, dtype=float)
+    first = np.asarray(sim.first, dtype=float)
+    fin = np.asarray(sim.finish, dtype=float)
+    out = np.asarray(sim.out, dtype=float)
+    kvd = np.asarray(sim.kv_done, dtype=float)
+    start = np.asarray(sim.start_pf, dtype=float)
+    done = ~np.isnan(fin)
+    ttft = first - arr
+    tpot = np.where(out > 1, (fin - first) / np.maximum(out - 1, 1), 0.0)
+    e2e = fin - arr
+    sla = dict(m.plan.sla)
+    ok = done & (ttft <= sla["ttft_s"]) & (tpot <= sla["tpot_s"])
+    t_begin = float(np.min(arr))
+    t_end = float(np.nanmax(fin)) if done.any() else float(sim.now)
+    span = max(t_end - t_begin, 1e-12)
+    n = len(arr)
+    arr_span = float(np.max(arr) - t_begin)
+    offered = (n - 1) / arr_span if arr_span > 0 else math.inf
+    # Little's law on the prefill queue over the whole run (queue empty at both ends)
+    wait = start - arr
+    lam = n / span
+    w_q = float(np.nanmean(wait))
+    l_q = sim.q_area / span
+    little = {
+        "L": l_q,
+        "lambda": lam,
+        "W": w_q,
+        "ratio": l_q / (lam * w_q) if lam * w_q > 0 else 1.0,
+    }
+    lk = sim.links
+    util: dict[str, float] = {}
+    eth = []
+    for e, (u, v) in enumerate(lk.ends):
+        if lk.bytes[e] <= 0:
+            continue
+        x = lk.bytes[e] / (lk.capacity[e] * span)
+        lid = link_id(u, v)
+        util[lid] = max(util.get(lid, 0.0), x)
+        if m.cluster.edges[u, v]["link"] == "ethernet":
+            eth.append(x)
+    ev = np.asarray(eth)
+    ethernet = {
+        "links": float(ev.size),
+        "mean": float(ev.mean()) if ev.size else 0.0,
+        "max": float(ev.max()) if ev.size else 0.0,
+        "cv": float(ev.std() / ev.mean()) if ev.size and ev.mean() > 0 else 0.0,
+    }
+    kvpt = m.model.kv_bytes_per_token()
+    return SimResult(
+        requests=n,
+        finished=int(done.sum()),
+        offered_rate=offered,
+        duration_s=span,
+        gpus_used=m.gpus_used,
+        sla=sla,
+        attainment=float(ok.mean()),
+        ttft_s=_pct(ttft[done]),
+        tpot_s=_pct(tpot[done & (out > 1)]),
+        e2e_s=_pct(e2e[done]),
+        kv_transfer_s=_pct((kvd - first)[~np.isnan(kvd)]),
+        ina_throughput_Bps=sim.ina_bytes / span,
+        allreduce_throughput_Bps=sim.ar_bytes / span,
+        policy_use=dict(sorted(sim.policy_use.items())),
+        peak_kv_bytes_per_gpu=sim.kv_peak_tokens_gpu * kvpt,
+        peak_kv_fraction=sim.kv_peak_frac,
+        kv_overflow_events=sim.kv_overflow,
+        ethernet_util=ethernet,
+        little=little,
+        wall_s=wall_s,
+        events=events,
+        rerates=sim.net.rerates,
+        kv_timeline=sim.kv_timeline,
+        per_request={
+            "arrival_s": arr.tolist(),
+            "ttft_s": ttft.tolist(),
+            "tpot_s": tpot.tolist(),
+            "e2e_s": e2e.tolist(),
+        },
+        link_util=util,
+    )

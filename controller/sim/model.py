@@ -1,0 +1,369 @@
+"""What the simulator needs from a plan, priced by the planner's own cost functions.
+
+``PlanModel`` rebuilds the planner's :class:`~controller.planner.evaluate.Evaluator` for the
+plan (same problem, same planner policy) and derives from it, per instance and stage, the
+compute time (Eqs. 12-13), the pipeline hop (Eq. 6), the candidate all-reduce policies of the
+stage's group as flows over directed links (Eqs. 8-11, ``CommPattern``) and, per prefill/decode
+instance pair, the KV-cache transfer (Eqs. 14-15). Because these are the evaluator's functions
+and routes, a lone request in the simulator takes exactly the time the cost model predicts
+(the low-load validation in tests/test_sim_validation.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from controller.costmodel.compute import decode_layer_time, layer_weights, prefill_layer_time
+from controller.costmodel.kvcache import kv_shares
+from controller.costmodel.network import T_AGG_S, CommPattern, flow_times
+from controller.errors import InputError
+from controller.models import model_spec
+from controller.models.specs import ModelSpec
+from controller.plan import Group, Plan
+from controller.planner import PLANNERS, PlannerOptions, Problem
+from controller.planner.evaluate import Evaluator
+from controller.planner.heroserve import POLICY as HEROSERVE_POLICY
+from controller.sim.network import Flow, Links, envelope
+from controller.topology.fabric import Fabric
+from controller.topology.graph import link_id
+from controller.workload import SLA, Workload
+
+
+@dataclass
+class CommOption:
+    """One way to run a group's all-reduce (a candidate policy of DESIGN.md §8): its flows as
+    per-byte link terms, and the table fields the online scheduler needs.
+
+    One all-reduce of D bytes costs
+    ``rounds * (max_f (D * sum_e k_fe x_e + lat_f) + per_round_s) + fixed_s``."""
+
+    scheme: str  # "ina" or "ring"
+    switch: str | None
+    flows: tuple[Flow, ...]  # k_fe in s per byte of message
+    rounds: float
+    per_round_s: float
+    fixed_s: float
+    links: tuple[int, ...]  # every directed link it loads
+    bytes_per_byte: dict[int, float]  # bytes on each link per byte of message
+    link_ids: tuple[str, ...]  # undirected ids, for the policy table
+    bottleneck: float  # bytes/s, smallest capacity among its links
+    envelope: tuple[tuple[float, float], ...] = ()  # undominated (sum k, lat) of the flows
+
+    def time(self, nbytes: float) -> float:
+        """Uncontended time of one all-reduce of ``nbytes`` bytes per GPU, s."""
+        if not self.envelope:
+            return 0.0
+        worst = max(nbytes * k + lat for k, lat in self.envelope)
+        return self.rounds * (worst + self.per_round_s) + self.fixed_s
+
+
+def comm_option(links: Links, fabric: Fabric, pattern: CommPattern) -> CommOption:
+    """Turn a cost-model ``CommPattern`` into link terms (same arithmetic as
+    ``costmodel.network.flow_times``: a link's load is every flow of the collective on it)."""
+    load: dict[int, float] = {}
+    paths = []
+    for path, share in pattern.flows:
+        idx = links.path_links(path)
+        paths.append((path, idx))
+        for e in idx:
+            load[e] = load.get(e, 0.0) + share
+    table = fabric.link_table
+    flows = []
+    for path, idx in paths:
+        terms = tuple((e, load[e] * links.inv_bw[e]) for e in idx)
+        lat = sum(table[(u, v)][1] for u, v in zip(path, path[1:], strict=False))
+        flows.append((terms, lat))
+    per_byte = {e: s * pattern.rounds for e, s in load.items()}
+    all_links = set(load)
+    if pattern.scheme == "ina":
+        # collection climbs the routes, the result comes back down them (full duplex): one
+        # round each way, so each direction carries the share once
+        per_byte = {}
+        for path, share in pattern.flows:
+            for u, v in zip(path, path[1:], strict=False):
+                for e in (links.index[(u, v)], links.index[(v, u)]):
+                    per_byte[e] = per_byte.get(e, 0.0) + share
+                    all_links.add(e)
+    ids = sorted({link_id(*links.ends[e]) for e in all_links})
+    bottleneck = min((links.capacity[e] for e in all_links), default=math.inf)
+    return CommOption(
+        pattern.scheme,
+        pattern.switch,
+        tuple(flows),
+        float(pattern.rounds),
+        pattern.per_round_s,
+        pattern.fixed_s,
+        tuple(sorted(all_links)),
+        per_byte,
+        tuple(ids),
+        bottleneck,
+        envelope(flows),
+    )
+
+
+@dataclass
+class StageModel:
+    """One pipeline stage of one instance."""
+
+    gpus: list[str]
+    layers: float  # L / P_pipe
+    options: list[CommOption]  # options[0] is the plan's choice; empty for TP = 1
+    group_id: str  # "<role>/<instance>/<stage>" as in docs/policy-table.md
+    next_stage: list[str] | None  # the following stage's GPUs (for the pipeline hop)
+
+
+@dataclass
+class InstanceModel:
+    role: str
+    index: int
+    stages: list[StageModel]
+    tp: int
+    pp: int
+    gpu_type: str  # the slowest type in the instance, whose coefficients price compute
+    kv_capacity_tokens: float = math.inf  # decode: KV cache room over all its GPUs, tokens
+    max_batch: int = 0  # decode: requests per micro-batch (the plan's batch size)
+    # Eq. 13 per layer = max(a, b * batch) + c * k_ctx + d
+    decode_terms: tuple[float, float, float, float] = (0.0, 0.0, 0.0, 0.0)
+
+    @property
+    def gpus(self) -> list[str]:
+        return [g for s in self.stages for g in s.gpus]
+
+
+@dataclass
+class KVModel:
+    """KV transfer of one request between a prefill and a decode instance, per input token:
+    one flow per prefill GPU (its shares go one after the other, Eq. 15)."""
+
+    flows: tuple[Flow, ...]
+    links: tuple[int, ...]
+    bytes_per_token: dict[int, float]
+    envelope: tuple[tuple[float, float], ...] = ()
+
+    def time(self, tokens: float) -> float:
+        """Uncontended T_f of a request of ``tokens`` input tokens, s (Eqs. 14-15)."""
+        return max((tokens * k + lat for k, lat in self.envelope), default=0.0)
+
+
+@dataclass
+class PlanModel:
+    plan: Plan
+    cluster: nx.Graph
+    model: ModelSpec
+    evaluator: Evaluator
+    links: Links
+    prefill: list[InstanceModel]
+    decode: list[InstanceModel]
+    _kv: dict[tuple[int, int], KVModel] = field(default_factory=dict)
+    _hops: dict[tuple, float] = field(default_factory=dict)
+    _hop_memo: dict[tuple, float] = field(default_factory=dict)
+
+    @property
+    def gpus_used(self) -> int:
+        return sum(len(i.gpus) for i in self.prefill + self.decode)
+
+    # -- compute (Eqs. 12-13) ------------------------------------------------------------
+    def prefill_compute(self, inst: InstanceModel, stage: StageModel, k: float, k2: float) -> float:
+        co = self.evaluator.coeffs(inst.gpu_type)
+        return stage.layers * prefill_layer_time(co, self.model, inst.tp, k, k2)
+
+    def decode_compute(
+        self, inst: InstanceModel, stage: StageModel, batch: int, k_ctx: float
+    ) -> float:
+        """Eq. 13 over the stage's layers, s. The terms of ``decode_layer_time`` are
+        precomputed per instance (the hot path of a run); a test checks they agree."""
+        a, b, c, d = inst.decode_terms
+        w = a if a > b * batch else b * batch
+        return stage.layers * (w + c * k_ctx + d)
+
+    def decode_compute_reference(
+        self, inst: InstanceModel, stage: StageModel, batch: int, k_ctx: float
+    ) -> float:
+        co = self.evaluator.coeffs(inst.gpu_type)
+        return stage.layers * decode_layer_time(co, self.model, inst.tp, batch, k_ctx)
+
+    def message_bytes(self, tokens: float) -> float:
+        """One all-reduce moves tokens * h * dtype bytes per GPU (DESIGN.md §5)."""
+        return self.evaluator.activation_bytes(tokens)
+
+    # -- pipeline hop (Eq. 6) ------------------------------------------------------------
+    def hop(self, stage: StageModel, nbytes: float) -> float:
+        """Eq. 6 for the activation after ``stage``: exact at powers of 2^(1/4) bytes and
+        linear in between (a hop is affine in D along any fixed route)."""
+        if stage.next_stage is None or nbytes <= 0:
+            return 0.0
+        key = (id(stage), nbytes)
+        hit = self._hop_memo.get(key)
+        if hit is not None:
+            return hit
+        lo = math.floor(4 * math.log2(nbytes)) / 4
+        d0, d1 = 2.0**lo, 2.0 ** (lo + 0.25)
+        t0, t1 = self._hop_at(stage, d0), self._hop_at(stage, d1)
+        hit = t0 + (nbytes - d0) * (t1 - t0) / (d1 - d0)
+        if len(self._hop_memo) < 100_000:
+            self._hop_memo[key] = hit
+        return hit
+
+    def _hop_at(self, stage: StageModel, nbytes: float) -> float:
+        key = (id(stage), nbytes)
+        hit = self._hops.get(key)
+        if hit is None:
+            hit = self.evaluator.pipeline_hop_time(stage.gpus, stage.next_stage, nbytes)
+            self._hops[key] = hit
+        return hit
+
+    # -- KV transfer (Eqs. 14-15) --------------------------------------------------------
+    def kv(self, pre: int, dec: int) -> KVModel:
+        """The KV transfer from prefill instance ``pre`` to decode instance ``dec``, with the
+        evaluator's routes (each flow's cheapest alone at the workload's mean input)."""
+        key = (pre, dec)
+        hit = self._kv.get(key)
+        if hit is not None:
+            return hit
+        ev = self.evaluator
+        fab = ev.ring_fabric
+        kvpt = self.model.kv_bytes_per_token()
+        pst = [s.gpus for s in self.prefill[pre].stages]
+        dst = [s.gpus for s in self.decode[dec].stages]
+        specs = kv_shares(self.model, pst, dst)
+        routes = []
+        for s, d, f in specs:
+            opts = fab.routes_between(s, d)
+            ref = f * kvpt * ev.mean_in
+            routes.append(min(opts, key=lambda p, ref=ref: flow_times(fab, [(p, ref)])[0]))
+        lk = self.links
+        load: dict[int, float] = {}
+        idx = []
+        for (_, _, f), r in zip(specs, routes, strict=True):
+            li = lk.path_links(r)
+            idx.append(li)
+            for e in li:
+                load[e] = load.get(e, 0.0) + f * kvpt
+        table = fab.link_table
+        per_src: dict[str, tuple[dict[int, float], float]] = {}
+        for (s, _, _), r, li in zip(specs, routes, idx, strict=True):
+            terms, lat = per_src.get(s, ({}, 0.0))
+            for e in li:
+                terms[e] = terms.get(e, 0.0) + load[e] * lk.inv_bw[e]
+            lat += sum(table[(u, v)][1] for u, v in zip(r, r[1:], strict=False))
+            per_src[s] = (terms, lat)
+        flows = tuple((tuple(t.items()), lat) for t, lat in per_src.values())
+        out = KVModel(flows, tuple(sorted(load)), load, envelope(flows))
+        self._kv[key] = out
+        return out
+
+
+def _policy_for(planner: str):
+    if planner in PLANNERS:
+        return PLANNERS[planner][0]
+    return HEROSERVE_POLICY  # plans of other planners: price them with every option allowed
+
+
+def _check_plan(plan: Plan, g: nx.Graph) -> None:
+    missing = [x for x in plan.all_gpus() if x not in g or g.nodes[x].get("kind") != "gpu"]
+    if missing:
+        raise InputError(
+            f"plan for topology {plan.topology!r} names GPU(s) not in cluster {g.name!r}: "
+            f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"
+        )
+    for phase in (plan.prefill, plan.decode):
+        if not phase.instances:
+            raise InputError(f"plan has no {phase.role} instance")
+        for gr in phase.groups:
+            for path in gr.paths.values():
+                for u, v in zip(path, path[1:], strict=False):
+                    if not g.has_edge(u, v):
+                        raise InputError(
+                            f"plan's {phase.role} group {gr.instance}/{gr.stage} uses link "
+                            f"{u}-{v}, absent from cluster {g.name!r}"
+                        )
+    if plan.decode.batch_size < 1:
+        raise InputError("plan's decode batch size is below 1")
+
+
+def build_model(plan: Plan, cluster: nx.Graph, workload: Workload) -> PlanModel:
+    """Price ``plan`` on ``cluster``; raise InputError when the plan does not fit it."""
+    _check_plan(plan, cluster)
+    model = model_spec(plan.model)
+    sla = SLA(plan.sla["ttft_s"], plan.sla["tpot_s"], plan.sla.get("attainment", 0.9))
+    problem = Problem(cluster, model, workload, sla, PlannerOptions())
+    ev = Evaluator(problem, _policy_for(plan.planner))
+    links = Links(cluster)
+    out = PlanModel(plan, cluster, model, ev, links, [], [])
+    kvpt = model.kv_bytes_per_token()
+    for phase, dest in ((plan.prefill, out.prefill), (plan.decode, out.decode)):
+        groups = {(gr.instance, gr.stage): gr for gr in phase.groups}
+        for k, inst in enumerate(phase.instances):
+            ref = (
+                ev.prefill_bytes()
+                if phase.role == "prefill"
+                else ev.activation_bytes(max(1, phase.batch_size))
+            )
+            stages = []
+            for s, members in enumerate(inst.stages):
+                gr = groups.get((k, s))
+                opts = _options(ev, links, members, ref, gr)
+                nxt = inst.stages[s + 1] if s + 1 < len(inst.stages) else None
+                stages.append(
+                    StageModel(
+                        list(members),
+                        model.layers / len(inst.stages),
+                        opts,
+                        f"{phase.role}/{k}/{s}",
+                        list(nxt) if nxt else None,
+                    )
+                )
+            all_gpus = [x for st in inst.stages for x in st]
+            im = InstanceModel(
+                phase.role,
+                k,
+                stages,
+                len(inst.stages[0]),
+                len(inst.stages),
+                ev.slowest_type(all_gpus),
+            )
+            co = ev.coeffs(im.gpu_type)
+            w = layer_weights(model)
+            im.decode_terms = (
+                co.c4 * w / im.tp,
+                co.c1 * w / im.tp,
+                co.c5 / im.tp * 3 * model.kv_dim,
+                co.c6,
+            )
+            if phase.role == "decode":
+                room = ev.kv_room_bytes(all_gpus, im.tp, im.pp)
+                im.kv_capacity_tokens = max(0.0, room) * im.tp * im.pp / kvpt
+                im.max_batch = max(1, phase.batch_size)
+            dest.append(im)
+    return out
+
+
+def _options(
+    ev: Evaluator, links: Links, members: list[str], ref: float, gr: Group | None
+) -> list[CommOption]:
+    """Candidate all-reduce policies of a group, the plan's choice first: the ring and INA at
+    every switch the planner's policy allows (Alg. 2 line 7)."""
+    if len(members) < 2:
+        return []
+    ge = ev.group(members, ref)
+    ring = comm_option(links, ev.ring_fabric, ge.ring)
+    inas = [comm_option(links, ev.ina_fabric, p) for p in ge.ina]
+    if gr is not None and gr.scheme == "ina" and gr.switch is not None:
+        chosen = next((o for o in inas if o.switch == gr.switch), None)
+        if chosen is None:  # the plan's own routes (another planner's choice)
+            wire = ev.net.ina_element_bytes / ev.net.dtype_bytes
+            pattern = CommPattern(
+                "ina",
+                [(list(p), wire) for p in gr.paths.values()],
+                2,
+                0.0,
+                T_AGG_S + ev.net.ina_host_s,
+                gr.switch,
+                {m: list(p) for m, p in gr.paths.items()},
+            )
+            chosen = comm_option(links, ev.ina_fabric, pattern)
+        return [chosen, ring, *[o for o in inas if o is not chosen]]
+    return [ring, *inas]
