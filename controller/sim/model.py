@@ -71,30 +71,43 @@ def comm_option(links: Links, fabric: Fabric, pattern: CommPattern) -> CommOptio
         for e in idx:
             load[e] = load.get(e, 0.0) + share
     table = fabric.link_table
-    flows = []
-    for path, idx in paths:
-        terms = tuple((e, load[e] * links.inv_bw[e]) for e in idx)
-        lat = sum(table[(u, v)][1] for u, v in zip(path, path[1:], strict=False))
-        flows.append((terms, lat))
-    per_byte = {e: s * pattern.rounds for e, s in load.items()}
-    all_links = set(load)
-    if pattern.scheme == "ina":
-        # collection climbs the routes, the result comes back down them (full duplex): one
-        # round each way, so each direction carries the share once
-        per_byte = {}
+    ina = pattern.scheme == "ina"
+    rounds, per_round = float(pattern.rounds), pattern.per_round_s
+    if ina:
+        # collection climbs the routes and the result comes back down them (full duplex):
+        # each flow is a round trip, up then down, so contention on either way slows it.
+        # Alone, rounds/2 round trips cost what ``rounds`` one-way rounds cost.
+        back: dict[int, float] = {}
         for path, share in pattern.flows:
             for u, v in zip(path, path[1:], strict=False):
-                for e in (links.index[(u, v)], links.index[(v, u)]):
-                    per_byte[e] = per_byte.get(e, 0.0) + share
-                    all_links.add(e)
+                r = links.index[(v, u)]
+                back[r] = back.get(r, 0.0) + share
+        rounds, per_round = rounds / 2, per_round * 2
+    flows = []
+    for path, idx in paths:
+        terms = [(e, load[e] * links.inv_bw[e]) for e in idx]
+        lat = sum(table[(u, v)][1] for u, v in zip(path, path[1:], strict=False))
+        if ina:
+            for u, v in zip(path, path[1:], strict=False):
+                r = links.index[(v, u)]
+                terms.append((r, back[r] * links.inv_bw[r]))
+            lat *= 2
+        flows.append((tuple(terms), lat))
+    per_byte = {e: s * pattern.rounds for e, s in load.items()}
+    all_links = set(load)
+    if ina:  # one round each way: each direction carries the share once
+        per_byte = dict(load)
+        for e, s in back.items():
+            per_byte[e] = per_byte.get(e, 0.0) + s
+            all_links.add(e)
     ids = sorted({link_id(*links.ends[e]) for e in all_links})
     bottleneck = min((links.capacity[e] for e in all_links), default=math.inf)
     return CommOption(
         pattern.scheme,
         pattern.switch,
         tuple(flows),
-        float(pattern.rounds),
-        pattern.per_round_s,
+        rounds,
+        per_round,
         pattern.fixed_s,
         tuple(sorted(all_links)),
         per_byte,
