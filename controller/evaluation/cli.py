@@ -1,0 +1,93 @@
+"""``heroserve evaluate --scenario NAME [--out DIR]``: the paper's §V on the project's
+cluster model (Fig. 7-10 as CSV and PNG, and a note with the measured ratios)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from controller.errors import InputError
+from controller.sim.cli import _number, _Parser
+
+
+def parser() -> argparse.ArgumentParser:
+    from controller.evaluation.scenarios import SCENARIOS
+
+    p = _Parser(prog="heroserve evaluate", description=__doc__)
+    p.add_argument("--scenario", required=True, help=" | ".join(SCENARIOS))
+    p.add_argument("--out", default=None, help="output folder (default: eval/<scenario>)")
+    p.add_argument(
+        "--workers",
+        type=_number(int, "--workers"),
+        default=os.cpu_count() or 1,
+        help="simulation processes (default: every core)",
+    )
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        default=None,
+        help="run the sweep on a Ray cluster ('local' starts one here); needs heroserve[ray]",
+    )
+    p.add_argument(
+        "--requests",
+        type=_number(int, "--requests"),
+        default=None,
+        help="requests per simulation point",
+    )
+    p.add_argument(
+        "--servers",
+        type=_number(int, "--servers"),
+        default=None,
+        help="track scenarios: servers in the cluster (default 1200)",
+    )
+    p.add_argument(
+        "--planners",
+        default=None,
+        help="comma-separated planners (default: heroserve and the 3 baselines)",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--online-scheduler",
+        action="store_true",
+        help="HeroServe's points run its online scheduler (DESIGN §8)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def run(argv: Sequence[str]) -> int:
+    from controller.evaluation.run import evaluate
+    from controller.evaluation.scenarios import scenario
+    from controller.evaluation.sweep import Runner, progress_printer
+
+    a = parser().parse_args(list(argv))
+    planners = tuple(x.strip() for x in a.planners.split(",")) if a.planners else None
+    s = scenario(a.scenario, requests=a.requests, servers=a.servers, planners=planners)
+    if s.topology != "testbed" and s.servers:
+        unit = 6 if s.topology == "2tracks" else 16
+        if s.servers % unit:
+            raise InputError(f"--servers must be a multiple of {unit} for {s.topology}")
+    out = Path(a.out or f"eval/{s.name}")
+    say = progress_printer(a.quiet) or (lambda m: None)
+    with Runner(a.workers, a.ray, say) as runner:
+        summary = evaluate(s, out, runner, say, a.seed, a.online_scheduler)
+    print((out / "notes.md").read_text())
+    print(
+        f"written to {out}/: max_rate.csv attainment.csv attainment.png latency.csv "
+        f"ina_throughput.csv notes.md plans/" + (" kv_memory.csv" if s.kv_rate_per_gpu else "")
+    )
+    return 0 if summary else 1
+
+
+def main(argv: Sequence[str]) -> int:
+    try:
+        return run(argv)
+    except InputError as e:
+        print(f"heroserve evaluate: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("heroserve evaluate: interrupted", file=sys.stderr)
+        return 130

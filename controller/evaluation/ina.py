@@ -1,0 +1,63 @@
+"""Fig. 9: aggregation throughput against message size (4 MB to 64 MB).
+
+Every tensor-parallel group of a plan (both phases, TP > 1) runs one all-reduce of ``M`` bytes
+per GPU at the same moment, each with its plan's scheme and routes, on the simulator's fluid
+network (so groups that share links slow each other down). The throughput is the bytes
+reduced, ``M`` per group, over the time the last group finishes: the rate at which the
+deployment as a whole can aggregate, what the paper's Fig. 9 compares between planners (the
+baselines without INA aggregate with the ring, which the figure counts the same way)."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+
+from controller.sim.model import PlanModel
+from controller.sim.network import Activity, FluidNetwork
+
+MB = 1e6
+SIZES_MB = (4, 8, 16, 32, 64)
+
+
+def aggregation_throughput(model: PlanModel, nbytes: float) -> dict[str, float]:
+    """Bytes/s aggregated when every group all-reduces ``nbytes`` at once; also the mean
+    all-reduce time and the share of groups on INA."""
+    lk = model.links
+    for i in range(len(lk)):
+        lk.load[i], lk.stretch[i] = 0.0, 1.0
+        lk.on[i].clear()
+    events: list = []
+    seq = itertools.count()
+    net = FluidNetwork(lk, events, lambda: next(seq))
+    finish: list[float] = []
+    n_ina = 0
+    stages = [st for inst in model.prefill + model.decode for st in inst.stages if st.options]
+    for st in stages:
+        opt = st.options[0]
+        n_ina += opt.scheme == "ina"
+        a = Activity(
+            opt.rounds * opt.per_round_s + opt.fixed_s,
+            opt.rounds,
+            nbytes,
+            opt.flows,
+            opt.envelope,
+            1.0,
+            None,
+            finish.append,
+            opt.links,
+            ("it", id(st), 0),
+        )
+        net.start(a, 0.0)
+    while events:
+        t, _, _, (aid, ver) = heapq.heappop(events)
+        a = net.finish(aid, ver, t)
+        if a is not None:
+            a.on_done(t)
+    if not finish:
+        return {"groups": 0, "throughput_Bps": 0.0, "mean_allreduce_s": 0.0, "ina_share": 0.0}
+    return {
+        "groups": len(finish),
+        "throughput_Bps": len(finish) * nbytes / max(finish),
+        "mean_allreduce_s": sum(finish) / len(finish),
+        "ina_share": n_ina / len(stages),
+    }

@@ -1,0 +1,140 @@
+"""The evaluation scenarios of the paper's §V (Fig. 7-10), on one cluster model.
+
+A scenario fixes the cluster, the model, the workload and its SLA, the planners to compare,
+the per-GPU rates of the attainment curve and of the latency bars, and how many requests a
+simulation point runs. The track clusters default to the paper's 1200 servers; ``servers``
+builds the same unit structure with fewer units (the planner on 9,600 GPUs takes long)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import networkx as nx
+
+from controller.errors import InputError
+from controller.models import model_spec
+from controller.models.specs import ModelSpec
+from controller.topology import testbed
+from controller.topology.generators import tracks
+from controller.workload import SLA, Workload, chatbot, default_sla, summarization
+
+PLANNERS = ["heroserve", "distserve", "ds-atp", "ds-switchml"]
+
+# What the paper reports (§V), for the notes next to the measured figures.
+PAPER_CLAIMS = {
+    "testbed-chatbot": {"distserve": 1.53, "ds-atp": 1.42, "ds-switchml": 1.33},
+    "testbed-summarization": {"distserve": 1.68, "ds-atp": 1.58, "ds-switchml": 1.35},
+    "8tracks": "1.09x-1.83x",
+    "2tracks": "1.12x-1.94x",
+    "tpot": "18.6%-49.2% lower TPOT (testbed chatbot)",
+    "ina": "2tracks INA throughput +71.7%, +26%, +20.1% over DistServe, DS-ATP, DS-SwitchML",
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    topology: str  # testbed | 2tracks | 8tracks
+    model: str
+    workload: str  # chatbot | summarization
+    scale: str  # SLA scale: testbed | large
+    servers: int = 0  # track clusters: number of servers (0: the paper's 1200)
+    requests: int = 2000  # requests per simulation point
+    fixed_rates_per_gpu: tuple[float, ...] = ()  # latency bars (Fig. 7b/d)
+    curve_points: int = 8  # attainment curve points, spread up to 1.5x the max rate
+    planners: tuple[str, ...] = tuple(PLANNERS)
+    kv_rate_per_gpu: float = 0.0  # Fig. 10: rate of the KV-memory timeline (0: none)
+    extra: dict = field(default_factory=dict)
+
+    def cluster(self) -> nx.Graph:
+        if self.topology == "testbed":
+            return testbed()
+        n = self.servers or 1200
+        if self.topology == "2tracks":
+            name = "2tracks" if n == 1200 else f"2tracks-{n}"
+            return tracks(n, 8, 2, 6, 27 if n == 1200 else max(2, round(27 * n / 1200)), name=name)
+        if self.topology == "8tracks":
+            name = "8tracks" if n == 1200 else f"8tracks-{n}"
+            cores = 280 if n == 1200 else max(4, round(280 * n / 1200))
+            return tracks(n, 8, 8, 16, cores, name=name)
+        raise InputError(f"unknown scenario topology {self.topology!r}")
+
+    def model_spec(self) -> ModelSpec:
+        return model_spec(self.model)
+
+    def load(self) -> Workload:
+        return chatbot() if self.workload == "chatbot" else summarization()
+
+    def sla(self) -> SLA:
+        return default_sla(self.workload, self.scale)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in [
+        Scenario(
+            "testbed-chatbot",
+            "testbed",
+            "OPT-66B",
+            "chatbot",
+            "testbed",
+            fixed_rates_per_gpu=(0.1, 0.2),
+        ),
+        Scenario(
+            "testbed-summarization",
+            "testbed",
+            "OPT-66B",
+            "summarization",
+            "testbed",
+            fixed_rates_per_gpu=(0.02, 0.05),
+        ),
+        Scenario(
+            "2tracks-chatbot",
+            "2tracks",
+            "OPT-175B",
+            "chatbot",
+            "large",
+            fixed_rates_per_gpu=(0.05,),
+        ),
+        Scenario(
+            "8tracks-chatbot",
+            "8tracks",
+            "OPT-175B",
+            "chatbot",
+            "large",
+            fixed_rates_per_gpu=(0.05,),
+        ),
+        Scenario(
+            "2tracks-summarization",
+            "2tracks",
+            "OPT-175B",
+            "summarization",
+            "large",
+            fixed_rates_per_gpu=(0.02,),
+            kv_rate_per_gpu=0.07,
+        ),
+        Scenario(
+            "8tracks-summarization",
+            "8tracks",
+            "OPT-175B",
+            "summarization",
+            "large",
+            fixed_rates_per_gpu=(0.02,),
+            kv_rate_per_gpu=0.07,
+        ),
+    ]
+}
+
+
+def scenario(name: str, **overrides) -> Scenario:
+    if name not in SCENARIOS:
+        raise InputError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    s = SCENARIOS[name]
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if "servers" in given and s.topology == "testbed":
+        raise InputError("--servers applies to the track scenarios only")
+    if "planners" in given:
+        bad = [p for p in given["planners"] if p not in PLANNERS + ["exhaustive"]]
+        if bad:
+            raise InputError(f"unknown planner(s) {', '.join(bad)}; known: {', '.join(PLANNERS)}")
+    return replace(s, **given)

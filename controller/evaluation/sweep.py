@@ -1,0 +1,224 @@
+"""Simulation sweeps: attainment against rate, max rate at the SLA percentile (bisection),
+latency at fixed rates, on every core (a process pool) or on a Ray cluster.
+
+A *point* is one simulation of one plan at one rate. Points are plain picklable tuples; a
+worker process rebuilds the cluster and prices each plan once (cached per process), so
+points of one plan cost only their simulation. Bisection runs for every planner at once:
+each round evaluates, per planner, ``k`` rates inside its current bracket (k = 1 is plain
+bisection; with more workers than planners, k grows so every core is busy) and keeps the
+sub-bracket where attainment crosses the target."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from controller.errors import InputError
+
+# (scenario name, scenario overrides, planner, plan dict, total rate, requests, seed, opts)
+Point = tuple[str, dict, str, dict, float, int, int, dict]
+
+_CACHE: dict[tuple, Any] = {}
+
+
+def _model_for(scen_name: str, overrides: dict, planner: str, plan_d: dict):
+    from controller.evaluation.scenarios import scenario
+    from controller.plan import Plan
+    from controller.sim import build_model
+
+    key = (scen_name, tuple(sorted(overrides.items())), planner)
+    hit = _CACHE.get(key)
+    if hit is None:
+        s = scenario(scen_name, **overrides)
+        gkey = ("graph", scen_name, tuple(sorted(overrides.items())))
+        if gkey not in _CACHE:
+            _CACHE[gkey] = (s.cluster(), s.load())
+        g, w = _CACHE[gkey]
+        hit = (build_model(Plan.from_dict(plan_d), g, w), w)
+        _CACHE[key] = hit
+    return hit
+
+
+def run_point(point: Point) -> dict[str, Any]:
+    """Simulate one point; return the figures a sweep keeps (no per-request arrays)."""
+    from controller.sim import SimOptions, make_requests
+    from controller.sim.engine import Simulator
+
+    scen_name, overrides, planner, plan_d, rate, n, seed, opts = point
+    model, w = _model_for(scen_name, overrides, planner, plan_d)
+    reqs = make_requests(w, rate, n, seed)
+    res = Simulator(model, SimOptions(seed=seed, **opts)).run(reqs)
+    d = res.to_dict()
+    if not opts.get("keep_timeline"):
+        d.pop("kv_timeline", None)
+    d["planner"] = planner
+    d["rate"] = rate
+    d["rate_per_gpu"] = rate / model.gpus_used
+    return d
+
+
+class Runner:
+    """Maps points to results in order: in this process (workers = 1), on a process pool,
+    or on a Ray cluster (``ray_address``; the optional extra ``heroserve[ray]``)."""
+
+    def __init__(
+        self,
+        workers: int = 1,
+        ray_address: str | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        if workers < 1:
+            raise InputError(f"--workers must be at least 1, got {workers}")
+        self.workers = workers
+        self.progress = progress
+        self.done = 0
+        self.batch_done = 0
+        self.t0 = time.perf_counter()
+        self._pool: ProcessPoolExecutor | None = None
+        self._ray = None
+        if ray_address is not None:
+            try:
+                import ray  # type: ignore[import-not-found]
+            except ImportError:
+                raise InputError(
+                    "--ray needs the optional extra: pip install 'heroserve[ray]'"
+                ) from None
+            if not ray.is_initialized():
+                try:
+                    ray.init(
+                        address=None if ray_address == "local" else ray_address,
+                        include_dashboard=False,
+                        log_to_driver=False,
+                    )
+                except Exception as e:  # noqa: BLE001 - Ray raises many kinds; report one line
+                    raise InputError(f"cannot reach Ray at {ray_address!r}: {e}") from None
+            self._ray = ray
+            self._remote = ray.remote(run_point)
+            self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        elif workers > 1:
+            self._pool = ProcessPoolExecutor(max_workers=workers)
+
+    def map(self, points: Sequence[Point], what: str = "") -> list[dict[str, Any]]:
+        self.batch_done = 0
+        if not points:
+            return []
+        if self._ray is not None:
+            refs = [self._remote.remote(p) for p in points]
+            out = []
+            for r in refs:
+                out.append(self._ray.get(r))
+                self._tick(what, len(points))
+            return out
+        if self._pool is not None:
+            out = []
+            for r in self._pool.map(run_point, points):
+                out.append(r)
+                self._tick(what, len(points))
+            return out
+        out = []
+        for p in points:
+            out.append(run_point(p))
+            self._tick(what, len(points))
+        return out
+
+    def _tick(self, what: str, total: int) -> None:
+        self.done += 1
+        self.batch_done += 1
+        if self.progress:
+            self.progress(
+                f"[{time.perf_counter() - self.t0:7.1f}s] {what}: {self.batch_done}/{total} "
+                f"({self.done} simulations so far, {self.workers} worker(s))"
+            )
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+@dataclass
+class Bracket:
+    lo: float  # a rate known to meet the target (0 at first)
+    hi: float  # a rate known to miss it
+    att_lo: float = 1.0
+    att_hi: float = 0.0
+
+
+def max_rates(
+    runner: Runner,
+    make_point: Callable[[str, float], Point],
+    guesses: dict[str, float],
+    target: float = 0.9,
+    rel_tol: float = 0.02,
+    max_rounds: int = 12,
+) -> dict[str, Bracket]:
+    """Largest total rate per planner whose attainment is >= ``target``, to ``rel_tol``.
+
+    Starts from each planner's guess (the plan's predicted rate), grows the bracket by 2x
+    until the target is missed, then bisects (k-section with spare workers)."""
+    br: dict[str, Bracket] = {}
+    probe = dict(guesses)
+    # find a rate that misses the target
+    for _ in range(max_rounds):
+        todo = [p for p in probe if p not in br or br[p].hi == math.inf]
+        if not todo:
+            break
+        res = runner.map([make_point(p, probe[p]) for p in todo], "bracketing max rate")
+        for p, r in zip(todo, res, strict=True):
+            b = br.setdefault(p, Bracket(0.0, math.inf))
+            if r["attainment"] >= target:
+                b.lo, b.att_lo = probe[p], r["attainment"]
+                probe[p] *= 2.0
+            else:
+                b.hi, b.att_hi = probe[p], r["attainment"]
+        if all(b.hi < math.inf for b in br.values()):
+            break
+    k = max(1, runner.workers // max(1, len(br)))
+    for _ in range(max_rounds):
+        todo = [p for p, b in br.items() if b.hi - b.lo > rel_tol * max(b.hi, 1e-12)]
+        if not todo:
+            break
+        points, owners = [], []
+        for p in todo:
+            b = br[p]
+            for i in range(1, k + 1):
+                points.append(make_point(p, b.lo + (b.hi - b.lo) * i / (k + 1)))
+                owners.append(p)
+        res = runner.map(points, "bisecting max rate")
+        for p in todo:
+            b = br[p]
+            rs = [
+                (pt[4], r["attainment"])
+                for pt, r, o in zip(points, res, owners, strict=True)
+                if o == p
+            ]
+            for rate, att in sorted(rs):
+                if att >= target:
+                    if rate > b.lo:
+                        b.lo, b.att_lo = rate, att
+                else:
+                    if rate < b.hi:
+                        b.hi, b.att_hi = rate, att
+                    break
+    return br
+
+
+def progress_printer(quiet: bool = False) -> Callable[[str], None] | None:
+    if quiet:
+        return None
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    return say
