@@ -170,8 +170,10 @@ class Simulator:
         span = max(self.arrival[order[-1]] - self.arrival[order[0]], 1e-3)
         self._sample_dt = span / max(1, self.o.kv_samples // 2)
         self._push(0.0, "kv", None)
+        periodic = 1
         if self.sched is not None:
             self._push(self.o.window_s, "win", None)
+            periodic = 2
         n_events = 0
         ev = self.events
         pop = heapq.heappop
@@ -195,11 +197,13 @@ class Simulator:
                 self._arrive()
             elif kind == "kv":
                 self._sample_kv()
-                self._push(t + self._sample_dt, "kv", None)
+                if len(ev) > periodic - 1:  # something else is still to happen
+                    self._push(t + self._sample_dt, "kv", None)
             elif kind == "win":
                 self.net.book()
                 self.sched.close_window(self.links)
-                self._push(t + self.o.window_s, "win", None)
+                if len(ev) > periodic - 1:
+                    self._push(t + self.o.window_s, "win", None)
         self.net.book()
         wall = time.perf_counter() - t0
         return summarise(self, wall, n_events)

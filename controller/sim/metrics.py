@@ -46,7 +46,7 @@ class SimResult:
     peak_kv_fraction: float  # of that instance's KV room
     kv_overflow_events: int  # times a decode instance held more KV than its room
     ethernet_util: dict[str, float]  # over Ethernet links that carried traffic: mean, max, cv
-    little: dict[str, float]  # prefill queue: L (time average), lambda, W, L / (lambda W)
+    little: dict[str, float]  # prefill queue and whole system: L, lambda, W, L / (lambda W)
     wall_s: float
     events: int
     rerates: int  # activities re-rated by contention mid-flight
@@ -93,11 +93,16 @@ def summarise(sim: Simulator, wall_s: float, events: int) -> SimResult:
     lam = n / span
     w_q = float(np.nanmean(wait))
     l_q = sim.q_area / span
+    l_sys = sim.sys_area / span
+    w_sys = float(np.nanmean(e2e))
     little = {
         "L": l_q,
         "lambda": lam,
         "W": w_q,
         "ratio": l_q / (lam * w_q) if lam * w_q > 0 else 1.0,
+        "L_system": l_sys,
+        "W_system": w_sys,
+        "ratio_system": l_sys / (lam * w_sys) if lam * w_sys > 0 else 1.0,
     }
     lk = sim.links
     util: dict[str, float] = {}
@@ -147,6 +152,9 @@ def summarise(sim: Simulator, wall_s: float, events: int) -> SimResult:
             "ttft_s": ttft.tolist(),
             "tpot_s": tpot.tolist(),
             "e2e_s": e2e.tolist(),
+            "first_token_s": first.tolist(),
+            "kv_done_s": kvd.tolist(),
+            "finish_s": fin.tolist(),
         },
         link_util=util,
     )

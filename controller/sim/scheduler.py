@@ -54,6 +54,7 @@ class GroupSchedulers:
         lk = model.links
         # undirected link id -> its two directed indices, and capacity
         self.dirs: dict[str, list[int]] = {}
+        watched: set[str] = set()
         for e, (u, v) in enumerate(lk.ends):
             self.dirs.setdefault(link_id(u, v), []).append(e)
         for inst in model.prefill + model.decode:
@@ -64,9 +65,8 @@ class GroupSchedulers:
                 for link in table["links"]:
                     link["capacity"] = lk.capacity[self.dirs[link["id"]][0]]
                 self.by_stage[id(st)] = OnlineScheduler(table)
-        self.watched = sorted(
-            {lid for s in self.by_stage.values() for lid in s.table.link_ids}  # type: ignore[union-attr]
-        )
+                watched.update(link["id"] for link in table["links"])
+        self.watched = sorted(watched)
         self.watched_dirs = [e for lid in self.watched for e in self.dirs[lid]]
         self.decisions = 0
 
@@ -89,6 +89,7 @@ class GroupSchedulers:
                     u = x
             util[lid] = min(1.0, u)
         for s in self.by_stage.values():
-            s.observe_utilisation(util)
+            if s.table is not None:  # a table takes effect at the group's first collective
+                s.observe_utilisation(util)
         for e in self.watched_dirs:  # only these are read
             links.window_bytes[e] = 0.0

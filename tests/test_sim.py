@@ -1,0 +1,166 @@
+"""Simulator building blocks: the fluid network (hand-worked), the priced plan against the cost
+model, and `heroserve simulate` as a user runs it (bad input: one line, exit 2)."""
+
+import heapq
+import itertools
+import json
+
+import networkx as nx
+import pytest
+
+from controller.cli import main
+from controller.costmodel.compute import decode_layer_time
+from controller.models import model_spec
+from controller.planner import PLANNERS, Problem, plan
+from controller.planner.evaluate import Evaluator
+from controller.sim import build_model, simulate
+from controller.sim.model import comm_option
+from controller.sim.network import Activity, FluidNetwork, Links
+from controller.topology import fig2
+from controller.topology import testbed as make_testbed
+from controller.topology.graph import add_link, add_switch
+from controller.workload import chatbot, default_sla
+
+GB = 1e9
+
+
+def _one_link() -> Links:
+    g = nx.Graph(name="pair")
+    add_switch(g, "a", tier="access")
+    add_switch(g, "b", tier="access")
+    add_link(g, "a", "b", link="ethernet", capacity=1 * GB, latency_s=0.0)
+    return Links(g)
+
+
+def _run(starts):
+    """Start (time, bytes) transfers on a 1 GB/s link; return their finish times."""
+    lk = _one_link()
+    e = lk.index[("a", "b")]
+    events: list = []
+    seq = itertools.count()
+    net = FluidNetwork(lk, events, lambda: next(seq))
+    done: dict[int, float] = {}
+    for k, (t0, nbytes) in enumerate(starts):
+        heapq.heappush(events, (t0, next(seq), "start", (k, nbytes)))
+    while events:
+        t, _, kind, payload = heapq.heappop(events)
+        if kind == "start":
+            k, nbytes = payload
+            flows = (((e, lk.inv_bw[e]),), 0.0)
+            a = Activity(0.0, 1.0, nbytes, (flows,), ((lk.inv_bw[e], 0.0),), 1.0, None,
+                         lambda now, k=k: done.__setitem__(k, now), (e,))  # fmt: skip
+            net.start(a, t)
+        else:
+            a = net.finish(payload[0], payload[1], t)
+            if a is not None:
+                a.on_done(t)
+    return [done[k] for k in range(len(starts))]
+
+
+def test_fluid_link_alone_and_shared_hand_worked():
+    # 1 GB alone on 1 GB/s: 1 s
+    assert _run([(0.0, 1e9)]) == pytest.approx([1.0])
+    # two at once share the link equally: both end at 2 s
+    assert _run([(0.0, 1e9), (0.0, 1e9)]) == pytest.approx([2.0, 2.0])
+    # the second starts at 0.5 s: the first has 0.5 GB left at half rate -> 1.5 s;
+    # the second moves 0.5 GB by 1.5 s, then 0.5 GB alone -> 2.0 s
+    assert _run([(0.0, 1e9), (0.5, 1e9)]) == pytest.approx([1.5, 2.0])
+
+
+@pytest.mark.parametrize("make,members", [
+    (make_testbed, ["srv2-gpu0", "srv3-gpu0", "srv2-gpu1", "srv3-gpu1"]),
+    (make_testbed, ["srv2-gpu0", "srv2-gpu1", "srv2-gpu2", "srv2-gpu3"]),
+    (fig2, ["gn2", "gn3"]),
+])  # fmt: skip
+def test_comm_options_price_like_the_cost_model(make, members):
+    g = make()
+    problem = Problem(g, model_spec("OPT-66B"), chatbot(), default_sla("chatbot"))
+    ev = Evaluator(problem, PLANNERS["heroserve"][0])
+    lk = Links(g)
+    for nbytes in (1e4, 1e6, 3e7):
+        ge = ev.group(members, nbytes)
+        pats = [(ge.ring, ev.ring_fabric)] + [(p, ev.ina_fabric) for p in ge.ina]
+        for pattern, fab in pats:
+            opt = comm_option(lk, fab, pattern)
+            assert opt.time(nbytes) == pytest.approx(pattern.time(fab, nbytes), rel=1e-12)
+
+
+@pytest.fixture(scope="module")
+def tb_plan():
+    g = make_testbed()
+    return g, plan(g, model_spec("OPT-66B"), chatbot(), default_sla("chatbot"))
+
+
+def test_decode_compute_fast_path_is_eq13(tb_plan):
+    g, p = tb_plan
+    m = build_model(p, g, chatbot())
+    inst = m.decode[0]
+    for b, k in [(1, 300), (16, 5000), (63, 21000), (400, 1e5)]:
+        co = m.evaluator.coeffs(inst.gpu_type)
+        want = inst.stages[0].layers * decode_layer_time(co, m.model, inst.tp, b, k)
+        assert m.decode_compute(inst, inst.stages[0], b, k) == pytest.approx(want, rel=1e-12)
+
+
+def test_simulate_api_reports_every_request(tb_plan):
+    g, p = tb_plan
+    r = simulate(p, g, chatbot(), rate=2.0, n=200, seed=1)
+    assert r.finished == r.requests == 200
+    assert 0.0 <= r.attainment <= 1.0
+    assert r.ttft_s["p50"] <= r.ttft_s["p90"] <= r.ttft_s["p99"]
+    assert r.peak_kv_bytes_per_gpu > 0
+    assert r.policy_use  # iterations ran on some all-reduce policy
+
+
+# -- heroserve simulate ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def plan_file(tmp_path_factory, tb_plan):
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    tb_plan[1].save(path)
+    return path
+
+
+def test_cli_simulate_prints_and_writes_json(plan_file, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    rc = main(["simulate", "--plan", str(plan_file), "--rate", "1.5", "--requests", "100",
+               "--json", str(out)])  # fmt: skip
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "SLA attainment" in text and "TPOT" in text and "INA throughput" in text
+    d = json.loads(out.read_text())
+    assert d["finished"] == 100 and "peak_kv_bytes_per_gpu" in d and "ttft_s" in d
+
+
+def test_cli_simulate_per_gpu_rate_and_online_scheduler(plan_file, capsys):
+    rc = main(["simulate", "--plan", str(plan_file), "--rate", "0.1", "--per-gpu",
+               "--requests", "50", "--online-scheduler", "--cv", "4"])  # fmt: skip
+    assert rc == 0
+    assert "50/50 finished" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--rate", "0"], "rate must be positive"),
+    (["--rate", "-2"], "rate must be positive"),
+    (["--rate", "abc"], "is not a float"),
+    (["--rate", "1", "--topology", "fig2"], "not in cluster"),
+    (["--rate", "1", "--requests", "0"], "must be positive"),
+    (["--rate", "1", "--workload", "nope"], "unknown workload"),
+])  # fmt: skip
+def test_cli_simulate_bad_input_one_line_exit_2(plan_file, capsys, args, needle):
+    assert main(["simulate", "--plan", str(plan_file), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cli_simulate_missing_or_bad_plan_file(tmp_path, capsys):
+    assert main(["simulate", "--plan", str(tmp_path / "none.json"), "--rate", "1"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert main(["simulate", "--plan", str(bad), "--rate", "1"]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    bad.write_text("{}")
+    assert main(["simulate", "--plan", str(bad), "--rate", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not a plan" in err and len(err.splitlines()) == 1
+    assert main(["simulate", "--rate", "1"]) == 2  # --plan missing
+    assert "--plan" in capsys.readouterr().err
