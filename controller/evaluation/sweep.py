@@ -185,7 +185,7 @@ def max_rates(
         if all(b.hi < math.inf for b in br.values()):
             break
     k = max(1, runner.workers // max(1, len(br)))
-    for _ in range(max_rounds):
+    for _ in range(4 * max_rounds):  # ends on rel_tol; this only bounds a pathological curve
         todo = [p for p, b in br.items() if b.hi - b.lo > rel_tol * max(b.hi, 1e-12)]
         if not todo:
             break
