@@ -204,7 +204,7 @@ def ina_pattern(
     options = [fabric.routes_to_switch(m, switch) for m in members]
     if any(not o for o in options):
         return None
-    routes, _ = choose_routes(fabric, options, [nbytes * wire] * len(members))
+    routes, _ = choose_routes(fabric, options, [nbytes * wire] * len(members), sweeps=1)
     return CommPattern(
         "ina",
         [(r, wire) for r in routes],
@@ -285,7 +285,7 @@ def ring_pattern(
     for i, b in enumerate(blocks):  # the plan's ring edge from a server's last GPU onwards
         nxt = blocks[(i + 1) % len(blocks)][0]
         paths[b[-1]] = min(
-            fabric.routes_between(b[-1], nxt), key=lambda q: path_time(fabric, q, nbytes * share)
+            rail_routes(fabric, b[-1], nxt), key=lambda q: path_time(fabric, q, nbytes * share)
         )
     flows = intra + [(r, share / channels) for r in cross]
     return CommPattern("ring", flows, 2 * (p - 1), params.ring_step_net_s, 0.0, None, paths)

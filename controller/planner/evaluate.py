@@ -20,7 +20,14 @@ from controller.costmodel.compute import (
     prefill_layer_time,
 )
 from controller.costmodel.kvcache import KVFlow, kv_shares
-from controller.costmodel.network import CommPattern, flow_times, ina_pattern, ring_pattern
+from controller.costmodel.network import (
+    CommPattern,
+    flow_times,
+    ina_pattern,
+    path_time,
+    rail_routes,
+    ring_pattern,
+)
 from controller.costmodel.queueing import max_rate_within, pk_queue_delay
 from controller.models.gpus import gpu_spec
 from controller.planner.grouping import PodGroups, latency_matrix
@@ -41,8 +48,9 @@ class GroupEval:
 
     def time(self, fabrics: Evaluator, nbytes: float, allow_ina: bool = True) -> float:
         t = self.ring.time(fabrics.ring_fabric, nbytes)
-        if allow_ina and self.ina:
-            t = min(t, self.ina[0].time(fabrics.ina_fabric, nbytes))
+        if allow_ina:
+            for p in self.ina:
+                t = min(t, p.time(fabrics.ina_fabric, nbytes))
         return t
 
 
@@ -90,6 +98,9 @@ class Evaluator:
         self._coeffs: dict[str, ComputeCoefficients] = {}
         self._groups: dict[tuple, GroupEval] = {}
         self._pod_cache: dict[tuple, tuple] = {}
+        self._hops: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._pair_index: dict[str, int] = {}
+        self._pair_mats: tuple[np.ndarray, np.ndarray] = (np.zeros((0, 0)), np.zeros((0, 0)))
         w = problem.workload
         self.mean_in, self.mean_in2, self.mean_out = w.mean_input, w.mean_input_sq, w.mean_output
 
@@ -126,7 +137,9 @@ class Evaluator:
         return sorted(s for s in near if self.g.nodes[s].get("ina"))
 
     def group(self, members: Sequence[str], nbytes: float) -> GroupEval:
-        key = (tuple(members), round(nbytes))
+        # Routes are chosen once per group, at the first size asked (the phase's reference
+        # message); other sizes re-price the same routes (CommPattern.time).
+        key = tuple(members)
         hit = self._groups.get(key)
         if hit is not None:
             return hit
@@ -168,9 +181,29 @@ class Evaluator:
     def pipeline_hop_time(self, a: Sequence[str], b: Sequence[str], nbytes: float) -> float:
         """Eq. 6: T_pp(i) = min over receivers r in stage i+1 of max over senders k in stage i
         of the cost of sending the activation k -> r."""
-        d = latency_matrix(self.ring_fabric, list(a) + list(b), nbytes)
-        n = len(a)
-        return float(np.min(np.max(d[:n, n:], axis=0)))
+        key = (tuple(a), tuple(b))
+        if key not in self._hops:
+            if not all(x in self._pair_index for x in (*a, *b)):
+                self._hop_matrices(list(a) + list(b))
+            self._hops[key] = self._hop(a, b)
+        lat, slope = self._hops[key]
+        return float(np.min(np.max(lat + slope * nbytes, axis=0)))
+
+    def _hop_matrices(self, members: list[str]) -> None:
+        """Latency-only and reference-size matrices among ``members``, kept per GPU pair; other
+        sizes interpolate linearly (store and forward is affine in the size on a fixed path)."""
+        ref = self.prefill_bytes()
+        d0 = latency_matrix(self.ring_fabric, members, 0.0)
+        d1 = latency_matrix(self.ring_fabric, members, ref)
+        index = {x: i for i, x in enumerate(members)}
+        self._pair_index = index
+        self._pair_mats = (d0, (d1 - d0) / ref)
+
+    def _hop(self, a: Sequence[str], b: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        ia = [self._pair_index[x] for x in a]
+        ib = [self._pair_index[x] for x in b]
+        d0, slope = self._pair_mats
+        return d0[np.ix_(ia, ib)], slope[np.ix_(ia, ib)]
 
     def order_stages(
         self, groups: list[list[str]], pp: int
@@ -181,6 +214,7 @@ class Evaluator:
         if pp == 1:
             return [[grp] for grp in groups], []
         nbytes = self.prefill_bytes()
+        self._hop_matrices([x for grp in groups for x in grp])  # one matrix for the pod
         free = list(groups)
         out = []
         while len(free) >= pp:
@@ -217,13 +251,18 @@ class Evaluator:
 
                 out += [replace(e, stages=[rename(st) for st in e.stages]) for e in evals]
                 leftovers += [rename(grp) for grp in rest]
-                continue
-            insts, rest = self.order_stages(pg.groups, pp)
-            evals = [evaluate(st) for st in insts]
-            if ck is not None:
-                self._pod_cache[ck] = (pg.members, evals, rest)
-            out += evals
-            leftovers += rest
+            else:
+                insts, rest = self.order_stages(pg.groups, pp)
+                evals = [evaluate(st) for st in insts]
+                if ck is not None:
+                    self._pod_cache[ck] = (pg.members, evals, rest)
+                out += evals
+                leftovers += rest
+            # chain left-over groups of neighbouring pods in small windows, which keeps the
+            # pipeline hops short and the latency matrices small on large clusters
+            if len(leftovers) >= 2 * pp:
+                insts, leftovers = self.order_stages(leftovers, pp)
+                out += [evaluate(st) for st in insts]
         if len(leftovers) >= pp:
             insts, _ = self.order_stages(leftovers, pp)
             out += [evaluate(st) for st in insts]
@@ -324,9 +363,16 @@ class Evaluator:
                 specs.append((s, d, f * total))
         fab = self.ring_fabric
         routes = []
+        best_route: dict[tuple[str, str], list[str]] = {}
         for s, d, nb in specs:
-            opts = fab.routes_between(s, d)
-            routes.append(min(opts, key=lambda p: flow_times(fab, [(p, nb)])[0]))
+            if (s, d) not in best_route:
+                opts = (
+                    rail_routes(fab, s, d)
+                    if fab.nvlink_path(s, d) is None
+                    else [fab.nvlink_path(s, d)]
+                )
+                best_route[(s, d)] = min(opts, key=lambda p: path_time(fab, p, nb))
+            routes.append(best_route[(s, d)])
         times = flow_times(fab, [(r, sp[2]) for r, sp in zip(routes, specs, strict=True)])
         per_src: dict[str, float] = {}
         flows = []
@@ -414,7 +460,12 @@ def combine(pre: PhaseResult, dec: PhaseResult, sla_ttft: float) -> Combination 
         for jj in {max(1, j), min(len(d), j + 1)}:
             rate = min(cp[i - 1], cd[jj - 1])
             per_gpu = rate / (i * n_p + jj * n_d)
-            if best is None or per_gpu > best[0] + 1e-15:
+            # equal per-GPU rates (twin instances): deploy more of the cluster
+            if (
+                best is None
+                or per_gpu > best[0] * (1 + 1e-9)
+                or (per_gpu >= best[0] * (1 - 1e-9) and rate > best[3])
+            ):
                 best = (per_gpu, i, jj, rate)
     per_gpu, i, j, rate = best  # type: ignore[misc]
     chosen = p[:i]

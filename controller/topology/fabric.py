@@ -34,6 +34,7 @@ class Fabric:
         self._server_gpus = servers(g)
         self._nv_cache: dict[tuple[str, str], Path] = {}
         self._exit_cache: dict[str, list[Path]] = {}
+        self._sp_cache: dict[tuple[str, str], Path | None] = {}
         sw = [n for n, d in g.nodes(data=True) if d["kind"] == SWITCH]
         self.switch_index = {s: i for i, s in enumerate(sorted(sw))}
         self.switch_names = sorted(sw)
@@ -54,6 +55,14 @@ class Fabric:
     # -- switch tier ---------------------------------------------------------------------
     def switch_path(self, a: str, b: str) -> Path | None:
         """Shortest switch path a..b (inclusive), or None when unreachable."""
+        key = (a, b)
+        hit = self._sp_cache.get(key)
+        if hit is not None or key in self._sp_cache:
+            return hit
+        self._sp_cache[key] = path = self._switch_path(a, b)
+        return path
+
+    def _switch_path(self, a: str, b: str) -> Path | None:
         i, j = self.switch_index[a], self.switch_index[b]
         if i == j:
             return [a]
