@@ -11,6 +11,7 @@ sub-bracket where attainment crosses the target."""
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -89,11 +90,16 @@ class Runner:
                     "--ray needs the optional extra: pip install 'heroserve[ray]'"
                 ) from None
             if not ray.is_initialized():
+                local = ray_address == "local"
+                # a local instance's workers import what this process imports; a remote
+                # cluster must have heroserve installed on its nodes
+                env = {"env_vars": {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}}
                 try:
                     ray.init(
-                        address=None if ray_address == "local" else ray_address,
+                        address=None if local else ray_address,
                         include_dashboard=False,
                         log_to_driver=False,
+                        runtime_env=env if local else None,
                     )
                 except Exception as e:  # noqa: BLE001 - Ray raises many kinds; report one line
                     raise InputError(f"cannot reach Ray at {ray_address!r}: {e}") from None
