@@ -278,6 +278,15 @@ def notes(s: Scenario, max_rows, lat_rows, ina_rows, failed, ref: str) -> str:
             )
         lines.append("The paper's order is NOT reproduced. Why, in numbers:\n")
         lines += [f"- {w}" for w in why]
+    life = s.load().mean_output * s.sla().tpot_s  # a request's life near the TPOT bound, s
+    short = [r["planner"] for r in max_rows
+             if r["max_rate"] > 0 and s.requests / r["max_rate"] < 5 * life]  # fmt: skip
+    if short:
+        lines.append(
+            f"\nWARNING: at the max rate, {s.requests} requests arrive within less than 5 "
+            f"request lives ({life:.0f} s each) for {', '.join(short)}: the cluster never "
+            "reaches steady state and the max rate is overstated; raise --requests."
+        )
     if failed:
         lines.append(
             "\nPlanners without a feasible plan: "
