@@ -209,12 +209,27 @@ def _softswitch(argv: list[str]) -> int:
     return softswitch_main(argv)
 
 
+def _simulate(argv: list[str]) -> int:
+    from controller.sim.cli import main as simulate_main
+
+    return simulate_main(argv)
+
+
+def _evaluate(argv: list[str]) -> int:
+    from controller.evaluation.cli import main as evaluate_main
+
+    return evaluate_main(argv)
+
+
 # Commands whose own parser takes every argument after the command name.
 PASSTHROUGH: dict[str, tuple[str, Callable[[list[str]], int]]] = {
     "controller": ("run the controller: gRPC service for switch and GPU agents", _controller),
     "softswitch": ("run the executable model of the P4 INA switch (P4Runtime server)", _softswitch),
-    "simulate": ("simulate a plan: SLA attainment, TTFT/TPOT, INA throughput, KV memory", lambda a: __import__("controller.sim.cli", fromlist=["main"]).main(a)),  # noqa: E501
-    "evaluate": ("reproduce the paper's evaluation (Fig. 7-10) on a scenario", lambda a: __import__("controller.evaluation.cli", fromlist=["main"]).main(a)),  # noqa: E501
+    "simulate": (
+        "simulate a plan: SLA attainment, TTFT/TPOT, INA throughput, KV memory",
+        _simulate,
+    ),
+    "evaluate": ("reproduce the paper's evaluation (Fig. 7-10) on a scenario", _evaluate),
 }
 
 
