@@ -305,7 +305,7 @@ class Evaluator:
         m = self.model
         tp, pp = len(stages[0]), len(stages)
         co = self.coeffs(self.slowest_type([g for s in stages for g in s]))
-        ctx = self.mean_in + self.mean_out / 2
+        ctx = self.problem.workload.mean_kv_tokens
         layer = decode_layer_time(co, m, tp, batch, batch * ctx)
         lps = m.layers / pp
         ar, hops = self.stage_parts(stages, self.activation_bytes(batch))
@@ -319,7 +319,7 @@ class Evaluator:
         bound and whose KV cache fits; ``pp`` micro-batches are in flight. Rate in requests/s:
         batch / (busiest stage * mean output length)."""
         tp, pp = len(stages[0]), len(stages)
-        ctx = self.mean_in + self.mean_out / 2
+        ctx = self.problem.workload.mean_kv_tokens
         room = self.kv_room_bytes([g for s in stages for g in s], tp, pp)
         b_mem = int(room * tp / (ctx * self.model.kv_bytes_per_token())) if room > 0 else 0
         b_max = min(b_mem, self.problem.options.max_batch)

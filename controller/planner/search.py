@@ -53,7 +53,7 @@ def _phase_groups(
 def decode_ref_bytes(ev: Evaluator, tp: int, pp: int) -> float:
     """Reference all-reduce size for grouping decode GPUs: the batch the KV memory allows,
     capped by ``max_batch`` (the batch search later re-prices the same routes)."""
-    ctx = ev.mean_in + ev.mean_out / 2
+    ctx = ev.problem.workload.mean_kv_tokens
     room = ev.model.param_bytes  # placeholder replaced below when a pool exists
     gp = ev.pool("decode", tp, pp)
     if gp:

@@ -58,6 +58,14 @@ class Workload:
     def mean_output(self) -> float:
         return float(np.mean(self.outputs))
 
+    @property
+    def mean_kv_tokens(self) -> float:
+        """Time-average KV tokens held per request in a decode batch: a request holds
+        l + t tokens at its t-th step for o steps, and requests stay in proportion to o, so
+        the average is E[o (l + o/2)] / E[o] (length-biased, not l + o/2 of the means)."""
+        o = self.outputs.astype(float)
+        return float(np.sum(o * (self.inputs + o / 2)) / np.sum(o))
+
     def requests(self, rate: float, n: int, seed: int = 0, cv: float = 1.0) -> list[Request]:
         """``n`` requests at ``rate`` req/s: Poisson (cv=1) or gamma inter-arrivals."""
         if rate <= 0:
