@@ -1,0 +1,69 @@
+"""Workload generators, trace loaders and SLAs (DESIGN.md §4)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from controller.errors import InputError
+from controller.workload import SLA, chatbot, default_sla, load_trace, summarization
+from controller.workload.generators import Workload
+
+
+def test_generators_match_published_means():
+    c, s = chatbot(n=50000), summarization(n=50000)
+    assert c.mean_input == pytest.approx(161, rel=0.05)
+    assert c.mean_output == pytest.approx(338, rel=0.05)
+    assert s.mean_input == pytest.approx(1738, rel=0.1)  # clipped to the 2048 context
+    assert np.all(c.inputs + c.outputs <= 2048) and np.all(s.inputs + s.outputs <= 2048)
+
+
+def test_length_biased_kv_tokens_hand_worked():
+    # two requests: (l=100, o=10) and (l=0, o=90): E[o (l + o/2)] / E[o] = (10*105 + 90*45) / 100
+    w = Workload("x", np.array([100, 0]), np.array([10, 90]))
+    assert w.mean_kv_tokens == pytest.approx((10 * 105 + 90 * 45) / 100)
+
+
+def test_poisson_arrivals_have_the_asked_rate():
+    reqs = chatbot(n=1000).requests(rate=20.0, n=20000, seed=1)
+    span = reqs[-1].arrival_s - reqs[0].arrival_s
+    assert len(reqs) / span == pytest.approx(20.0, rel=0.03)
+    gaps = np.diff([r.arrival_s for r in chatbot(n=100).requests(5.0, 20000, seed=2, cv=4.0)])
+    assert np.std(gaps) / np.mean(gaps) == pytest.approx(4.0, rel=0.15)
+
+
+def test_csv_json_and_sharegpt_traces(tmp_path):
+    (tmp_path / "t.csv").write_text("input_tokens,output_tokens,arrival_s\n10,5,0.0\n20,7,0.5\n")
+    w = load_trace(tmp_path / "t.csv")
+    assert list(w.inputs) == [10, 20] and list(w.outputs) == [5, 7]
+    assert list(w.arrivals) == [0.0, 0.5]
+    (tmp_path / "t.json").write_text(json.dumps([{"input_tokens": 3, "output_tokens": 4}]))
+    assert list(load_trace(tmp_path / "t.json").inputs) == [3]
+    share = [
+        {"conversations": [{"from": "human", "value": "x" * 41}, {"from": "gpt", "value": "y" * 8}]}
+    ]
+    (tmp_path / "s.json").write_text(json.dumps(share))
+    w = load_trace(tmp_path / "s.json")
+    assert list(w.inputs) == [11] and list(w.outputs) == [2]  # ceil(chars / 4)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("a.csv", "input_tokens\n3\n", "needs columns"),
+        ("b.csv", "input_tokens,output_tokens\n3,-1\n", "positive integer"),
+        ("c.json", "{not json", "not valid JSON"),
+        ("d.json", "[]", "non-empty JSON list"),
+    ],
+)
+def test_bad_traces_name_the_problem(tmp_path, name, text, message):
+    (tmp_path / name).write_text(text)
+    with pytest.raises(InputError, match=message):
+        load_trace(tmp_path / name)
+
+
+def test_sla_defaults_and_validation():
+    assert default_sla("chatbot") == SLA(2.5, 0.15)
+    assert default_sla("summarization", "large") == SLA(25.0, 0.2)
+    with pytest.raises(InputError):
+        SLA(0, 0.1)
