@@ -1,7 +1,8 @@
 """Optimality gap of the HeroServe planner against brute force on small random clusters.
 
-Plans 24 seeded random clusters (2-3 servers of 4 GPUs = 8-12 GPUs, 2 or 3 tracks, mixed GPU
-types, prefill and decode servers) with ``heroserve`` and ``exhaustive`` and prints, per
+Plans 24 seeded random clusters (4-6 servers of 2 GPUs = 8-12 GPUs, 2 or 3 tracks, a GPU type
+drawn per server, prefill and decode servers; two-GPU servers make tensor groups of 4 span
+servers, so which servers pair up matters) with ``heroserve`` and ``exhaustive`` and prints, per
 cluster and overall, the gap of the predicted per-GPU rate: (exhaustive - heroserve) /
 exhaustive. Negative gaps mean HeroServe found a better plan than the exhaustive search's
 per-phase objective (it maximises each phase's capacity, not the combined rate).
@@ -26,11 +27,12 @@ from controller.topology.graph import add_link, add_switch
 from controller.units import gbps
 from controller.workload import chatbot, default_sla
 
-GPU_TYPES = ["A100-40GB", "A100-80GB", "V100-32GB", "H100", "L40"]
+# small-memory parts so that the models need tensor parallelism and grouping matters
+GPU_TYPES = ["T4", "L4", "V100-32GB", "A100-40GB", "L40"]
 
 
 def random_cluster(rng: random.Random, k: int) -> nx.Graph:
-    n_servers = rng.choice([2, 3])
+    n_servers = rng.choice([4, 5, 6])
     n_tracks = rng.choice([2, 3])
     g = nx.Graph(name=f"random{k}")
     sw = [f"t{t}" for t in range(n_tracks)]
@@ -39,13 +41,14 @@ def random_cluster(rng: random.Random, k: int) -> nx.Graph:
     add_switch(g, "core", tier="core")
     for s in sw:
         add_link(g, s, "core", link="ethernet", capacity=gbps(rng.choice([100, 200])))
-    roles = ["prefill", "decode"] + [rng.choice(["prefill", "decode"])] * (n_servers - 2)
+    roles = ["prefill", "decode"] * 2 + [rng.choice(["prefill", "decode"])] * (n_servers - 4)
     for i in range(n_servers):
         gpu_type = rng.choice(GPU_TYPES)
         for j, gid in enumerate(
-            add_server(g, f"srv{i}", gpu_type=gpu_type, n_gpus=4, role=roles[i])
+            add_server(g, f"srv{i}", gpu_type=gpu_type, n_gpus=2, role=roles[i])
         ):
-            add_link(g, gid, sw[j % n_tracks], link="ethernet", capacity=gbps(100))
+            track = (j + i) % n_tracks  # servers start on different rails
+            add_link(g, gid, sw[track], link="ethernet", capacity=gbps(100))
     return g
 
 
@@ -64,7 +67,7 @@ def main() -> None:
     while len(gaps) < a.clusters:
         g = random_cluster(rng, k)
         k += 1
-        model = model_spec(rng.choice(["OPT-13B", "LLaMA-3-8B"]))
+        model = model_spec(rng.choice(["OPT-13B", "LLaMA-3-8B", "OPT-66B"]))
         w, sla = chatbot(n=4000, seed=k), default_sla("chatbot")
         opts = PlannerOptions(seed=a.seed)
         try:
@@ -74,7 +77,7 @@ def main() -> None:
             exh = plan(g, model, w, sla, opts, planner="exhaustive")
             t2 = time.perf_counter()
         except InputError as e:  # an infeasible draw: say so and draw again
-            print(f"{g.name:>8} skipped: {e}")
+            print(f"{g.name:>8} skipped: {e}", flush=True)
             continue
         t_hero += t1 - t0
         t_exh += t2 - t1
@@ -82,7 +85,7 @@ def main() -> None:
         gap = (e - h) / e if e > 0 else 0.0
         gaps.append(gap)
         n = sum(1 for _, d in g.nodes(data=True) if d["kind"] == "gpu")
-        print(f"{g.name:>8} {n:>4} {model.name:>11} {h:>10.4f} {e:>10.4f} {gap:>7.2%}")
+        print(f"{g.name:>8} {n:>4} {model.name:>11} {h:>10.4f} {e:>10.4f} {gap:>7.2%}", flush=True)
     print(
         f"\n{len(gaps)} clusters: median gap {statistics.median(gaps):.2%}, "
         f"worst gap {max(gaps):.2%}, best {min(gaps):.2%} (target: median <= 5%)"
