@@ -1,3 +1,4 @@
+#include <cstdint>
 #include "heroserve/policy.h"
 
 #include <algorithm>
@@ -259,7 +260,31 @@ bool TableStore::Publish(std::shared_ptr<const PolicyTable> table) {
   Snapshot& s = slots_[next];
   s.tables = now.tables;
   s.tables.push_back(std::move(table));
-  if (s.tables.size() > kKeep) s.tables.erase(s.tables.begin());
+  // A version is dead once a newer one applies no later: it can govern no sequence number.
+  for (size_t k = 0; k + 1 < s.tables.size();) {
+    bool dominated = false;
+    for (size_t j = k + 1; j < s.tables.size() && !dominated; ++j)
+      dominated = s.tables[j]->apply_from_seq <= s.tables[k]->apply_from_seq;
+    if (dominated)
+      s.tables.erase(s.tables.begin() + static_cast<std::ptrdiff_t>(k));
+    else
+      ++k;
+  }
+  // Over the cap, drop the version that governs the fewest sequence numbers (the shortest
+  // window before its successor applies), never the newest: the oldest version may still be
+  // the one in force for a communicator that has just started at sequence 0.
+  while (s.tables.size() > kKeep) {
+    size_t victim = 0;
+    uint64_t shortest = UINT64_MAX;
+    for (size_t k = 0; k + 1 < s.tables.size(); ++k) {
+      uint64_t window = s.tables[k + 1]->apply_from_seq - s.tables[k]->apply_from_seq;
+      if (window < shortest) {
+        shortest = window;
+        victim = k;
+      }
+    }
+    s.tables.erase(s.tables.begin() + static_cast<std::ptrdiff_t>(victim));
+  }
   s.generation = now.generation + 1;
   active_.store(next, std::memory_order_seq_cst);
   generation_.store(s.generation, std::memory_order_release);

@@ -18,11 +18,30 @@ TEST(TableStore, PublishesNewerVersionsOnly) {
   EXPECT_FALSE(store.Publish(testing::TwoPolicy(2)));
   EXPECT_EQ(store.generation(), 2u);
   auto snap = store.Read();
-  ASSERT_EQ(snap.tables.size(), 2u);
+  // both apply from sequence 0: version 1 can never be in force again, so it is dropped
+  ASSERT_EQ(snap.tables.size(), 1u);
   EXPECT_EQ(snap.tables.back()->version, 2u);
-  for (uint64_t v = 3; v < 20; ++v) store.Publish(testing::TwoPolicy(v));
+  for (uint64_t v = 3; v < 20; ++v) store.Publish(testing::TwoPolicy(v, v * 10));
   EXPECT_EQ(store.Read().tables.size(), TableStore::kKeep);
   EXPECT_EQ(store.newest_version(), 19u);
+}
+
+TEST(TableStore, KeepsTheVersionsInForceWhenFarFutureOnesPileUp) {
+  // v1 governs 0..399 and v2 400..1002; then many versions 1003, 1004, ... arrive. A
+  // communicator starting at sequence 0 must still find v1 (this once dropped by age).
+  TableStore store;
+  store.Publish(testing::TwoPolicy(1, 0));
+  store.Publish(testing::TwoPolicy(2, 400));
+  for (uint64_t v = 3; v < 60; ++v) store.Publish(testing::TwoPolicy(v, 1000 + v));
+  auto snap = store.Read();
+  ASSERT_EQ(snap.tables.size(), TableStore::kKeep);
+  EXPECT_EQ(snap.tables[0]->version, 1u);
+  EXPECT_EQ(snap.tables[1]->version, 2u);
+  EXPECT_EQ(snap.tables.back()->version, 59u);
+  Scheduler s(&store);
+  Selection sel;
+  ASSERT_TRUE(s.Select(10, &sel));
+  EXPECT_EQ(sel.version, 1u);
 }
 
 TEST(TableStore, SchedulerPicksUpPublishedTablesAtTheirBoundary) {
