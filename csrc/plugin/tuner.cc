@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <new>
 #include <string>
 
@@ -118,6 +119,12 @@ struct GroupFeed {
     }
     std::string payload;
     auto st = seg.Read(&shm_seq_seen, &payload);
+    // The daemon holds the seqlock only for a copy: retry rather than choose without the
+    // tables already published (ranks that did get them would choose differently).
+    for (int tries = 0; st == shm::Segment::ReadStatus::kBusy && tries < 100000; ++tries) {
+      std::this_thread::yield();
+      st = seg.Read(&shm_seq_seen, &payload);
+    }
     if (st == shm::Segment::ReadStatus::kBusy || st == shm::Segment::ReadStatus::kEmpty) return;
     // The hint moves only after the store holds the new tables (other contexts skip the lock
     // once they see it).

@@ -170,11 +170,20 @@ Segment::ReadStatus Segment::Read(uint64_t* last_seq, std::string* payload) cons
       payload->resize(len);
       CopyOut(payload->data(), data_, len);
     }
+    // The copy must complete before seq is read again (seqlock read side). ThreadSanitizer
+    // does not model fences; its builds use a sequentially consistent load instead.
+#if defined(__SANITIZE_THREAD__)
+    if (__atomic_load_n(&hdr_->seq, __ATOMIC_SEQ_CST) != s1) continue;  // torn: retry
+#else
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
     if (__atomic_load_n(&hdr_->seq, __ATOMIC_RELAXED) != s1) continue;  // torn: retry
-    *last_seq = s1;
+#endif
     if (!len_ok || Checksum(payload->data(), payload->size()) != sum) {
+      if (attempt + 1 < 64) continue;  // a copy racing a writer looks garbled too: retry
+      *last_seq = s1;
       return ReadStatus::kGarbled;
     }
+    *last_seq = s1;
     return ReadStatus::kOk;
   }
   return ReadStatus::kBusy;

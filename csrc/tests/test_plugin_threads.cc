@@ -52,12 +52,17 @@ TEST(PluginThreads, ConcurrentContextsWhileTablesChange) {
   constexpr int kCalls = 3000;
   std::atomic<int> problems{0};
   std::atomic<bool> go{false};
+  // The daemon starts republishing (garbage included) once every context has made its first
+  // call: a context whose first read lands on a garbage payload has never seen a table, which
+  // is the precondition this test does not cover (a table "published before its boundary").
+  std::atomic<int> first_calls{0};
   std::vector<std::thread> ranks;
   for (int r = 0; r < kThreads; ++r) {
     ranks.emplace_back([&] {
       void* ctx = nullptr;
       if (v6->init(&ctx, 9, kThreads, 1, nullptr, nullptr, nullptr) != 0) {
         problems.fetch_add(1);
+        first_calls.fetch_add(1);  // do not keep the daemon waiting
         return;
       }
       while (!go.load()) std::this_thread::yield();
@@ -69,6 +74,7 @@ TEST(PluginThreads, ConcurrentContextsWhileTablesChange) {
         int nch = 0;
         v6->getCollInfo(ctx, HS_NCCL_FUNC_ALLREDUCE, 1 << 20, 1, reinterpret_cast<float**>(table),
                         HS_NUM_ALGORITHMS, HS_NUM_PROTOCOLS, 0, &nch);
+        if (i == 0) first_calls.fetch_add(1);
         hsTunerStats st;
         stats(ctx, &st);
         if (st.table_version < last_version) problems.fetch_add(1);
@@ -80,6 +86,7 @@ TEST(PluginThreads, ConcurrentContextsWhileTablesChange) {
     });
   }
   go.store(true);
+  while (first_calls.load() < kThreads) std::this_thread::yield();
   // Meanwhile the daemon republishes: later versions with far-away boundaries, and garbage.
   for (int v = 3; v < 60; ++v) {
     // Like the daemon, every payload still holds the versions in force or pending.
