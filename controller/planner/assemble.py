@@ -153,8 +153,7 @@ def build_plan(result: SearchResult, planner: str, topology: str, workload: str)
     comb = result.combination
     pre, dec = result.prefill, result.decode
     slots = SlotPool(ev)
-    forced: set = set()
-    ev._forced_ring = forced  # type: ignore[attr-defined]
+    forced = ev.forced_ring
     pre_groups = _decide(ev, pre, comb.n_prefill, slots, forced)
     dec_groups = _decide(ev, dec, comb.n_decode, slots, forced)
     notes = []

@@ -98,6 +98,8 @@ class Evaluator:
         self._coeffs: dict[str, ComputeCoefficients] = {}
         self._groups: dict[tuple, GroupEval] = {}
         self._pod_cache: dict[tuple, tuple] = {}
+        # groups that lost INA to the aggregator-slot limit when the plan was assembled
+        self.forced_ring: set[tuple[str, ...]] = set()
         self._hops: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._pair_index: dict[str, int] = {}
         self._pair_mats: tuple[np.ndarray, np.ndarray] = (np.zeros((0, 0)), np.zeros((0, 0)))
@@ -168,13 +170,10 @@ class Evaluator:
     def group_cost(self, members: Sequence[str], nbytes: float) -> float:
         return self.group(members, nbytes).time(self, nbytes)
 
-    def forced_ring(self) -> set[tuple[str, ...]]:
-        return getattr(self, "_forced_ring", set())
-
     def allreduce_time(self, members: Sequence[str], nbytes: float) -> float:
         if len(members) == 1:
             return 0.0
-        allow = tuple(members) not in self.forced_ring()
+        allow = tuple(members) not in self.forced_ring
         return self.group(members, nbytes).time(self, nbytes, allow_ina=allow)
 
     # -- pipeline (Eq. 6) ----------------------------------------------------------------
@@ -406,7 +405,7 @@ class Evaluator:
         return self._phase("decode", tp, pp, evals)
 
     def _forced_key(self) -> int:
-        return len(self.forced_ring())
+        return len(self.forced_ring)
 
     def _phase(self, role: str, tp: int, pp: int, evals: list[InstanceEval]) -> PhaseResult:
         res = PhaseResult(role, tp, pp, [e.stages for e in evals], evals)

@@ -54,10 +54,8 @@ def decode_ref_bytes(ev: Evaluator, tp: int, pp: int) -> float:
     """Reference all-reduce size for grouping decode GPUs: the batch the KV memory allows,
     capped by ``max_batch`` (the batch search later re-prices the same routes)."""
     ctx = ev.problem.workload.mean_kv_tokens
-    room = ev.model.param_bytes  # placeholder replaced below when a pool exists
-    gp = ev.pool("decode", tp, pp)
-    if gp:
-        room = ev.kv_room_bytes(gp, tp, pp)
+    gp = ev.pool("decode", tp, pp)  # never empty: candidates come from pools that fit
+    room = ev.kv_room_bytes(gp, tp, pp) if gp else 0.0
     b = max(
         1, min(ev.problem.options.max_batch, int(room * tp / (ctx * ev.model.kv_bytes_per_token())))
     )
