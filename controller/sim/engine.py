@@ -251,23 +251,31 @@ class Simulator:
             if not st.inbox[i]:
                 return
             item = st.inbox[i].popleft()
+        _, k, k2 = item
+        compute = self.m.prefill_compute(st.model, st.model.stages[i], k, k2)
+        self._run_stage(
+            st, i, item, compute, self.m.message_bytes(k), self._prefill_try, self._prefill_done
+        )
+
+    def _run_stage(
+        self, st, i: int, item, compute_s: float, nbytes: float, try_next, finish
+    ) -> None:
+        """Stage ``i`` of a pipeline works on ``item``: compute plus its all-reduces and the hop
+        to the next stage; then the item moves on (or ``finish``es) and the stage takes more."""
         st.busy[i] = True
         stage = st.model.stages[i]
-        batch, k, k2 = item
-        compute = self.m.prefill_compute(st.model, stage, k, k2)
-        nbytes = self.m.message_bytes(k)
         hop = self.m.hop(stage, nbytes)
 
-        def done(now: float, st=st, i=i, item=item) -> None:
+        def done(now: float) -> None:
             st.busy[i] = False
             if i + 1 < len(st.model.stages):
                 st.inbox[i + 1].append(item)
-                self._prefill_try(st, i + 1)
+                try_next(st, i + 1)
             else:
-                self._prefill_done(st, item)
-            self._prefill_try(st, i)
+                finish(st, item)
+            try_next(st, i)
 
-        self._iteration(stage, compute + hop, nbytes, done)
+        self._iteration(stage, compute_s + hop, nbytes, done)
 
     def _prefill_done(self, st: _PrefillState, item) -> None:
         batch, k, _ = item
@@ -342,23 +350,11 @@ class Simulator:
         if ds.busy[i] or not ds.inbox[i]:
             return
         mb = ds.inbox[i].popleft()
-        ds.busy[i] = True
-        stage = ds.model.stages[i]
         b = len(mb.reqs)
-        compute = self.m.decode_compute(ds.model, stage, b, mb.k_ctx)
-        nbytes = self.m.message_bytes(b)
-        hop = self.m.hop(stage, nbytes)
-
-        def done(now: float, ds=ds, i=i, mb=mb) -> None:
-            ds.busy[i] = False
-            if i + 1 < len(ds.model.stages):
-                ds.inbox[i + 1].append(mb)
-                self._decode_try(ds, i + 1)
-            else:
-                self._step_done(ds, mb)
-            self._decode_try(ds, i)
-
-        self._iteration(stage, compute + hop, nbytes, done)
+        compute = self.m.decode_compute(ds.model, ds.model.stages[i], b, mb.k_ctx)
+        self._run_stage(
+            ds, i, mb, compute, self.m.message_bytes(b), self._decode_try, self._step_done
+        )
 
     def _step_done(self, ds: _DecodeState, mb: _MicroBatch) -> None:
         mb.step += 1
