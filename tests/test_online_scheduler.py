@@ -119,6 +119,104 @@ def test_bad_tables_are_rejected_with_the_field_named(path, value, word) -> None
         parse_table(t)
 
 
+def affine_table(lat0=1e-4, bw1=None) -> dict:
+    """Two policies on disjoint links (so no penalties): INA over a 100 Gb/s link with 100 us
+    of latency, ring over a 50 Gb/s link with none."""
+    t = {
+        "group_id": "decode/0/1",
+        "version": 1,
+        "apply_from_seq": 0,
+        "window_s": 0.001,
+        "gamma": 0.5,
+        "links": [
+            {"id": "g0|s1", "capacity": 100 * GBPS},
+            {"id": "g0|g1", "capacity": 50 * GBPS},
+        ],
+        "policies": [
+            {"id": 0, "scheme": "ina", "switch": "s1", "links": ["g0|s1"], "cost": 0.0,
+             "latency_s": lat0},
+            {"id": 1, "scheme": "ring", "links": ["g0|g1"], "cost": 0.0},
+        ],
+    }  # fmt: skip
+    if bw1 is not None:
+        t["policies"][1]["bandwidth"] = bw1
+    return t
+
+
+def test_latency_makes_the_faster_link_lose_small_transfers() -> None:
+    # Eq. 16 with T_u = 1 ms:
+    #   policy 0 (INA): delta_0 = (1e-4 s + D / 12.5e9 B/s) / 1e-3 s = 0.1 + D / 12.5e6
+    #   policy 1 (ring): delta_1 = (0 + D / 6.25e9 B/s) / 1e-3 s = D / 6.25e6
+    # delta_0 = delta_1  <=>  0.1 = D / 6.25e6 - D / 12.5e6 = D / 12.5e6  <=>  D* = 1.25e6 B.
+    # Below D* the ring wins although INA's link is twice as fast; above it INA wins.
+    cases = [
+        (65536, 1, 0.01048576),  # delta_1 = 0.01048576 < delta_0 = 0.10524288
+        (1_000_000, 1, 0.16),  # 0.16 < 0.1 + 0.08 = 0.18
+        (1_200_000, 1, 0.192),  # 0.192 < 0.196, just below D*
+        (1_300_000, 0, 0.204),  # 0.1 + 0.104 = 0.204 < 0.208, just above D*
+        (1_500_000, 0, 0.22),  # 0.22 < 0.24
+        (16 << 20, 0, 0.1 + 16 * 2**20 / 12.5e6),  # 1.44217728 < 2.68435456
+    ]
+    for nbytes, want, delta in cases:
+        s = OnlineScheduler(affine_table())  # zero load for every size
+        assert s.select(nbytes) == want, nbytes
+        assert s.last_cost == pytest.approx(delta, rel=1e-12), nbytes
+        assert s.costs[want] == s.last_cost
+        assert s.costs[1 - want] == 0.0  # disjoint links: f = W = 0
+    # Without the latency the faster link wins at every size (the old Eq. 16).
+    for nbytes, _, _ in cases:
+        assert OnlineScheduler(affine_table(lat0=0.0)).select(nbytes) == 0
+    # An explicit bandwidth replaces the bottleneck: at 25 Gb/s the ring's crossover moves to
+    # 0.1 = D / 3.125e6 - D / 12.5e6 = 3 D / 12.5e6, D* = 416 666.67 B.
+    s = OnlineScheduler(affine_table(bw1=25 * GBPS))
+    assert s.select(400_000) == 1  # 0.128 < 0.132
+    s = OnlineScheduler(affine_table(bw1=25 * GBPS))
+    assert s.select(450_000) == 0  # 0.136 < 0.144
+
+
+def test_default_fields_reproduce_the_bottleneck_delta_bit_for_bit() -> None:
+    plain = table()
+    explicit = table()
+    caps = {lk["id"]: lk["capacity"] for lk in explicit["links"]}
+    for p in explicit["policies"]:
+        p["latency_s"] = 0.0
+        p["bandwidth"] = min(caps[lid] for lid in p["links"])
+    a, b = OnlineScheduler(plain), OnlineScheduler(explicit)
+    bottleneck = 50 * GBPS  # both policies: min(100, 50) and min(50, 50) Gb/s
+    for nbytes in (0, 1, 4096, 1 << 20, 3_333_333, 256 << 20):
+        costs_before = list(a.costs) if a.table else [0.0, 0.0]
+        ca, cb = a.select(nbytes), b.select(nbytes)
+        assert ca == cb
+        assert a.last_cost == b.last_cost
+        assert a.costs == b.costs
+        # the original expression, exactly: J = b_c* + D / (T_u * bottleneck)
+        assert a.last_cost == costs_before[ca] + nbytes / (0.001 * bottleneck)
+    t = parse_table(plain)
+    assert [(p.latency_s, p.bandwidth) for p in t.policies] == [(0.0, bottleneck)] * 2
+
+
+@pytest.mark.parametrize(
+    "field,value,word",
+    [
+        ("latency_s", -1e-6, "latency_s must be >= 0"),
+        ("latency_s", math.nan, "latency_s must be finite"),
+        ("latency_s", math.inf, "latency_s must be finite"),
+        ("latency_s", "1e-6", "latency_s must be a number"),
+        ("latency_s", True, "latency_s must be a number"),
+        ("bandwidth", 0, "bandwidth must be > 0"),
+        ("bandwidth", -5e9, "bandwidth must be > 0"),
+        ("bandwidth", math.inf, "bandwidth must be finite"),
+        ("bandwidth", math.nan, "bandwidth must be finite"),
+        ("bandwidth", None, "bandwidth must be a number"),
+    ],
+)
+def test_bad_time_model_fields_are_rejected_with_the_field_named(field, value, word) -> None:
+    t = table()
+    t["policies"][1][field] = value
+    with pytest.raises(TableError, match=f"policy 1: {word}"):
+        parse_table(t)
+
+
 def _replay(make, case: dict) -> None:
     s = make()
     for k, (ev, ex) in enumerate(zip(case["events"], case["expect"], strict=True)):

@@ -5,15 +5,22 @@ This is the reference implementation of paper section III-D (Eqs. 16-18). The C+
 same choices and costs on ``tests/vectors/online_scheduler.json``. Keep the two in step: when
 an expression changes here, change it there in the same order.
 
-Units: bytes for transfer sizes, bytes/s for link capacities, seconds for the window T_u.
-A cost b_c is dimensionless: the fraction of one window T_u the policy's bottleneck link is
-busy, so a transfer's increment delta_c = D / (T_u * capacity) and a measured utilisation
+Units: bytes for transfer sizes, bytes/s for link capacities and policy bandwidths, seconds
+for the window T_u and policy latencies. A cost b_c is dimensionless: the fraction of one
+window T_u the policy is busy, so a transfer's increment delta_c and a measured utilisation
 (also a fraction of the window) are on the same scale.
 
 Rules (one group, one table at a time):
 
-* Eq. 16: delta_c = D / (T_u * bottleneck capacity of c); J(c, D) = b_c + delta_c;
-  c* = argmin J, ties broken to the lowest policy id.
+* Eq. 16: delta_c = (latency_s_c + D / bandwidth_c) / T_u, the policy's uncontended time for
+  D bytes (the cost model's t_c(D), made affine by the table's two optional fields) as a
+  fraction of the window. The paper divides by b_c; DESIGN §8 reads it as the policy's
+  bandwidth. latency_s defaults to 0 and bandwidth to the bottleneck capacity (min over c's
+  links), which gives the original delta_c = D / (T_u * bottleneck).
+  It is computed as ``latency_s / T_u + D / (T_u * bandwidth)``, in that order: with the
+  defaults the first term is exactly +0.0 and the second is the original expression, so a
+  table without the two fields gives bit for bit the costs it gave before they existed.
+  J(c, D) = b_c + delta_c; c* = argmin J, ties broken to the lowest policy id.
 * Eq. 17 (as DESIGN §8 reads it): b_{c*} += delta_{c*}; for c != c*,
   b_c += delta_{c*} * f(c*, c).
 * Eq. 18: at each window boundary (:meth:`OnlineScheduler.observe_utilisation`),
@@ -51,7 +58,8 @@ class TableError(ValueError):
 
 @dataclass(frozen=True)
 class Policy:
-    """One candidate policy c: its links (indices into the table's links) and bottleneck."""
+    """One candidate policy c: its links (indices into the table's links), bottleneck and
+    the affine time model of Eq. 16 (latency_s + D / bandwidth)."""
 
     id: int
     scheme: str
@@ -59,6 +67,8 @@ class Policy:
     links: tuple[int, ...]
     bottleneck: float  # bytes/s, min capacity over the policy's links
     cost: float  # b_c when the table takes effect
+    latency_s: float = 0.0  # s, the policy's time for 0 bytes
+    bandwidth: float = 0.0  # bytes/s, effective; parse_table sets the bottleneck when absent
 
 
 @dataclass(frozen=True)
@@ -187,7 +197,19 @@ def parse_table(data: Mapping[str, Any]) -> PolicyTable:
         cost = _number(p["cost"], f"policy {pid}: cost")
         if cost < 0.0:
             raise TableError(f"policy {pid}: cost must be >= 0, got {cost}")
-        policies.append(Policy(pid, scheme, switch, tuple(idx), bottleneck, cost))
+        latency = 0.0
+        if "latency_s" in p:
+            latency = _number(p["latency_s"], f"policy {pid}: latency_s")
+            if latency < 0.0:
+                raise TableError(f"policy {pid}: latency_s must be >= 0, got {latency}")
+        bandwidth = bottleneck
+        if "bandwidth" in p:
+            bandwidth = _number(p["bandwidth"], f"policy {pid}: bandwidth")
+            if bandwidth <= 0.0:
+                raise TableError(f"policy {pid}: bandwidth must be > 0, got {bandwidth}")
+        policies.append(
+            Policy(pid, scheme, switch, tuple(idx), bottleneck, cost, latency, bandwidth)
+        )
     util = _utilisation_vector(data.get("utilisation", {}), index, "utilisation", strict=True)
     return PolicyTable(
         group_id=group_id,
@@ -286,7 +308,8 @@ class OnlineScheduler:
         best_j = 0.0
         deltas = []
         for i, p in enumerate(t.policies):
-            delta = d / (t.window_s * p.bottleneck)
+            # Eq. 16; the C++ core computes the same two terms in the same order.
+            delta = p.latency_s / t.window_s + d / (t.window_s * p.bandwidth)
             deltas.append(delta)
             j = self.costs[i] + delta
             if best < 0 or j < best_j:

@@ -109,6 +109,10 @@ json::Value TableJson(const pb::PolicyTable& t) {
     }
     q.set("paths", std::move(paths));
     q.set("cost", Value::Number(p.cost()));
+    // proto3 has no presence: latency 0 is the default anyway; bandwidth 0 means "absent"
+    // (the bottleneck), so it is left out rather than rejected by ParseTable as <= 0.
+    q.set("latency_s", Value::Number(p.latency_s()));
+    if (p.bandwidth() != 0.0) q.set("bandwidth", Value::Number(p.bandwidth()));
     pols.push_back(std::move(q));
   }
   o.set("policies", std::move(pols));

@@ -41,6 +41,7 @@ static std::shared_ptr<PolicyTable> MakeTable(size_t n, uint64_t version) {
     p.scheme = static_cast<heroserve::Scheme>(i % 3);
     p.links = {static_cast<uint32_t>(i), static_cast<uint32_t>(i + 1)};
     p.bottleneck = std::min(t->capacities[i], t->capacities[i + 1]);
+    p.bandwidth = p.bottleneck;
     t->policies.push_back(p);
   }
   return t;

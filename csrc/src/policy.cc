@@ -148,6 +148,16 @@ bool ParseTable(const json::Value& v, PolicyTable* out, std::string* error) {
     }
     if (!Number(p.find("cost"), pw + ": cost", &pol.cost, error)) return false;
     if (!(pol.cost >= 0.0)) return Fail(error, pw + ": cost must be >= 0");
+    // Eq. 16's optional time model; absent: no latency, the bottleneck's bandwidth.
+    if (const json::Value* lat = p.find("latency_s")) {
+      if (!Number(lat, pw + ": latency_s", &pol.latency_s, error)) return false;
+      if (!(pol.latency_s >= 0.0)) return Fail(error, pw + ": latency_s must be >= 0");
+    }
+    pol.bandwidth = pol.bottleneck;
+    if (const json::Value* bw = p.find("bandwidth")) {
+      if (!Number(bw, pw + ": bandwidth", &pol.bandwidth, error)) return false;
+      if (!(pol.bandwidth > 0.0)) return Fail(error, pw + ": bandwidth must be > 0");
+    }
     if (const json::Value* paths = p.find("paths")) {
       if (!paths->is_object()) return Fail(error, pw + ": paths must be a map");
       for (const auto& kv : paths->members()) {
@@ -221,6 +231,8 @@ json::Value TableToJsonValue(const PolicyTable& t) {
     }
     q.set("paths", std::move(paths));
     q.set("cost", Value::Number(p.cost));
+    q.set("latency_s", Value::Number(p.latency_s));
+    q.set("bandwidth", Value::Number(p.bandwidth));  // effective: parses back to the same
     pols.push_back(std::move(q));
   }
   o.set("policies", std::move(pols));
@@ -357,10 +369,12 @@ void Scheduler::ActivateDue() {
   const PolicyTable& t = *table_;
   size_t n = t.policies.size();
   costs_.resize(n);
+  lat_.resize(n);
   wb_.resize(n);
   for (size_t i = 0; i < n; ++i) {
     costs_[i] = t.policies[i].cost;
-    wb_[i] = t.window_s * t.policies[i].bottleneck;
+    lat_[i] = t.policies[i].latency_s / t.window_s;
+    wb_[i] = t.window_s * t.policies[i].bandwidth;
   }
   util_ = t.utilisation;
   penalty_.assign(n * n, 0.0);
@@ -377,18 +391,19 @@ bool Scheduler::Select(double nbytes, Selection* out) {
   if (!table_) return false;
   const size_t n = costs_.size();
   const double d = nbytes;
-  // Eq. 16: J(c, D) = b_c + D / (T_u * bottleneck_c); strict '<' keeps the lowest id on ties.
+  // Eq. 16: delta_c = latency_c / T_u + D / (T_u * bandwidth_c), the two terms in online.py's
+  // order; J(c, D) = b_c + delta_c; strict '<' keeps the lowest id on ties.
   size_t best = 0;
-  double best_j = costs_[0] + d / wb_[0];
+  double best_j = costs_[0] + (lat_[0] + d / wb_[0]);
   for (size_t i = 1; i < n; ++i) {
-    double j = costs_[i] + d / wb_[i];
+    double j = costs_[i] + (lat_[i] + d / wb_[i]);
     if (j < best_j) {
       best = i;
       best_j = j;
     }
   }
   // Eq. 17 as DESIGN §8 reads it: the winner pays its increment, others a share f(c*, c).
-  const double dstar = d / wb_[best];
+  const double dstar = lat_[best] + d / wb_[best];
   const double* row = &penalty_[best * n];
   for (size_t i = 0; i < n; ++i) {
     if (i == best) {

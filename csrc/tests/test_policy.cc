@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "heroserve/policy.h"
 #include "test_util.h"
 
@@ -62,6 +64,145 @@ TEST(ParseTable, JsonRoundTrip) {
   EXPECT_EQ(back.policies[1].cost, 0.5);
   EXPECT_EQ(back.policies[0].paths, t->policies[0].paths);
   EXPECT_EQ(back.utilisation, t->utilisation);
+}
+
+// Two policies on disjoint links (no penalties), T_u = 1 ms: INA over 100 Gb/s (12.5e9 B/s)
+// with 100 us of latency, ring over 50 Gb/s (6.25e9 B/s) with none. Same numbers as
+// tests/test_online_scheduler.py::test_latency_makes_the_faster_link_lose_small_transfers.
+std::string AffineJson(const std::string& extra0 = "\"latency_s\": 0.0001",
+                       const std::string& extra1 = "") {
+  return R"({"group_id": "decode/0/1", "version": 1, "apply_from_seq": 0, "window_s": 0.001,
+  "gamma": 0.5, "links": [{"id": "g0|s1", "capacity": 12500000000.0},
+                          {"id": "g0|g1", "capacity": 6250000000.0}],
+  "policies": [
+    {"id": 0, "scheme": "ina", "switch": "s1", "links": ["g0|s1"], "cost": 0)" +
+         (extra0.empty() ? "" : ", " + extra0) + R"(},
+    {"id": 1, "scheme": "ring", "links": ["g0|g1"], "cost": 0)" +
+         (extra1.empty() ? "" : ", " + extra1) + "}]}";
+}
+
+// `table` with policies[i][key] = x appended (the policy must not have the key yet).
+json::Value WithPolicyField(const json::Value& table, size_t i, const char* key, double x) {
+  json::Value out = json::Value::Object();
+  for (const auto& kv : table.members()) {
+    if (kv.first != "policies") {
+      out.set(kv.first, kv.second);
+      continue;
+    }
+    json::Value list = json::Value::Array();
+    for (size_t k = 0; k < kv.second.items().size(); ++k) {
+      json::Value p = kv.second.items()[k];
+      if (k == i) p.set(key, json::Value::Number(x));
+      list.push_back(std::move(p));
+    }
+    out.set("policies", std::move(list));
+  }
+  return out;
+}
+
+std::shared_ptr<const PolicyTable> Affine(const std::string& extra0 = "\"latency_s\": 0.0001",
+                                          const std::string& extra1 = "") {
+  auto t = std::make_shared<PolicyTable>();
+  std::string err;
+  EXPECT_TRUE(ParseTableJson(AffineJson(extra0, extra1), t.get(), &err)) << err;
+  return t;
+}
+
+TEST(ParseTable, TimeModelFieldsAndDefaults) {
+  auto t = Affine("\"latency_s\": 0.0001", "\"bandwidth\": 3125000000.0");
+  EXPECT_EQ(t->policies[0].latency_s, 1e-4);
+  EXPECT_EQ(t->policies[0].bandwidth, 12.5e9);  // absent: the bottleneck
+  EXPECT_EQ(t->policies[1].latency_s, 0.0);     // absent: no latency
+  EXPECT_EQ(t->policies[1].bandwidth, 3.125e9);
+  EXPECT_EQ(t->policies[1].bottleneck, 6.25e9);  // unchanged by an explicit bandwidth
+  PolicyTable back;
+  std::string err;
+  ASSERT_TRUE(ParseTableJson(TableToJson(*t), &back, &err)) << err;
+  EXPECT_EQ(back.policies[0].latency_s, 1e-4);
+  EXPECT_EQ(back.policies[1].bandwidth, 3.125e9);
+}
+
+TEST(ParseTable, RejectsBadTimeModelFields) {
+  struct Case {
+    std::string field, word;
+  } cases[] = {
+      {"\"latency_s\": -0.000001", "policy 1: latency_s must be >= 0"},
+      {"\"latency_s\": \"1e-6\"", "policy 1: latency_s must be a number"},
+      {"\"latency_s\": 1e999", "latency_s"},  // overflows to inf: not finite (or not JSON)
+      {"\"bandwidth\": 0", "policy 1: bandwidth must be > 0"},
+      {"\"bandwidth\": -5e9", "policy 1: bandwidth must be > 0"},
+      {"\"bandwidth\": null", "policy 1: bandwidth must be a number"},
+  };
+  for (const auto& c : cases) {
+    PolicyTable t;
+    std::string err;
+    EXPECT_FALSE(ParseTableJson(AffineJson("", c.field), &t, &err)) << c.field;
+    if (c.field.find("1e999") != std::string::npos) continue;  // parser-dependent message
+    EXPECT_NE(err.find(c.word), std::string::npos) << c.field << ": " << err;
+  }
+  // Non-finite values cannot be written in JSON; through the in-memory form (the daemon's
+  // proto conversion) they are rejected by name.
+  json::Value base;
+  std::string perr;
+  ASSERT_TRUE(json::Parse(AffineJson("", ""), &base, &perr)) << perr;
+  for (const char* field : {"latency_s", "bandwidth"}) {
+    for (double bad : {std::numeric_limits<double>::infinity(),
+                       -std::numeric_limits<double>::infinity(),
+                       std::numeric_limits<double>::quiet_NaN()}) {
+      PolicyTable t;
+      std::string err;
+      EXPECT_FALSE(ParseTable(WithPolicyField(base, 1, field, bad), &t, &err)) << field;
+      EXPECT_NE(err.find(std::string("policy 1: ") + field + " must be finite"),
+                std::string::npos)
+          << err;
+    }
+  }
+}
+
+TEST(Scheduler, LatencyMakesTheFasterLinkLoseSmallTransfers) {
+  // delta_0 = 0.1 + D / 12.5e6, delta_1 = D / 6.25e6: equal at D* = 0.1 * 12.5e6 = 1.25e6 B.
+  struct Case {
+    double d;
+    uint32_t want;
+    double delta;
+  } cases[] = {
+      {65536, 1, 0.01048576},  {1e6, 1, 0.16},    {1.2e6, 1, 0.192},
+      {1.3e6, 0, 0.204},       {1.5e6, 0, 0.22},  {16.0 * (1 << 20), 0, 0.1 + 16.0 * (1 << 20) / 12.5e6},
+  };
+  for (const auto& c : cases) {
+    Scheduler s;
+    ASSERT_TRUE(s.Install(Affine()));
+    Selection sel;
+    ASSERT_TRUE(s.Select(c.d, &sel));
+    EXPECT_EQ(sel.policy_id, c.want) << c.d;
+    EXPECT_NEAR(sel.cost, c.delta, 1e-12 * c.delta) << c.d;
+    EXPECT_EQ(s.costs()[1 - c.want], 0.0);  // disjoint links: f = W = 0
+  }
+}
+
+TEST(Scheduler, DefaultTimeModelIsTheBottleneckDeltaBitForBit) {
+  // Absent fields, explicit defaults, and the original expression b + D / (T_u * bottleneck)
+  // agree exactly (==, not within a tolerance).
+  Scheduler plain, expl;
+  ASSERT_TRUE(plain.Install(TwoPolicy()));
+  auto t = std::make_shared<PolicyTable>(*TwoPolicy());
+  for (auto& p : t->policies) {
+    p.latency_s = 0.0;
+    p.bandwidth = p.bottleneck;
+  }
+  ASSERT_TRUE(expl.Install(t));
+  const double bottleneck = 6.25e9;  // both policies: min(100, 50) and min(50, 50) Gb/s
+  std::vector<double> before = {0.0, 0.0};
+  for (double d : {0.0, 1.0, 4096.0, 1048576.0, 3333333.0, 268435456.0}) {
+    Selection a, b;
+    ASSERT_TRUE(plain.Select(d, &a));
+    ASSERT_TRUE(expl.Select(d, &b));
+    ASSERT_EQ(a.policy_id, b.policy_id);
+    ASSERT_EQ(a.cost, b.cost);
+    ASSERT_EQ(plain.costs(), expl.costs());
+    EXPECT_EQ(a.cost, before[a.index] + d / (0.001 * bottleneck)) << d;
+    before = plain.costs();
+  }
 }
 
 TEST(SharingRatio, HandWorked) {

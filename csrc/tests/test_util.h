@@ -55,6 +55,7 @@ inline std::shared_ptr<const PolicyTable> Chain(size_t n, uint64_t version = 1) 
     p.scheme = static_cast<Scheme>(i % 3);
     p.links = {static_cast<uint32_t>(i), static_cast<uint32_t>(i + 1)};
     p.bottleneck = 12.5e9;
+    p.bandwidth = 12.5e9;
     p.cost = 0.001 * static_cast<double>(i % 5);
     t->policies.push_back(p);
   }

@@ -99,6 +99,50 @@ def random_table(
     }
 
 
+def with_time_model(rng: random.Random, table: dict[str, Any]) -> dict[str, Any]:
+    """The same table with Eq. 16's optional ``latency_s`` / ``bandwidth`` on some policies
+    (absent, explicit defaults, or drawn), so both cores exercise the affine delta."""
+    caps = {lk["id"]: lk["capacity"] for lk in table["links"]}
+    for p in table["policies"]:
+        bottleneck = min(caps[lid] for lid in p["links"])
+        r = rng.random()
+        if r < 0.2:
+            continue  # both absent: the bottleneck form
+        if r < 0.35:
+            p["latency_s"] = 0.0  # explicit defaults: same numbers as absent
+            p["bandwidth"] = bottleneck
+            continue
+        if rng.random() < 0.8:
+            p["latency_s"] = rng.choice([1e-6, 2e-5, 5.76e-4, rng.random() * 1e-3])
+        if rng.random() < 0.7:
+            # effective bandwidth below the bottleneck (INA's int32 lanes, ring's 2(N-1)/N)
+            p["bandwidth"] = bottleneck * rng.choice([0.25, 0.5, 2 / 3, rng.uniform(0.1, 1.0)])
+    return table
+
+
+def latency_table() -> dict[str, Any]:
+    """Hand-sized, disjoint links (no penalties): INA over 100 Gb/s with 100 us latency vs a
+    ring over 50 Gb/s with none. T_u = 1 ms, so delta_0 = 0.1 + D / 12.5e6 and
+    delta_1 = D / 6.25e6: the ring wins below D = 1.25e6 bytes, INA above."""
+    return {
+        "group_id": "decode/0/1",
+        "version": 1,
+        "apply_from_seq": 0,
+        "window_s": 0.001,
+        "gamma": 0.5,
+        "links": [
+            {"id": "g0|s1", "capacity": 100 * GBPS},
+            {"id": "g0|g1", "capacity": 50 * GBPS},
+        ],
+        "policies": [
+            {"id": 0, "scheme": "ina", "switch": "s1", "links": ["g0|s1"], "cost": 0.0,
+             "latency_s": 1e-4},
+            {"id": 1, "scheme": "ring", "switch": "", "links": ["g0|g1"], "cost": 0.0,
+             "bandwidth": 50 * GBPS},
+        ],
+    }  # fmt: skip
+
+
 def run_case(name: str, events: list[dict[str, Any]]) -> dict[str, Any]:
     s = OnlineScheduler()
     expect = []
@@ -122,10 +166,19 @@ def run_case(name: str, events: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def random_case(
-    rng: random.Random, name: str, n_links: int, n_policies: int, steps: int
+    rng: random.Random,
+    name: str,
+    n_links: int,
+    n_policies: int,
+    steps: int,
+    time_model: random.Random | None = None,
 ) -> dict[str, Any]:
+    """``time_model``: give the tables latency_s / bandwidth fields drawn from this generator
+    (a separate one, so the cases without them stay as they were)."""
     group = "prefill/0/0"
     t1 = random_table(rng, n_links, n_policies, 1, 0, group)
+    if time_model is not None:
+        t1 = with_time_model(time_model, t1)
     events: list[dict[str, Any]] = [{"install": t1}]
     version = 1
     link_ids = [lk["id"] for lk in t1["links"]]
@@ -152,6 +205,8 @@ def random_case(
             version += 1
             # same links so later observations stay meaningful; applies a few selections ahead
             t = random_table(rng, n_links, n_policies, version, step + rng.randint(0, 5), group)
+            if time_model is not None:
+                t = with_time_model(time_model, t)
             events.append({"install": t})
             if rng.random() < 0.3:
                 events.append({"install": t1})  # stale: must be ignored
@@ -208,6 +263,24 @@ def main() -> None:
         [(3, 2, 40), (6, 4, 80), (10, 8, 120), (16, 16, 200), (24, 32, 150), (8, 3, 60)]
     ):
         cases.append(random_case(rng, f"random_{k}_{npol}p", nl, npol, steps))
+    # Eq. 16 with latency_s / bandwidth (added later: the cases above are unchanged).
+    cases.append(
+        run_case(
+            "latency_crossover_hand",
+            [
+                {"install": latency_table()},
+                {"select": 65536},  # ring: 0.0104858 < 0.1052429
+                {"select": 1_000_000},  # ring: 0.16 + 0.0104858 < 0.18
+                {"select": 16 << 20},  # INA: 0.1 + 1.342 < 0.17 + 2.684
+                {"observe": {"g0|s1": 0.3}},
+                {"select": 1_500_000},
+                {"select": 0},  # zero bytes still pay INA's latency
+            ],
+        )
+    )
+    trng = random.Random(20260601)
+    for k, (nl, npol, steps) in enumerate([(4, 3, 60), (10, 8, 120), (16, 16, 150)]):
+        cases.append(random_case(trng, f"time_model_{k}_{npol}p", nl, npol, steps, time_model=trng))
     OUT.write_text(
         json.dumps(
             {"format": 1, "generator": "tests/vectors/gen_online_scheduler.py", "cases": cases},

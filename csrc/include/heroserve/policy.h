@@ -2,7 +2,13 @@
 //
 // Mirrors controller/scheduler/online.py operation for operation, in IEEE double, so both
 // produce the same choices and costs on tests/vectors/online_scheduler.json. Costs b_c are
-// fractions of one window T_u (dimensionless); sizes are bytes; capacities bytes/s.
+// fractions of one window T_u (dimensionless); sizes are bytes; capacities and policy
+// bandwidths bytes/s; latencies and T_u seconds.
+//
+// Eq. 16: delta_c = (latency_s + D / bandwidth) / T_u, the policy's uncontended time for D
+// bytes as a fraction of the window, computed as latency_s / T_u + D / (T_u * bandwidth) in
+// that order (as online.py does). With the defaults (latency_s 0, bandwidth = bottleneck)
+// the first term is +0.0 and the second the original D / (T_u * bottleneck), bit for bit.
 #pragma once
 
 #include <atomic>
@@ -31,6 +37,10 @@ struct Policy {
   std::map<std::string, std::vector<std::string>> paths;  // GPU id -> route (informational)
   double bottleneck = 0.0;  // bytes/s: min capacity over links
   double cost = 0.0;        // b_c when the table takes effect
+  double latency_s = 0.0;   // s: the policy's time for 0 bytes (Eq. 16), >= 0
+  // bytes/s: effective bandwidth of Eq. 16, > 0. ParseTable sets it to `bottleneck` when the
+  // table omits it; code that builds a Policy by hand must set it.
+  double bandwidth = 0.0;
 };
 
 // A validated table (docs/policy-table.md). Immutable once built; shared between threads
@@ -137,7 +147,8 @@ class Scheduler {
   uint64_t seq_ = 0;
   uint64_t late_tables_ = 0;
   std::vector<double> costs_;    // b_c
-  std::vector<double> wb_;       // T_u * bottleneck_c, bytes
+  std::vector<double> lat_;      // latency_s_c / T_u, fraction of the window
+  std::vector<double> wb_;       // T_u * bandwidth_c, bytes
   std::vector<double> penalty_;  // f, row-major n x n
   std::vector<double> util_;
 };
