@@ -10,19 +10,27 @@ Bursty arrivals (gamma, CV 4) bunch the KV transfers onto those uplinks.
 
 Off, every all-reduce stays on c1. On, each group's scheduler also has the ring (NCCL with
 PXN relays over NVLink, which avoids the uplinks) and INA on a1 or a2: it spreads the groups'
-traffic and moves it off links the utilisation windows show busy.
+traffic and moves it off links the utilisation windows show busy. Each option is priced by its
+cost-model time (Eq. 16 with latency_s / bandwidth), so at the plan's batch the ring, ~3x
+faster than INA on c1 here, is also where an idle group starts; the last tests check that
+zero-load choice against ``CommOption.time``.
 """
 
 import networkx as nx
 import numpy as np
 import pytest
 
+from controller.models import model_spec
 from controller.plan import Group, Instance, PhasePlan, Plan, Predicted, SlotRange
+from controller.planner import plan as make_plan
+from controller.scheduler.online import OnlineScheduler
 from controller.sim import SimOptions, Simulator, build_model, make_requests
+from controller.sim.scheduler import GroupSchedulers, policy_table, reference_bytes
+from controller.topology import testbed as make_testbed
 from controller.topology.generators import add_server
 from controller.topology.graph import add_link, add_switch
 from controller.units import gbps
-from controller.workload import chatbot
+from controller.workload import Request, chatbot, default_sla
 
 
 def shared_uplink_cluster() -> nx.Graph:
@@ -114,3 +122,87 @@ def test_scheduler_evens_link_use_and_cuts_tail_tpot_under_bursts(runs):
     assert ethernet_cv(on) < ethernet_cv(off)  # link utilisation is more even
     assert on.tpot_s["p99"] < off.tpot_s["p99"]  # tail TPOT is lower
     assert on.tpot_s["p90"] < off.tpot_s["p90"]
+
+
+# -- Eq. 16 with each option's cost-model time -------------------------------------------
+def _fastest_at_reference(model) -> dict[str, int]:
+    """Group id -> index of the option with the smallest CommOption.time at D_ref."""
+    out = {}
+    for inst in model.prefill + model.decode:
+        ref = reference_bytes(model, inst.role)
+        for st in inst.stages:
+            if len(st.options) > 1:
+                times = [o.time(ref) for o in st.options]
+                out[st.group_id] = times.index(min(times))
+    return out
+
+
+def test_first_choice_on_an_idle_testbed_is_the_fastest_option(monkeypatch):
+    # The testbed plan: its TP=4 decode stages stay inside one server, where the cost model
+    # prices the NVLink ring at ~20 us and INA on s1/s2 at ~576 us. A few requests far apart
+    # (no contention): the first decision of every group must be the fastest option.
+    g = make_testbed()
+    p = make_plan(g, model_spec("OPT-66B"), chatbot(), default_sla("chatbot"))
+    m = build_model(p, g, chatbot())
+    want = _fastest_at_reference(m)
+    assert want, "the testbed plan should have groups with a choice"
+    first: dict[str, int] = {}
+    choose = GroupSchedulers.choose
+
+    def record(self, stage, nbytes):
+        k = choose(self, stage, nbytes)
+        first.setdefault(stage.group_id, k)
+        return k
+
+    monkeypatch.setattr(GroupSchedulers, "choose", record)
+    reqs = [Request(30.0 * i, 200, 8) for i in range(3)]
+    res = Simulator(m, SimOptions(online_scheduler=True)).run(reqs)
+    assert res.finished == 3
+    assert first == want
+    for gid, k in want.items():  # and it is the ring, ~28x faster than INA here
+        stage = next(st for i in m.decode for st in i.stages if st.group_id == gid)
+        assert stage.options[k].scheme == "ring"
+
+
+def test_zero_load_choice_follows_the_cost_model_not_the_bottleneck():
+    # Shared-uplink plan: all four options (INA on c1, ring, INA on a1, INA on a2) have the
+    # same 12.5 GB/s bottleneck, so the bottleneck rule ties and keeps the plan's INA on c1
+    # (policy 0); the cost model prices the ring at ~98 us against ~328 us for INA on c1.
+    g, p = shared_uplink_cluster(), shared_uplink_plan()
+    m = build_model(p, g, chatbot())
+    window = 0.05
+    sched = GroupSchedulers(m, window, 0.3)
+    want = _fastest_at_reference(m)
+    assert set(want) == {"decode/0/0", "decode/1/0"}
+    for inst in m.decode:
+        st = inst.stages[0]
+        ref = reference_bytes(m, "decode")
+        n_ar = 2.0 * st.layers
+        assert [o.bottleneck for o in st.options] == [st.options[0].bottleneck] * 4
+        k = sched.choose(st, n_ar * ref)
+        assert k == want[st.group_id] == 1 and st.options[k].scheme == "ring"
+        # delta at D_ref is the iteration's time alone over the window
+        s = sched.by_stage[id(st)]
+        assert s.last_cost == pytest.approx(n_ar * st.options[1].time(ref) / window, rel=1e-12)
+        # without the time model (the bottleneck rule) the plan's option 0 would win
+        old = policy_table(st, window, 0.3)
+        for link in old["links"]:
+            link["capacity"] = st.options[0].bottleneck
+        assert OnlineScheduler(old).select(n_ar * ref) == 0
+
+
+def test_policy_table_time_model_is_the_option_time_made_affine():
+    g, p = shared_uplink_cluster(), shared_uplink_plan()
+    m = build_model(p, g, chatbot())
+    st = m.decode[0].stages[0]
+    ref = reference_bytes(m, "decode")
+    n_ar = 2.0 * st.layers
+    t = policy_table(st, 0.05, 0.3, ref)
+    for opt, pol in zip(st.options, t["policies"], strict=True):
+        t0, t1 = opt.time(0.0), opt.time(ref)
+        assert pol["latency_s"] == pytest.approx(n_ar * t0, rel=1e-15)
+        assert pol["bandwidth"] == pytest.approx(ref / (t1 - t0), rel=1e-15)
+        # n all-reduces of D_ref bytes: latency + n D_ref / bandwidth = n t(D_ref)
+        assert pol["latency_s"] + n_ar * ref / pol["bandwidth"] == pytest.approx(
+            n_ar * t1, rel=1e-12
+        )
