@@ -9,19 +9,37 @@
   its members: policy 0 is the planned scheme with the planned paths; an INA group also
   gets policy 1, a ring through the same switch (member i -> switch -> member i+1), so the
   online scheduler (Eqs. 16-18) has a fallback when the switch's links are loaded.
-  Initial costs b_c are 0, so before any traffic the planned policy (lowest id) wins.
+  Initial costs b_c are 0.
+* Each policy's Eq. 16 time model (docs/policy-table.md) comes from the cost model
+  (:class:`PolicyTimer`): latency_s = t_c(0) and bandwidth = D_ref / (t_c(D_ref) - t_c(0)),
+  t_c being ``CommPattern.time`` of one all-reduce over the policy's routes and D_ref the
+  message the planner priced the group at, so before any traffic the policy the cost model
+  prices fastest at D_ref wins (ties: the planned one). That needs the plan's cluster, model
+  and workload; when the controller cannot resolve them (a hand-made plan, a topology file it
+  does not have) the tables leave both fields out and Eq. 16 uses the bottleneck capacity.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from controller._gen.heroserve.v1 import control_pb2 as pb
 from controller.plan import Group, Plan
 from controller.slots import SlotPool
 from controller.store import Store
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+    from controller.costmodel.network import CommPattern
+    from controller.planner.evaluate import Evaluator
+
+log = logging.getLogger("heroserve.controller")
 
 DEFAULT_SLOTS_PER_GROUP = 16
 # Collective sequence numbers a new table version waits before it applies, beyond the
@@ -78,10 +96,15 @@ class PlanState:
                 self.by_gpu.setdefault(g, set()).add(name)
 
 
-def _groups(plan: Plan) -> Iterable[tuple[str, Group]]:
+def _role_groups(plan: Plan) -> Iterable[tuple[str, str, Group]]:
     for phase in (plan.prefill, plan.decode):
         for g in phase.groups:
-            yield group_name(phase.role, g), g
+            yield phase.role, group_name(phase.role, g), g
+
+
+def _groups(plan: Plan) -> Iterable[tuple[str, Group]]:
+    for _, name, g in _role_groups(plan):
+        yield name, g
 
 
 def validate(plan: Plan) -> None:
@@ -143,6 +166,103 @@ def allocate(
     return out
 
 
+class PolicyTimer:
+    """Eq. 16 time models of the controller's policies, from the cost model (DESIGN.md §5).
+
+    A policy's uncontended time for one all-reduce of D bytes is ``CommPattern.time`` over
+    its routes, as the planner prices it: the planned ring is the planner's own
+    ``ring_pattern`` at the group's reference message; INA is the pattern of Eqs. 8-10 over
+    the plan's routes to the switch (``ina_pattern``'s terms); the fallback ring through the
+    switch is a ring of 2(P-1) steps, each member sending D/P bytes over its route to its
+    successor. D_ref is the message the planner priced the phase at (the workload's mean
+    prompt for prefill, the plan's batch for decode).
+    """
+
+    def __init__(self, ev: Evaluator, plan: Plan) -> None:
+        self.ev = ev
+        self.ref = {
+            "prefill": ev.prefill_bytes(),
+            "decode": ev.activation_bytes(max(1, plan.decode.batch_size)),
+        }
+
+    @classmethod
+    def for_plan(cls, plan: Plan, cluster: nx.Graph | None = None) -> PolicyTimer | None:
+        """The timer for ``plan`` on ``cluster`` (default: the plan's topology, resolved by
+        name or file), or None when the cluster, model or workload cannot be had."""
+        from controller.errors import InputError
+        from controller.models import model_spec
+        from controller.planner import PLANNERS, PlannerOptions, Problem
+        from controller.planner.evaluate import Evaluator
+        from controller.planner.heroserve import POLICY as HEROSERVE_POLICY
+        from controller.topology import resolve_topology
+        from controller.workload import SLA, resolve_workload
+
+        try:
+            g = cluster if cluster is not None else resolve_topology(plan.topology)
+            problem = Problem(
+                g,
+                model_spec(plan.model),
+                resolve_workload(plan.workload),
+                SLA(plan.sla["ttft_s"], plan.sla["tpot_s"], plan.sla.get("attainment", 0.9)),
+                PlannerOptions(),
+            )
+        except (InputError, OSError, KeyError, ValueError) as exc:
+            log.info(
+                "policy tables without latency_s/bandwidth (Eq. 16 on bottleneck capacity): "
+                "cannot price plan %s/%s/%s: %s",
+                plan.topology,
+                plan.model,
+                plan.workload,
+                exc,
+            )
+            return None
+        policy = PLANNERS[plan.planner][0] if plan.planner in PLANNERS else HEROSERVE_POLICY
+        return cls(Evaluator(problem, policy), plan)
+
+    def _routes_exist(self, paths: dict[str, list[str]]) -> bool:
+        g = self.ev.g
+        return all(g.has_edge(u, v) for p in paths.values() for u, v in zip(p, p[1:], strict=False))
+
+    def pattern(
+        self, role: str, g: Group, scheme: int, paths: dict[str, list[str]]
+    ) -> CommPattern | None:
+        """The cost-model pattern of one policy of group ``g``; None when it is not priced
+        (TP=1, or routes the cluster does not have)."""
+        from controller.costmodel.network import T_AGG_S, CommPattern, ring_pattern
+
+        ev, net = self.ev, self.ev.net
+        if len(g.gpus) < 2 or not self._routes_exist(paths):
+            return None
+        if scheme == pb.SCHEME_INA:
+            wire = net.ina_element_bytes / net.dtype_bytes
+            flows = [(list(paths[m]), wire) for m in g.gpus]
+            return CommPattern("ina", flows, 2, 0.0, T_AGG_S + net.ina_host_s, g.switch, paths)
+        if g.scheme == "ring":  # the planned NCCL ring: the planner's own pattern
+            if any(m not in ev.g for m in g.gpus):
+                return None
+            return ring_pattern(ev.ring_fabric, g.gpus, self.ref[role], net)
+        # the fallback ring through an INA group's switch
+        n = len(g.gpus)
+        flows = [(list(paths[m]), 1.0 / n) for m in g.gpus]
+        return CommPattern("ring", flows, 2 * (n - 1), net.ring_step_net_s, 0.0, None, paths)
+
+    def fields(
+        self, role: str, g: Group, scheme: int, paths: dict[str, list[str]]
+    ) -> tuple[float, float]:
+        """(latency_s, bandwidth) of one policy, 0 for "absent" (the proto3 convention)."""
+        pat = self.pattern(role, g, scheme, paths)
+        if pat is None:
+            return 0.0, 0.0
+        fab = self.ev.ina_fabric if scheme == pb.SCHEME_INA else self.ev.ring_fabric
+        ref = self.ref[role]
+        t0 = pat.time(fab, 0.0)
+        slope = pat.time(fab, ref) - t0
+        bandwidth = ref / slope if ref > 0.0 and slope > 0.0 else 0.0
+        if not (math.isfinite(t0) and t0 >= 0.0 and math.isfinite(bandwidth)):
+            return 0.0, 0.0
+        return t0, bandwidth
+
+
 def _table_digest(t: pb.PolicyTable) -> str:
     # Version and utilisation are not content: a new utilisation snapshot alone does not
     # make a new table version.
@@ -164,13 +284,18 @@ def build(
     window_s: float,
     gamma: float,
     apply_from: Callable[[str], int],
+    timer: PolicyTimer | None | bool = True,
 ) -> PlanState:
     """Messages for every group of ``plan``. ``capacity(link_id)`` gives bytes/s (0 when
-    unknown); ``apply_from(group)`` the apply_from_seq of a new table version."""
+    unknown); ``apply_from(group)`` the apply_from_seq of a new table version; ``timer``
+    prices the policies for Eq. 16 (True: :meth:`PolicyTimer.for_plan`; None or False: no
+    latency_s / bandwidth)."""
+    if timer is True:
+        timer = PolicyTimer.for_plan(plan)
     assignments: list[pb.InaAssignment] = []
     tables: list[pb.PolicyTable] = []
     members: dict[str, list[str]] = {}
-    for name, g in _groups(plan):
+    for role, name, g in _role_groups(plan):
         members[name] = list(g.gpus)
         policies: list[pb.Policy] = []
         if g.scheme == "ina":
@@ -199,6 +324,10 @@ def build(
             policies.append(
                 _policy(0, pb.SCHEME_RING, "", {k: list(v) for k, v in g.paths.items()})
             )
+        if isinstance(timer, PolicyTimer):
+            for pol in policies:
+                paths = {gpu: list(r.nodes) for gpu, r in pol.paths.items()}
+                pol.latency_s, pol.bandwidth = timer.fields(role, g, pol.scheme, paths)
         t = pb.PolicyTable(group_id=name, window_s=window_s, gamma=gamma)
         t.policies.extend(policies)
         for lid in sorted({lk for p in policies for lk in p.links}):

@@ -1,0 +1,225 @@
+"""Eq. 16's time model in the controller's policy tables (docs/policy-table.md).
+
+The controller gives every policy latency_s = t_c(0) and bandwidth = D_ref / (t_c(D_ref) -
+t_c(0)) from the cost model; the C++ GPU agent carries the two fields from the proto into the
+tables it publishes, with 0 bandwidth meaning "the bottleneck", and refuses bad values.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_gpu_agent_e2e import (  # tests/ is on sys.path: the agent e2e helpers
+    AGENT,
+    PLUGIN,
+    _wait,
+    acked,
+    apply_plan,
+    register_switch,
+    segment,
+    start_agent,
+)
+from test_online_scheduler_sim import shared_uplink_cluster, shared_uplink_plan
+
+from controller._gen.heroserve.v1 import control_pb2 as pb
+from controller.models import model_spec
+from controller.planner import plan as make_plan
+from controller.scheduler.online import OnlineScheduler, parse_table
+from controller.service import policies
+from controller.service.core import Controller
+from controller.service.sample import sample_plan
+from controller.sim import build_model
+from controller.slots import SlotPool
+from controller.store import Store
+from controller.topology import testbed as make_testbed
+from controller.workload import chatbot, default_sla
+
+SCHEMES = {pb.SCHEME_INA: "ina", pb.SCHEME_RING: "ring", pb.SCHEME_NVLS: "nvls"}
+
+
+def table_json(t: pb.PolicyTable) -> dict:
+    """The JSON form of docs/policy-table.md, as the GPU agent writes it (bandwidth 0 left
+    out: proto3's "absent")."""
+    pols = []
+    for p in t.policies:
+        q = {
+            "id": p.id,
+            "scheme": SCHEMES[p.scheme],
+            "switch": p.switch,
+            "links": list(p.links),
+            "cost": p.cost,
+            "latency_s": p.latency_s,
+        }
+        if p.bandwidth != 0.0:
+            q["bandwidth"] = p.bandwidth
+        pols.append(q)
+    return {
+        "group_id": t.group_id,
+        "version": t.version,
+        "apply_from_seq": t.apply_from_seq,
+        "window_s": t.window_s,
+        "gamma": t.gamma,
+        "links": [{"id": lk.id, "capacity": lk.capacity} for lk in t.links],
+        "policies": pols,
+    }
+
+
+def build_tables(tmp_path: Path, plan, cluster) -> dict[str, pb.PolicyTable]:  # noqa: ANN001
+    store = Store(tmp_path / "c.db")
+    slots = policies.allocate(plan, store, SlotPool(store), 1024)
+    caps = {"|".join(sorted(e)): d["capacity"] for *e, d in cluster.edges(data=True)}
+    state = policies.build(
+        plan,
+        "pid",
+        1,
+        store,
+        slots,
+        lambda lk: caps.get(lk, 0.0),
+        0.05,
+        0.3,
+        lambda _g: 0,
+        timer=policies.PolicyTimer.for_plan(plan, cluster),
+    )
+    return {t.group_id: t for t in state.tables}
+
+
+def test_ina_group_hand_worked(tmp_path: Path) -> None:
+    # Shared-uplink plan, decode group {d0-gpu0, d1-gpu0}: P = 2, every link 12.5e9 B/s
+    # (B) with 2 us latency, D_ref = 48 tokens * 5120 * 2 B = 491 520 B.
+    # INA on c1 (policy 0): each member's 2-hop route carries 4/2 = 2 bytes (int32 lanes) per
+    # byte: a flow takes 2 (2D / B + 2 us); 2 rounds (up, down) + T_agg 1 us + host 4 us:
+    #   t(D) = 8 D / B + 13 us  ->  latency_s = 13 us, bandwidth = B / 8 = 1.5625e9 B/s.
+    # Fallback ring through c1 (policy 1): each member sends D/2 over 4 hops to the other:
+    # a step takes 4 (D / (2B) + 2 us) + 4 us (NCCL step); 2(P-1) = 2 steps:
+    #   t(D) = 4 D / B + 24 us  ->  latency_s = 24 us, bandwidth = B / 4 = 3.125e9 B/s.
+    g, p = shared_uplink_cluster(), shared_uplink_plan()
+    t = build_tables(tmp_path, p, g)["decode/0/0"]
+    ina, ring = t.policies
+    assert (ina.scheme, ring.scheme) == (pb.SCHEME_INA, pb.SCHEME_RING)
+    assert ina.latency_s == pytest.approx(13e-6, rel=1e-12)
+    assert ina.bandwidth == pytest.approx(12.5e9 / 8, rel=1e-9)
+    assert ring.latency_s == pytest.approx(24e-6, rel=1e-12)
+    assert ring.bandwidth == pytest.approx(12.5e9 / 4, rel=1e-9)
+    # The same cost model as the simulator's option for INA on c1 (327.5728 us at D_ref).
+    m = build_model(p, g, chatbot())
+    ref = 48 * 5120 * 2
+    assert ina.latency_s + ref / ina.bandwidth == pytest.approx(
+        m.decode[0].stages[0].options[0].time(ref), rel=1e-9
+    )
+    # Crossover 13 + 8 D / B = 24 + 4 D / B at D = 11 us * B / 4 = 34 375 B: INA below,
+    # the fallback ring above (it halves the bytes on the wire: no int32 widening).
+    for nbytes, want in ((4096, 0), (30_000, 0), (40_000, 1), (ref, 1)):
+        assert OnlineScheduler(table_json(t)).select(nbytes) == want, nbytes
+    s = OnlineScheduler(table_json(t))
+    s.select(ref)
+    assert s.last_cost == pytest.approx((24e-6 + 4 * ref / 12.5e9) / 0.05, rel=1e-9)
+
+
+def test_planned_ring_is_priced_like_the_planner(tmp_path: Path) -> None:
+    # The testbed plan: its decode groups are NVLink rings inside one server. The table's
+    # time model at D_ref must give the planner's own all-reduce time for the group.
+    g = make_testbed()
+    p = make_plan(g, model_spec("OPT-66B"), chatbot(), default_sla("chatbot"))
+    c = Controller(Store(tmp_path / "c.db"))  # resolves the plan's topology by name
+    c.apply_plan(p.to_json())
+    tables = {t.group_id: t for t in c.state.tables}
+    timer = policies.PolicyTimer.for_plan(p)
+    assert timer is not None
+    ref = timer.ref["decode"]
+    assert ref == max(1, p.decode.batch_size) * model_spec("OPT-66B").hidden * 2
+    for gr in p.decode.groups:
+        pol = tables[f"decode/{gr.instance}/{gr.stage}"].policies[0]
+        assert gr.scheme == "ring" and pol.latency_s > 0.0 and pol.bandwidth > 0.0
+        assert pol.latency_s + ref / pol.bandwidth == pytest.approx(gr.allreduce_s, rel=1e-9)
+    for gr in p.prefill.groups:  # TP = 1: no all-reduce to price
+        pol = tables[f"prefill/{gr.instance}/{gr.stage}"].policies[0]
+        assert (pol.latency_s, pol.bandwidth) == (0.0, 0.0)
+
+
+def test_unpriceable_plan_leaves_the_fields_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A hand-made plan on topology "sample", model "none": the controller cannot price it,
+    # so Eq. 16 stays on the bottleneck capacity (both fields 0: absent).
+    c = Controller(Store(tmp_path / "c.db"), capacity=lambda _lk: 12.5e9)
+    with caplog.at_level(logging.INFO, logger="heroserve.controller"):
+        c.apply_plan(sample_plan().to_json())
+    assert "without latency_s/bandwidth" in caplog.text
+    for t in c.state.tables:
+        for pol in t.policies:
+            assert (pol.latency_s, pol.bandwidth) == (0.0, 0.0)
+        parsed = parse_table(table_json(t))
+        for pol in parsed.policies:
+            assert (pol.latency_s, pol.bandwidth) == (0.0, pol.bottleneck)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator:
+    from controller.service.core import Options
+    from controller.service.server import ControllerServer, ThreadedServer
+
+    opts = Options(apply_margin=5, telemetry_interval_s=0.2)
+    s = ThreadedServer(ControllerServer(Store(tmp_path / "c.db"), "127.0.0.1:0", options=opts))
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def prefix() -> Iterator[str]:
+    import os
+    import time
+
+    p = f"pytest{os.getpid()}t{time.monotonic_ns() % 1000000}."
+    yield p
+    for f in Path("/dev/shm").glob(f"heroserve-{p}*"):
+        f.unlink()
+
+
+class FixedTimer(policies.PolicyTimer):
+    """(latency_s, bandwidth) by scheme, whatever the plan."""
+
+    def __init__(self, by_scheme: dict[int, tuple[float, float]]) -> None:
+        self.by_scheme = by_scheme
+
+    def fields(self, role, g, scheme, paths):  # noqa: ANN001, ANN201, ARG002
+        return self.by_scheme[scheme]
+
+
+def published(prefix: str) -> dict:
+    """The newest table in the group's shared-memory segment."""
+    raw = segment(prefix).read_bytes()
+    start = raw.index(b'{"tables":')
+    doc, _ = json.JSONDecoder().raw_decode(raw[start:].decode("utf-8", errors="replace"))
+    return doc["tables"][-1]
+
+
+@pytest.mark.skipif(
+    not (AGENT.exists() and PLUGIN.exists()), reason="C++ GPU agent not built (make cxx)"
+)
+def test_gpu_agent_carries_the_fields_and_refuses_bad_ones(
+    server, tmp_path: Path, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    timer = FixedTimer({pb.SCHEME_INA: (13e-6, 1.5625e9), pb.SCHEME_RING: (24e-6, 0.0)})
+    monkeypatch.setattr(policies.PolicyTimer, "for_plan", lambda plan, cluster=None: timer)
+    register_switch(server.port)  # every link 12.5e9 B/s
+    e1 = apply_plan(server)
+    agent = start_agent(tmp_path, prefix, f"127.0.0.1:{server.port}")
+    try:
+        _wait(lambda: acked(server, e1), what=f"ack of epoch {e1}\n{agent.text()}")
+        ina, ring = published(prefix)["policies"]
+        assert (ina["latency_s"], ina["bandwidth"]) == (13e-6, 1.5625e9)
+        # bandwidth 0 in the proto: absent, so the bottleneck capacity
+        assert (ring["latency_s"], ring["bandwidth"]) == (24e-6, 12.5e9)
+        before = segment(prefix).read_bytes()
+        timer.by_scheme[pb.SCHEME_RING] = (-1e-6, 0.0)
+        e2 = apply_plan(server, reverse=True)
+        _wait(lambda: "keeping the last good tables" in agent.text(), what="error log")
+        assert "policy 1: latency_s must be >= 0" in agent.text()
+        assert not acked(server, e2)
+        assert segment(prefix).read_bytes() == before
+    finally:
+        assert agent.stop() == 0, agent.text()
