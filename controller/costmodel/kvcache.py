@@ -8,11 +8,10 @@ slowest prefill GPU (Eq. 14)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controller.costmodel.network import choose_routes, flow_times
+from controller.costmodel.network import path_time, rail_routes
 from controller.models.specs import ModelSpec
 from controller.topology.fabric import Fabric, Path
 
@@ -56,34 +55,12 @@ def kv_shares(
     return out
 
 
-def kv_transfer(
-    fabric: Fabric,
-    model: ModelSpec,
-    tokens: float,
-    pairs: Sequence[tuple[Sequence[Sequence[str]], Sequence[Sequence[str]]]],
-) -> tuple[float, list[KVFlow]]:
-    """T_f (Eq. 14) for one request of ``tokens`` input tokens moving from each prefill
-    instance to its paired decode instance (``pairs`` of (prefill stages, decode stages)),
-    all pairs at once. Returns T_f and the flows with their routes and times."""
-    total = tokens * model.kv_bytes_per_token()
-    specs = [(s, d, f * total) for pre, dec in pairs for s, d, f in kv_shares(model, pre, dec)]
-    if not specs:
-        return 0.0, []
-    options = [fabric.routes_between(s, d) for s, d, _ in specs]
-    routes = [opts[0] if len(opts) == 1 else None for opts in options]
-    # choose routes for the network flows with everything else as background
-    net = [i for i, r in enumerate(routes) if r is None]
-    if net:
-        chosen, _ = choose_routes(
-            fabric, [options[i] for i in net], [specs[i][2] for i in net], sweeps=1
-        )
-        for i, r in zip(net, chosen, strict=True):
-            routes[i] = r
-    flows = [(r, s[2]) for r, s in zip(routes, specs, strict=True)]
-    times = flow_times(fabric, flows)  # type: ignore[arg-type]
-    per_src: dict[str, float] = defaultdict(float)
-    out = []
-    for (src, dst, nb), r, t in zip(specs, routes, times, strict=True):
-        per_src[src] += t  # Eq. 15: one prefill GPU's transfers go one after the other
-        out.append(KVFlow(src, dst, nb, r, t))  # type: ignore[arg-type]
-    return max(per_src.values()), out
+def kv_route(fabric: Fabric, src: str, dst: str, nbytes: float) -> Path:
+    """The route of one KV share of ``nbytes`` bytes from prefill GPU ``src`` to decode GPU
+    ``dst``: NVLink inside a server, otherwise NCCL's rail routes (``rail_routes``), the
+    cheapest alone (Eq. 10 for one flow). The planner and the simulator both take it from here.
+    O(routes * hops)."""
+    nv = fabric.nvlink_path(src, dst)
+    if nv is not None:
+        return nv
+    return min(rail_routes(fabric, src, dst), key=lambda p: path_time(fabric, p, nbytes))

@@ -51,8 +51,13 @@ def flow_times(fabric: Fabric, flows: Sequence[tuple[Path, float]]) -> list[floa
 
 
 def path_time(fabric: Fabric, path: Path, nbytes: float) -> float:
-    """One flow alone: sum over hops of D / B(e) + latency(e)."""
-    return flow_times(fabric, [(path, nbytes)])[0]
+    """One flow alone: sum over hops of D / B(e) + latency(e) (``flow_times`` of one flow)."""
+    table = fabric.link_table
+    t = 0.0
+    for e in zip(path, path[1:], strict=False):
+        inv_bw, lat = table[e]
+        t += nbytes * inv_bw + lat
+    return t
 
 
 class _Loads:

@@ -19,13 +19,11 @@ from controller.costmodel.compute import (
     default_coefficients,
     prefill_layer_time,
 )
-from controller.costmodel.kvcache import KVFlow, kv_shares
+from controller.costmodel.kvcache import KVFlow, kv_route, kv_shares
 from controller.costmodel.network import (
     CommPattern,
     flow_times,
     ina_pattern,
-    path_time,
-    rail_routes,
     ring_pattern,
 )
 from controller.costmodel.queueing import max_rate_within, pk_queue_delay
@@ -361,17 +359,7 @@ class Evaluator:
             for s, d, f in kv_shares(self.model, pres[i], decs[i % len(decs)]):
                 specs.append((s, d, f * total))
         fab = self.ring_fabric
-        routes = []
-        best_route: dict[tuple[str, str], list[str]] = {}
-        for s, d, nb in specs:
-            if (s, d) not in best_route:
-                opts = (
-                    rail_routes(fab, s, d)
-                    if fab.nvlink_path(s, d) is None
-                    else [fab.nvlink_path(s, d)]
-                )
-                best_route[(s, d)] = min(opts, key=lambda p: path_time(fab, p, nb))
-            routes.append(best_route[(s, d)])
+        routes = [kv_route(fab, s, d, nb) for s, d, nb in specs]
         times = flow_times(fab, [(r, sp[2]) for r, sp in zip(routes, specs, strict=True)])
         per_src: dict[str, float] = {}
         flows = []
