@@ -23,9 +23,7 @@ def aggregation_throughput(model: PlanModel, nbytes: float) -> dict[str, float]:
     """Bytes/s aggregated when every group all-reduces ``nbytes`` at once; also the mean
     all-reduce time and the share of groups on INA."""
     lk = model.links
-    for i in range(len(lk)):
-        lk.load[i], lk.stretch[i] = 0.0, 1.0
-        lk.on[i].clear()
+    lk.reset()
     events: list = []
     seq = itertools.count()
     net = FluidNetwork(lk, events, lambda: next(seq))
@@ -41,8 +39,8 @@ def aggregation_throughput(model: PlanModel, nbytes: float) -> dict[str, float]:
             nbytes,
             opt.flows,
             opt.envelope,
-            1.0,
             None,
+            (opt.bytes_per_byte, nbytes),  # its links' load: each busy share of its time
             finish.append,
             opt.links,
             ("it", id(st), 0),

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from controller.errors import InputError
 from controller.sim.metrics import SimResult, summarise
 from controller.sim.model import CommOption, InstanceModel, PlanModel, StageModel
-from controller.sim.network import Activity, FluidNetwork
+from controller.sim.network import Activity, FluidNetwork, work_time
 from controller.sim.scheduler import GroupSchedulers
 from controller.workload import Request
 
@@ -44,6 +44,13 @@ class SimOptions:
     kv_samples: int = 400  # points of the KV-memory timeline
     route_choices: int = 2  # instances compared per routing decision when there are many
     seed: int = 0  # routing tie-breaks among many instances
+    # relative drift of a link's stretch before the activities on it are re-rated
+    # (network.py): 0 is the exact fluid model; 0.02 keeps large runs O(1) per event
+    rerate_tolerance: float = 0.02
+    # decode KV room is enforced as vLLM does: a step that would overflow the cache preempts
+    # the micro-batch's most recently admitted requests, whose KV is swapped to host memory
+    # over each GPU's host link at this rate (bytes/s; PCIe 3.0 x16 by default) and back
+    swap_bytes_per_s: float = 16e9
 
 
 @dataclass
@@ -73,6 +80,8 @@ class _DecodeState:
     inbox: list[deque] = field(default_factory=list)
     busy: list[bool] = field(default_factory=list)
     waiting: deque = field(default_factory=deque)  # KV arrived, waiting for a batch slot
+    swapped: deque = field(default_factory=deque)  # preempted, KV in host memory, ready
+    swapping: int = 0  # preempted, still being swapped out and in
     pending: deque = field(default_factory=deque)  # waiting for KV room before the transfer
     reserved: float = 0.0  # tokens of transfers in flight and of waiting requests
     members: int = 0  # requests assigned (pending, transferring, waiting or decoding)
@@ -89,6 +98,12 @@ class Simulator:
         self.o = options or SimOptions()
         if self.o.window_s <= 0:
             raise InputError(f"scheduler window must be positive, got {self.o.window_s}")
+        if self.o.swap_bytes_per_s <= 0:
+            raise InputError(f"swap bandwidth must be positive, got {self.o.swap_bytes_per_s}")
+        if not 0.0 <= self.o.rerate_tolerance < 1.0:
+            raise InputError(
+                f"re-rating tolerance must be in [0, 1), got {self.o.rerate_tolerance}"
+            )
 
     # -- set-up --------------------------------------------------------------------------
     def _reset(self, requests: list[Request]) -> None:
@@ -97,14 +112,10 @@ class Simulator:
         self.events: list = []
         self._seq = itertools.count()
         self.links = m.links
-        lk = self.links
-        for i in range(len(lk)):
-            lk.load[i] = 0.0
-            lk.stretch[i] = 1.0
-            lk.on[i].clear()
-            lk.bytes[i] = 0.0
-            lk.window_bytes[i] = 0.0
-        self.net = FluidNetwork(lk, self.events, lambda: next(self._seq))
+        self.links.reset()
+        self.net = FluidNetwork(
+            self.links, self.events, lambda: next(self._seq), self.o.rerate_tolerance
+        )
         self.rng = random.Random(self.o.seed)
         n = len(requests)
         self.reqs = requests
@@ -152,6 +163,12 @@ class Simulator:
         self.kv_peak_tokens_gpu = 0.0
         self.kv_timeline: list[tuple[float, float]] = []
         self.kv_overflow = 0
+        self.preemptions = 0
+        self._kv_seen: set[int] = set()
+        self._safe: dict[int, bool] = {}  # id(CommOption) -> crosses no risky link
+        self.left = [o - 1 for o in self.out]  # decode steps still to run, per request
+        self.admitted = [0] * n  # admission order, to preempt the newest first
+        self._admissions = 0
         self.done = 0
 
     def _push(self, t: float, kind: str, payload) -> None:
@@ -193,8 +210,12 @@ class Simulator:
                 a = self.net.finish(payload[0], payload[1], t)
                 if a is not None:
                     a.on_done(t)
+            elif kind == "fix":
+                self.net.end_delay(payload, t)
             elif kind == "arr":
                 self._arrive()
+            elif kind == "swap":
+                self._swapped_in(*payload)
             elif kind == "kv":
                 self._sample_kv()
                 if len(ev) > periodic - 1:  # something else is still to happen
@@ -302,7 +323,7 @@ class Simulator:
         """Start the KV transfers the decode instance has room for (FCFS; the cache stays on
         the prefill GPUs until then)."""
         cap = ds.model.kv_capacity_tokens
-        while ds.pending:
+        while ds.pending and not (ds.swapped or ds.swapping):  # preempted requests go first
             r = ds.pending[0]
             need = self.inp[r] + 1
             if ds.tokens() + need > cap and ds.tokens() > 0:
@@ -311,6 +332,10 @@ class Simulator:
             ds.reserved += need
             self._note_kv(ds)
             kvm = self.m.kv(self.pre_of[r], self.dec_of[r])
+            if id(kvm) not in self._kv_seen:  # a new route: its links may now be shared
+                self._kv_seen.add(id(kvm))
+                self.net.make_risky(kvm.links, self.now)
+                self._safe.clear()
             tok = float(self.inp[r])
 
             def done(now: float, r=r, ds=ds) -> None:
@@ -321,7 +346,7 @@ class Simulator:
                         self._begin_step(ds, mb)
 
             a = Activity(
-                0.0, 1.0, tok, kvm.flows, kvm.envelope, 1.0, (kvm.bytes_per_token, tok), done,
+                0.0, 1.0, tok, kvm.flows, kvm.envelope, None, (kvm.bytes_per_token, tok), done,
                 kvm.links, ("kv", self.pre_of[r], self.dec_of[r]),
             )  # fmt: skip
             self.kv_bytes += tok * self.m.model.kv_bytes_per_token()
@@ -332,19 +357,59 @@ class Simulator:
         """Continuous batching: admit waiting requests, then queue the micro-batch for stage
         0, or park it when it is empty."""
         cap = ds.model.max_batch
+        room = ds.model.kv_capacity_tokens
+        while ds.swapped and len(mb.reqs) < cap:  # swapped back in first, when they fit
+            r = ds.swapped[0]
+            ctx = self._context(r)
+            if ds.tokens() + ctx > room and ds.tokens() > 0:
+                break
+            ds.swapped.popleft()
+            self._join(mb, r, ctx)
         while ds.waiting and len(mb.reqs) < cap:
             r = ds.waiting.popleft()
             need = self.inp[r] + 1
             ds.reserved -= need
-            mb.k_ctx += need
-            mb.reqs.add(r)
-            mb.ends.setdefault(mb.step + self.out[r] - 1, []).append(r)
+            self._join(mb, r, need)
         if not mb.reqs:
             mb.running = False
             return
         mb.running = True
         ds.inbox[0].append(mb)
         self._decode_try(ds, 0)
+
+    def _context(self, r: int) -> int:
+        """Tokens of KV cache request ``r`` holds: its prompt and the tokens made so far."""
+        return self.inp[r] + self.out[r] - self.left[r]
+
+    def _join(self, mb: _MicroBatch, r: int, ctx: float) -> None:
+        mb.k_ctx += ctx
+        mb.reqs.add(r)
+        mb.ends.setdefault(mb.step + self.left[r], []).append(r)
+        self._admissions += 1
+        self.admitted[r] = self._admissions
+
+    def _preempt(self, ds: _DecodeState, mb: _MicroBatch) -> None:
+        """vLLM's rule when the cache is full: the newest request of the micro-batch leaves it
+        and its KV goes to host memory (out and back in over the host link, charged as one
+        delay before it may rejoin); it keeps its place ahead of new requests."""
+        r = max(mb.reqs, key=self.admitted.__getitem__)
+        end = next(s for s, rs in mb.ends.items() if r in rs)
+        mb.ends[end].remove(r)
+        mb.reqs.discard(r)
+        self.left[r] = end - mb.step
+        ctx = self._context(r)
+        mb.k_ctx -= ctx
+        self.preemptions += 1
+        ds.swapping += 1
+        per_gpu = ctx * self.m.model.kv_bytes_per_token() / (ds.model.tp * ds.model.pp)
+        self._push(self.now + 2 * per_gpu / self.o.swap_bytes_per_s, "swap", (ds, r))
+
+    def _swapped_in(self, ds: _DecodeState, r: int) -> None:
+        ds.swapping -= 1
+        ds.swapped.append(r)
+        for mb in ds.mbs:
+            if not mb.running:
+                self._begin_step(ds, mb)
 
     def _decode_try(self, ds: _DecodeState, i: int) -> None:
         if ds.busy[i] or not ds.inbox[i]:
@@ -364,6 +429,9 @@ class Simulator:
             mb.k_ctx -= self.inp[r] + self.out[r]
             ds.members -= 1
             self._finish(r)
+        cap = ds.model.kv_capacity_tokens
+        while ds.tokens() > cap and len(mb.reqs) > 1:  # the step's new tokens overflow
+            self._preempt(ds, mb)
         self._note_kv(ds)
         self._begin_step(ds, mb)
         if ds.pending:
@@ -379,34 +447,32 @@ class Simulator:
         """Start one stage's iteration: ``fixed_s`` of compute and pipeline hop plus
         2 L/P_pipe all-reduces of ``nbytes`` bytes under the policy in use."""
         if not stage.options:
-            a = Activity(fixed_s, 0.0, 0.0, (), (), 0.0, None, done)
-            self.net.start(a, self.now)
+            self.net.delay(fixed_s, None, done, self.now)
             return
         n_ar = 2.0 * stage.layers
         k = 0
         if self.sched is not None:
             k = self.sched.choose(stage, n_ar * nbytes)
         opt: CommOption = stage.options[k]
-        a = Activity(
-            fixed_s + n_ar * (opt.rounds * opt.per_round_s + opt.fixed_s),
-            n_ar * opt.rounds,
-            nbytes,
-            opt.flows,
-            opt.envelope,
-            0.0,
-            (opt.bytes_per_byte, nbytes * n_ar),
-            done,
-            opt.links,
-            ("it", id(stage), k),
-        )
-        base = a.base_s = a.time_alone()
-        # the share of its time the iteration spends on the network (its link weight)
-        a.weight = (base - fixed_s) / base if base > 0 else 0.0
         self.ar_bytes += n_ar * nbytes
         if opt.scheme == "ina":
             self.ina_bytes += n_ar * nbytes
         key = f"{opt.scheme}:{opt.switch}" if opt.switch else opt.scheme
         self.policy_use[key] = self.policy_use.get(key, 0) + 1
+        fixed = fixed_s + n_ar * (opt.rounds * opt.per_round_s + opt.fixed_s)
+        acct = (opt.bytes_per_byte, nbytes * n_ar)
+        safe = self._safe.get(id(opt))
+        if safe is None:  # no risky link: nothing can stretch it, so it needs no activity
+            risky = self.links.risky
+            safe = self._safe[id(opt)] = not any(risky[e] for e in opt.links)
+        if safe:
+            t = work_time(fixed, n_ar * opt.rounds, nbytes, opt.envelope)
+            self.net.delay(t, acct, done, self.now)
+            return
+        a = Activity(
+            fixed, n_ar * opt.rounds, nbytes, opt.flows, opt.envelope, None, acct, done,
+            opt.links, ("it", id(stage), k),
+        )  # fmt: skip
         self.net.start(a, self.now)
 
     # -- KV memory -----------------------------------------------------------------------

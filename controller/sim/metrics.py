@@ -45,6 +45,7 @@ class SimResult:
     peak_kv_bytes_per_gpu: float  # KV cache on the busiest decode GPU at its peak
     peak_kv_fraction: float  # of that instance's KV room
     kv_overflow_events: int  # times a decode instance held more KV than its room
+    preemptions: int  # requests swapped out of a full decode cache (and back in later)
     ethernet_util: dict[str, float]  # over Ethernet links that carried traffic: mean, max, cv
     little: dict[str, float]  # prefill queue and whole system: L, lambda, W, L / (lambda W)
     wall_s: float
@@ -141,6 +142,7 @@ def summarise(sim: Simulator, wall_s: float, events: int) -> SimResult:
         peak_kv_bytes_per_gpu=sim.kv_peak_tokens_gpu * kvpt,
         peak_kv_fraction=sim.kv_peak_frac,
         kv_overflow_events=sim.kv_overflow,
+        preemptions=sim.preemptions,
         ethernet_util=ethernet,
         little=little,
         wall_s=wall_s,

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from controller.costmodel.compute import decode_layer_time, layer_weights, prefill_layer_time
-from controller.costmodel.kvcache import kv_shares
-from controller.costmodel.network import T_AGG_S, CommPattern, flow_times
+from controller.costmodel.kvcache import kv_route, kv_shares
+from controller.costmodel.network import T_AGG_S, CommPattern
 from controller.errors import InputError
 from controller.models import model_spec
 from controller.models.specs import ModelSpec
@@ -51,6 +51,16 @@ class CommOption:
     link_ids: tuple[str, ...]  # undirected ids, for the policy table
     bottleneck: float  # bytes/s, smallest capacity among its links
     envelope: tuple[tuple[float, float], ...] = ()  # undominated (sum k, lat) of the flows
+
+    def peak_shares(self, inv_bw: list[float]) -> dict[int, float]:
+        """The most weight an iteration on this policy can put on each of its links, at any
+        message size: bytes_e / B(e) over the all-reduce's time, whose slowest flow crosses at
+        least ``max_f sum_e k_fe`` per byte in each of its ``rounds`` (compute, latency and the
+        other flows only lower it). Each is at most 1."""
+        worst = max((sum(k for _, k in terms) for terms, _ in self.flows), default=0.0)
+        if worst <= 0:
+            return {}
+        return {e: b * inv_bw[e] / (self.rounds * worst) for e, b in self.bytes_per_byte.items()}
 
     def time(self, nbytes: float) -> float:
         """Uncontended time of one all-reduce of ``nbytes`` bytes per GPU, s."""
@@ -242,11 +252,7 @@ class PlanModel:
         pst = [s.gpus for s in self.prefill[pre].stages]
         dst = [s.gpus for s in self.decode[dec].stages]
         specs = kv_shares(self.model, pst, dst)
-        routes = []
-        for s, d, f in specs:
-            opts = fab.routes_between(s, d)
-            ref = f * kvpt * ev.mean_in
-            routes.append(min(opts, key=lambda p, ref=ref: flow_times(fab, [(p, ref)])[0]))
+        routes = [kv_route(fab, s, d, f * kvpt * ev.mean_in) for s, d, f in specs]
         lk = self.links
         load: dict[int, float] = {}
         idx = []
@@ -351,7 +357,29 @@ def build_model(plan: Plan, cluster: nx.Graph, workload: Workload) -> PlanModel:
                 im.kv_capacity_tokens = max(0.0, room) * im.tp * im.pp / kvpt
                 im.max_batch = max(1, phase.batch_size)
             dest.append(im)
+    _mark_risky_links(out)
     return out
+
+
+def _mark_risky_links(m: PlanModel) -> None:
+    """Flag the links whose load can ever exceed 1, the only ones the fluid network must
+    account for (``Links.risky``). A stage runs one iteration at a time, so its weight on a
+    link is at most the largest ``peak_shares`` among its options; a link whose stages' peaks
+    sum to 1 or less is never stretched. KV routes are added as the simulator first uses them
+    (any number of transfers may share one). Decode TP groups inside a server thus cost no
+    link accounting at all."""
+    inv = m.links.inv_bw
+    share = [0.0] * len(m.links)
+    for inst in m.prefill + m.decode:
+        for st in inst.stages:
+            peak: dict[int, float] = {}
+            for opt in st.options:
+                for e, w in opt.peak_shares(inv).items():
+                    if w > peak.get(e, 0.0):
+                        peak[e] = w
+            for e, w in peak.items():
+                share[e] += w
+    m.links.risky = [x > 1.0 for x in share]
 
 
 def _options(

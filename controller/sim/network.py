@@ -22,6 +22,15 @@ expected number of its transfers on the link at a random instant). A link's load
 recomputed and the activities on links whose stretch changed get new rates (progress is kept
 as the remaining fraction of the activity, so a rate change mid-flight is exact for the fluid
 model). Cost per start or end: O(links of the activity + activities re-rated).
+
+Re-rating tolerance: with ``n`` activities on a link, every start or end changes its stretch
+by about ``1/n`` and re-rates all ``n``: O(n) per event, O(n^2) per busy period, which is what
+made large clusters slow (a link shared by hundreds of KV transfers). With a relative
+tolerance ``tol > 0`` the rates in force (``Links.stretch``) move only when the true stretch
+``max(1, n_e)`` has drifted from them by more than ``tol`` (relative), or has fallen back to
+exactly 1. A link with ``n`` activities is then re-rated once per ``~tol * n`` changes, so the
+amortised cost per event is O(1 / tol) whatever ``n`` is, and every rate in force is within
+``tol`` of the exact fluid rate. ``tol = 0`` is the exact model (each change re-rates).
 """
 
 from __future__ import annotations
@@ -53,10 +62,21 @@ class Links:
                 self.ends.append((u, v))
         n = len(self.inv_bw)
         self.load = [0.0] * n  # n_e: sum of weights of active activities
-        self.stretch = [1.0] * n  # x_e
+        self.stretch = [1.0] * n  # x_e in force (within the tolerance of max(1, n_e))
         self.on: list[set] = [set() for _ in range(n)]  # channels that use each link
         self.bytes = [0.0] * n  # bytes carried so far (finished activities)
         self.window_bytes = [0.0] * n  # bytes carried in the current utilisation window
+        # links whose load can exceed 1 (see FluidNetwork): only these are accounted
+        self.risky = [True] * n
+
+    def reset(self) -> None:
+        """Idle links and zero counters: the state before a run."""
+        for i in range(len(self.inv_bw)):
+            self.load[i] = 0.0
+            self.stretch[i] = 1.0
+            self.on[i].clear()
+            self.bytes[i] = 0.0
+            self.window_bytes[i] = 0.0
 
     def __len__(self) -> int:
         return len(self.inv_bw)
@@ -71,12 +91,17 @@ class Activity:
     ``envelope`` lists the (sum_e k_fe, lat_f) of the flows that can be the slowest when no
     link is stretched (the others are dominated), so the common uncontended case costs
     O(1-2) instead of a pass over every hop. ``acct`` is (bytes per unit on each link,
-    units): the bytes it carries, booked when it finishes."""
+    units): the bytes it carries, booked when it finishes.
+
+    ``weight`` is its load on its links: ``None`` derives it per link from ``acct`` as the share
+    of its time alone that link ``e`` is busy with its bytes, ``bytes_e / B(e) / t(1)`` (the
+    expected number of its transfers on ``e`` at a random instant); a number puts that weight
+    on every link (a transfer that occupies its whole path for its whole life)."""
 
     __slots__ = (
         "fixed_s", "mult", "scale", "flows", "envelope", "weight", "acct", "on_done",
         "links", "id", "remaining", "duration", "last_t", "version", "started", "base_s",
-        "chan",
+        "chan", "loads",
     )  # fmt: skip
 
     def __init__(
@@ -86,7 +111,7 @@ class Activity:
         scale: float,
         flows: Sequence[Flow],
         envelope: Sequence[tuple[float, float]],
-        weight: float,
+        weight: float | None,
         acct: tuple[dict[int, float], float] | None,
         on_done: Callable[[float], None],
         links: Sequence[int] = (),
@@ -109,27 +134,40 @@ class Activity:
         self.version = 0
         self.started = 0.0
         self.base_s = 0.0  # t(1): what the cost model predicts alone
+        self.loads: list[tuple[int, float]] = []  # (link, weight) it adds while active
 
     def time(self, stretch) -> float:
-        worst = 0.0
-        scale = self.scale
-        for terms, lat in self.flows:
-            t = 0.0
-            for e, k in terms:
-                t += k * stretch[e]
-            t = t * scale + lat
-            if t > worst:
-                worst = t
-        return self.fixed_s + self.mult * worst
+        return self.time_from(flow_sums(self.flows, stretch))
+
+    def time_from(self, sums: Sequence[tuple[float, float]]) -> float:
+        """t(x) from the flows' ``(sum_e k_fe x_e, lat_f)`` (shared by a channel's activities)."""
+        return work_time(self.fixed_s, self.mult, self.scale, sums)
 
     def time_alone(self) -> float:
-        worst = 0.0
-        scale = self.scale
-        for k, lat in self.envelope:
-            t = k * scale + lat
-            if t > worst:
-                worst = t
-        return self.fixed_s + self.mult * worst
+        return self.time_from(self.envelope)
+
+
+def work_time(
+    fixed_s: float, mult: float, scale: float, sums: Sequence[tuple[float, float]]
+) -> float:
+    """``fixed_s + mult * max_f (scale * k_f + lat_f)``: an activity's time, s."""
+    worst = 0.0
+    for k, lat in sums:
+        t = k * scale + lat
+        if t > worst:
+            worst = t
+    return fixed_s + mult * worst
+
+
+def flow_sums(flows: Sequence[Flow], stretch) -> list[tuple[float, float]]:
+    """``(sum_e k_fe x_e, lat_f)`` of each flow under the stretch vector ``stretch``."""
+    out = []
+    for terms, lat in flows:
+        t = 0.0
+        for e, k in terms:
+            t += k * stretch[e]
+        out.append((t, lat))
+    return out
 
 
 def envelope(flows: Sequence[Flow]) -> tuple[tuple[float, float], ...]:
@@ -148,7 +186,12 @@ class FluidNetwork:
     ``start`` registers an activity at time ``now``; the engine pops finish events and calls
     ``finish`` (stale entries, superseded by a rate change, are recognised by version)."""
 
-    def __init__(self, links: Links, events: list, counter: Callable[[], int]) -> None:
+    def __init__(
+        self, links: Links, events: list, counter: Callable[[], int], tolerance: float = 0.0
+    ) -> None:
+        if not 0.0 <= tolerance < 1.0:
+            raise ValueError(f"re-rating tolerance must be in [0, 1), got {tolerance}")
+        self.tol = tolerance
         self.links = links
         self.events = events  # the engine's heap of (time, seq, kind, payload)
         self.seq = counter
@@ -157,7 +200,12 @@ class FluidNetwork:
         self.stretched = 0  # links with x_e > 1 right now
         self.rerates = 0  # activities whose rate changed mid-flight (a contention counter)
         self.usage: dict[int, list] = {}  # id(bytes-per-unit dict) -> [dict, units]
-        self.by_chan: dict[object, list[Activity]] = {}  # channel -> its active activities
+        self.by_chan: dict[object, dict[int, Activity]] = {}  # channel -> its activities
+        self._busy: dict[int, tuple[tuple[int, float], ...]] = {}  # id(per-unit bytes) ->
+        self._keep: list = []
+        # channel -> its flows' (sum_e k x_e, lat) under the stretch in force, kept current by
+        # _retouch (every stretch change passes there) so a start reuses it
+        self._sums: dict[object, list[tuple[float, float]]] = {}
 
     def _push(self, a: Activity, now: float) -> None:
         a.version += 1
@@ -172,7 +220,14 @@ class FluidNetwork:
             chans |= lk.on[e]
         stretch = lk.stretch
         for c in chans:
-            for a in self.by_chan.get(c, ()):
+            members = self.by_chan.get(c)
+            if not members:
+                self._sums.pop(c, None)
+                continue
+            flows = next(iter(members.values())).flows
+            sums = flow_sums(flows, stretch)  # once per channel: its activities share flows
+            self._sums[c] = sums
+            for a in members.values():
                 if a is skip:
                     continue
                 if a.duration > 0:
@@ -180,28 +235,73 @@ class FluidNetwork:
                     if a.remaining < 0.0:
                         a.remaining = 0.0
                 a.last_t = now
-                a.duration = a.time(stretch)
+                a.duration = a.time_from(sums) if a.flows is flows else a.time(stretch)
                 self.rerates += 1
                 self._push(a, now)
 
-    def _apply(self, a: Activity, w: float) -> list[int]:
+    def _loads(self, a: Activity) -> list[tuple[int, float]]:
+        """(link, weight) of ``a`` on each risky link it loads (see :class:`Activity`)."""
+        if a.weight is not None:
+            return [(e, a.weight) for e in a.links] if a.weight > 0 else []
+        if a.acct is None or a.base_s <= 0:
+            return []
+        per_unit, units = a.acct
+        busy = self._busy.get(id(per_unit))
+        if busy is None:  # seconds risky link e is busy per unit: bytes per unit / B(e)
+            inv, risky = self.links.inv_bw, self.links.risky
+            busy = tuple((e, b * inv[e]) for e, b in per_unit.items() if b > 0 and risky[e])
+            self._busy[id(per_unit)] = busy
+            self._keep.append(per_unit)  # keeps the id valid while it is a key
+        if not busy:
+            return []
+        f = units / a.base_s
+        return [(e, f * k) for e, k in busy]
+
+    def make_risky(self, links: Sequence[int], now: float) -> None:
+        """Account from now on for ``links`` (a KV route seen for the first time): the
+        activities already on them add their weight there, as if it had always counted."""
         lk = self.links
-        load, stretch = lk.load, lk.stretch
+        new = [e for e in links if not lk.risky[e]]
+        if not new:
+            return
+        for e in new:
+            lk.risky[e] = True
+        self._busy.clear()
         changed = []
-        for e in a.links:
-            x = load[e] + w
-            load[e] = x
-            if x <= 1.0 + EPS:
-                x = 1.0
-            old = stretch[e]
-            if x != old:
-                if old == 1.0:
-                    self.stretched += 1
-                elif x == 1.0:
-                    self.stretched -= 1
-                stretch[e] = x
-                changed.append(e)
-        return changed
+        for e in new:
+            for c in lk.on[e]:
+                for a in self.by_chan.get(c, {}).values():
+                    if a.weight is not None or a.acct is None or a.base_s <= 0:
+                        continue  # an explicit weight already counts on every link
+                    b = a.acct[0].get(e, 0.0)
+                    if b > 0:
+                        w = a.acct[1] / a.base_s * b * lk.inv_bw[e]
+                        a.loads.append((e, w))
+                        if self._set_load(e, lk.load[e] + w):
+                            changed.append(e)
+        if changed:
+            self._retouch(changed, now, None)
+
+    def _set_load(self, e: int, x: float) -> bool:
+        """Set link ``e``'s load to ``x``; True when its stretch in force changed."""
+        lk = self.links
+        lk.load[e] = x
+        if x <= 1.0 + EPS:
+            x = 1.0
+        old = lk.stretch[e]
+        if x == old or (x != 1.0 and abs(x - old) <= self.tol * old):
+            return False
+        if old == 1.0:
+            self.stretched += 1
+        elif x == 1.0:
+            self.stretched -= 1
+        lk.stretch[e] = x
+        return True
+
+    def _apply(self, a: Activity, sign: float) -> list[int]:
+        """Add (``sign`` 1) or remove (-1) ``a``'s loads; the links whose stretch changed."""
+        load, set_load = self.links.load, self._set_load
+        return [e for e, w in a.loads if set_load(e, load[e] + sign * w)]
 
     def start(self, a: Activity, now: float) -> None:
         a.id = self._next_id
@@ -212,18 +312,27 @@ class FluidNetwork:
         a.chan = chan
         members = self.by_chan.get(chan)
         if members is None:  # first use of the channel: register its links once
-            members = self.by_chan[chan] = []
+            members = self.by_chan[chan] = {}
             on = self.links.on
             for e in a.links:
                 on[e].add(chan)
-        members.append(a)
-        changed = self._apply(a, a.weight) if a.weight > 0 else ()
+        members[a.id] = a
         if not a.base_s:
             a.base_s = a.time_alone()
-        a.duration = a.time(self.links.stretch) if self.stretched else a.base_s
-        self._push(a, now)
-        if changed:
+        a.loads = self._loads(a)
+        changed = self._apply(a, 1.0) if a.loads else ()
+        if changed:  # re-rates the others, and refreshes the channel's sums for a
             self._retouch(changed, now, a)
+        if self.stretched:
+            sums = self._sums.get(chan)
+            if sums is None or next(iter(members.values())).flows is not a.flows:
+                sums = flow_sums(a.flows, self.links.stretch)
+                if next(iter(members.values())).flows is a.flows:
+                    self._sums[chan] = sums
+            a.duration = a.time_from(sums)
+        else:
+            a.duration = a.base_s
+        self._push(a, now)
 
     def finish(self, aid: int, version: int, now: float) -> Activity | None:
         """The activity ``aid`` if this finish event is current, after removing it."""
@@ -232,24 +341,45 @@ class FluidNetwork:
             return None
         del self.active[aid]
         members = self.by_chan[a.chan]
-        members.remove(a)
+        del members[aid]
         if not members and a.chan[0] == "activity":  # one-off channel: unregister
             del self.by_chan[a.chan]
+            self._sums.pop(a.chan, None)
             on = self.links.on
             for e in a.links:
                 on[e].discard(a.chan)
-        if a.weight > 0:
-            changed = self._apply(a, -a.weight)
+        if a.loads:
+            changed = self._apply(a, -1.0)
             if changed:
                 self._retouch(changed, now, a)
         if a.acct is not None:
-            per_unit, units = a.acct
-            slot = self.usage.get(id(per_unit))
-            if slot is None:
-                self.usage[id(per_unit)] = [per_unit, units]
-            else:
-                slot[1] += units
+            self._note_usage(a.acct)
         return a
+
+    def delay(
+        self,
+        seconds: float,
+        acct: tuple[dict[int, float], float] | None,
+        on_done: Callable[[float], None],
+        now: float,
+    ) -> None:
+        """Work that no contention can slow (it crosses no risky link): one event and no link
+        accounting; its bytes are booked when it ends, as an activity's are."""
+        heapq.heappush(self.events, (now + seconds, self.seq(), "fix", (acct, on_done)))
+
+    def end_delay(self, payload: tuple, now: float) -> None:
+        acct, on_done = payload
+        if acct is not None:
+            self._note_usage(acct)
+        on_done(now)
+
+    def _note_usage(self, acct: tuple[dict[int, float], float]) -> None:
+        per_unit, units = acct
+        slot = self.usage.get(id(per_unit))
+        if slot is None:
+            self.usage[id(per_unit)] = [per_unit, units]
+        else:
+            slot[1] += units
 
     def book(self) -> None:
         """Add the bytes of the activities finished since the last call to every link's
