@@ -13,7 +13,7 @@ from controller.costmodel.compute import decode_layer_time
 from controller.models import model_spec
 from controller.planner import PLANNERS, Problem, plan
 from controller.planner.evaluate import Evaluator
-from controller.sim import build_model, simulate
+from controller.sim import Simulator, build_model, make_requests, simulate
 from controller.sim.model import comm_option
 from controller.sim.network import Activity, FluidNetwork, Links
 from controller.topology import fig2
@@ -67,6 +67,76 @@ def test_fluid_link_alone_and_shared_hand_worked():
     assert _run([(0.0, 1e9), (0.5, 1e9)]) == pytest.approx([1.5, 2.0])
 
 
+def _chain(hops: int) -> tuple[Links, list[int]]:
+    """``hops`` 1 GB/s links in a row, no latency: a-0-1-...-b."""
+    g = nx.Graph(name="chain")
+    names = [f"s{i}" for i in range(hops + 1)]
+    for x in names:
+        add_switch(g, x, tier="access")
+    for u, v in zip(names, names[1:], strict=False):
+        add_link(g, u, v, link="ethernet", capacity=1 * GB, latency_s=0.0)
+    lk = Links(g)
+    return lk, lk.path_links(names)
+
+
+def _run_busy_share(hops: int, n: int, tolerance: float = 0.0) -> list[float]:
+    """n transfers of 1 GB start at 0 on the same ``hops``-hop path; each weighs by its
+    busy share (weight None); store-and-forward: alone one takes ``hops`` seconds."""
+    lk, path = _chain(hops)
+    events: list = []
+    seq = itertools.count()
+    net = FluidNetwork(lk, events, lambda: next(seq), tolerance)
+    done: list[float] = []
+    per_byte = {e: 1.0 for e in path}
+    k = sum(lk.inv_bw[e] for e in path)
+    flows = ((tuple((e, lk.inv_bw[e]) for e in path), 0.0),)
+    for _ in range(n):
+        a = Activity(0.0, 1.0, 1e9, flows, ((k, 0.0),), None, (per_byte, 1e9), done.append,
+                     tuple(path), ("kv", 0, 0))  # fmt: skip
+        net.start(a, 0.0)
+    while events:
+        t, _, _, (aid, ver) = heapq.heappop(events)
+        a = net.finish(aid, ver, t)
+        if a is not None:
+            a.on_done(t)
+    return done
+
+
+def test_busy_share_weights_hand_worked():
+    # alone: 3 hops of 1 s each (store-and-forward)
+    assert _run_busy_share(3, 1) == pytest.approx([3.0])
+    # each transfer keeps a hop busy 1 s of its 3: three of them fill the path exactly,
+    # nobody slows (the old rule, weight 1 per hop, made them take 9 s)
+    assert _run_busy_share(3, 3) == pytest.approx([3.0] * 3)
+    # six ask for 2x the capacity: stretch 2 on every hop, 6 s each
+    assert _run_busy_share(3, 6) == pytest.approx([6.0] * 6)
+
+
+def test_rerate_tolerance_bounds_the_error_and_the_work():
+    # 100 transfers on one hop, started together: exact and 2%-tolerant runs agree (all
+    # finish at 100 s) because the stretch is the same whenever it is read
+    exact = _run_busy_share(1, 100)
+    assert exact == pytest.approx([100.0] * 100)
+    assert _run_busy_share(1, 100, tolerance=0.02) == pytest.approx(exact, rel=0.02)
+    # a link leaving a large stretch: the rate in force is never more than 2% off, and it
+    # falls back to exactly 1 when the link empties
+    lk, path = _chain(1)
+    events: list = []
+    seq = itertools.count()
+    net = FluidNetwork(lk, events, lambda: next(seq), 0.02)
+    e = path[0]
+    acts = [Activity(0.0, 1.0, 1.0, (), (), 1.0, None, lambda t: None, (e,)) for _ in range(50)]
+    for a in acts:
+        net.start(a, 0.0)
+        assert abs(lk.stretch[e] - max(1.0, lk.load[e])) <= 0.02 * lk.stretch[e] + 1e-12
+    for a in acts:
+        net.finish(a.id, a.version, 0.0)
+        assert abs(lk.stretch[e] - max(1.0, lk.load[e])) <= 0.02 * lk.stretch[e] + 1e-12
+    assert lk.stretch[e] == 1.0 and net.stretched == 0
+    with pytest.raises(ValueError, match="tolerance"):
+        FluidNetwork(lk, events, lambda: next(seq), 1.5)
+
+
 @pytest.mark.parametrize("make,members", [
     (make_testbed, ["srv2-gpu0", "srv3-gpu0", "srv2-gpu1", "srv3-gpu1"]),
     (make_testbed, ["srv2-gpu0", "srv2-gpu1", "srv2-gpu2", "srv2-gpu3"]),
@@ -99,6 +169,33 @@ def test_decode_compute_fast_path_is_eq13(tb_plan):
         co = m.evaluator.coeffs(inst.gpu_type)
         want = inst.stages[0].layers * decode_layer_time(co, m.model, inst.tp, b, k)
         assert m.decode_compute(inst, inst.stages[0], b, k) == pytest.approx(want, rel=1e-12)
+
+
+def test_only_links_that_can_overflow_are_accounted(tb_plan):
+    g, p = tb_plan
+    m = build_model(p, g, chatbot())
+    lk = m.links
+    # the decode stages are 4-GPU NVLink rings inside one server: one stage per link, whose
+    # iteration can never fill it, so none of its links is risky
+    for st in m.decode[0].stages:
+        opt = st.options[0]
+        assert opt.scheme == "ring"
+        shares = opt.peak_shares(lk.inv_bw)
+        assert shares and max(shares.values()) <= 1.0 + 1e-12
+        assert not any(lk.risky[e] for e in opt.links)
+    # KV routes are not accounted until a run uses them (any number may share a link)
+    kv_links = m.kv(0, 0).links
+    assert kv_links and not all(lk.risky[e] for e in kv_links)
+    Simulator(m).run(make_requests(chatbot(), 2.0, 50, seed=1))
+    assert all(lk.risky[e] for e in kv_links)
+
+
+def test_decode_memory_is_never_exceeded_under_overload(tb_plan):
+    g, p = tb_plan
+    r = simulate(p, g, chatbot(), rate=3 * p.predicted.rate, n=600, seed=3)
+    assert r.finished == r.requests == 600
+    assert r.preemptions > 0  # the cache did fill
+    assert r.kv_overflow_events == 0 and r.peak_kv_fraction <= 1.0
 
 
 def test_simulate_api_reports_every_request(tb_plan):
