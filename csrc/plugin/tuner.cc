@@ -14,6 +14,10 @@
 // Safety: the plugin never fails NCCL. No segment, a garbled segment or a bad table mean
 // "leave NCCL's defaults" (logged once); the last good table stays in force.
 //
+// A single-rank communicator (a TP=1 group) has no all-reduce on the network, and the
+// controller publishes no table for it (docs/policy-table.md): its context attaches to no
+// group, so it never claims the group's telemetry counters, and NCCL decides everything.
+//
 // Environment: HEROSERVE_GROUP (group id, "<role>/<instance>/<stage>"; required),
 // HEROSERVE_SHM_PREFIX (segment name prefix, tests), NCCL_ALGO / NCCL_PROTO (override us:
 // logged at init).
@@ -207,7 +211,11 @@ hsNcclResult InitCommon(size_t nranks, size_t nnodes, hsNcclLogger log, void** c
   ctx->stats.last_algorithm = -1;
   try {
     const char* group = std::getenv("HEROSERVE_GROUP");
-    if (!group || !*group) {
+    if (nranks <= 1) {
+      LogTo(log, HS_NCCL_LOG_INFO,
+            "single-rank communicator: no all-reduce crosses the network and no policy table "
+            "governs it; leaving all choices to NCCL");
+    } else if (!group || !*group) {
       LogTo(log, HS_NCCL_LOG_WARN, "HEROSERVE_GROUP is not set; leaving all choices to NCCL");
     } else {
       ctx->feed = FeedFor(group);

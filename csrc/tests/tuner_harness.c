@@ -7,7 +7,8 @@
  *    through libheroserve_policy.so on the same table and sizes);
  *  - two simulated ranks with the same table version make the same choices;
  *  - a new version takes effect exactly at its apply_from_seq;
- *  - other collectives, a missing segment and unsupported algorithms leave NCCL's table as is.
+ *  - other collectives, a missing segment and unsupported algorithms leave NCCL's table as is;
+ *  - a single-rank communicator (TP=1, no table by contract) is left to NCCL.
  * Usage: tuner_harness <plugin.so> <libheroserve_policy.so>. Exit 0 when all checks pass. */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -278,6 +279,24 @@ int main(int argc, char** argv) {
           (unsigned long long)st.table_version);
   }
   v6->finalize(r0);
+
+  /* 7. A single-rank communicator (TP=1: the controller publishes no table for it) leaves
+   *    NCCL's table alone even though the group's segment holds a table, and selects nothing. */
+  {
+    void* one = NULL;
+    CHECK(v6->init(&one, 5, 1, 1, NULL, NULL, NULL) == HS_NCCL_SUCCESS && one, "v6 init 1 rank");
+    float t[HS_NUM_ALGORITHMS][HS_NUM_PROTOCOLS], ref[HS_NUM_ALGORITHMS][HS_NUM_PROTOCOLS];
+    nccl_costs(t, 1, 1);
+    memcpy(ref, t, sizeof t);
+    int nch = 0;
+    CHECK(v6->getCollInfo(one, HS_NCCL_FUNC_ALLREDUCE, 1 << 20, 1, (float**)t, HS_NUM_ALGORITHMS,
+                          HS_NUM_PROTOCOLS, 0, &nch) == HS_NCCL_SUCCESS, "1-rank call");
+    CHECK(memcmp(t, ref, sizeof t) == 0, "1 rank: cost table must be left alone");
+    stats(one, &st);
+    CHECK(st.selections == 0 && st.table_version == 0, "1 rank: selections %llu version %llu",
+          (unsigned long long)st.selections, (unsigned long long)st.table_version);
+    CHECK(v6->finalize(one) == HS_NCCL_SUCCESS, "1-rank finalize");
+  }
 
   char shm_path[256];
   snprintf(shm_path, sizeof shm_path, "/dev/shm/heroserve-%sdecode.0.0", prefix);
