@@ -18,7 +18,7 @@ import pytest
 from controller._gen.heroserve.v1 import control_pb2 as pb
 from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service.agent import AgentClient, Backoff, PolicyState
-from controller.service.sample import sample_plan
+from controller.service.sample import sample_plan, sample_topology, save_sample_topology
 from controller.slots import SlotPool
 from controller.store import Store
 
@@ -87,6 +87,11 @@ def start(db: Path, port: int, log: Path, plan: Path | None) -> subprocess.Popen
     ]
     if plan is not None:
         args += ["--plan", str(plan)]
+    # The sample plans' topology "sample" is no built-in: the controller needs the file.
+    topo = db.parent / "sample-topology.json"
+    if not topo.exists():
+        save_sample_topology(topo, ina_groups=2, switches=("s1", "s2"))
+    args += ["--topology", str(topo)]
     p = subprocess.Popen(args, cwd=ROOT, stderr=open(log, "ab"), stdout=subprocess.DEVNULL)  # noqa: SIM115
     return p
 
@@ -172,7 +177,9 @@ def test_agent_waits_for_the_first_plan(tmp_path: Path) -> None:
     the first plan then arrives as epoch 1."""
     from controller.service.server import ControllerServer, ThreadedServer
 
-    srv = ThreadedServer(ControllerServer(Store(tmp_path / "c.db"), "127.0.0.1:0"))
+    srv = ThreadedServer(
+        ControllerServer(Store(tmp_path / "c.db"), "127.0.0.1:0", topology=sample_topology())
+    )
     gpu = Agent(
         srv.port,
         pb.NodeIdentity(node_id="p0-g0", kind=pb.NODE_KIND_GPU),

@@ -21,7 +21,7 @@ import pytest
 
 from controller._gen.heroserve.v1 import control_pb2 as pb
 from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
-from controller.service.sample import sample_plan
+from controller.service.sample import sample_plan, save_sample_topology
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -129,6 +129,8 @@ def metric(port: int, name: str) -> float:
 def start_controller(procs: Procs, tmp: Path, plan: Path, extra: tuple[str, ...] = ()) -> int:
     port_file = tmp / "cport"
     port_file.unlink(missing_ok=True)
+    # The sample plans' topology "sample" is no built-in: the controller needs the file.
+    topo = save_sample_topology(tmp / "sample-topology.json", ina_groups=2)
     procs.metrics_port = free_port()
     procs.start(
         "controller",
@@ -139,6 +141,8 @@ def start_controller(procs: Procs, tmp: Path, plan: Path, extra: tuple[str, ...]
             str(tmp / "c.db"),
             "--plan",
             str(plan),
+            "--topology",
+            str(topo),
             "--listen",
             "127.0.0.1:0",
             "--port-file",

@@ -57,17 +57,23 @@ def prefix() -> Iterator[str]:
 @pytest.fixture
 def controller(tmp_path: Path) -> Iterator:
     from controller.service.core import Options
+    from controller.service.sample import sample_topology
     from controller.service.server import ControllerServer, ThreadedServer
     from controller.store import Store
 
     opts = Options(apply_margin=5, telemetry_interval_s=0.2)
-    s = ThreadedServer(ControllerServer(Store(tmp_path / "c.db"), "127.0.0.1:0", options=opts))
+    s = ThreadedServer(
+        ControllerServer(
+            Store(tmp_path / "c.db"), "127.0.0.1:0", options=opts, topology=sample_topology()
+        )
+    )
     yield s
     s.stop()
 
 
 def register_switch(port: int, capacity: float = 12.5e9) -> None:
-    """The switch s1 reports its ports, which gives the controller the links' capacities."""
+    """The switch s1 reports its ports (the controller takes link capacities from the
+    topology, sample_topology's 12.5e9 B/s, not from these)."""
     inv = pb.SwitchInventory(device_id=1, aggregator_slots=1024, slot_bytes=128)
     for k in range(4):
         inv.ports.add(port=k + 1, peer=f"p0-g{k}", capacity=capacity)
@@ -255,16 +261,26 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         assert "heroserve-gpu-agent:" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_malformed_table_keeps_last_good_one(controller, tmp_path: Path, prefix: str) -> None:
+def test_malformed_table_keeps_last_good_one(
+    controller, tmp_path: Path, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from controller.service import policies
+
     register_switch(controller.port)
     e1 = apply_plan(controller)
     agent = start_agent(tmp_path, prefix, f"127.0.0.1:{controller.port}")
     try:
         _wait(lambda: acked(controller, e1), what="first ack")
         before = segment(prefix).read_bytes()
-        # The switch now reports capacity 0 on its ports: the next table has links of
-        # unknown (zero) capacity, which the policy core refuses.
-        register_switch(controller.port, capacity=0.0)
+        # Links of capacity 0 in the cluster: the controller itself refuses the table...
+        cluster = controller.server.core.topology
+        for k in range(4):
+            cluster.edges[f"p0-g{k}", "s1"]["capacity"] = 0.0
+        with pytest.raises(policies.PlanError, match="capacity must be > 0"):
+            apply_plan(controller, reverse=True)
+        # ...and a controller that publishes it anyway (one without the check, a bug) meets
+        # the agent's own validator, which keeps the last good table.
+        monkeypatch.setattr(policies, "check_table", lambda _t: None)
         e2 = apply_plan(controller, reverse=True)
         _wait(lambda: "keeping the last good tables" in agent.text(), what="error log")
         assert "capacity must be > 0" in agent.text()

@@ -35,14 +35,17 @@ def prefix() -> Iterator[str]:
 def srv(tmp_path: Path, ca: CA) -> Iterator:
     from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
     from controller.service.agent import ClientTls, channel
-    from controller.service.sample import sample_plan
+    from controller.service.sample import sample_plan, sample_topology
     from controller.service.server import ControllerServer, ThreadedServer, Tls
     from controller.store import Store
 
     cert = ca.issue("controller", dns=("localhost",), ips=("127.0.0.1",), server=True)
     s = ThreadedServer(
         ControllerServer(
-            Store(tmp_path / "c.db"), "127.0.0.1:0", tls=Tls(cert.cert, cert.key, ca.pem)
+            Store(tmp_path / "c.db"),
+            "127.0.0.1:0",
+            tls=Tls(cert.cert, cert.key, ca.pem),
+            topology=sample_topology(),
         )
     )
     sw = ca.issue("s1")

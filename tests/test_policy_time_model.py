@@ -31,54 +31,28 @@ from controller.planner import plan as make_plan
 from controller.scheduler.online import OnlineScheduler, parse_table
 from controller.service import policies
 from controller.service.core import Controller
-from controller.service.sample import sample_plan
+from controller.service.sample import sample_plan, sample_topology
 from controller.sim import build_model
 from controller.slots import SlotPool
 from controller.store import Store
 from controller.topology import testbed as make_testbed
 from controller.workload import chatbot, default_sla
 
-SCHEMES = {pb.SCHEME_INA: "ina", pb.SCHEME_RING: "ring", pb.SCHEME_NVLS: "nvls"}
-
-
-def table_json(t: pb.PolicyTable) -> dict:
-    """The JSON form of docs/policy-table.md, as the GPU agent writes it (bandwidth 0 left
-    out: proto3's "absent")."""
-    pols = []
-    for p in t.policies:
-        q = {
-            "id": p.id,
-            "scheme": SCHEMES[p.scheme],
-            "switch": p.switch,
-            "links": list(p.links),
-            "cost": p.cost,
-            "latency_s": p.latency_s,
-        }
-        if p.bandwidth != 0.0:
-            q["bandwidth"] = p.bandwidth
-        pols.append(q)
-    return {
-        "group_id": t.group_id,
-        "version": t.version,
-        "apply_from_seq": t.apply_from_seq,
-        "window_s": t.window_s,
-        "gamma": t.gamma,
-        "links": [{"id": lk.id, "capacity": lk.capacity} for lk in t.links],
-        "policies": pols,
-    }
+# The JSON form of docs/policy-table.md, as the GPU agent writes it (bandwidth 0 left out:
+# proto3's "absent").
+table_json = policies.table_json
 
 
 def build_tables(tmp_path: Path, plan, cluster) -> dict[str, pb.PolicyTable]:  # noqa: ANN001
     store = Store(tmp_path / "c.db")
     slots = policies.allocate(plan, store, SlotPool(store), 1024)
-    caps = {"|".join(sorted(e)): d["capacity"] for *e, d in cluster.edges(data=True)}
     state = policies.build(
         plan,
         "pid",
         1,
         store,
         slots,
-        lambda lk: caps.get(lk, 0.0),
+        cluster,
         0.05,
         0.3,
         lambda _g: 0,
@@ -127,7 +101,7 @@ def test_planned_ring_is_priced_like_the_planner(tmp_path: Path) -> None:
     c = Controller(Store(tmp_path / "c.db"))  # resolves the plan's topology by name
     c.apply_plan(p.to_json())
     tables = {t.group_id: t for t in c.state.tables}
-    timer = policies.PolicyTimer.for_plan(p)
+    timer = policies.PolicyTimer.for_plan(p, g)
     assert timer is not None
     ref = timer.ref["decode"]
     assert ref == max(1, p.decode.batch_size) * model_spec("OPT-66B").hidden * 2
@@ -135,9 +109,8 @@ def test_planned_ring_is_priced_like_the_planner(tmp_path: Path) -> None:
         pol = tables[f"decode/{gr.instance}/{gr.stage}"].policies[0]
         assert gr.scheme == "ring" and pol.latency_s > 0.0 and pol.bandwidth > 0.0
         assert pol.latency_s + ref / pol.bandwidth == pytest.approx(gr.allreduce_s, rel=1e-9)
-    for gr in p.prefill.groups:  # TP = 1: no all-reduce to price
-        pol = tables[f"prefill/{gr.instance}/{gr.stage}"].policies[0]
-        assert (pol.latency_s, pol.bandwidth) == (0.0, 0.0)
+    assert p.prefill.tp == 1  # TP = 1: no all-reduce, so no table at all
+    assert sorted(tables) == sorted(f"decode/{gr.instance}/{gr.stage}" for gr in p.decode.groups)
 
 
 def test_unpriceable_plan_leaves_the_fields_out(
@@ -145,7 +118,7 @@ def test_unpriceable_plan_leaves_the_fields_out(
 ) -> None:
     # A hand-made plan on topology "sample", model "none": the controller cannot price it,
     # so Eq. 16 stays on the bottleneck capacity (both fields 0: absent).
-    c = Controller(Store(tmp_path / "c.db"), capacity=lambda _lk: 12.5e9)
+    c = Controller(Store(tmp_path / "c.db"), topology=sample_topology())
     with caplog.at_level(logging.INFO, logger="heroserve.controller"):
         c.apply_plan(sample_plan().to_json())
     assert "without latency_s/bandwidth" in caplog.text
@@ -163,7 +136,11 @@ def server(tmp_path: Path) -> Iterator:
     from controller.service.server import ControllerServer, ThreadedServer
 
     opts = Options(apply_margin=5, telemetry_interval_s=0.2)
-    s = ThreadedServer(ControllerServer(Store(tmp_path / "c.db"), "127.0.0.1:0", options=opts))
+    s = ThreadedServer(
+        ControllerServer(
+            Store(tmp_path / "c.db"), "127.0.0.1:0", options=opts, topology=sample_topology()
+        )
+    )
     yield s
     s.stop()
 
@@ -216,6 +193,15 @@ def test_gpu_agent_carries_the_fields_and_refuses_bad_ones(
         assert (ring["latency_s"], ring["bandwidth"]) == (24e-6, 12.5e9)
         before = segment(prefix).read_bytes()
         timer.by_scheme[pb.SCHEME_RING] = (-1e-6, 0.0)
+        # The controller refuses a table its GPU agents would refuse, naming group and field...
+        with pytest.raises(policies.PlanError) as ei:
+            apply_plan(server, reverse=True)
+        assert str(ei.value) == (
+            "group prefill/0/0: invalid policy table: policy 1: latency_s must be >= 0, got -1e-06"
+        )
+        assert server.server.core.epoch == e1
+        # ...and one that publishes it anyway (no check: a bug) meets the agent's validator.
+        monkeypatch.setattr(policies, "check_table", lambda _t: None)
         e2 = apply_plan(server, reverse=True)
         _wait(lambda: "keeping the last good tables" in agent.text(), what="error log")
         assert "policy 1: latency_s must be >= 0" in agent.text()

@@ -13,7 +13,7 @@ from pki import CA  # tests/ is on sys.path (no tests/__init__.py): the shared t
 from controller._gen.heroserve.v1 import control_pb2 as pb
 from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service.agent import ClientTls, channel
-from controller.service.sample import sample_plan
+from controller.service.sample import sample_plan, sample_topology
 from controller.service.server import ControllerServer, ThreadedServer, Tls, UsageError
 from controller.store import Store
 
@@ -30,7 +30,11 @@ def ca() -> CA:
 def srv(tmp_path: Path, ca: CA) -> Iterator[ThreadedServer]:
     cert = ca.issue("controller", dns=("localhost",), ips=("127.0.0.1",), server=True)
     store = Store(tmp_path / "c.db")
-    s = ThreadedServer(ControllerServer(store, "127.0.0.1:0", tls=Tls(cert.cert, cert.key, ca.pem)))
+    s = ThreadedServer(
+        ControllerServer(
+            store, "127.0.0.1:0", tls=Tls(cert.cert, cert.key, ca.pem), topology=sample_topology()
+        )
+    )
     s.call(lambda: s.server.core.apply_plan(sample_plan().to_json()))
     yield s
     s.stop()

@@ -12,8 +12,8 @@ import logging
 import math
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from controller._gen.heroserve.v1 import control_pb2 as pb
 from controller.plan import Plan
@@ -21,6 +21,9 @@ from controller.service import policies
 from controller.service.metrics import Metrics
 from controller.slots import SlotError, SlotPool
 from controller.store import Store, plan_id_of
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 log = logging.getLogger("heroserve.controller")
 
@@ -61,13 +64,15 @@ class Controller:
         store: Store,
         options: Options | None = None,
         metrics: Metrics | None = None,
-        capacity: Callable[[str], float] | None = None,
+        topology: nx.Graph | None = None,
     ) -> None:
+        """``topology``: the cluster graph of ``--topology``, used for every plan; without it
+        each plan's own ``topology`` is resolved (:func:`policies.resolve_cluster`)."""
         self.store = store
         self.opts = options or Options()
         self.metrics = metrics or Metrics()
         self.pool = SlotPool(store)
-        self._capacity_fn = capacity
+        self.topology = topology
         self.state: policies.PlanState | None = None
         self.sessions: dict[str, str] = {}  # node id -> session id (lost on restart)
         self.subscribers: dict[str, Subscriber] = {}
@@ -78,7 +83,8 @@ class Controller:
             # A restart: rebuild the messages of the stored plan at the stored epoch. The
             # slot allocations are already in the store, so this allocates nothing new.
             pid, text = current
-            self.state = self._derive(Plan.from_dict(json.loads(text)), pid, store.epoch())
+            with store.transaction():  # a plan this controller cannot serve changes nothing
+                self.state = self._derive(Plan.from_dict(json.loads(text)), pid, store.epoch())
             log.info("restored plan %s at epoch %d", pid, store.epoch())
 
     # --- plans --------------------------------------------------------------------------
@@ -89,7 +95,8 @@ class Controller:
 
     def apply_plan(self, plan_json: str) -> tuple[int, str]:
         """Make ``plan_json`` current; returns (epoch, plan id). The same plan again is a
-        no-op (same epoch). Raises RequestError / policies.PlanError / SlotError."""
+        no-op (same epoch). Raises RequestError / policies.PlanError (TopologyUnavailable
+        when the plan's cluster cannot be resolved) / SlotError; then nothing changed."""
         try:
             plan = Plan.from_dict(json.loads(plan_json))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -123,6 +130,9 @@ class Controller:
         return epoch, pid
 
     def _derive(self, plan: Plan, pid: str, epoch: int) -> policies.PlanState:
+        # One resolved cluster per plan: the tables' link capacities and the cost model's
+        # prices (latency_s, bandwidth) both come from it.
+        cluster = policies.resolve_cluster(plan, self.topology)
         slots = policies.allocate(
             plan, self.store, self.pool, self.opts.default_slots, self.opts.slots_per_group
         )
@@ -132,28 +142,16 @@ class Controller:
             epoch,
             self.store,
             slots,
-            self._capacities(),
+            cluster,
             self.opts.window_s,
             self.opts.gamma,
             self._apply_from,
+            policies.PolicyTimer.for_plan(plan, cluster),
         )
 
     def _apply_from(self, group: str) -> int:
         last = self.store.last_seq(group)
         return 0 if last is None else last + 1 + self.opts.apply_margin
-
-    def _capacities(self) -> Callable[[str], float]:
-        """bytes/s of a link id: from the topology when given, else the registered switch
-        ports (a port's capacity to its peer), else 0 (unknown)."""
-        if self._capacity_fn is not None:
-            return self._capacity_fn
-        known: dict[str, float] = {}
-        for rec in self.store.agents():
-            if rec.kind == "switch":
-                for p in pb.SwitchInventory.FromString(rec.inventory).ports:
-                    if p.peer:
-                        known[policies.link_id(rec.node_id, p.peer)] = p.capacity
-        return lambda link: known.get(link, 0.0)
 
     # --- agents -------------------------------------------------------------------------
 

@@ -5,18 +5,25 @@
   honouring the planner's range when free), worker ids (index in the group's GPU list),
   the switch port towards each worker (next hop of the worker's path, looked up in the
   switch's registered ports) and a multicast group (numbered like the group).
-* Every group becomes a :class:`PolicyTable` (docs/policy-table.md) for the GPU agents of
-  its members: policy 0 is the planned scheme with the planned paths; an INA group also
-  gets policy 1, a ring through the same switch (member i -> switch -> member i+1), so the
-  online scheduler (Eqs. 16-18) has a fallback when the switch's links are loaded.
-  Initial costs b_c are 0.
+* Every group with an all-reduce (two GPUs or more) becomes a :class:`PolicyTable`
+  (docs/policy-table.md) for the GPU agents of its members: policy 0 is the planned scheme
+  with the planned paths; an INA group also gets policy 1, a ring through the same switch
+  (member i -> switch -> member i+1), so the online scheduler (Eqs. 16-18) has a fallback
+  when the switch's links are loaded. Initial costs b_c are 0. A group of one GPU (TP=1)
+  has no all-reduce and gets no table: NCCL's defaults stand for it.
+* Link capacities come from the plan's cluster graph (:func:`resolve_cluster`: the
+  controller's ``--topology``, else the plan's ``topology`` resolved as ``heroserve plan
+  --topology`` resolves it); a plan whose cluster the controller cannot get is refused
+  (:class:`TopologyUnavailable`). Every table is checked with the scheduler's own validator
+  (:func:`controller.scheduler.online.parse_table`) before it is published: a table the GPU
+  agents would refuse makes the plan an error naming the group and the field.
 * Each policy's Eq. 16 time model (docs/policy-table.md) comes from the cost model
   (:class:`PolicyTimer`): latency_s = t_c(0) and bandwidth = D_ref / (t_c(D_ref) - t_c(0)),
   t_c being ``CommPattern.time`` of one all-reduce over the policy's routes and D_ref the
   message the planner priced the group at, so before any traffic the policy the cost model
-  prices fastest at D_ref wins (ties: the planned one). That needs the plan's cluster, model
-  and workload; when the controller cannot resolve them (a hand-made plan, a topology file it
-  does not have) the tables leave both fields out and Eq. 16 uses the bottleneck capacity.
+  prices fastest at D_ref wins (ties: the planned one). That needs the plan's model and
+  workload besides the cluster; when the controller cannot resolve them (a hand-made plan)
+  the tables leave both fields out and Eq. 16 uses the bottleneck capacity.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from controller._gen.heroserve.v1 import control_pb2 as pb
 from controller.plan import Group, Plan
+from controller.scheduler.online import TableError, parse_table
 from controller.slots import SlotPool
 from controller.store import Store
 
@@ -51,6 +59,11 @@ class PlanError(ValueError):
     """A plan the controller cannot serve (names the group and the problem)."""
 
 
+class TopologyUnavailable(PlanError):
+    """The controller cannot get the cluster graph a plan names (an unknown built-in name, a
+    missing or invalid file): the plan may be fine, the controller needs ``--topology``."""
+
+
 def group_name(role: str, group: Group) -> str:
     """``"<role>/<instance>/<stage>"`` (docs/policy-table.md)."""
     return f"{role}/{group.instance}/{group.stage}"
@@ -63,6 +76,36 @@ def link_id(a: str, b: str) -> str:
 
 def path_links(path: list[str]) -> list[str]:
     return [link_id(a, b) for a, b in zip(path, path[1:], strict=False)]
+
+
+def has_allreduce(group: Group) -> bool:
+    """A tensor-parallel group of one GPU (TP=1) has no all-reduce: no policy table."""
+    return len(group.gpus) > 1
+
+
+def resolve_cluster(plan: Plan, given: nx.Graph | None = None) -> nx.Graph:
+    """The cluster graph of ``plan``: ``given`` (the controller's ``--topology``) when there is
+    one, else ``plan.topology`` resolved as ``heroserve plan --topology`` resolves it (a
+    built-in name or a topology file). Raises :class:`TopologyUnavailable` when it cannot."""
+    if given is not None:
+        if str(given.name) != plan.topology:
+            log.warning(
+                "plan names topology %r, serving it on --topology %r", plan.topology, given.name
+            )
+        return given
+    from controller.errors import InputError
+    from controller.topology import resolve_topology
+
+    try:
+        g = resolve_topology(plan.topology)
+    except (InputError, OSError, ValueError, TypeError, KeyError) as exc:
+        raise TopologyUnavailable(
+            f"cannot resolve the plan's topology {plan.topology!r} ({exc}): link capacities "
+            "unknown; start the controller with --topology (the built-in name or the topology "
+            "file the plan was made for)"
+        ) from exc
+    log.info("topology %s resolved from the plan (no --topology)", plan.topology)
+    return g
 
 
 @dataclass
@@ -123,6 +166,8 @@ def validate(plan: Plan) -> None:
         if g.scheme == "ina":
             if not g.switch:
                 raise PlanError(f"group {name}: INA without an aggregation switch")
+            if not has_allreduce(g):
+                raise PlanError(f"group {name}: INA with one GPU (TP=1 has no all-reduce)")
             if len(g.gpus) > 32:
                 raise PlanError(f"group {name}: {len(g.gpus)} workers, INA allows 32")
             if g.slots is not None and (g.slots.count <= 0 or g.slots.start < 0):
@@ -186,21 +231,20 @@ class PolicyTimer:
         }
 
     @classmethod
-    def for_plan(cls, plan: Plan, cluster: nx.Graph | None = None) -> PolicyTimer | None:
-        """The timer for ``plan`` on ``cluster`` (default: the plan's topology, resolved by
-        name or file), or None when the cluster, model or workload cannot be had."""
+    def for_plan(cls, plan: Plan, cluster: nx.Graph) -> PolicyTimer | None:
+        """The timer for ``plan`` on ``cluster`` (the graph :func:`resolve_cluster` gave: the
+        controller resolves it once per plan, for capacities and prices alike), or None when
+        the plan's model or workload cannot be had (a hand-made plan)."""
         from controller.errors import InputError
         from controller.models import model_spec
         from controller.planner import PLANNERS, PlannerOptions, Problem
         from controller.planner.evaluate import Evaluator
         from controller.planner.heroserve import POLICY as HEROSERVE_POLICY
-        from controller.topology import resolve_topology
         from controller.workload import SLA, resolve_workload
 
         try:
-            g = cluster if cluster is not None else resolve_topology(plan.topology)
             problem = Problem(
-                g,
+                cluster,
                 model_spec(plan.model),
                 resolve_workload(plan.workload),
                 SLA(plan.sla["ttft_s"], plan.sla["tpot_s"], plan.sla.get("attainment", 0.9)),
@@ -263,6 +307,47 @@ class PolicyTimer:
         return t0, bandwidth
 
 
+_SCHEME_NAMES = {pb.SCHEME_INA: "ina", pb.SCHEME_RING: "ring", pb.SCHEME_NVLS: "nvls"}
+
+
+def table_json(t: pb.PolicyTable) -> dict:
+    """The JSON form of docs/policy-table.md that the GPU agent validates (its ``TableJson``:
+    proto3's bandwidth 0, "absent", left out)."""
+    pols = []
+    for p in t.policies:
+        q: dict = {
+            "id": p.id,
+            "scheme": _SCHEME_NAMES.get(p.scheme, str(p.scheme)),
+            "switch": p.switch,
+            "links": list(p.links),
+            "paths": {gpu: list(r.nodes) for gpu, r in sorted(p.paths.items())},
+            "cost": p.cost,
+            "latency_s": p.latency_s,
+        }
+        if p.bandwidth != 0.0:
+            q["bandwidth"] = p.bandwidth
+        pols.append(q)
+    return {
+        "group_id": t.group_id,
+        "version": t.version,
+        "apply_from_seq": t.apply_from_seq,
+        "window_s": t.window_s,
+        "gamma": t.gamma,
+        "links": [{"id": lk.id, "capacity": lk.capacity} for lk in t.links],
+        "policies": pols,
+        "utilisation": dict(sorted(t.utilisation.items())),
+    }
+
+
+def check_table(t: pb.PolicyTable) -> None:
+    """Raise :class:`PlanError` naming the group and the field when the online scheduler's
+    validator (the one the GPU agents run) would refuse ``t``."""
+    try:
+        parse_table(table_json(t))
+    except TableError as exc:
+        raise PlanError(f"group {t.group_id}: invalid policy table: {exc}") from exc
+
+
 def _table_digest(t: pb.PolicyTable) -> str:
     # Version and utilisation are not content: a new utilisation snapshot alone does not
     # make a new table version.
@@ -280,23 +365,22 @@ def build(
     epoch: int,
     store: Store,
     slots: dict[str, tuple[int, int, int]],
-    capacity: Callable[[str], float],
+    cluster: nx.Graph,
     window_s: float,
     gamma: float,
     apply_from: Callable[[str], int],
-    timer: PolicyTimer | None | bool = True,
+    timer: PolicyTimer | None = None,
 ) -> PlanState:
-    """Messages for every group of ``plan``. ``capacity(link_id)`` gives bytes/s (0 when
-    unknown); ``apply_from(group)`` the apply_from_seq of a new table version; ``timer``
-    prices the policies for Eq. 16 (True: :meth:`PolicyTimer.for_plan`; None or False: no
-    latency_s / bandwidth)."""
-    if timer is True:
-        timer = PolicyTimer.for_plan(plan)
+    """Messages for every group of ``plan`` on ``cluster`` (:func:`resolve_cluster`), whose
+    links give the tables' capacities (bytes/s); ``apply_from(group)`` gives the
+    apply_from_seq of a new table version; ``timer`` prices the policies for Eq. 16 (None: no
+    latency_s / bandwidth). Groups of one GPU get no table. Raises :class:`PlanError` when a
+    table names a link the cluster lacks or would not pass :func:`check_table`."""
+    caps = {link_id(a, b): float(d["capacity"]) for a, b, d in cluster.edges(data=True)}
     assignments: list[pb.InaAssignment] = []
     tables: list[pb.PolicyTable] = []
     members: dict[str, list[str]] = {}
     for role, name, g in _role_groups(plan):
-        members[name] = list(g.gpus)
         policies: list[pb.Policy] = []
         if g.scheme == "ina":
             assert g.switch is not None
@@ -312,29 +396,39 @@ def build(
             for w, gpu in enumerate(g.gpus):
                 a.members.add(worker_id=w, gpu=gpu)
             assignments.append(a)
+        if not has_allreduce(g):
+            continue  # TP=1: no all-reduce, no table (docs/policy-table.md)
+        members[name] = list(g.gpus)
+        if g.scheme == "ina":
+            assert g.switch is not None
             to_switch = {gpu: g.paths[gpu][: g.paths[gpu].index(g.switch) + 1] for gpu in g.gpus}
             policies.append(_policy(0, pb.SCHEME_INA, g.switch, to_switch))
-            if len(g.gpus) > 1:
-                ring = {
-                    gpu: to_switch[gpu] + to_switch[g.gpus[(i + 1) % len(g.gpus)]][-2::-1]
-                    for i, gpu in enumerate(g.gpus)
-                }
-                policies.append(_policy(1, pb.SCHEME_RING, "", ring))
+            ring = {
+                gpu: to_switch[gpu] + to_switch[g.gpus[(i + 1) % len(g.gpus)]][-2::-1]
+                for i, gpu in enumerate(g.gpus)
+            }
+            policies.append(_policy(1, pb.SCHEME_RING, "", ring))
         else:
             policies.append(
                 _policy(0, pb.SCHEME_RING, "", {k: list(v) for k, v in g.paths.items()})
             )
-        if isinstance(timer, PolicyTimer):
+        if timer is not None:
             for pol in policies:
                 paths = {gpu: list(r.nodes) for gpu, r in pol.paths.items()}
                 pol.latency_s, pol.bandwidth = timer.fields(role, g, pol.scheme, paths)
         t = pb.PolicyTable(group_id=name, window_s=window_s, gamma=gamma)
         t.policies.extend(policies)
         for lid in sorted({lk for p in policies for lk in p.links}):
-            t.links.add(id=lid, capacity=float(capacity(lid)))
+            if lid not in caps:
+                raise PlanError(
+                    f"group {name}: link {lid} is not in topology {cluster.name!r} "
+                    "(its capacity is unknown)"
+                )
+            t.links.add(id=lid, capacity=caps[lid])
         digest = _table_digest(t)
         t.version = store.table_version(name, digest, apply_from(name))
         t.apply_from_seq = store.table_apply_from(name)
+        check_table(t)
         tables.append(t)
     return PlanState(plan_id, epoch, assignments, tables, members)
 

@@ -4,9 +4,19 @@
 INA group of ``workers`` GPUs aggregated on ``switches[i % len(switches)]`` (every GPU one
 hop from its switch: path ``[gpu, switch]``), and ``ring_groups`` decode instances whose
 groups use ring over the same switches. GPU ids are ``"p<i>-g<k>"`` and ``"d<i>-g<k>"``.
+
+Its ``topology`` is ``"sample"``, which no built-in resolves: serve it with the cluster
+``sample_topology(...)`` (same arguments) as the controller's ``--topology`` (in process:
+``ControllerServer(..., topology=sample_topology())``; a separate process: the file
+``save_sample_topology(path)`` writes).
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import networkx as nx
 
 from controller.plan import (
     Group,
@@ -97,3 +107,55 @@ def sample_plan(
         predicted=Predicted(0.1, 0.01, 1e-4, 10.0, 1.0, workers * (ina_groups + ring_groups)),
         notes=[tag] if tag else [],
     )
+
+
+SAMPLE_LINK_BPS = 12.5e9  # every sample link: 100 Gb/s
+
+
+def sample_topology(
+    ina_groups: int = 1,
+    workers: int = 4,
+    ring_groups: int = 1,
+    switches: tuple[str, ...] = ("s1",),
+) -> nx.Graph:
+    """The cluster of ``sample_plan`` with the same arguments (a superset serves smaller
+    plans): each GPU has one 100 Gb/s Ethernet link to its instance's switch, and the
+    switches form a chain of 100 Gb/s links. Named ``"sample"`` like the plans."""
+    from controller.topology import validate
+    from controller.topology.graph import add_gpu, add_link, add_switch
+
+    g = nx.Graph(name="sample")
+    for sw in switches:
+        add_switch(g, sw, tier="access")
+    for a, b in zip(switches, switches[1:], strict=False):
+        add_link(g, a, b, link="ethernet", capacity=SAMPLE_LINK_BPS)
+    for prefix, n, gpu_type, mem, role in (
+        ("p", ina_groups, "A100-40GB", 40.0, "prefill"),
+        ("d", ring_groups, "V100-32GB", 32.0, "decode"),
+    ):
+        for i in range(n):
+            sw = switches[i % len(switches)]
+            for k in range(workers):
+                gpu = f"{prefix}{i}-g{k}"
+                add_gpu(
+                    g,
+                    gpu,
+                    gpu_type=gpu_type,
+                    memory_gb=mem,
+                    server=f"{prefix}{i}",
+                    index=k,
+                    role=role,
+                )
+                add_link(g, gpu, sw, link="ethernet", capacity=SAMPLE_LINK_BPS)
+    validate(g)
+    return g
+
+
+def save_sample_topology(path: str | Path, **kw: object) -> Path:
+    """Write ``sample_topology(**kw)`` as a topology file (JSON, docs/topology.md) for
+    ``heroserve controller --topology``; returns the path."""
+    from controller.topology import topology_to_dict
+
+    out = Path(path)
+    out.write_text(json.dumps(topology_to_dict(sample_topology(**kw)), indent=1) + "\n")  # type: ignore[arg-type]
+    return out

@@ -1,11 +1,15 @@
 """``heroserve controller``: serve the control plane (DESIGN.md §9).
 
-    heroserve controller [--listen ADDR] [--db PATH] [--plan PLAN.json]
+    heroserve controller [--listen ADDR] [--db PATH] [--plan PLAN.json] [--topology NAME|FILE]
                          [--tls-cert PEM --tls-key PEM --tls-ca PEM] [--metrics-port N]
 
 With the three TLS files the controller requires client certificates signed by the CA
 (mutual TLS). Without them it listens on loopback only (and says it is insecure) unless
 ``--insecure-listen-any``. The controller also serves ``grpc.health.v1.Health``.
+
+Link capacities (and the cost model's prices) come from the cluster graph: ``--topology``,
+else each plan's ``topology`` resolved like ``heroserve plan --topology``; a plan whose
+topology cannot be resolved is refused (FAILED_PRECONDITION; at start-up, exit status 2).
 """
 
 from __future__ import annotations
@@ -17,9 +21,9 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -31,6 +35,9 @@ from controller.service.metrics import Metrics
 from controller.service.servicer import AdminServicer, ControlServicer
 from controller.slots import SlotError
 from controller.store import Store
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 log = logging.getLogger("heroserve.controller")
 
@@ -98,7 +105,7 @@ class ControllerServer:
         admin_name: str = "heroserve-admin",
         metrics_port: int | None = None,
         metrics_addr: str = "127.0.0.1",
-        capacity: Callable[[str], float] | None = None,
+        topology: nx.Graph | None = None,
     ) -> None:
         host = listen_host(listen)
         if tls is None and not is_loopback(host):
@@ -114,7 +121,7 @@ class ControllerServer:
         self.listen = listen
         self.tls = tls
         self.metrics = Metrics()
-        self.core = Controller(store, options, self.metrics, capacity)
+        self.core = Controller(store, options, self.metrics, topology)
         self.admin_name = admin_name
         self.metrics_port = metrics_port
         self.metrics_addr = metrics_addr
@@ -193,17 +200,16 @@ class ThreadedServer:
         self.loop.close()
 
 
-def topology_capacity(spec: str) -> Callable[[str], float]:
-    """Link capacities (bytes/s) from a topology (built-in name or file), by link id."""
+def load_cluster(spec: str) -> nx.Graph:
+    """The cluster graph of ``--topology`` (a built-in name or a topology file), resolved as
+    ``heroserve plan --topology`` resolves it."""
     from controller.errors import InputError
     from controller.topology import resolve_topology
 
     try:
-        g = resolve_topology(spec)
+        return resolve_topology(spec)
     except (InputError, OSError) as exc:
         raise UsageError(f"--topology: {exc}") from exc
-    caps = {"|".join(sorted((a, b))): float(d["capacity"]) for a, b, d in g.edges(data=True)}
-    return lambda link: caps.get(link, 0.0)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -211,7 +217,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT (default %(default)s)")
     p.add_argument("--db", default="heroserve-controller.db", help="SQLite state file")
     p.add_argument("--plan", help="plan JSON (heroserve plan --json PATH writes one)")
-    p.add_argument("--topology", help="topology (built-in name or file) for link capacities")
+    p.add_argument(
+        "--topology",
+        help="cluster (built-in name or topology file) of every plan; default: the plan's own "
+        "topology name, resolved as `heroserve plan --topology` does",
+    )
     p.add_argument("--tls-cert", help="server certificate (PEM)")
     p.add_argument("--tls-key", help="server private key (PEM)")
     p.add_argument("--tls-ca", help="CA that signs agents' client certificates (PEM)")
@@ -297,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             window_s=args.window_s,
             gamma=args.gamma,
         )
-        capacity = topology_capacity(args.topology) if args.topology else None
+        cluster = load_cluster(args.topology) if args.topology else None
         server = ControllerServer(
             store,
             args.listen,
@@ -307,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             args.admin_name,
             args.metrics_port,
             args.metrics_addr,
-            capacity,
+            cluster,
         )
         asyncio.run(_serve(server, plan_text, args.port_file))
     except (UsageError, RequestError, policies.PlanError, SlotError) as exc:

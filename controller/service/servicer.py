@@ -2,7 +2,8 @@
 
 Maps the core's errors to status codes: malformed requests -> INVALID_ARGUMENT, no
 session -> FAILED_PRECONDITION, an identity the client certificate does not name ->
-PERMISSION_DENIED, a plan whose slots do not fit -> RESOURCE_EXHAUSTED.
+PERMISSION_DENIED, a plan whose slots do not fit -> RESOURCE_EXHAUSTED, a plan whose
+topology the controller cannot resolve (it needs ``--topology``) -> FAILED_PRECONDITION.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ class _Base:
         self.tls = tls
 
     async def _fail(self, context: grpc.aio.ServicerContext, rpc: str, exc: Exception) -> None:
+        if isinstance(exc, policies.TopologyUnavailable):
+            log.warning("%s: %s", rpc, exc)
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         if isinstance(exc, RequestError | policies.PlanError):
             self.core.metrics.invalid.labels(rpc).inc()
             log.warning("%s: invalid request: %s", rpc, exc)
