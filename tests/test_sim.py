@@ -261,3 +261,20 @@ def test_cli_simulate_missing_or_bad_plan_file(tmp_path, capsys):
     assert "not a plan" in err and len(err.splitlines()) == 1
     assert main(["simulate", "--rate", "1"]) == 2  # --plan missing
     assert "--plan" in capsys.readouterr().err
+
+
+def test_whole_pass_decode_steps_equal_stage_by_stage(tb_plan, monkeypatch):
+    """A decode step run through every stage at once (a permutation flow shop) gives the same
+    schedule as stage by stage: every request's times are identical, at low load and in
+    overload (preemptions included)."""
+    g, p = tb_plan
+    w = chatbot()
+    for factor in (0.5, 2.0):
+        reqs = make_requests(w, factor * p.predicted.rate, 400, seed=2)
+        whole = Simulator(build_model(p, g, w)).run(reqs)
+        with monkeypatch.context() as mp:
+            mp.setattr(Simulator, "_whole_pass", lambda self, ds: False)
+            staged = Simulator(build_model(p, g, w)).run(reqs)
+        assert whole.events < staged.events  # it did take the whole-pass path
+        assert whole.per_request == staged.per_request
+        assert whole.preemptions == staged.preemptions

@@ -82,6 +82,7 @@ class _DecodeState:
     waiting: deque = field(default_factory=deque)  # KV arrived, waiting for a batch slot
     swapped: deque = field(default_factory=deque)  # preempted, KV in host memory, ready
     swapping: int = 0  # preempted, still being swapped out and in
+    free: list[float] = field(default_factory=list)  # per stage: when a whole-pass run frees it
     pending: deque = field(default_factory=deque)  # waiting for KV room before the transfer
     reserved: float = 0.0  # tokens of transfers in flight and of waiting requests
     members: int = 0  # requests assigned (pending, transferring, waiting or decoding)
@@ -143,6 +144,7 @@ class Simulator:
         for im in m.decode:
             st = _DecodeState(im)
             st.mbs = [_MicroBatch(i) for i in range(im.pp)]
+            st.free = [0.0] * len(im.stages)
             st.inbox = [deque() for _ in im.stages]
             st.busy = [False] * len(im.stages)
             self.dec.append(st)
@@ -166,6 +168,8 @@ class Simulator:
         self.preemptions = 0
         self._kv_seen: set[int] = set()
         self._safe: dict[int, bool] = {}  # id(CommOption) -> crosses no risky link
+        self._pass_ok: dict[int, bool] = {}  # id(decode state) -> whole-pass steps allowed
+        self._extras: dict[tuple[int, int], tuple] = {}  # (id(decode state), batch) -> extras
         self.left = [o - 1 for o in self.out]  # decode steps still to run, per request
         self.admitted = [0] * n  # admission order, to preempt the newest first
         self._admissions = 0
@@ -212,6 +216,8 @@ class Simulator:
                     a.on_done(t)
             elif kind == "fix":
                 self.net.end_delay(payload, t)
+            elif kind == "pass":
+                self._step_done(*payload)
             elif kind == "arr":
                 self._arrive()
             elif kind == "swap":
@@ -336,6 +342,7 @@ class Simulator:
                 self._kv_seen.add(id(kvm))
                 self.net.make_risky(kvm.links, self.now)
                 self._safe.clear()
+                self._pass_ok.clear()
             tok = float(self.inp[r])
 
             def done(now: float, r=r, ds=ds) -> None:
@@ -374,8 +381,163 @@ class Simulator:
             mb.running = False
             return
         mb.running = True
+        if self._whole_pass(ds):
+            self._decode_pass(ds, mb)
+            return
         ds.inbox[0].append(mb)
         self._decode_try(ds, 0)
+
+    def _whole_pass(self, ds: _DecodeState) -> bool:
+        """Whether a micro-batch's step may be run through all stages at once: every stage
+        time is then fixed in advance (each stage's policy is known, without the online
+        scheduler or with one option, and crosses no risky link)."""
+        hit = self._pass_ok.get(id(ds))
+        if hit is None:
+            hit = self._pass_ok[id(ds)] = all(
+                not st.options
+                or ((self.sched is None or len(st.options) == 1) and self._is_safe(st.options[0]))
+                for st in ds.model.stages
+            )
+        return hit
+
+    def _decode_pass(self, ds: _DecodeState, mb: _MicroBatch) -> None:
+        """One decode step of ``mb`` through every stage in one go, the same schedule as stage
+        by stage. Stages serve micro-batches first come first served and a stage's time
+        depends only on the micro-batch (fixed during its step): a permutation flow shop, in
+        which no micro-batch overtakes another, so its pass is exactly
+        ``start_s = max(end_{s-1}, free_s); end_s = start_s + t_s`` with ``free_s`` left by
+        the passes computed before it. One event per step instead of one per stage."""
+        b = len(mb.reqs)
+        extra = self._pass_extra(ds, b)
+        # every stage holds L / P_pipe layers: the same Eq. 13 compute in each
+        compute = self.m.decode_compute(ds.model, ds.model.stages[0], b, mb.k_ctx)
+        t = self.now
+        free = ds.free
+        for i, x in enumerate(extra):
+            start = t if t > free[i] else free[i]
+            t = free[i] = start + compute + x
+        self._push(t, "pass", (ds, mb))
+
+    def _pass_extra(self, ds: _DecodeState, b: int) -> tuple[float, ...]:
+        """Per stage, the seconds a step of ``b`` requests spends besides compute (pipeline
+        hop and all-reduces, Eqs. 6-11); the step's statistics and link bytes are counted
+        here, once per step, as ``_iteration`` counts them once per stage."""
+        key = (id(ds), b)
+        hit = self._extras.get(key)
+        if hit is None:
+            nbytes = self.m.message_bytes(b)
+            extra, stats = [], []
+            for stage in ds.model.stages:
+                x = self.m.hop(stage, nbytes)
+                if stage.options:
+                    opt = stage.options[0]
+                    fixed, mult = self._stage_terms(stage, opt, x)
+                    x = work_time(fixed, mult, nbytes, opt.envelope)
+                    stats.append((opt, 2.0 * stage.layers * nbytes))
+                extra.append(x)
+            hit = self._extras[key] = (tuple(extra), stats)
+        for opt, n in hit[1]:
+            self._count(opt, n)
+            self.net.note_usage((opt.bytes_per_byte, n))
+        return hit[0]
+
+    # -- KV transfer ---------------------------------------------------------------------
+    def _kv_try(self, ds: _DecodeState) -> None:
+        """Start the KV transfers the decode instance has room for (FCFS; the cache stays on
+        the prefill GPUs until then)."""
+        cap = ds.model.kv_capacity_tokens
+        while ds.pending and not (ds.swapped or ds.swapping):  # preempted requests go first
+            r = ds.pending[0]
+            need = self.inp[r] + 1
+            if ds.tokens() + need > cap and ds.tokens() > 0:
+                return
+            ds.pending.popleft()
+            ds.reserved += need
+            self._note_kv(ds)
+            kvm = self.m.kv(self.pre_of[r], self.dec_of[r])
+            if id(kvm) not in self._kv_seen:  # a new route: its links may now be shared
+                self._kv_seen.add(id(kvm))
+                self.net.make_risky(kvm.links, self.now)
+                self._safe.clear()
+                self._pass_ok.clear()
+            tok = float(self.inp[r])
+
+            def done(now: float, r=r, ds=ds) -> None:
+                self.kv_done[r] = now
+                ds.waiting.append(r)
+                for mb in ds.mbs:
+                    if not mb.running:
+                        self._begin_step(ds, mb)
+
+            a = Activity(
+                0.0, 1.0, tok, kvm.flows, kvm.envelope, None, (kvm.bytes_per_token, tok), done,
+                kvm.links, ("kv", self.pre_of[r], self.dec_of[r]),
+            )  # fmt: skip
+            self.kv_bytes += tok * self.m.model.kv_bytes_per_token()
+            self.net.start(a, self.now)
+
+    # -- decode --------------------------------------------------------------------------
+    def _begin_step(self, ds: _DecodeState, mb: _MicroBatch) -> None:
+        """Continuous batching: admit waiting requests, then queue the micro-batch for stage
+        0, or park it when it is empty."""
+        cap = ds.model.max_batch
+        room = ds.model.kv_capacity_tokens
+        while ds.swapped and len(mb.reqs) < cap:  # swapped back in first, when they fit
+            r = ds.swapped[0]
+            ctx = self._context(r)
+            if ds.tokens() + ctx > room and ds.tokens() > 0:
+                break
+            ds.swapped.popleft()
+            self._join(mb, r, ctx)
+        while ds.waiting and len(mb.reqs) < cap:
+            r = ds.waiting.popleft()
+            need = self.inp[r] + 1
+            ds.reserved -= need
+            self._join(mb, r, need)
+        if not mb.reqs:
+            mb.running = False
+            return
+        mb.running = True
+        if self._whole_pass(ds):
+            self._decode_pass(ds, mb)
+            return
+        ds.inbox[0].append(mb)
+        self._decode_try(ds, 0)
+
+    def _whole_pass(self, ds: _DecodeState) -> bool:
+        """Whether a micro-batch's step may be run through all stages at once: every stage
+        time is then fixed in advance (each stage's policy is known, without the online
+        scheduler or with one option, and crosses no risky link)."""
+        for st in ds.model.stages:
+            if not st.options:
+                continue
+            if self.sched is not None and len(st.options) > 1:
+                return False
+            if not self._is_safe(st.options[0]):
+                return False
+        return True
+
+    def _decode_pass(self, ds: _DecodeState, mb: _MicroBatch) -> None:
+        """One decode step of ``mb`` through every stage in one go, the same schedule as stage
+        by stage. Stages serve micro-batches first come first served and a stage's time
+        depends only on the micro-batch (fixed during its step): a permutation flow shop, in
+        which no micro-batch overtakes another, so its pass is exactly
+        ``start_s = max(end_{s-1}, free_s); end_s = start_s + t_s`` with ``free_s`` left by
+        the passes computed before it. One event per step instead of one per stage."""
+        b = len(mb.reqs)
+        nbytes = self.m.message_bytes(b)
+        t = self.now
+        free = ds.free
+        for i, stage in enumerate(ds.model.stages):
+            fixed = self.m.decode_compute(ds.model, stage, b, mb.k_ctx) + self.m.hop(stage, nbytes)
+            if stage.options:
+                opt = self._policy(stage, 0, nbytes)
+                fixed, mult = self._stage_terms(stage, opt, fixed)
+                self.net.note_usage((opt.bytes_per_byte, nbytes * 2.0 * stage.layers))
+                fixed = work_time(fixed, mult, nbytes, opt.envelope)
+            start = t if t > free[i] else free[i]
+            t = free[i] = start + fixed
+        self._push(t, "pass", (ds, mb))
 
     def _context(self, r: int) -> int:
         """Tokens of KV cache request ``r`` holds: its prompt and the tokens made so far."""
@@ -449,31 +611,49 @@ class Simulator:
         if not stage.options:
             self.net.delay(fixed_s, None, done, self.now)
             return
-        n_ar = 2.0 * stage.layers
         k = 0
         if self.sched is not None:
-            k = self.sched.choose(stage, n_ar * nbytes)
-        opt: CommOption = stage.options[k]
-        self.ar_bytes += n_ar * nbytes
-        if opt.scheme == "ina":
-            self.ina_bytes += n_ar * nbytes
-        key = f"{opt.scheme}:{opt.switch}" if opt.switch else opt.scheme
-        self.policy_use[key] = self.policy_use.get(key, 0) + 1
-        fixed = fixed_s + n_ar * (opt.rounds * opt.per_round_s + opt.fixed_s)
-        acct = (opt.bytes_per_byte, nbytes * n_ar)
-        safe = self._safe.get(id(opt))
-        if safe is None:  # no risky link: nothing can stretch it, so it needs no activity
-            risky = self.links.risky
-            safe = self._safe[id(opt)] = not any(risky[e] for e in opt.links)
-        if safe:
-            t = work_time(fixed, n_ar * opt.rounds, nbytes, opt.envelope)
-            self.net.delay(t, acct, done, self.now)
+            k = self.sched.choose(stage, 2.0 * stage.layers * nbytes)
+        opt = self._policy(stage, k, nbytes)
+        fixed, mult = self._stage_terms(stage, opt, fixed_s)
+        acct = (opt.bytes_per_byte, nbytes * 2.0 * stage.layers)
+        if self._is_safe(opt):  # nothing can stretch it, so it needs no activity
+            self.net.delay(work_time(fixed, mult, nbytes, opt.envelope), acct, done, self.now)
             return
         a = Activity(
-            fixed, n_ar * opt.rounds, nbytes, opt.flows, opt.envelope, None, acct, done,
-            opt.links, ("it", id(stage), k),
+            fixed, mult, nbytes, opt.flows, opt.envelope, None, acct, done, opt.links,
+            ("it", id(stage), k),
         )  # fmt: skip
         self.net.start(a, self.now)
+
+    def _policy(self, stage: StageModel, k: int, nbytes: float) -> CommOption:
+        """Option ``k`` of the stage for an iteration of 2 L/P_pipe all-reduces of ``nbytes``,
+        counted in the run's statistics."""
+        opt = stage.options[k]
+        self._count(opt, 2.0 * stage.layers * nbytes)
+        return opt
+
+    def _count(self, opt: CommOption, nbytes: float) -> None:
+        """One iteration's all-reduce bytes on ``opt`` into the run's statistics."""
+        self.ar_bytes += nbytes
+        if opt.scheme == "ina":
+            self.ina_bytes += nbytes
+        key = opt.use_key
+        self.policy_use[key] = self.policy_use.get(key, 0) + 1
+
+    @staticmethod
+    def _stage_terms(stage: StageModel, opt: CommOption, fixed_s: float) -> tuple[float, float]:
+        """(fixed seconds, multiplier of the slowest flow) of an iteration's activity."""
+        n_ar = 2.0 * stage.layers
+        return fixed_s + n_ar * (opt.rounds * opt.per_round_s + opt.fixed_s), n_ar * opt.rounds
+
+    def _is_safe(self, opt: CommOption) -> bool:
+        """The option crosses no risky link (``Links.risky``)."""
+        safe = self._safe.get(id(opt))
+        if safe is None:
+            risky = self.links.risky
+            safe = self._safe[id(opt)] = not any(risky[e] for e in opt.links)
+        return safe
 
     # -- KV memory -----------------------------------------------------------------------
     def _note_kv(self, ds: _DecodeState) -> None:

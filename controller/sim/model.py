@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import networkx as nx
 
@@ -51,6 +52,11 @@ class CommOption:
     link_ids: tuple[str, ...]  # undirected ids, for the policy table
     bottleneck: float  # bytes/s, smallest capacity among its links
     envelope: tuple[tuple[float, float], ...] = ()  # undominated (sum k, lat) of the flows
+
+    @cached_property
+    def use_key(self) -> str:
+        """How the run's statistics name it: ``ring`` or ``ina:<switch>``."""
+        return f"{self.scheme}:{self.switch}" if self.switch else self.scheme
 
     def peak_shares(self, inv_bw: list[float]) -> dict[int, float]:
         """The most weight an iteration on this policy can put on each of its links, at any

@@ -353,7 +353,7 @@ class FluidNetwork:
             if changed:
                 self._retouch(changed, now, a)
         if a.acct is not None:
-            self._note_usage(a.acct)
+            self.note_usage(a.acct)
         return a
 
     def delay(
@@ -370,10 +370,10 @@ class FluidNetwork:
     def end_delay(self, payload: tuple, now: float) -> None:
         acct, on_done = payload
         if acct is not None:
-            self._note_usage(acct)
+            self.note_usage(acct)
         on_done(now)
 
-    def _note_usage(self, acct: tuple[dict[int, float], float]) -> None:
+    def note_usage(self, acct: tuple[dict[int, float], float]) -> None:
         per_unit, units = acct
         slot = self.usage.get(id(per_unit))
         if slot is None:
