@@ -32,16 +32,20 @@ sys.path.insert(0, str(ROOT))
 
 from controller._gen.heroserve.v1 import control_pb2 as pb  # noqa: E402
 from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc  # noqa: E402
-from controller.service.sample import sample_plan  # noqa: E402
+from controller.service.sample import sample_plan, save_sample_topology  # noqa: E402
 
 WORKERS = 4
 AGENTS_PER_CHANNEL = 100
 
 
-def plan_json(n_agents: int, round_: int) -> str:
+def _shape(n_agents: int) -> dict:
     groups = max(1, -(-n_agents // WORKERS))
     switches = tuple(f"s{i}" for i in range(1, 1 + max(1, groups // 32)))
-    p = sample_plan(ina_groups=groups, workers=WORKERS, ring_groups=0, switches=switches)
+    return {"ina_groups": groups, "workers": WORKERS, "ring_groups": 0, "switches": switches}
+
+
+def plan_json(n_agents: int, round_: int) -> str:
+    p = sample_plan(**_shape(n_agents))
     for g in p.prefill.groups:  # move every group's slots: every table and assignment changes
         assert g.slots is not None
         g.slots.count = 4 + round_ % 4
@@ -107,6 +111,7 @@ async def run(n: int, rounds: int, port: int) -> dict[str, float]:
 async def bench(n: int, rounds: int, tmp: Path) -> dict[str, float]:
     plan, port_file = tmp / "plan.json", tmp / "port"
     plan.write_text(plan_json(n, 0))
+    topo = save_sample_topology(tmp / "topology.json", **_shape(n))  # the plan's cluster
     log = open(tmp / "controller.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [
@@ -117,6 +122,8 @@ async def bench(n: int, rounds: int, tmp: Path) -> dict[str, float]:
             str(tmp / "c.db"),
             "--plan",
             str(plan),
+            "--topology",
+            str(topo),
             "--listen",
             "127.0.0.1:0",
             "--port-file",
