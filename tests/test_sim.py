@@ -265,8 +265,8 @@ def test_cli_simulate_missing_or_bad_plan_file(tmp_path, capsys):
 
 def test_whole_pass_decode_steps_equal_stage_by_stage(tb_plan, monkeypatch):
     """A decode step run through every stage at once (a permutation flow shop) gives the same
-    schedule as stage by stage: every request's times are identical, at low load and in
-    overload (preemptions included)."""
+    schedule as stage by stage: every request's times agree, at low load and in overload
+    (preemptions included)."""
     g, p = tb_plan
     w = chatbot()
     for factor in (0.5, 2.0):
@@ -276,5 +276,8 @@ def test_whole_pass_decode_steps_equal_stage_by_stage(tb_plan, monkeypatch):
             mp.setattr(Simulator, "_whole_pass", lambda self, ds: False)
             staged = Simulator(build_model(p, g, w)).run(reqs)
         assert whole.events < staged.events  # it did take the whole-pass path
-        assert whole.per_request == staged.per_request
+        # the same schedule; sums associate differently, hence 1e-9 and not bit equality
+        assert whole.per_request.keys() == staged.per_request.keys()
+        for key, values in whole.per_request.items():
+            assert values == pytest.approx(staged.per_request[key], rel=1e-9, nan_ok=True)
         assert whole.preemptions == staged.preemptions
