@@ -108,3 +108,36 @@ def test_kv_bytes_and_shard_overlap():
     assert sum(f for _, _, f in shares) == pytest.approx(1.0)
     # p0 holds layers 0-31 and heads 0-1/2: it overlaps d0 and d1, a quarter each of its half
     assert sorted((d, f) for s, d, f in shares if s == "p0") == [("d0", 0.125), ("d1", 0.125)]
+
+
+def test_rail_routes_are_routes_between_filtered_by_nccl_rules():
+    """rail_routes builds only the routes NCCL would use; the same list as filtering every
+    route: enter through the destination's own NIC, leave through the source's own NIC or a
+    peer's NIC on one of the destination's rails (PXN)."""
+    import random
+
+    from controller.costmodel.network import rail_routes
+    from controller.topology.fabric import Fabric
+    from controller.topology.generators import tracks
+
+    g = tracks(12, 8, 2, 6, 2, name="t")
+    fab = Fabric(g)
+    gpus = sorted(n for n, d in g.nodes(data=True) if d.get("kind") == "gpu")
+
+    def spec(src: str, dst: str) -> list:
+        rails = {e[-1] for e in fab.exits(dst) if len(e) == 2}
+        keep = []
+        for r in fab.routes_between(src, dst):
+            first = next(n for n in r if g.nodes[n]["kind"] == "switch")
+            if g.nodes[r[-2]]["kind"] == "switch" and (r[1] == first or first in rails):
+                keep.append(r)
+        return keep or fab.routes_between(src, dst)
+
+    rnd = random.Random(1)
+    for _ in range(300):
+        a, b = rnd.sample(gpus, 2)
+        if fab.nvlink_path(a, b) is None:
+            assert rail_routes(fab, a, b) == spec(a, b)
+        else:
+            assert rail_routes(fab, a, b) == [fab.nvlink_path(a, b)]
+    assert rail_routes(fab, gpus[0], gpus[0]) == [[gpus[0]]]

@@ -231,15 +231,18 @@ def rail_routes(fabric: Fabric, src: str, dst: str) -> list[Path]:
     """NCCL's routes for one inter-server channel: leave through the source GPU's own NIC or,
     with PXN, through an NVLink peer's NIC on the destination's rail; arrive at the destination
     GPU's own NIC."""
-    g = fabric.g
-    rails = {e[-1] for e in fabric.exits(dst) if len(e) == 2}
+    if src == dst or fabric.nvlink_path(src, dst) is not None:
+        return fabric.routes_between(src, dst)
+    own = [f for f in fabric.exits(dst) if len(f) == 2]  # dst's own NICs: [dst, switch]
+    rails = {f[-1] for f in own}
     keep = []
-    for r in fabric.routes_between(src, dst):
-        if g.nodes[r[-2]]["kind"] != "switch":
-            continue  # enters through a peer's NIC
-        first = next(n for n in r if g.nodes[n]["kind"] == "switch")
-        if r[1] == first or first in rails:
-            keep.append(r)
+    for e in fabric.exits(src):  # (routes_between's order, without building the others)
+        if len(e) != 2 and e[-1] not in rails:
+            continue  # a peer's NIC that is not on the destination's rail
+        for f in own:
+            sp = fabric.switch_path(e[-1], f[-1])
+            if sp is not None:
+                keep.append(e + sp[1:] + f[::-1][1:])
     return keep or fabric.routes_between(src, dst)
 
 
