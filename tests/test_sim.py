@@ -281,3 +281,6 @@ def test_whole_pass_decode_steps_equal_stage_by_stage(tb_plan, monkeypatch):
         for key, values in whole.per_request.items():
             assert values == pytest.approx(staged.per_request[key], rel=1e-9, nan_ok=True)
         assert whole.preemptions == staged.preemptions
+        assert whole.policy_use == staged.policy_use  # every stage iteration counted
+        assert whole.allreduce_throughput_Bps == pytest.approx(staged.allreduce_throughput_Bps)
+        assert whole.link_util == pytest.approx(staged.link_util)

@@ -83,12 +83,13 @@ class _DecodeState:
     swapped: deque = field(default_factory=deque)  # preempted, KV in host memory, ready
     swapping: int = 0  # preempted, still being swapped out and in
     free: list[float] = field(default_factory=list)  # per stage: when a whole-pass run frees it
+    held: float = 0.0  # context tokens of its micro-batches (the sum of their k_ctx)
     pending: deque = field(default_factory=deque)  # waiting for KV room before the transfer
     reserved: float = 0.0  # tokens of transfers in flight and of waiting requests
     members: int = 0  # requests assigned (pending, transferring, waiting or decoding)
 
     def tokens(self) -> float:
-        return self.reserved + sum(m.k_ctx for m in self.mbs)
+        return self.reserved + self.held
 
 
 class Simulator:
@@ -170,6 +171,7 @@ class Simulator:
         self._safe: dict[int, bool] = {}  # id(CommOption) -> crosses no risky link
         self._pass_ok: dict[int, bool] = {}  # id(decode state) -> whole-pass steps allowed
         self._extras: dict[tuple[int, int], tuple] = {}  # (id(decode state), batch) -> extras
+        self._passes: dict[tuple[int, int], int] = {}  # whole-pass steps not yet booked
         self.left = [o - 1 for o in self.out]  # decode steps still to run, per request
         self.admitted = [0] * n  # admission order, to preempt the newest first
         self._admissions = 0
@@ -227,11 +229,11 @@ class Simulator:
                 if len(ev) > periodic - 1:  # something else is still to happen
                     self._push(t + self._sample_dt, "kv", None)
             elif kind == "win":
-                self.net.book()
+                self._book()
                 self.sched.close_window(self.links)
                 if len(ev) > periodic - 1:
                     self._push(t + self.o.window_s, "win", None)
-        self.net.book()
+        self._book()
         wall = time.perf_counter() - t0
         return summarise(self, wall, n_events)
 
@@ -371,12 +373,12 @@ class Simulator:
             if ds.tokens() + ctx > room and ds.tokens() > 0:
                 break
             ds.swapped.popleft()
-            self._join(mb, r, ctx)
+            self._join(ds, mb, r, ctx)
         while ds.waiting and len(mb.reqs) < cap:
             r = ds.waiting.popleft()
             need = self.inp[r] + 1
             ds.reserved -= need
-            self._join(mb, r, need)
+            self._join(ds, mb, r, need)
         if not mb.reqs:
             mb.running = False
             return
@@ -436,17 +438,26 @@ class Simulator:
                     stats.append((opt, 2.0 * stage.layers * nbytes))
                 extra.append(x)
             hit = self._extras[key] = (tuple(extra), stats)
-        for opt, n in hit[1]:
-            self._count(opt, n)
-            self.net.note_usage((opt.bytes_per_byte, n))
+        self._passes[key] = self._passes.get(key, 0) + 1  # its statistics, counted later
         return hit[0]
+
+    def _book(self) -> None:
+        """Count the whole-pass steps run since the last call into the statistics and the
+        links' bytes (``_pass_extra`` leaves them in ``_passes``), then book the bytes."""
+        for key, n in self._passes.items():
+            for opt, nbytes in self._extras[key][1]:
+                self._count(opt, nbytes, n)
+                self.net.note_usage((opt.bytes_per_byte, nbytes * n))
+        self._passes.clear()
+        self.net.book()
 
     def _context(self, r: int) -> int:
         """Tokens of KV cache request ``r`` holds: its prompt and the tokens made so far."""
         return self.inp[r] + self.out[r] - self.left[r]
 
-    def _join(self, mb: _MicroBatch, r: int, ctx: float) -> None:
+    def _join(self, ds: _DecodeState, mb: _MicroBatch, r: int, ctx: float) -> None:
         mb.k_ctx += ctx
+        ds.held += ctx
         mb.reqs.add(r)
         mb.ends.setdefault(mb.step + self.left[r], []).append(r)
         self._admissions += 1
@@ -463,6 +474,7 @@ class Simulator:
         self.left[r] = end - mb.step
         ctx = self._context(r)
         mb.k_ctx -= ctx
+        ds.held -= ctx
         self.preemptions += 1
         ds.swapping += 1
         per_gpu = ctx * self.m.model.kv_bytes_per_token() / (ds.model.tp * ds.model.pp)
@@ -488,9 +500,11 @@ class Simulator:
     def _step_done(self, ds: _DecodeState, mb: _MicroBatch) -> None:
         mb.step += 1
         mb.k_ctx += len(mb.reqs)
+        ds.held += len(mb.reqs)
         for r in mb.ends.pop(mb.step, ()):
             mb.reqs.discard(r)
             mb.k_ctx -= self.inp[r] + self.out[r]
+            ds.held -= self.inp[r] + self.out[r]
             ds.members -= 1
             self._finish(r)
         cap = ds.model.kv_capacity_tokens
@@ -535,13 +549,13 @@ class Simulator:
         self._count(opt, 2.0 * stage.layers * nbytes)
         return opt
 
-    def _count(self, opt: CommOption, nbytes: float) -> None:
-        """One iteration's all-reduce bytes on ``opt`` into the run's statistics."""
-        self.ar_bytes += nbytes
+    def _count(self, opt: CommOption, nbytes: float, times: int = 1) -> None:
+        """``times`` iterations' all-reduce bytes on ``opt`` into the run's statistics."""
+        self.ar_bytes += nbytes * times
         if opt.scheme == "ina":
-            self.ina_bytes += nbytes
+            self.ina_bytes += nbytes * times
         key = opt.use_key
-        self.policy_use[key] = self.policy_use.get(key, 0) + 1
+        self.policy_use[key] = self.policy_use.get(key, 0) + times
 
     @staticmethod
     def _stage_terms(stage: StageModel, opt: CommOption, fixed_s: float) -> tuple[float, float]:
