@@ -128,3 +128,12 @@ def test_ray_runner_matches_the_local_one():
     want = Runner(1).map(pts)
     assert got[0]["attainment"] == want[0]["attainment"]
     assert math.isclose(got[0]["tpot_s"]["mean"], want[0]["tpot_s"]["mean"])
+
+
+def test_requests_per_point_cover_thirty_request_lives():
+    s = scenario("testbed-chatbot")
+    life = s.load().mean_output * s.sla().tpot_s  # 336.3 tokens x 0.15 s = 50.4 s
+    assert s.life_s() == pytest.approx(life) and life == pytest.approx(50.44, abs=0.01)
+    assert s.requests_at(3.6) == math.ceil(3.6 * 30 * life) == 5449
+    assert s.requests_at(1.0) == 2000  # 1513 requests arrive in 30 lives: the floor
+    assert scenario("testbed-chatbot", requests=300).requests_at(10.0) == 300

@@ -35,7 +35,8 @@ def parser() -> argparse.ArgumentParser:
         "--requests",
         type=_number(int, "--requests"),
         default=None,
-        help="requests per simulation point",
+        help="requests per simulation point (default: those arriving in 30 request lives "
+        "at the point's rate, at least 2000)",
     )
     p.add_argument(
         "--servers",

@@ -17,7 +17,7 @@ from typing import Any
 from controller.errors import InputError
 from controller.evaluation import plots
 from controller.evaluation.ina import MB, SIZES_MB, aggregation_throughput
-from controller.evaluation.scenarios import PAPER_CLAIMS, Scenario
+from controller.evaluation.scenarios import LIVES, MIN_REQUESTS, PAPER_CLAIMS, Scenario
 from controller.evaluation.sweep import Point, Runner, max_rates
 
 
@@ -75,7 +75,7 @@ def evaluate(
 
     def point(planner: str, rate: float, **extra) -> Point:
         opts = {"online_scheduler": online_scheduler and planner == "heroserve", **extra}
-        return (s.name, overrides, planner, dicts[planner], rate, s.requests, seed, opts)
+        return (s.name, overrides, planner, dicts[planner], rate, s.requests_at(rate), seed, opts)
 
     # 1. max rate at the SLA percentile (Fig. 7a/c, 8)
     say(f"max rate at {target:.0%} attainment: bisection for {len(plans)} planner(s)")
@@ -234,7 +234,12 @@ def notes(s: Scenario, max_rows, lat_rows, ina_rows, failed, ref: str) -> str:
     lines.append(
         f"Cluster {s.cluster().name}, {s.model}, {s.workload}, SLA TTFT "
         f"{s.sla().ttft_s} s / TPOT {s.sla().tpot_s} s at {s.sla().attainment:.0%}, "
-        f"{s.requests} requests per point.\n"
+        + (
+            f"{s.requests} requests per point.\n"
+            if s.requests
+            else f"requests per point: those arriving in {LIVES} request lives "
+            f"({s.life_s():.0f} s each) at the point's rate, at least {MIN_REQUESTS}.\n"
+        )
     )
     lines.append(
         "| planner | plan (prefill / decode) | GPUs | predicted rate/GPU | "
@@ -278,14 +283,15 @@ def notes(s: Scenario, max_rows, lat_rows, ina_rows, failed, ref: str) -> str:
             )
         lines.append("The paper's order is NOT reproduced. Why, in numbers:\n")
         lines += [f"- {w}" for w in why]
-    life = s.load().mean_output * s.sla().tpot_s  # a request's life near the TPOT bound, s
+    life = s.life_s()
     short = [r["planner"] for r in max_rows
-             if r["max_rate"] > 0 and s.requests / r["max_rate"] < 5 * life]  # fmt: skip
+             if r["max_rate"] > 0 and s.requests_at(r["max_rate"]) / r["max_rate"]
+             < LIVES * life]  # fmt: skip
     if short:
         lines.append(
-            f"\nWARNING: at the max rate, {s.requests} requests arrive within less than 5 "
-            f"request lives ({life:.0f} s each) for {', '.join(short)}: the cluster never "
-            "reaches steady state and the max rate is overstated; raise --requests."
+            f"\nWARNING: at the max rate, {s.requests} requests arrive within less than "
+            f"{LIVES} request lives ({life:.0f} s each) for {', '.join(short)}: the cluster "
+            "does not reach steady state and the max rate is overstated; raise --requests."
         )
     if failed:
         lines.append(
