@@ -94,11 +94,7 @@ def _run_busy_share(hops: int, n: int, tolerance: float = 0.0) -> list[float]:
         a = Activity(0.0, 1.0, 1e9, flows, ((k, 0.0),), None, (per_byte, 1e9), done.append,
                      tuple(path), ("kv", 0, 0))  # fmt: skip
         net.start(a, 0.0)
-    while events:
-        t, _, _, (aid, ver) = heapq.heappop(events)
-        a = net.finish(aid, ver, t)
-        if a is not None:
-            a.on_done(t)
+    net.run_until_idle()
     return done
 
 

@@ -9,7 +9,6 @@ baselines without INA aggregate with the ring, which the figure counts the same 
 
 from __future__ import annotations
 
-import heapq
 import itertools
 
 from controller.sim.model import PlanModel
@@ -46,11 +45,7 @@ def aggregation_throughput(model: PlanModel, nbytes: float) -> dict[str, float]:
             ("it", id(st), 0),
         )
         net.start(a, 0.0)
-    while events:
-        t, _, _, (aid, ver) = heapq.heappop(events)
-        a = net.finish(aid, ver, t)
-        if a is not None:
-            a.on_done(t)
+    net.run_until_idle()
     if not finish:
         return {"groups": 0, "throughput_Bps": 0.0, "mean_allreduce_s": 0.0, "ina_share": 0.0}
     return {

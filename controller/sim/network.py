@@ -381,6 +381,18 @@ class FluidNetwork:
         else:
             slot[1] += units
 
+    def run_until_idle(self) -> None:
+        """Process finish events until none is left: a network on its own, with no engine
+        (the aggregation-throughput experiment, the unit tests)."""
+        while self.events:
+            t, _, kind, payload = heapq.heappop(self.events)
+            if kind == "act":
+                a = self.finish(payload[0], payload[1], t)
+                if a is not None:
+                    a.on_done(t)
+            elif kind == "fix":
+                self.end_delay(payload, t)
+
     def book(self) -> None:
         """Add the bytes of the activities finished since the last call to every link's
         ``bytes`` and ``window_bytes``."""
