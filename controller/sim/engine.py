@@ -168,8 +168,8 @@ class Simulator:
         self.kv_overflow = 0
         self.preemptions = 0
         self._kv_seen: set[int] = set()
-        self._safe: dict[int, bool] = {}  # id(CommOption) -> crosses no risky link
-        self._pass_ok: dict[int, bool] = {}  # id(decode state) -> whole-pass steps allowed
+        # id(decode state) -> (network risk version, whole-pass steps allowed)
+        self._pass_ok: dict[int, tuple[int, bool]] = {}
         self._extras: dict[tuple[int, int], tuple] = {}  # (id(decode state), batch) -> extras
         self._passes: dict[tuple[int, int], int] = {}  # whole-pass steps not yet booked
         self.left = [o - 1 for o in self.out]  # decode steps still to run, per request
@@ -343,8 +343,6 @@ class Simulator:
             if id(kvm) not in self._kv_seen:  # a new route: its links may now be shared
                 self._kv_seen.add(id(kvm))
                 self.net.make_risky(kvm.links, self.now)
-                self._safe.clear()
-                self._pass_ok.clear()
             tok = float(self.inp[r])
 
             def done(now: float, r=r, ds=ds) -> None:
@@ -394,13 +392,19 @@ class Simulator:
         time is then fixed in advance (each stage's policy is known, without the online
         scheduler or with one option, and crosses no risky link)."""
         hit = self._pass_ok.get(id(ds))
-        if hit is None:
-            hit = self._pass_ok[id(ds)] = all(
-                not st.options
-                or ((self.sched is None or len(st.options) == 1) and self._is_safe(st.options[0]))
-                for st in ds.model.stages
+        if hit is None or hit[0] != self.net.risk_version:
+            hit = self._pass_ok[id(ds)] = (
+                self.net.risk_version,
+                all(
+                    not st.options
+                    or (
+                        (self.sched is None or len(st.options) == 1)
+                        and self._is_safe(st.options[0])
+                    )
+                    for st in ds.model.stages
+                ),
             )
-        return hit
+        return hit[1]
 
     def _decode_pass(self, ds: _DecodeState, mb: _MicroBatch) -> None:
         """One decode step of ``mb`` through every stage in one go, the same schedule as stage
@@ -435,7 +439,7 @@ class Simulator:
                     opt = stage.options[0]
                     fixed, mult = self._stage_terms(stage, opt, x)
                     x = work_time(fixed, mult, nbytes, opt.envelope)
-                    stats.append((opt, 2.0 * stage.layers * nbytes))
+                    stats.append((opt, stage.allreduces * nbytes))
                 extra.append(x)
             hit = self._extras[key] = (tuple(extra), stats)
         self._passes[key] = self._passes.get(key, 0) + 1  # its statistics, counted later
@@ -455,9 +459,14 @@ class Simulator:
         """Tokens of KV cache request ``r`` holds: its prompt and the tokens made so far."""
         return self.inp[r] + self.out[r] - self.left[r]
 
+    @staticmethod
+    def _hold(ds: _DecodeState, mb: _MicroBatch, tokens: float) -> None:
+        """``tokens`` more context tokens in ``mb`` (negative: fewer), kept in ``ds.held``."""
+        mb.k_ctx += tokens
+        ds.held += tokens
+
     def _join(self, ds: _DecodeState, mb: _MicroBatch, r: int, ctx: float) -> None:
-        mb.k_ctx += ctx
-        ds.held += ctx
+        self._hold(ds, mb, ctx)
         mb.reqs.add(r)
         mb.ends.setdefault(mb.step + self.left[r], []).append(r)
         self._admissions += 1
@@ -473,8 +482,7 @@ class Simulator:
         mb.reqs.discard(r)
         self.left[r] = end - mb.step
         ctx = self._context(r)
-        mb.k_ctx -= ctx
-        ds.held -= ctx
+        self._hold(ds, mb, -ctx)
         self.preemptions += 1
         ds.swapping += 1
         per_gpu = ctx * self.m.model.kv_bytes_per_token() / (ds.model.tp * ds.model.pp)
@@ -499,12 +507,10 @@ class Simulator:
 
     def _step_done(self, ds: _DecodeState, mb: _MicroBatch) -> None:
         mb.step += 1
-        mb.k_ctx += len(mb.reqs)
-        ds.held += len(mb.reqs)
+        self._hold(ds, mb, len(mb.reqs))
         for r in mb.ends.pop(mb.step, ()):
             mb.reqs.discard(r)
-            mb.k_ctx -= self.inp[r] + self.out[r]
-            ds.held -= self.inp[r] + self.out[r]
+            self._hold(ds, mb, -(self.inp[r] + self.out[r]))
             ds.members -= 1
             self._finish(r)
         cap = ds.model.kv_capacity_tokens
@@ -529,10 +535,11 @@ class Simulator:
             return
         k = 0
         if self.sched is not None:
-            k = self.sched.choose(stage, 2.0 * stage.layers * nbytes)
-        opt = self._policy(stage, k, nbytes)
+            k = self.sched.choose(stage, stage.allreduces * nbytes)
+        opt = stage.options[k]
+        self._count(opt, stage.allreduces * nbytes)
         fixed, mult = self._stage_terms(stage, opt, fixed_s)
-        acct = (opt.bytes_per_byte, nbytes * 2.0 * stage.layers)
+        acct = (opt.bytes_per_byte, nbytes * stage.allreduces)
         if self._is_safe(opt):  # nothing can stretch it, so it needs no activity
             self.net.delay(work_time(fixed, mult, nbytes, opt.envelope), acct, done, self.now)
             return
@@ -541,13 +548,6 @@ class Simulator:
             ("it", id(stage), k),
         )  # fmt: skip
         self.net.start(a, self.now)
-
-    def _policy(self, stage: StageModel, k: int, nbytes: float) -> CommOption:
-        """Option ``k`` of the stage for an iteration of 2 L/P_pipe all-reduces of ``nbytes``,
-        counted in the run's statistics."""
-        opt = stage.options[k]
-        self._count(opt, 2.0 * stage.layers * nbytes)
-        return opt
 
     def _count(self, opt: CommOption, nbytes: float, times: int = 1) -> None:
         """``times`` iterations' all-reduce bytes on ``opt`` into the run's statistics."""
@@ -560,16 +560,12 @@ class Simulator:
     @staticmethod
     def _stage_terms(stage: StageModel, opt: CommOption, fixed_s: float) -> tuple[float, float]:
         """(fixed seconds, multiplier of the slowest flow) of an iteration's activity."""
-        n_ar = 2.0 * stage.layers
+        n_ar = stage.allreduces
         return fixed_s + n_ar * (opt.rounds * opt.per_round_s + opt.fixed_s), n_ar * opt.rounds
 
     def _is_safe(self, opt: CommOption) -> bool:
         """The option crosses no risky link (``Links.risky``)."""
-        safe = self._safe.get(id(opt))
-        if safe is None:
-            risky = self.links.risky
-            safe = self._safe[id(opt)] = not any(risky[e] for e in opt.links)
-        return safe
+        return self.net.is_safe(id(opt), opt.links)
 
     # -- KV memory -----------------------------------------------------------------------
     def _note_kv(self, ds: _DecodeState) -> None:

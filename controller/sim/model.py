@@ -143,6 +143,11 @@ class StageModel:
     group_id: str  # "<role>/<instance>/<stage>" as in docs/policy-table.md
     next_stage: list[str] | None  # the following stage's GPUs (for the pipeline hop)
 
+    @property
+    def allreduces(self) -> float:
+        """All-reduces per iteration: two per layer (attention and MLP), 2 L / P_pipe."""
+        return 2.0 * self.layers
+
 
 @dataclass
 class InstanceModel:

@@ -203,6 +203,8 @@ class FluidNetwork:
         self.by_chan: dict[object, dict[int, Activity]] = {}  # channel -> its activities
         self._busy: dict[int, tuple[tuple[int, float], ...]] = {}  # id(per-unit bytes) ->
         self._keep: list = []
+        self._safe: dict[object, bool] = {}  # policy key -> crosses no risky link
+        self.risk_version = 0  # make_risky calls that added links
         # channel -> its flows' (sum_e k x_e, lat) under the stretch in force, kept current by
         # _retouch (every stretch change passes there) so a start reuses it
         self._sums: dict[object, list[tuple[float, float]]] = {}
@@ -261,26 +263,38 @@ class FluidNetwork:
         """Account from now on for ``links`` (a KV route seen for the first time): the
         activities already on them add their weight there, as if it had always counted."""
         lk = self.links
-        new = [e for e in links if not lk.risky[e]]
+        new = {e for e in links if not lk.risky[e]}
         if not new:
             return
         for e in new:
             lk.risky[e] = True
         self._busy.clear()
+        self._safe.clear()
+        self.risk_version += 1
+        touched = {
+            id(a): a for e in new for c in lk.on[e] for a in self.by_chan.get(c, {}).values()
+        }
         changed = []
-        for e in new:
-            for c in lk.on[e]:
-                for a in self.by_chan.get(c, {}).values():
-                    if a.weight is not None or a.acct is None or a.base_s <= 0:
-                        continue  # an explicit weight already counts on every link
-                    b = a.acct[0].get(e, 0.0)
-                    if b > 0:
-                        w = a.acct[1] / a.base_s * b * lk.inv_bw[e]
-                        a.loads.append((e, w))
-                        if self._set_load(e, lk.load[e] + w):
-                            changed.append(e)
+        for a in touched.values():
+            if a.weight is not None:
+                continue  # an explicit weight already counts on every link
+            for e, w in self._loads(a):
+                if e in new:
+                    a.loads.append((e, w))
+                    if self._set_load(e, lk.load[e] + w):
+                        changed.append(e)
         if changed:
             self._retouch(changed, now, None)
+
+    def is_safe(self, key: object, links: Sequence[int]) -> bool:
+        """Whether ``links`` (those of the policy ``key``) cross no risky link: work on them
+        can never be slowed, so it needs no activity (``delay``). Cached until
+        ``make_risky`` adds links (``risk_version`` counts those changes)."""
+        safe = self._safe.get(key)
+        if safe is None:
+            risky = self.links.risky
+            safe = self._safe[key] = not any(risky[e] for e in links)
+        return safe
 
     def _set_load(self, e: int, x: float) -> bool:
         """Set link ``e``'s load to ``x``; True when its stretch in force changed."""
@@ -324,10 +338,11 @@ class FluidNetwork:
         if changed:  # re-rates the others, and refreshes the channel's sums for a
             self._retouch(changed, now, a)
         if self.stretched:
-            sums = self._sums.get(chan)
-            if sums is None or next(iter(members.values())).flows is not a.flows:
+            shared = next(iter(members.values())).flows is a.flows  # the channel's flows
+            sums = self._sums.get(chan) if shared else None
+            if sums is None:
                 sums = flow_sums(a.flows, self.links.stretch)
-                if next(iter(members.values())).flows is a.flows:
+                if shared:
                     self._sums[chan] = sums
             a.duration = a.time_from(sums)
         else:

@@ -57,7 +57,7 @@ def policy_table(
     for opt in stage.options:
         for lid in opt.link_ids:
             caps.setdefault(lid, 0.0)
-    n_ar = 2.0 * stage.layers  # all-reduces per decision, as Simulator._iteration asks
+    n_ar = stage.allreduces  # all-reduces per decision, as Simulator._iteration asks
     policies = []
     for k, opt in enumerate(stage.options):
         p = {
