@@ -2,10 +2,20 @@
 
 A plan holds, for prefill and for decode, the parallelism (TP = ``tp``, PP = ``pp``), the
 instances with the GPU ids of each pipeline stage, and one :class:`Group` per stage (the
-tensor-parallel group whose all-reduces the network carries): its scheme (``ina`` or
-``ring``), the aggregation switch and its aggregator slot range, and the path of every
-member (Table II of the paper). It also holds the KV-cache transfer pairs and the
-predicted TTFT, TPOT, KV-transfer time and per-GPU rate.
+tensor-parallel group whose all-reduces the network carries): its scheme, the aggregation
+switch and its aggregator slot range, and the path of every member (Table II of the paper).
+It also holds the KV-cache transfer pairs, the predicted TTFT, TPOT, KV-transfer time, total
+rate H and per-GPU rate, and the cost-model options the plan was priced with (``options``),
+so that the simulator and the controller price it the same way.
+
+Schemes:
+  ``ring``  NCCL ring all-reduce over the group's links (Eq. 11).
+  ``ina``   flat in-network aggregation: every member streams its whole vector to one switch
+            (``switch``, ``slots``), which multicasts the sum back (Eqs. 8-10).
+  ``hier``  hierarchical INA, as NCCL's CollNet does with SHARP: reduce-scatter inside each
+            server over NVLink, then per rail one INA group of one member per server
+            aggregating one shard on the rail's switch (``rails``), then all-gather over
+            NVLink. ``switch`` and ``slots`` are unset; each :class:`Rail` has its own.
 
 Units: seconds, bytes, requests/s. GPU and switch ids are the node names of the cluster
 graph (``controller.topology``).
@@ -18,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-Scheme = Literal["ina", "ring"]
+Scheme = Literal["ina", "ring", "hier"]
 Role = Literal["prefill", "decode"]
 
 
@@ -31,12 +41,29 @@ class SlotRange:
 
 
 @dataclass
+class Rail:
+    """One rail of a hierarchical-INA group: the members (one per server) that hold shard
+    ``shard`` of ``shards`` after the intra-server reduce-scatter, and the switch that
+    aggregates that shard for them. ``paths`` maps each of these members to its route to the
+    switch (results return the same way). The controller installs each rail as its own
+    aggregation group on its switch."""
+
+    switch: str
+    shard: int
+    shards: int
+    members: list[str]
+    slots: SlotRange | None
+    paths: dict[str, list[str]]
+
+
+@dataclass
 class Group:
     """One tensor-parallel group: the GPUs of one pipeline stage of one instance.
 
     ``paths`` maps each member to the node list its all-reduce data takes: for INA, from
     the GPU to the aggregation switch (results come back the same way); for ring, from
-    the GPU to its successor in the ring order.
+    the GPU to its successor in the ring order; for hier, from the GPU to its rail's switch
+    (the NVLink steps inside a server are implied).
     """
 
     instance: int
@@ -50,13 +77,21 @@ class Group:
     ina_s: float | None  # what INA would cost (None: no INA switch reachable / allowed)
     ring_s: float  # what ring would cost
     reason: str  # why this scheme was chosen, for people reading the plan
+    rails: list[Rail] = field(default_factory=list)  # hier only: one per shard
+    hier_s: float | None = None  # what hierarchical INA would cost (None: not possible)
 
 
 @dataclass
 class Instance:
-    """One model replica: ``stages[i]`` is the list of GPU ids of pipeline stage ``i``."""
+    """One model replica: ``stages[i]`` is the list of GPU ids of pipeline stage ``i``; its
+    TP is ``len(stages[0])`` and its PP ``len(stages)``. ``batch`` is a decode instance's
+    continuous-batching limit per micro-batch (0: the phase's ``batch_size``); instances of
+    one phase may hold different GPU types and so different batches. ``rate`` is what the
+    planner predicts it sustains within the SLA, requests/s (0: not predicted)."""
 
     stages: list[list[str]]
+    batch: int = 0
+    rate: float = 0.0
 
 
 @dataclass
@@ -91,8 +126,8 @@ class Predicted:
     ttft_s: float
     tpot_s: float
     kv_transfer_s: float
-    rate: float  # requests/s of the whole deployment
-    rate_per_gpu: float  # requests/s per GPU used (the paper's scalability metric)
+    rate: float  # H of Eq. 1: SLA-meeting requests/s of the whole deployment
+    rate_per_gpu: float  # H / GPUs used (the evaluation's per-GPU metric)
     gpus_used: int
 
 
@@ -108,6 +143,9 @@ class Plan:
     kv_transfer: list[KVTransfer]
     predicted: Predicted
     notes: list[str] = field(default_factory=list)
+    # cost-model options the plan was priced with (cost mode, INA lanes, TPOT mode, ...):
+    # plain JSON values, read back by the simulator and the controller
+    options: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -129,11 +167,15 @@ class Plan:
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Plan:
+        def slots(x: dict[str, Any] | None) -> SlotRange | None:
+            return SlotRange(**x) if x else None
+
+        def group(g: dict[str, Any]) -> Group:
+            rails = [Rail(**{**r, "slots": slots(r.get("slots"))}) for r in g.get("rails", [])]
+            return Group(**{**g, "slots": slots(g.get("slots")), "rails": rails})
+
         def phase(p: dict[str, Any]) -> PhasePlan:
-            groups = [
-                Group(**{**g, "slots": SlotRange(**g["slots"]) if g.get("slots") else None})
-                for g in p["groups"]
-            ]
+            groups = [group(g) for g in p["groups"]]
             instances = [Instance(**i) for i in p["instances"]]
             return PhasePlan(**{**p, "groups": groups, "instances": instances})
 
@@ -148,6 +190,7 @@ class Plan:
             kv_transfer=[KVTransfer(**k) for k in d["kv_transfer"]],
             predicted=Predicted(**d["predicted"]),
             notes=list(d.get("notes", [])),
+            options=dict(d.get("options", {})),
         )
 
     @staticmethod
