@@ -24,12 +24,15 @@ from controller.planner.search import search
 from controller.workload.generators import Workload
 from controller.workload.sla import SLA
 
-PLANNERS: dict[str, tuple[Policy, Callable]] = {
-    "heroserve": (HEROSERVE, heroserve_grouper),
-    "distserve": (DISTSERVE, packed_grouper),
-    "ds-atp": (DS_ATP, packed_grouper),
-    "ds-switchml": (DS_SWITCHML, packed_grouper),
-    "exhaustive": (EXHAUSTIVE, exhaustive_grouper),
+# Each planner: its policy (what it may use) and its groupings, every one priced for every
+# candidate, the best kept. HeroServe also prices the baselines' packed grouping, so its
+# candidates contain theirs (with more schemes and routes allowed on each group).
+PLANNERS: dict[str, tuple[Policy, tuple[Callable, ...]]] = {
+    "heroserve": (HEROSERVE, (heroserve_grouper, packed_grouper)),
+    "distserve": (DISTSERVE, (packed_grouper,)),
+    "ds-atp": (DS_ATP, (packed_grouper,)),
+    "ds-switchml": (DS_SWITCHML, (packed_grouper,)),
+    "exhaustive": (EXHAUSTIVE, (exhaustive_grouper,)),
 }
 BASELINES = ["distserve", "ds-atp", "ds-switchml"]
 
@@ -46,9 +49,9 @@ def plan(
     """Plan a disaggregated deployment of ``model`` on ``cluster`` with the named planner."""
     if planner not in PLANNERS:
         raise InputError(f"unknown planner {planner!r}; known: {', '.join(PLANNERS)}")
-    policy, grouper = PLANNERS[planner]
+    policy, groupers = PLANNERS[planner]
     problem = Problem(cluster, model, workload, sla, options or PlannerOptions(), progress)
-    result = search(problem, policy, grouper)
+    result = search(problem, policy, groupers)
     return build_plan(result, planner, str(cluster.name), workload.name)
 
 

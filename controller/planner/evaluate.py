@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from scipy.optimize import linear_sum_assignment
 
 from controller.costmodel.compute import (
     ComputeCoefficients,
@@ -24,6 +25,7 @@ from controller.costmodel.network import (
     CommPattern,
     flow_times,
     ina_pattern,
+    path_time,
     ring_pattern,
 )
 from controller.costmodel.queueing import max_rate_within, pk_queue_delay
@@ -31,7 +33,7 @@ from controller.models.gpus import gpu_spec
 from controller.planner.grouping import PodGroups, latency_matrix
 from controller.planner.options import Policy, Problem
 from controller.topology.fabric import Fabric
-from controller.topology.graph import SWITCH, gpus
+from controller.topology.graph import SWITCH
 from controller.units import GB
 
 
@@ -98,11 +100,18 @@ class Evaluator:
         self._pod_cache: dict[tuple, tuple] = {}
         # groups that lost INA to the aggregator-slot limit when the plan was assembled
         self.forced_ring: set[tuple[str, ...]] = set()
+        self._grouping_caches: dict[tuple, dict] = {}
         self._hops: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._pair_index: dict[str, int] = {}
         self._pair_mats: tuple[np.ndarray, np.ndarray] = (np.zeros((0, 0)), np.zeros((0, 0)))
         w = problem.workload
         self.mean_in, self.mean_in2, self.mean_out = w.mean_input, w.mean_input_sq, w.mean_output
+        self._tpot_quantile = tpot_quantile(w.outputs, problem.sla.attainment)
+
+    def grouping_cache(self, key: tuple) -> dict:
+        """A pod-signature cache for one way of grouping (``grouping.by_pods``), kept for the
+        evaluator's life so the role splits of one search group each distinct pod once."""
+        return self._grouping_caches.setdefault(key, {})
 
     # -- sizes ---------------------------------------------------------------------------
     def activation_bytes(self, tokens: float) -> float:
@@ -311,23 +320,38 @@ class Evaluator:
         comm = sum(2 * lps * a for a in ar) + sum(hops)
         return sum(stage_s) + sum(hops), max(busy), m.layers * layer, comm
 
+    def tpot_kv_share(self, t_f: float) -> float:
+        """The KV transfer's part of a request's TPOT at the SLA percentile. DistServe and the
+        simulator measure TPOT as (last token - first token) / (output tokens - 1), so T_f is
+        paid once and spread over the request's output tokens; the requests that feel it most
+        are the shortest, and ``attainment`` of them must meet the bound, so the share is
+        T_f / q with q from ``tpot_quantile``.
+        ``tpot_mode="eq4"`` charges T_f to every token, as the paper's Eq. 4 is written."""
+        if t_f <= 0:
+            return 0.0
+        if self.problem.options.tpot_mode == "eq4":
+            return t_f
+        return t_f / self._tpot_quantile
+
     def decode_instance(self, stages: list[list[str]], t_f: float) -> InstanceEval:
-        """TPOT side (Eqs. 4, 13): the largest batch whose step time plus T_f meets the TPOT
-        bound and whose KV cache fits; ``pp`` micro-batches are in flight. Rate in requests/s:
-        batch / (busiest stage * mean output length)."""
+        """TPOT side (Eqs. 4, 13): the largest batch whose step time plus the KV transfer's
+        share (``tpot_kv_share``) meets the TPOT bound and whose KV cache fits; ``pp``
+        micro-batches are in flight. Rate in requests/s: batch / (busiest stage * mean output
+        length)."""
         tp, pp = len(stages[0]), len(stages)
         ctx = self.problem.workload.mean_kv_tokens
         room = self.kv_room_bytes([g for s in stages for g in s], tp, pp)
         b_mem = int(room * tp / (ctx * self.model.kv_bytes_per_token())) if room > 0 else 0
         b_max = min(b_mem, self.problem.options.max_batch)
         bound = self.problem.sla.tpot_s
+        kv = self.tpot_kv_share(t_f)
 
         def ok(b: int) -> bool:
-            return self.decode_step(stages, b)[0] + t_f <= bound
+            return self.decode_step(stages, b)[0] + kv <= bound
 
         if b_max < 1 or not ok(1):
             step, busy, comp, comm = self.decode_step(stages, 1)
-            return InstanceEval(stages, [], [], comp, comm, step, busy, 0.0, 0, step + t_f)
+            return InstanceEval(stages, [], [], comp, comm, step, busy, 0.0, 0, step + kv)
         lo, hi = 1, b_max  # largest b with ok(b): step time grows with b
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -338,26 +362,46 @@ class Evaluator:
         step, busy, comp, comm = self.decode_step(stages, lo)
         ar, hops = self.stage_parts(stages, self.activation_bytes(lo))
         rate = lo / (busy * self.mean_out)
-        return InstanceEval(stages, ar, hops, comp, comm, step, busy, rate, lo, step + t_f)
+        return InstanceEval(stages, ar, hops, comp, comm, step, busy, rate, lo, step + kv)
 
     # -- KV transfer (Eqs. 14-15) --------------------------------------------------------
     def kv_transfer(
         self, pre: PhaseResult, dec: PhaseResult, n_pre: int | None = None, n_dec: int | None = None
-    ) -> tuple[float, list[KVFlow]]:
+    ) -> tuple[float, list[KVFlow], dict[tuple, list[list[str]]]]:
         """T_f for one mean-length request from each prefill instance to the decode instance
         it is paired with (round robin), all pairs at once; at most ``kv_pairs_max`` pairs are
-        priced. Routes are each flow's cheapest alone; the price counts shared links."""
+        priced. Routes are each flow's cheapest alone; the price counts shared links.
+
+        A decode instance's stages may be put in another order (``kv_stage_order``) so that
+        each stage sits close to the prefill GPUs that hold its layers; the third value maps
+        the key of every re-ordered instance (``stage_key``) to its new stages."""
         # the best instances first, as ``combine`` deploys them
         pres = [i.stages for i in sorted(pre.instances, key=lambda i: -i.rate)][:n_pre]
         decs = [i.stages for i in sorted(dec.instances, key=lambda i: -i.rate)][:n_dec]
         n = min(len(pres), self.problem.options.kv_pairs_max)
         if n == 0 or not decs:
-            return 0.0, []
+            return 0.0, [], {}
+        reorder: dict[tuple, list[list[str]]] = {}
+        paired = []
+        for i in range(n):
+            d = decs[i % len(decs)]
+            key = stage_key(d)
+            if key not in reorder:
+                best = self.kv_stage_order(pres[i], d)
+                if best != d:
+                    reorder[key] = best
+            paired.append((pres[i], reorder.get(key, d)))
+        t_f, flows = self._kv_price(paired)
+        return t_f, flows, reorder
+
+    def _kv_price(self, pairs: list[tuple[list[list[str]], list[list[str]]]]):
         total = self.mean_in * self.model.kv_bytes_per_token()
         specs = []
-        for i in range(n):
-            for s, d, f in kv_shares(self.model, pres[i], decs[i % len(decs)]):
-                specs.append((s, d, f * total))
+        for p, d in pairs:
+            for s, dst, f in kv_shares(self.model, p, d):
+                specs.append((s, dst, f * total))
+        if not specs:
+            return 0.0, []
         fab = self.ring_fabric
         routes = [kv_route(fab, s, d, nb) for s, d, nb in specs]
         times = flow_times(fab, [(r, sp[2]) for r, sp in zip(routes, specs, strict=True)])
@@ -368,14 +412,57 @@ class Evaluator:
             flows.append(KVFlow(s, d, nb, r, t))
         return max(per_src.values()), flows
 
+    def kv_stage_order(
+        self, pre_stages: list[list[str]], dec_stages: list[list[str]]
+    ) -> list[list[str]]:
+        """The order of a decode instance's stages that makes its KV transfer from
+        ``pre_stages`` fastest: decode stage j receives the KV of layers [jL/P, (j+1)L/P),
+        so each group is assigned the stage whose layers sit nearest (an assignment problem
+        over the alone-price of each stage's KV shares, solved exactly with SciPy's
+        ``linear_sum_assignment``; O(P^3)). The order the pipeline hops chose is kept when
+        it is at least as fast (ties keep the hops' order)."""
+        pp = len(dec_stages)
+        if pp == 1:
+            return dec_stages
+        total = self.mean_in * self.model.kv_bytes_per_token()
+        fab = self.ring_fabric
+        cost = np.zeros((pp, pp))
+        for k, grp in enumerate(dec_stages):
+            for j in range(pp):
+                # the shares stage j would receive if group k held it (the other stages are
+                # placeholders whose shares are dropped)
+                trial = [list(grp) if i == j else [""] * len(grp) for i in range(pp)]
+                for src, dst, f in kv_shares(self.model, pre_stages, trial):
+                    if dst:
+                        nb = f * total
+                        cost[j, k] += path_time(fab, kv_route(fab, src, dst, nb), nb)
+        rows, cols = linear_sum_assignment(cost)
+        order = [dec_stages[int(c)] for _, c in sorted(zip(rows, cols, strict=True))]
+        if order == dec_stages:
+            return dec_stages
+        now, _ = self._kv_price([(pre_stages, dec_stages)])
+        new, _ = self._kv_price([(pre_stages, order)])
+        return order if new < now * (1 - 1e-9) else dec_stages
+
     # -- phases --------------------------------------------------------------------------
-    def pool(self, role: str, tp: int, pp: int) -> list[str]:
-        """GPUs that may serve ``role`` with enough memory for a 1/(TP*PP) weight shard (Alg. 1
+    def fit(self, pool: Sequence[str], tp: int, pp: int) -> list[str]:
+        """The GPUs of ``pool`` with enough memory for a 1/(TP*PP) weight shard (Alg. 1
         lines 5-6)."""
         need = self.model.param_bytes / (tp * pp * self.problem.options.r_frac)
-        return [
-            x for x in role_gpus(self.problem, role) if self.g.nodes[x]["memory_gb"] * GB >= need
+        return [x for x in pool if self.g.nodes[x]["memory_gb"] * GB >= need]
+
+    def reprice_decode(
+        self, res: PhaseResult, t_f: float, reorder: dict[tuple, list[list[str]]]
+    ) -> PhaseResult:
+        """``res`` with the instances that ``kv_transfer`` re-ordered evaluated again in their
+        new order (the others are unchanged: ``res`` was evaluated at the same T_f)."""
+        if not reorder:
+            return res
+        evals = [
+            self.decode_instance(reorder[k], t_f) if (k := stage_key(i.stages)) in reorder else i
+            for i in res.instances
         ]
+        return self._phase(res.role, res.tp, res.pp, evals)
 
     def prefill_phase(self, tp: int, pp: int, pods: list[PodGroups]) -> PhaseResult:
         evals = self.instances(
@@ -405,16 +492,22 @@ def _types(g, insts: list[list[list[str]]]) -> str:
     return "+".join(sorted({g.nodes[x]["gpu_type"] for i in insts for s in i for x in s}))
 
 
-def role_gpus(problem: Problem, role: str) -> list[str]:
-    """GPUs serving ``role``. GPUs marked ``any`` are split by server: the first half of those
-    servers (in name order) goes to prefill, the rest to decode."""
-    g = problem.cluster
-    fixed = [x for x in gpus(g) if g.nodes[x].get("role") == role]
-    flexible = [x for x in gpus(g) if g.nodes[x].get("role", "any") == "any"]
-    servers = sorted({g.nodes[x]["server"] for x in flexible})
-    half = set(servers[: (len(servers) + 1) // 2])
-    mine = [x for x in flexible if (g.nodes[x]["server"] in half) == (role == "prefill")]
-    return fixed + mine
+def tpot_quantile(outputs: Sequence[int], attainment: float) -> float:
+    """q such that the requests with fewer than q output tokens after the first (whose TPOT
+    takes more than T_f / q of the KV transfer) are at most ``1 - attainment`` of all requests.
+    A request of one output token has no TPOT (the simulator counts it as meeting the
+    bound), so it never misses. At least 1."""
+    rest = np.sort(np.asarray(outputs, dtype=float) - 1.0)
+    allowed = int((1.0 - attainment) * len(rest) + 1e-9)
+    rest = rest[rest >= 1]
+    if len(rest) == 0:
+        return 1.0
+    return max(1.0, float(rest[min(allowed, len(rest) - 1)]))
+
+
+def stage_key(stages: Sequence[Sequence[str]]) -> tuple:
+    """A hashable key of an instance's stages, independent of their order."""
+    return tuple(sorted(tuple(s) for s in stages))
 
 
 @dataclass
@@ -424,44 +517,63 @@ class Combination:
 
     n_prefill: int
     n_decode: int
-    rate: float
-    rate_per_gpu: float
+    rate: float  # H: requests/s the deployment serves within the SLA
+    rate_per_gpu: float  # H / GPUs used
     gpus_used: int
     ttft_s: float
     tpot_s: float
 
+    def better_than(self, other: Combination | None) -> bool:
+        """Eq. 1's order: more H; at equal H (within 1e-9), fewer GPUs."""
+        if other is None:
+            return True
+        if self.rate > other.rate * (1 + 1e-9):
+            return True
+        return self.rate >= other.rate * (1 - 1e-9) and self.gpus_used < other.gpus_used
 
-def combine(pre: PhaseResult, dec: PhaseResult, sla_ttft: float) -> Combination | None:
-    """Maximise the per-GPU rate min(sum prefill rates, sum decode rates) / GPUs over the
-    numbers of prefill and decode instances, best instances first. O(I_p log I_d)."""
+
+def combine(
+    pre: PhaseResult, dec: PhaseResult, sla_ttft: float, max_gpus: int | None = None
+) -> Combination | None:
+    """Eq. 1: maximise the total SLA-meeting rate H = min(sum of the prefill instances' rates,
+    sum of the decode instances' rates) over how many of each to run (best instances first),
+    with at most ``max_gpus`` GPUs; at equal H, the fewest GPUs, so an instance that would
+    add no rate stays idle. O(I_p log I_d)."""
     p = sorted([i for i in pre.instances if i.rate > 0], key=lambda i: -i.rate)
     d = sorted([i for i in dec.instances if i.rate > 0], key=lambda i: -i.rate)
     if not p or not d:
         return None
-    n_p, n_d = pre.tp * pre.pp, dec.tp * dec.pp
+    g_p, g_d = pre.tp * pre.pp, dec.tp * dec.pp
     cp = np.cumsum([i.rate for i in p])
     cd = np.cumsum([i.rate for i in d])
-    best = None
+    cap = max_gpus if max_gpus is not None else math.inf
+    best: tuple[float, int, int, int] | None = None  # (H, GPUs, i, j)
     for i in range(1, len(p) + 1):
-        j = int(np.searchsorted(cd, cp[i - 1]))  # fewest decode instances keeping up
-        for jj in {max(1, j), min(len(d), j + 1)}:
-            rate = min(cp[i - 1], cd[jj - 1])
-            per_gpu = rate / (i * n_p + jj * n_d)
-            # equal per-GPU rates (twin instances): deploy more of the cluster
+        room = (cap - i * g_p) // g_d if cap < math.inf else len(d)
+        if room < 1:
+            break
+        top = int(min(len(d), room))
+        # the fewest decode instances that keep up with these i prefill instances
+        j = min(top, int(np.searchsorted(cd, cp[i - 1] * (1 - 1e-12))) + 1)
+        for jj in {j, max(1, j - 1)}:
+            rate = float(min(cp[i - 1], cd[jj - 1]))
+            gpus = i * g_p + jj * g_d
             if (
                 best is None
-                or per_gpu > best[0] * (1 + 1e-9)
-                or (per_gpu >= best[0] * (1 - 1e-9) and rate > best[3])
+                or rate > best[0] * (1 + 1e-9)
+                or (rate >= best[0] * (1 - 1e-9) and gpus < best[1])
             ):
-                best = (per_gpu, i, jj, rate)
-    per_gpu, i, j, rate = best  # type: ignore[misc]
+                best = (rate, gpus, i, jj)
+    if best is None:
+        return None
+    rate, gpus, i, j = best
     chosen = p[:i]
-    cap = sum(x.rate for x in chosen)
+    total = sum(x.rate for x in chosen)
     ttft = 0.0
     for x in chosen:  # each prefill instance takes load in proportion to its capacity
-        lam = rate * x.rate / cap if cap > 0 else 0.0
+        lam = rate * x.rate / total if total > 0 else 0.0
         ttft = max(ttft, x.serve_s + pk_queue_delay(lam, x.bottleneck_s))
     tpot = max(x.tpot_s for x in d[:j])
     if not math.isfinite(ttft):
         ttft = sla_ttft
-    return Combination(i, j, float(rate), float(per_gpu), i * n_p + j * n_d, ttft, tpot)
+    return Combination(i, j, rate, rate / gpus, gpus, ttft, tpot)

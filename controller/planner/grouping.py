@@ -196,14 +196,20 @@ def by_pods(
     pp: int,
     group_fn: Callable[[list[str]], list[list[str]]],
     say: Callable[[str], None] | None = None,
+    cache: dict[tuple, list[list[int]]] | None = None,
+    tag: tuple = (),
 ) -> list[PodGroups]:
     """Run ``group_fn`` on each pod of ``pool``, once per distinct pod signature; twins get
     the first pod's grouping renamed by position. One pod (the whole pool) when a pod cannot
-    hold an instance."""
+    hold an instance. ``cache`` (signature -> groups by position) may be shared between calls
+    that group with the same function, TP and message size, so pools that share pods (the
+    role splits of one cluster) group each distinct pod once. ``tag`` names the grouping in
+    each pod's key, so pods grouped two ways are never taken for twins."""
     parts = pods(g, pool)
     if len(parts) == 1 or min(len(p) for p in parts) < tp * pp:
         return [PodGroups(None, list(pool), group_fn(list(pool)))]
-    cache: dict[tuple, list[list[int]]] = {}
+    if cache is None:
+        cache = {}
     out = []
     for k, pod in enumerate(parts):
         if say is not None and len(parts) > 8 and k % max(1, len(parts) // 4) == 0:
@@ -215,5 +221,5 @@ def by_pods(
             groups = group_fn(pod)
             index = {x: i for i, x in enumerate(pod)}
             cache[sig] = [[index[x] for x in grp] for grp in groups]
-        out.append(PodGroups(sig, pod, groups))
+        out.append(PodGroups((tag, sig), pod, groups))
     return out

@@ -27,6 +27,11 @@ class PlannerOptions:
     exhaustive_limit: int = 20000  # most groupings the exhaustive planner enumerates per phase
     prefill_par: tuple[int, int] | None = None  # force (TP, PP) for prefill
     decode_par: tuple[int, int] | None = None  # force (TP, PP) for decode
+    max_gpus: int | None = None  # plan for at most this many GPUs (None: the whole cluster)
+    max_splits: int = 40  # role splits priced one by one; beyond, around the balance point
+    # "amortized": T_f paid once per request, spread over its output tokens (DistServe's and
+    # the simulator's TPOT); "eq4": added to every token, as the paper's Eq. 4 is written
+    tpot_mode: Literal["amortized", "eq4"] = "amortized"
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,14 @@ def add_server(g: nx.Graph, server: str, *, gpu_type: str, n_gpus: int, role: st
     return out
 
 
-def testbed() -> nx.Graph:
-    """The paper's testbed (Fig. 6): 4 servers of 4 GPUs; srv0, srv1 are A100-40GB (prefill),
-    srv2, srv3 V100-32GB (decode); one 100 Gb/s port per GPU on 2 tracks: GPUs 0 and 2 of every
-    server on access switch s1, GPUs 1 and 3 on s2; s1 and s2 joined by one 100 Gb/s link."""
+def testbed(fixed_roles: bool = False) -> nx.Graph:
+    """The paper's testbed (Fig. 6): 4 servers of 4 GPUs; srv0, srv1 are A100-40GB, srv2, srv3
+    V100-32GB; one 100 Gb/s port per GPU on 2 tracks: GPUs 0 and 2 of every server on access
+    switch s1, GPUs 1 and 3 on s2; s1 and s2 joined by one 100 Gb/s link.
+
+    Every GPU's role is ``any``: the planner decides which servers prefill and which decode.
+    ``fixed_roles`` pins the paper's split (prefill on the A100 servers, decode on the V100
+    servers), for comparing the planner's split with it."""
     g = nx.Graph(name="testbed")
     add_switch(g, "s1", tier="access")
     add_switch(g, "s2", tier="access")
@@ -49,6 +53,7 @@ def testbed() -> nx.Graph:
         ("V100-32GB", "decode"),
     ]
     for s, (gpu_type, role) in enumerate(kinds):
+        role = role if fixed_roles else "any"
         for i, gid in enumerate(add_server(g, f"srv{s}", gpu_type=gpu_type, n_gpus=4, role=role)):
             add_link(g, gid, "s1" if i % 2 == 0 else "s2", link="ethernet", capacity=gbps(100))
     return g
@@ -65,7 +70,7 @@ def tracks(
     uplinks_per_access: int = 4,
     gpu_port_gbps: float = 100,
     uplink_gbps: float = 400,
-    prefill_fraction: float = 0.5,
+    prefill_fraction: float | None = None,
     name: str | None = None,
 ) -> nx.Graph:
     """A rail ("track") cluster of the paper's simulations (§V).
@@ -76,7 +81,8 @@ def tracks(
     core switches ``(u * uplinks_per_access + j) mod core_switches`` (j < uplinks_per_access),
     so the access switches of one unit share their core switches (cross-track traffic inside a
     unit takes access-core-access), and the core tier is modelled as a non-blocking full mesh.
-    The first ``prefill_fraction`` of the units serve prefill, the rest decode (the paper's
+    Every GPU's role is ``any`` (the planner splits the roles); with ``prefill_fraction`` the
+    first that fraction of the units is pinned to prefill and the rest to decode (the paper's
     Fig. 4 gives each phase its own access switches).
     """
     if servers % servers_per_unit:
@@ -89,9 +95,9 @@ def tracks(
     for i, a in enumerate(cores):
         for b in cores[i + 1 :]:
             add_link(g, a, b, link="ethernet", capacity=gbps(uplink_gbps))
-    prefill_units = round(units * prefill_fraction)
+    prefill_units = None if prefill_fraction is None else round(units * prefill_fraction)
     for u in range(units):
-        role = "prefill" if u < prefill_units else "decode"
+        role = "any" if prefill_units is None else ("prefill" if u < prefill_units else "decode")
         acc = [f"u{u}-acc{t}" for t in range(n_tracks)]
         for a in acc:
             add_switch(g, a, tier="access")
