@@ -274,3 +274,139 @@ def test_rail_routes_are_routes_between_filtered_by_nccl_rules():
         else:
             assert rail_routes(fab, a, b) == [fab.nvlink_path(a, b)]
     assert rail_routes(fab, gpus[0], gpus[0]) == [[gpus[0]]]
+
+
+# -- hierarchical INA ----------------------------------------------------------------------
+FIG2_ALL = ["gn1", "gn2", "gn3", "gn4"]
+
+
+def test_hier_ina_two_servers_of_two_gpus_hand_worked():
+    """Fig. 2's cluster, all four GPUs (servers A = gn1, gn2 and B = gn3, gn4; gn1, gn3 on S2,
+    gn2, gn4 on S1), 1 MB, 16-bit lanes without headers (1 wire byte per byte), pipelined:
+    (a) reduce-scatter in each server: m - 1 = 1 ring step, each GPU sends D/2 to its peer
+        over gpu -> nvsw -> gpu: 0.5 MB / 300 GB/s = 1.6667 us, plus one NVLink hop of
+        chain latency: 1 us + 4096 B / 300 GB/s + NCCL's 1.9 us = 2.913653 us; 4.580320 us;
+    (b) rail 0 = {gn1, gn3} aggregates shard 0 at S2, rail 1 = {gn2, gn4} shard 1 at S1, each
+        over its own NICs: every link up and down carries 0.5 MB: 40 us, plus a round trip
+        of 2 x 2 us + 128 B / 12.5 GB/s = 4.01024 us, plus T_agg 1 us and host 4 us:
+        49.01024 us;
+    (c) all-gather: the reduce-scatter's ring again, 4.580320 us.
+    Total 58.17088 us."""
+    from controller.costmodel.hier import hier_pattern
+
+    g = fig2()
+    f = PIPE_BYTES.fabric(g)
+    h = hier_pattern(f, FIG2_ALL, MB, PIPE_BYTES)
+    assert h is not None and h.scheme == "hier" and h.switch is None
+    rails = [(r.switch, r.shard, r.shards, r.members, r.paths) for r in h.rails]
+    assert rails == [
+        ("S2", 0, 2, ["gn1", "gn3"], {"gn1": ["gn1", "S2"], "gn3": ["gn3", "S2"]}),
+        ("S1", 1, 2, ["gn2", "gn4"], {"gn2": ["gn2", "S1"], "gn4": ["gn4", "S1"]}),
+    ]
+    assert h.paths == {"gn1": ["gn1", "S2"], "gn3": ["gn3", "S2"], "gn2": ["gn2", "S1"],
+                       "gn4": ["gn4", "S1"]}  # fmt: skip
+    rs, ina, ag = (c.time(MB) for c in h.compiled(f))
+    assert rs == pytest.approx(MB / 2 / NV + 1e-6 + 4096 / NV + 1.9e-6, rel=1e-12)
+    assert rs == pytest.approx(4.580320e-6, rel=1e-6)
+    assert ina == pytest.approx(MB / 2 / ETH + 4e-6 + 128 / ETH + 5e-6, rel=1e-12)
+    assert ina == pytest.approx(49.01024e-6, rel=1e-9)
+    assert ag == rs
+    assert h.time(f, MB) == pytest.approx(58.17088e-6, rel=1e-6)
+    # the paper's mode, same routes: (a) one store-and-forward step 2 x (1.6667 + 0.5) us +
+    # 1.9 us = 6.2333 us; (b) each member's round trip 2 x (40 + 2) us + 5 us = 89 us;
+    # (c) 6.2333 us: 101.4667 us
+    fp = PAPER_BYTES.fabric(g)
+    hp = hier_pattern(fp, FIG2_ALL, MB, PAPER_BYTES)
+    assert [c.time(MB) for c in hp.compiled(fp)] == pytest.approx(
+        [2 * (MB / 2 / NV + 0.5e-6) + 1.9e-6, 2 * (MB / 2 / ETH + 2e-6) + 5e-6,
+         2 * (MB / 2 / NV + 0.5e-6) + 1.9e-6], rel=1e-12,
+    )  # fmt: skip
+    assert hp.time(fp, MB) == pytest.approx(101.4667e-6, rel=1e-5)
+
+
+def test_hier_rails_share_links_when_they_share_a_switch():
+    """S1 cannot aggregate: both rails go to S2, at once. Rail 0 takes gn1's and gn3's own
+    links; for rail 1, gn2 and gn4 can relay through gn1's / gn3's NIC or cross S1 -> S2, and
+    every choice puts two half-megabyte shards on one link: 1 MB / 12.5 GB/s = 80 us. The
+    phase lasts as long as its slowest rail: 80 us + rail 1's longest round trip (gn2 over
+    S1: 4 hops, 8 us + 3 x 128 B / 12.5 GB/s) + 5 us = 93.03072 us."""
+    from controller.costmodel.hier import hier_pattern
+
+    g = fig2()
+    g.nodes["S1"]["ina"] = False
+    f = PIPE_BYTES.fabric(g)
+    h = hier_pattern(f, FIG2_ALL, MB, PIPE_BYTES)
+    assert [r.switch for r in h.rails] == ["S2", "S2"]
+    assert h.rails[1].paths["gn2"] == ["gn2", "S1", "S2"]
+    ina = h.compiled(f)[1]
+    assert max(ina.slopes) * MB == pytest.approx(MB / ETH, rel=1e-12)  # two shards on a link
+    assert max(dict(ina.loads).values()) == pytest.approx(1.0)  # both rails' shares
+    assert ina.time(MB) == pytest.approx(MB / ETH + 8e-6 + 3 * 128 / ETH + 5e-6, rel=1e-12)
+    assert ina.time(MB) == pytest.approx(93.03072e-6, rel=1e-9)
+
+
+def test_hier_ina_on_the_testbed_rails_follow_the_tracks():
+    """2 servers x 2 A100s of the testbed: GPU 0 of both on s1, GPU 1 on s2; each rail
+    aggregates at its own track's switch over its own NICs."""
+    from controller.costmodel.hier import hier_pattern
+
+    g = make_testbed()
+    f = NetParams().fabric(g)
+    members = ["srv0-gpu0", "srv0-gpu1", "srv1-gpu0", "srv1-gpu1"]
+    h = hier_pattern(f, members, MB, NetParams())
+    assert [(r.switch, r.members) for r in h.rails] == [
+        ("s1", ["srv0-gpu0", "srv1-gpu0"]),
+        ("s2", ["srv0-gpu1", "srv1-gpu1"]),
+    ]
+    # int32 lanes: a shard is 0.5 MB x 3.15625 on each NIC link, up and down
+    ina = h.compiled(f)[1]
+    assert max(ina.slopes) * MB == pytest.approx(0.5 * 3.15625 * MB / ETH, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "members,why",
+    [
+        (["srv0-gpu0", "srv0-gpu1"], "one server"),
+        (["srv0-gpu0", "srv1-gpu0"], "one member per server: flat INA"),
+        (["srv0-gpu0", "srv0-gpu1", "srv1-gpu0"], "2 and 1 members"),
+    ],
+)
+def test_hier_ina_none_where_it_does_not_apply(members, why):
+    from controller.costmodel.hier import hier_pattern
+
+    f = NetParams().fabric(make_testbed())
+    assert hier_pattern(f, members, MB, NetParams()) is None, why
+
+
+def test_hier_ina_none_without_a_common_ina_switch():
+    from controller.costmodel.hier import hier_pattern
+
+    g = fig2()
+    for s in ("S1", "S2"):
+        g.nodes[s]["ina"] = False
+    assert hier_pattern(NetParams().fabric(g), FIG2_ALL, MB, NetParams()) is None
+    # S2 cannot aggregate and no relay: rail 0 (gn1, gn3) reaches only S2 first, which both
+    # share, so nothing above it is a candidate; rail 1 (gn2, gn4, on S1) could use S1
+    g = fig2()
+    g.nodes["S2"]["ina"] = False
+    assert hier_pattern(NetParams().fabric(g, relay=False), FIG2_ALL, MB, NetParams()) is None
+    # with relay every GPU reaches both switches first: both rails aggregate at S1
+    h = hier_pattern(NetParams().fabric(g), FIG2_ALL, MB, NetParams())
+    assert [r.switch for r in h.rails] == ["S1", "S1"]
+
+
+def test_hier_on_the_plans_rails_prices_like_hier_pattern():
+    from controller.costmodel.hier import hier_on_rails, hier_pattern
+
+    g = fig2()
+    f = NetParams().fabric(g)
+    h = hier_pattern(f, FIG2_ALL, MB, NetParams())
+    rails = [(r.switch, r.shard, r.members, r.paths) for r in h.rails]
+    again = hier_on_rails(f, FIG2_ALL, rails, NetParams())
+    for nbytes in (1e3, MB, 3e7):
+        assert again.time(f, nbytes) == pytest.approx(h.time(f, nbytes), rel=1e-12)
+    # rails that do not fit the group
+    assert hier_on_rails(f, FIG2_ALL, rails[:1], NetParams()) is None
+    swapped = [(s, k, ["gn1", "gn2"], p) for s, k, _, p in rails]
+    assert hier_on_rails(f, FIG2_ALL, swapped, NetParams()) is None
+    assert hier_on_rails(f, FIG2_ALL, [(*rails[0][:3], {}), rails[1]], NetParams()) is None
