@@ -183,4 +183,5 @@ def build_plan(result: SearchResult, planner: str, topology: str, workload: str)
         kv_transfer=kv,
         predicted=pred,
         notes=notes,
+        options=problem.options.net.plan_options(),  # the simulator prices it the same way
     )

@@ -32,8 +32,12 @@ from controller.costmodel.queueing import max_rate_within, pk_queue_delay
 from controller.models.gpus import gpu_spec
 from controller.planner.grouping import PodGroups, latency_matrix
 from controller.planner.options import Policy, Problem
+<<<<<<< HEAD
 from controller.topology.fabric import Fabric
 from controller.topology.graph import SWITCH
+=======
+from controller.topology.graph import SWITCH, gpus
+>>>>>>> netmodel
 from controller.units import GB
 
 
@@ -91,10 +95,10 @@ class Evaluator:
         self.policy = policy
         g = problem.cluster
         self.g = g
-        self.ring_fabric = Fabric(g, relay=True)  # NCCL's PXN may relay over NVLink
-        self.ina_fabric = self.ring_fabric if policy.ina_relay else Fabric(g, relay=False)
-        self.model = problem.model
         self.net = problem.options.net
+        self.ring_fabric = self.net.fabric(g, relay=True)  # NCCL's PXN may relay over NVLink
+        self.ina_fabric = self.ring_fabric if policy.ina_relay else self.net.fabric(g, relay=False)
+        self.model = problem.model
         self._coeffs: dict[str, ComputeCoefficients] = {}
         self._groups: dict[tuple, GroupEval] = {}
         self._pod_cache: dict[tuple, tuple] = {}

@@ -2,7 +2,8 @@
 
 - ``latency_matrix``: D(i, j), the cost of sending a reference message from GPU i to GPU j
   over its best route (NVLink inside a server; otherwise best exit, switch path, best entry),
-  computed with min-plus products over the few switches GPUs attach to. O(N^2 S).
+  computed with min-plus products over the few switches GPUs attach to, in the fabric's cost
+  mode (``costmodel.pairs``). O(levels N^2 S).
 - ``mds_embedding``: classical multidimensional scaling of D, because k-means-constrained
   takes Euclidean features, never a distance matrix. O(N^3) (dense eigensolver; N is a pod).
 - ``kmeans_groups``: KMeansConstrained(n_clusters=N/TP, size_min=size_max=TP) on the embedding.
@@ -22,44 +23,15 @@ import networkx as nx
 import numpy as np
 from k_means_constrained import KMeansConstrained
 
-from controller.costmodel.network import path_time
+from controller.costmodel.pairs import pair_times
 from controller.topology.fabric import Fabric
 from controller.topology.graph import gpu_sort_key, nic_switches
 
 
 def latency_matrix(fabric: Fabric, gpus: Sequence[str], nbytes: float) -> np.ndarray:
-    """D(i, j) in seconds for a message of ``nbytes`` (Alg. 2 line 2), unloaded links."""
-    n = len(gpus)
-    sw = sorted({e[-1] for g in gpus for e in fabric.exits(g)})
-    idx = {s: k for k, s in enumerate(sw)}
-    exit_cost = np.full((n, len(sw)), np.inf)
-    for i, g in enumerate(gpus):
-        for e in fabric.exits(g):
-            k = idx[e[-1]]
-            exit_cost[i, k] = min(exit_cost[i, k], path_time(fabric, e, nbytes))
-    sd = np.full((len(sw), len(sw)), np.inf)
-    for a in sw:
-        for b in sw:
-            p = fabric.switch_path(a, b)
-            if p is not None:
-                sd[idx[a], idx[b]] = path_time(fabric, p, nbytes) if len(p) > 1 else 0.0
-    # min-plus: via[i, b] = min_a exit[i, a] + sd[a, b]; D[i, j] = min_b via[i, b] + exit[j, b]
-    via = np.min(exit_cost[:, :, None] + sd[None, :, :], axis=1) if len(sw) else exit_cost
-    d = (
-        np.min(via[:, None, :] + exit_cost[None, :, :], axis=2)
-        if len(sw)
-        else np.full((n, n), np.inf)
-    )
-    servers = [fabric.g.nodes[g].get("server") for g in gpus]
-    for i in range(n):
-        d[i, i] = 0.0
-        for j in range(i + 1, n):
-            if servers[i] is not None and servers[i] == servers[j]:
-                p = fabric.nvlink_path(gpus[i], gpus[j])
-                if p is not None:
-                    d[i, j] = min(d[i, j], path_time(fabric, p, nbytes))
-            d[i, j] = d[j, i] = min(d[i, j], d[j, i])
-    return d
+    """D(i, j) in seconds for a message of ``nbytes`` (Alg. 2 line 2), unloaded links, in the
+    fabric's cost mode (``costmodel.pairs.pair_times``)."""
+    return pair_times(fabric, gpus, nbytes)
 
 
 def mds_embedding(d: np.ndarray, dims: int = 8) -> np.ndarray:

@@ -9,14 +9,27 @@ from controller.models.gpus import gpu_spec
 from controller.topology.graph import add_gpu, add_link, add_nvswitch, add_switch
 from controller.units import GB, gbps
 
+# PCIe 4.0 x16: 16 GT/s x 16 lanes, 128b/130b coding, about 32 GB/s in each direction.
+PCIE4_X16_BYTES_PER_S = 32 * GB
+
+
+def nvlink_per_direction(gpu_type: str) -> float:
+    """A GPU's NVLink bandwidth in one direction, bytes/s: the datasheet gives the total over
+    both directions (V100 300, A100 600, H100 900 GB/s), a graph link's capacity is per
+    direction."""
+    return gpu_spec(gpu_type).nvlink_bw / 2
+
 
 def add_server(g: nx.Graph, server: str, *, gpu_type: str, n_gpus: int, role: str) -> list[str]:
     """One GPU server: ``n_gpus`` GPUs joined by an NVLink fabric (or PCIe for NVLink-less
-    parts). Returns the GPU ids ``<server>-gpu<i>``."""
+    parts). Returns the GPU ids ``<server>-gpu<i>``. A link's capacity is per direction (it is
+    full duplex), so a GPU's NVLink edge gets half the datasheet's total over both directions
+    (``nvlink_per_direction``); PCIe 4.0 x16 carries 32 GB/s each way."""
     spec = gpu_spec(gpu_type)
     fabric = f"{server}-nvsw"
     add_nvswitch(g, fabric, server=server)
-    link, bw = ("nvlink", spec.nvlink_bw) if spec.nvlink_bw > 0 else ("pcie", 32 * GB)
+    nvlink = nvlink_per_direction(gpu_type)
+    link, bw = ("nvlink", nvlink) if nvlink > 0 else ("pcie", PCIE4_X16_BYTES_PER_S)
     out = []
     for i in range(n_gpus):
         gid = f"{server}-gpu{i}"
@@ -130,7 +143,8 @@ def fig2() -> nx.Graph:
     gn1 (server A) and gn3 (server B) have their NICs on S2; gn2 (A) and gn4 (B) on S1; S1 and
     S2 are joined. The group {gn2, gn3} aggregating on the core S1 (homogeneous INA) needs two
     Ethernet hops from gn3; with NVLink, gn2 relays through gn1's NIC and both reach the access
-    switch S2 in one Ethernet hop."""
+    switch S2 in one Ethernet hop. The paper's "600GBs" NVLink is the A100's total over both
+    directions: 300 GB/s each way."""
     g = nx.Graph(name="fig2")
     add_switch(g, "S1", tier="core")
     add_switch(g, "S2", tier="access")
@@ -140,7 +154,9 @@ def fig2() -> nx.Graph:
         add_nvswitch(g, f"{server}-nvsw", server=server)
         for i, gid in enumerate(gids):
             add_gpu(g, gid, gpu_type="A100-40GB", memory_gb=40, server=server, index=i)
-            add_link(g, gid, f"{server}-nvsw", link="nvlink", capacity=600 * GB)
+            add_link(
+                g, gid, f"{server}-nvsw", link="nvlink", capacity=nvlink_per_direction("A100-40GB")
+            )
     for gid, sw in [("gn1", "S2"), ("gn3", "S2"), ("gn2", "S1"), ("gn4", "S1")]:
         add_link(g, gid, sw, link="ethernet", capacity=gbps(100))
     return g
