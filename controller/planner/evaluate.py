@@ -32,12 +32,7 @@ from controller.costmodel.queueing import max_rate_within, pk_queue_delay
 from controller.models.gpus import gpu_spec
 from controller.planner.grouping import PodGroups, latency_matrix
 from controller.planner.options import Policy, Problem
-<<<<<<< HEAD
-from controller.topology.fabric import Fabric
 from controller.topology.graph import SWITCH
-=======
-from controller.topology.graph import SWITCH, gpus
->>>>>>> netmodel
 from controller.units import GB
 
 
