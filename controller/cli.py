@@ -41,6 +41,9 @@ def _parallelism(s: str) -> tuple[int, int]:
 
 # -- plan ------------------------------------------------------------------------------------
 def _plan_args(p: argparse.ArgumentParser) -> None:
+    from controller.costmodel.network import DEFAULT_INA_LANES, INA_LANES
+    from controller.topology.fabric import PIPELINED
+
     p.add_argument(
         "--topology",
         default="testbed",
@@ -87,6 +90,31 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         metavar="TPxPP",
         help="force the decode parallelism, e.g. 8x1",
     )
+    p.add_argument(
+        "--gpus",
+        type=_positive(int),
+        metavar="N",
+        help="plan for at most N GPUs of the cluster (default: all of them)",
+    )
+    p.add_argument(
+        "--ina-lanes",
+        default=DEFAULT_INA_LANES,
+        help="INA lane format on the wire: "
+        + ", ".join(INA_LANES)
+        + f" (default {DEFAULT_INA_LANES}, what p4/heroserve_ina.p4 aggregates)",
+    )
+    p.add_argument(
+        "--cost-mode",
+        default=PIPELINED,
+        help="network pricing: pipelined (packet by packet, the default) or paper (the "
+        "paper's store-and-forward sums, as in its Fig. 2); docs/costmodel.md",
+    )
+    p.add_argument(
+        "--tpot-mode",
+        default="amortized",
+        help="amortized: the KV transfer paid once per request, spread over its output tokens "
+        "(DistServe's TPOT, the default); eq4: added to every token, as Eq. 4 is written",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument(
         "--verbose", action="store_true", help="progress lines on stderr even for small clusters"
@@ -98,6 +126,7 @@ def default_model(topology: str) -> str:
 
 
 def run_plan(a: argparse.Namespace) -> int:
+    from controller.costmodel.network import NetParams
     from controller.models import model_spec
     from controller.planner import BASELINES, PLANNERS, PlannerOptions, plan
     from controller.report import comparison_table, groups_table
@@ -127,8 +156,16 @@ def run_plan(a: argparse.Namespace) -> int:
     progress(
         f"cluster {g.name}: {n_gpus} GPUs, {g.number_of_nodes()} nodes, {g.number_of_edges()} links"
     )
+    if a.tpot_mode not in ("amortized", "eq4"):
+        raise InputError(f"--tpot-mode must be amortized or eq4, got {a.tpot_mode!r}")
     opts = PlannerOptions(
-        seed=a.seed, max_candi=a.max_candi, prefill_par=a.prefill_par, decode_par=a.decode_par
+        seed=a.seed,
+        max_candi=a.max_candi,
+        prefill_par=a.prefill_par,
+        decode_par=a.decode_par,
+        max_gpus=a.gpus,
+        tpot_mode=a.tpot_mode,
+        net=NetParams(cost_mode=a.cost_mode, ina_lanes=a.ina_lanes),
     )
     plans = {}
     failed: dict[str, str] = {}

@@ -20,8 +20,10 @@ from controller.costmodel.compute import (
     default_coefficients,
     prefill_layer_time,
 )
+from controller.costmodel.hier import hier_pattern
 from controller.costmodel.kvcache import KVFlow, kv_route, kv_shares
 from controller.costmodel.network import (
+    T_AGG_S,
     CommPattern,
     flow_times,
     ina_pattern,
@@ -32,25 +34,34 @@ from controller.costmodel.queueing import max_rate_within, pk_queue_delay
 from controller.models.gpus import gpu_spec
 from controller.planner.grouping import PodGroups, latency_matrix
 from controller.planner.options import Policy, Problem
+from controller.topology.fabric import Fabric
 from controller.topology.graph import SWITCH
 from controller.units import GB
 
 
 @dataclass
 class GroupEval:
-    """A tensor-parallel group priced at a reference message size (Alg. 2 getlatency)."""
+    """A tensor-parallel group priced at a reference message size (Alg. 2 getlatency): the
+    ring, flat INA at each switch worth routing to, and hierarchical INA where the policy and
+    the group's shape allow it."""
 
     members: tuple[str, ...]
     ring: CommPattern
-    ina: list[CommPattern]  # allowed INA options, cheapest first at the reference size
+    ina: list[CommPattern]  # allowed flat-INA options, cheapest first at the reference size
     ina_note: str  # why INA is absent, when it is
+    hier: CommPattern | None = None
 
-    def time(self, fabrics: Evaluator, nbytes: float, allow_ina: bool = True) -> float:
-        t = self.ring.time(fabrics.ring_fabric, nbytes)
+    def options(self, ev: Evaluator, allow_ina: bool = True) -> list[tuple[CommPattern, Fabric]]:
+        """Every allowed pattern with the fabric it is priced on."""
+        out = [(self.ring, ev.ring_fabric)]
         if allow_ina:
-            for p in self.ina:
-                t = min(t, p.time(fabrics.ina_fabric, nbytes))
-        return t
+            out += [(p, ev.ina_fabric) for p in self.ina]
+            if self.hier is not None:
+                out.append((self.hier, ev.ina_fabric))
+        return out
+
+    def time(self, ev: Evaluator, nbytes: float, allow_ina: bool = True) -> float:
+        return min(p.time(f, nbytes) for p, f in self.options(ev, allow_ina))
 
 
 @dataclass
@@ -92,7 +103,8 @@ class Evaluator:
         self.g = g
         self.net = problem.options.net
         self.ring_fabric = self.net.fabric(g, relay=True)  # NCCL's PXN may relay over NVLink
-        self.ina_fabric = self.ring_fabric if policy.ina_relay else self.net.fabric(g, relay=False)
+        self.eth_fabric = self.net.fabric(g, relay=False)  # Ethernet-only routes
+        self.ina_fabric = self.ring_fabric if policy.ina_relay else self.eth_fabric
         self.model = problem.model
         self._coeffs: dict[str, ComputeCoefficients] = {}
         self._groups: dict[tuple, GroupEval] = {}
@@ -145,14 +157,20 @@ class Evaluator:
         return sorted(s for s in near if self.g.nodes[s].get("ina"))
 
     def group(self, members: Sequence[str], nbytes: float) -> GroupEval:
-        # Routes are chosen once per group, at the first size asked (the phase's reference
-        # message); other sizes re-price the same routes (CommPattern.time).
+        """Price a group's schemes (Alg. 2 lines 25-31 with the third scheme). Routes are
+        chosen once per group, at the first size asked (the phase's reference message);
+        other sizes re-price the same routes (CommPattern.time).
+
+        Flat INA is routed only at switches whose lower bound (``ina_bound``) beats the best
+        scheme found so far, cheapest bound first: the route choice is the costly part, and a
+        switch that cannot win at the reference size is not a candidate worth keeping."""
         key = tuple(members)
         hit = self._groups.get(key)
         if hit is not None:
             return hit
         ring = ring_pattern(self.ring_fabric, members, nbytes, self.net)
         ina: list[CommPattern] = []
+        hier = None
         note = ""
         servers = {self.g.nodes[m].get("server") for m in members}
         if len(members) == 1:
@@ -162,16 +180,58 @@ class Evaluator:
         elif self.policy.ina_cross_server_only and len(servers) == 1:
             note = "group inside one server: NCCL ring over NVLink"
         else:
-            for s in self.ina_candidates(members):
-                p = ina_pattern(self.ina_fabric, members, s, nbytes, self.net)
+            best = ring.time(self.ring_fabric, nbytes)
+            if self.policy.hier:
+                hier = hier_pattern(self.ina_fabric, members, nbytes, self.net)
+                if hier is not None:
+                    best = min(best, hier.time(self.ina_fabric, nbytes))
+            bounds = sorted(
+                (self.ina_bound(members, s, nbytes), s) for s in self.ina_candidates(members)
+            )
+            for bound, s in bounds:
+                if bound >= best:
+                    if not ina and hier is None:
+                        note = (
+                            f"flat INA cannot beat {best * 1e6:.1f} us "
+                            f"(at least {bound * 1e6:.1f} us at {s})"
+                        )
+                    break
+                p = self._flat_ina(members, s, nbytes)
                 if p is not None:
                     ina.append(p)
+                    best = min(best, p.time(self.ina_fabric, nbytes))
             ina.sort(key=lambda p: (p.time(self.ina_fabric, nbytes), p.switch))
-            if not ina:
+            if not ina and hier is None and not note:
                 note = "no INA switch reachable"
-        ev = GroupEval(tuple(members), ring, ina, note)
+        ev = GroupEval(tuple(members), ring, ina, note, hier)
         self._groups[key] = ev
         return ev
+
+    def _flat_ina(self, members: Sequence[str], switch: str, nbytes: float) -> CommPattern | None:
+        """Flat INA at ``switch``: with NVLink relays allowed, the Ethernet-only routes are
+        tried too and the cheaper kept (the greedy route choice with more options is not
+        always better), so HeroServe's options contain the homogeneous baselines'."""
+        p = ina_pattern(self.ina_fabric, members, switch, nbytes, self.net)
+        if self.policy.ina_relay:
+            q = ina_pattern(self.eth_fabric, members, switch, nbytes, self.net)
+            if q is not None and (
+                p is None or q.time(self.ina_fabric, nbytes) < p.time(self.ina_fabric, nbytes)
+            ):
+                p = q
+        return p
+
+    def ina_bound(self, members: Sequence[str], switch: str, nbytes: float) -> float:
+        """A lower bound on flat INA at ``switch``: the slowest member's cheapest route alone
+        (its own bytes, no sharing, one way) plus the aggregation and host overhead. Sharing
+        links and the way back only add time, in either cost mode. Inf if unreachable."""
+        wire = nbytes * self.net.ina_wire_ratio
+        worst = 0.0
+        for m in members:
+            routes = self.ina_fabric.routes_to_switch(m, switch)
+            if not routes:
+                return math.inf
+            worst = max(worst, min(self.ina_fabric.path_time(r, wire) for r in routes))
+        return worst + T_AGG_S + self.net.ina_host_s
 
     def group_cost(self, members: Sequence[str], nbytes: float) -> float:
         return self.group(members, nbytes).time(self, nbytes)
@@ -449,6 +509,15 @@ class Evaluator:
         lines 5-6)."""
         need = self.model.param_bytes / (tp * pp * self.problem.options.r_frac)
         return [x for x in pool if self.g.nodes[x]["memory_gb"] * GB >= need]
+
+    def reevaluate(self, res: PhaseResult, t_f: float = 0.0) -> PhaseResult:
+        """The same instances priced again (after ``forced_ring`` changed, say); decode at
+        ``t_f``."""
+        if res.role == "prefill":
+            evals = [self.prefill_instance(i.stages) for i in res.instances]
+        else:
+            evals = [self.decode_instance(i.stages, t_f) for i in res.instances]
+        return self._phase(res.role, res.tp, res.pp, evals)
 
     def reprice_decode(
         self, res: PhaseResult, t_f: float, reorder: dict[tuple, list[list[str]]]

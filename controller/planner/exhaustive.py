@@ -26,6 +26,7 @@ POLICY = Policy(
     ina_relay=True,
     ina_cross_server_only=False,
     prefer_intra_server=False,
+    hier=True,
 )
 
 

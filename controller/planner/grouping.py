@@ -151,6 +151,25 @@ def pod_signature(g: nx.Graph, pod: Sequence[str]) -> tuple:
     return (tuple(gpu_keys), tuple(sw_keys))
 
 
+def blocks(parts: list[list[str]], size: int) -> list[list[str]]:
+    """Consecutive pods merged until a block holds a multiple of ``size`` GPUs (an instance)
+    or at least four instances, so that few GPUs are left over; a last block too small for
+    one instance joins the one before. O(pods)."""
+    out: list[list[str]] = []
+    cur: list[str] = []
+    for p in parts:
+        cur = cur + p
+        if len(cur) >= size and (len(cur) % size == 0 or len(cur) >= 4 * size):
+            out.append(cur)
+            cur = []
+    if cur:
+        if out and len(cur) < size:
+            out[-1] = out[-1] + cur
+        else:
+            out.append(cur)
+    return out
+
+
 @dataclass
 class PodGroups:
     """The groups formed inside one pod. Pods with the same ``key`` (signature) are twins:
@@ -176,9 +195,15 @@ def by_pods(
     hold an instance. ``cache`` (signature -> groups by position) may be shared between calls
     that group with the same function, TP and message size, so pools that share pods (the
     role splits of one cluster) group each distinct pod once. ``tag`` names the grouping in
-    each pod's key, so pods grouped two ways are never taken for twins."""
+    each pod's key, so pods grouped two ways are never taken for twins.
+
+    When an instance needs more GPUs than a pod has, consecutive pods are merged into blocks
+    that hold whole instances (``blocks``), and the blocks are grouped as pods are: locally,
+    once per distinct block."""
     parts = pods(g, pool)
-    if len(parts) == 1 or min(len(p) for p in parts) < tp * pp:
+    if len(parts) > 1 and min(len(p) for p in parts) < tp * pp:
+        parts = blocks(parts, tp * pp)
+    if len(parts) == 1:
         return [PodGroups(None, list(pool), group_fn(list(pool)))]
     if cache is None:
         cache = {}

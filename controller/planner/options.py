@@ -44,6 +44,7 @@ class Policy:
     ina_relay: bool  # INA routes may relay over NVLink (heterogeneous, HeroServe)
     ina_cross_server_only: bool  # baselines keep NCCL's NVLink ring inside a server
     prefer_intra_server: bool  # DistServe: TP inside a server where it fits
+    hier: bool = False  # hierarchical INA (NVLink reduce-scatter, INA per rail, all-gather)
 
 
 @dataclass
