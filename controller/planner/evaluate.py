@@ -25,6 +25,7 @@ from controller.costmodel.kvcache import KVFlow, kv_route, kv_shares
 from controller.costmodel.network import (
     T_AGG_S,
     CommPattern,
+    CompiledPhase,
     flow_times,
     ina_pattern,
     path_time,
@@ -32,10 +33,10 @@ from controller.costmodel.network import (
 )
 from controller.costmodel.queueing import max_rate_within, pk_queue_delay
 from controller.models.gpus import gpu_spec
-from controller.planner.grouping import PodGroups, latency_matrix
+from controller.planner.grouping import PodGroups, latency_matrix, shape_signature
 from controller.planner.options import Policy, Problem
 from controller.topology.fabric import Fabric
-from controller.topology.graph import SWITCH
+from controller.topology.graph import SWITCH, servers
 from controller.units import GB
 
 
@@ -62,6 +63,22 @@ class GroupEval:
 
     def time(self, ev: Evaluator, nbytes: float, allow_ina: bool = True) -> float:
         return min(p.time(f, nbytes) for p, f in self.options(ev, allow_ina))
+
+
+@dataclass
+class GroupTimes:
+    """A group's all-reduce time as a function of the message size: the ring's compiled
+    phases and every other allowed scheme's (``CommPattern.compiled``)."""
+
+    ring: list[CompiledPhase]
+    others: list[list[CompiledPhase]]
+
+    def time(self, nbytes: float, allow_ina: bool = True) -> float:
+        t = sum(c.time(nbytes) for c in self.ring)
+        if allow_ina:
+            for phases in self.others:
+                t = min(t, sum(c.time(nbytes) for c in phases))
+        return t
 
 
 @dataclass
@@ -112,9 +129,11 @@ class Evaluator:
         # groups that lost INA to the aggregator-slot limit when the plan was assembled
         self.forced_ring: set[tuple[str, ...]] = set()
         self._grouping_caches: dict[tuple, dict] = {}
+        self._shapes: dict[tuple, tuple] = {}
+        self._times: dict[tuple, GroupTimes] = {}
+        self._hop_by_shape: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._server_gpus = servers(g)
         self._hops: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-        self._pair_index: dict[str, int] = {}
-        self._pair_mats: tuple[np.ndarray, np.ndarray] = (np.zeros((0, 0)), np.zeros((0, 0)))
         w = problem.workload
         self.mean_in, self.mean_in2, self.mean_out = w.mean_input, w.mean_input_sq, w.mean_output
         self._tpot_quantile = tpot_quantile(w.outputs, problem.sla.attainment)
@@ -234,64 +253,87 @@ class Evaluator:
         return worst + T_AGG_S + self.net.ina_host_s
 
     def group_cost(self, members: Sequence[str], nbytes: float) -> float:
-        return self.group(members, nbytes).time(self, nbytes)
+        """One all-reduce of ``nbytes`` on ``members``, the best allowed scheme: what the
+        grouping compares. Groups with the same ``group_signature`` cost the same, so their
+        routes are chosen once (the perturbation tries many groups that are twins)."""
+        return self.times(members, nbytes).time(nbytes)
+
+    def shape(self, *parts: Sequence[str]) -> tuple:
+        """``shape_signature`` of ``parts``, memoised per exact parts."""
+        key = tuple(tuple(p) for p in parts)
+        hit = self._shapes.get(key)
+        if hit is None:
+            hit = self._shapes[key] = shape_signature(self.g, parts, self._server_gpus)
+        return hit
+
+    def times(self, members: Sequence[str], nbytes: float) -> GroupTimes:
+        """The all-reduce times of ``members``' schemes as functions of the message size,
+        shared by every group of the same shape (``shape_signature``): a group's routes are
+        chosen once per shape, at the first size asked."""
+        key = self.shape(members)
+        hit = self._times.get(key)
+        if hit is None:
+            ge = self.group(members, nbytes)
+            hit = self._times[key] = GroupTimes(
+                [c for p, f in ge.options(self, allow_ina=False) for c in p.compiled(f)],
+                [p.compiled(f) for p, f in ge.options(self)[1:]],
+            )
+        return hit
 
     def allreduce_time(self, members: Sequence[str], nbytes: float) -> float:
         if len(members) == 1:
             return 0.0
         allow = tuple(members) not in self.forced_ring
-        return self.group(members, nbytes).time(self, nbytes, allow_ina=allow)
+        return self.times(members, nbytes).time(nbytes, allow_ina=allow)
 
     # -- pipeline (Eq. 6) ----------------------------------------------------------------
     def pipeline_hop_time(self, a: Sequence[str], b: Sequence[str], nbytes: float) -> float:
         """Eq. 6: T_pp(i) = min over receivers r in stage i+1 of max over senders k in stage i
-        of the cost of sending the activation k -> r."""
+        of the cost of sending the activation k -> r. Each pair's cost is affine in the size
+        on its route (latency plus bytes over bandwidth, in either cost mode), so two
+        matrices per pair of stages price every size; stage pairs of the same shape
+        (``shape_signature``) share them, as the min-max does not depend on the order."""
         key = (tuple(a), tuple(b))
-        if key not in self._hops:
-            if not all(x in self._pair_index for x in (*a, *b)):
-                self._hop_matrices(list(a) + list(b))
-            self._hops[key] = self._hop(a, b)
-        lat, slope = self._hops[key]
+        hit = self._hops.get(key)
+        if hit is None:
+            shape = self.shape(a, b)
+            hit = self._hop_by_shape.get(shape)
+            if hit is None:
+                ref = self.prefill_bytes()
+                members = [*a, *b]
+                d0 = latency_matrix(self.ring_fabric, members, 0.0)
+                d1 = latency_matrix(self.ring_fabric, members, ref)
+                na = len(a)
+                lat = d0[:na, na:]
+                hit = self._hop_by_shape[shape] = (lat, (d1[:na, na:] - lat) / ref)
+            self._hops[key] = hit
+        lat, slope = hit
         return float(np.min(np.max(lat + slope * nbytes, axis=0)))
-
-    def _hop_matrices(self, members: list[str]) -> None:
-        """Latency-only and reference-size matrices among ``members``, kept per GPU pair; other
-        sizes interpolate linearly (store and forward is affine in the size on a fixed path)."""
-        ref = self.prefill_bytes()
-        d0 = latency_matrix(self.ring_fabric, members, 0.0)
-        d1 = latency_matrix(self.ring_fabric, members, ref)
-        index = {x: i for i, x in enumerate(members)}
-        self._pair_index = index
-        self._pair_mats = (d0, (d1 - d0) / ref)
-
-    def _hop(self, a: Sequence[str], b: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        ia = [self._pair_index[x] for x in a]
-        ib = [self._pair_index[x] for x in b]
-        d0, slope = self._pair_mats
-        return d0[np.ix_(ia, ib)], slope[np.ix_(ia, ib)]
 
     def order_stages(
         self, groups: list[list[str]], pp: int
     ) -> tuple[list[list[list[str]]], list[list[str]]]:
         """Chain groups into instances of ``pp`` stages: start from the first free group (in
-        server order) and append the free group with the cheapest pipeline hop. Returns the
-        instances and the groups left over."""
+        server order) and append the free group with the cheapest pipeline hop (Eq. 6 at the
+        prefill message, every pair of groups priced at once from the GPUs' latency matrix:
+        O(N^2 S) for N GPUs). Returns the instances and the groups left over."""
         if pp == 1:
             return [[grp] for grp in groups], []
-        nbytes = self.prefill_bytes()
-        self._hop_matrices([x for grp in groups for x in grp])  # one matrix for the pod
-        free = list(groups)
+        n, size = len(groups), len(groups[0])
+        members = [x for grp in groups for x in grp]
+        d = latency_matrix(self.ring_fabric, members, self.prefill_bytes())
+        # hop[a, b] = min over receivers r in b of max over senders k in a of d[k, r]
+        hop = d.reshape(n, size, n, size).max(axis=1).min(axis=2)
+        free = list(range(n))
         out = []
         while len(free) >= pp:
             chain = [free.pop(0)]
             while len(chain) < pp:
-                best = min(
-                    range(len(free)),
-                    key=lambda i: self.pipeline_hop_time(chain[-1], free[i], nbytes),
-                )
+                row = hop[chain[-1]]
+                best = min(range(len(free)), key=lambda i: row[free[i]])
                 chain.append(free.pop(best))
-            out.append(chain)
-        return out, free
+            out.append([groups[i] for i in chain])
+        return out, [groups[i] for i in free]
 
     def instances(
         self,

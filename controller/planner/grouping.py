@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -127,10 +127,31 @@ def pod_signature(g: nx.Graph, pod: Sequence[str]) -> tuple:
     """A key equal for pods with the same local structure (GPU types, memories, NVLink and NIC
     bandwidths, which local access switch each NIC plugs into, uplink bandwidths), so a pod's
     grouping and group costs can be reused for its twins. Assumes a uniform core tier."""
+    return _local_structure(g, pod, {})
+
+
+def shape_signature(
+    g: nx.Graph, parts: Sequence[Sequence[str]], server_gpus: Mapping[str, list[str]]
+) -> tuple:
+    """A key equal for tuples of GPU sets (a tensor group; the two stages of a pipeline hop)
+    that sit the same way in servers of the same local structure: ``pod_signature`` of their
+    whole servers (servers in name order) with each GPU marked by the part it belongs to.
+    Such sets have the same routes up to renaming, so the same all-reduce and hop times.
+    Assumes a uniform core tier, as pod twins do."""
+    marks: dict[str, int] = {}
+    for k, part in enumerate(parts, start=1):
+        for x in part:
+            marks[x] = k
+    servers = sorted({g.nodes[x].get("server") or x for x in marks})
+    gpus = [x for s in servers for x in server_gpus.get(s, [s])]
+    return _local_structure(g, gpus, marks)
+
+
+def _local_structure(g: nx.Graph, gpus: Sequence[str], marks: Mapping[str, int]) -> tuple:
     local: dict[str, int] = {}
     servers: dict[str, int] = {}
     gpu_keys = []
-    for n in pod:
+    for n in gpus:
         d = g.nodes[n]
         s = servers.setdefault(d.get("server") or n, len(servers))
         links = []
@@ -138,11 +159,13 @@ def pod_signature(g: nx.Graph, pod: Sequence[str]) -> tuple:
             e = g.edges[n, v]
             tag = local.setdefault(v, len(local)) if g.nodes[v]["kind"] == "switch" else -1
             links.append((e["link"], e["available"], e["latency_s"], tag))
-        gpu_keys.append((d["gpu_type"], d["memory_gb"], s, d.get("index", 0), tuple(links)))
+        gpu_keys.append(
+            (d["gpu_type"], d["memory_gb"], s, d.get("index", 0), marks.get(n, 0), tuple(links))
+        )
     sw_keys = []
     for a, k in sorted(local.items(), key=lambda x: x[1]):
         up = sorted(
-            (g.edges[a, v]["available"], g.edges[a, v]["latency_s"])
+            (g.edges[a, v]["available"], g.edges[a, v]["latency_s"], local.get(v, -1))
             for v in g.neighbors(a)
             if g.nodes[v]["kind"] == "switch"
         )

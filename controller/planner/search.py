@@ -106,17 +106,18 @@ def candidates_for(
 
 
 class PhaseSearch:
-    """Prices the phases of one planner: per role and pool, the candidates in decreasing
-    order of their capacity bound, cached by (role, pool)."""
+    """Prices the phases of one planner: per role, pool and candidate, a cheap capacity
+    bound and, on demand, the grouped and priced phase; both cached."""
 
     def __init__(self, ev: Evaluator, policy: Policy, groupers: Sequence[Grouper]) -> None:
         self.ev = ev
         self.policy = policy
         self.groupers = tuple(groupers)
         self.problem = ev.problem
-        self._cache: dict[tuple, list[PhaseOption]] = {}
+        self._cache: dict[tuple, PhaseOption | None] = {}
+        self._bounds: dict[tuple, list[tuple[float, int, int]]] = {}
         self._groupings: dict[tuple, list[PodGroups]] = {}
-        self.priced = 0  # candidates grouped and priced
+        self.n_priced = 0  # candidates grouped and priced
 
     # -- bounds ----------------------------------------------------------------------------
     def capacity_bound(self, role: str, pool: Sequence[str], tp: int, pp: int) -> float:
@@ -158,36 +159,42 @@ class PhaseSearch:
                 hi = mid - 1
         return n * lo / (step(lo) / pp * ev.mean_out)
 
-    # -- phases ----------------------------------------------------------------------------
-    def options(self, role: str, pool: Sequence[str]) -> list[PhaseOption]:
-        """The priced candidates of ``role`` on ``pool``, best capacity first: for prefill,
-        every candidate whose bound could beat the best capacity found (all of them under a
-        GPU cap, where a smaller instance may win); for decode, every candidate."""
+    def bounds(self, role: str, pool: Sequence[str]) -> list[tuple[float, int, int]]:
+        """(capacity bound, TP, PP) of every candidate of ``role`` on ``pool`` with a
+        positive bound, highest first; cached per (role, pool)."""
         key = (role, frozenset(pool))
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        cands = candidates_for(self.problem, self.policy, role, pool)
-        bounds = sorted(
-            ((self.capacity_bound(role, pool, tp, pp), tp, pp) for tp, pp in cands),
-            key=lambda b: (-b[0], b[1] * b[2], b[2]),
-        )
-        # decode capacities here are at T_f = 0; the KV transfer priced later can reorder
-        # them, so only prefill candidates are pruned
-        prune = self.problem.options.max_gpus is None and role == "prefill"
-        out: list[PhaseOption] = []
-        best = 0.0
-        for bound, tp, pp in bounds:
-            if bound <= 0 or (prune and bound <= best * (1 + 1e-9)):
+        hit = self._bounds.get(key)
+        if hit is None:
+            cands = candidates_for(self.problem, self.policy, role, pool)
+            hit = sorted(
+                (b, tp, pp)
+                for tp, pp in cands
+                if (b := self.capacity_bound(role, pool, tp, pp)) > 0
+            )
+            hit.sort(key=lambda b: (-b[0], b[1] * b[2], b[2]))
+            self._bounds[key] = hit
+        return hit
+
+    # -- phases ----------------------------------------------------------------------------
+    def most_capacity(self, role: str, pool: Sequence[str]) -> PhaseOption | None:
+        """The candidate with the most capacity on ``pool`` (T_f = 0 for decode), by branch
+        and bound over the candidates' capacity bounds."""
+        best: PhaseOption | None = None
+        for bound, tp, pp in self.bounds(role, pool):
+            if best is not None and bound <= best.result.capacity * (1 + 1e-9):
                 break
-            opt = self._price(role, pool, tp, pp)
-            if opt is None:
-                continue
-            out.append(opt)
-            best = max(best, opt.result.capacity)
-        out.sort(key=lambda o: -o.result.capacity)
-        self._cache[key] = out
-        return out
+            opt = self.priced(role, pool, tp, pp)
+            if opt is not None and (best is None or opt.result.capacity > best.result.capacity):
+                best = opt
+        return best
+
+    def priced(self, role: str, pool: Sequence[str], tp: int, pp: int) -> PhaseOption | None:
+        """Candidate (TP, PP) of ``role`` on ``pool`` grouped and priced (T_f = 0 for decode);
+        None when it serves nothing. Cached."""
+        key = (role, frozenset(pool), tp, pp)
+        if key not in self._cache:
+            self._cache[key] = self._price(role, pool, tp, pp)
+        return self._cache[key]
 
     def _price(self, role: str, pool: Sequence[str], tp: int, pp: int) -> PhaseOption | None:
         """Group ``pool`` with each of the planner's groupings and price the phase; the
@@ -208,7 +215,7 @@ class PhaseSearch:
                 self.problem.say(f"  {role}: TP={tp} PP={pp} on {len(fit)} GPUs")
                 groups = grouper(ev, role, fit, tp, pp, nbytes)
                 self._groupings[gkey] = groups
-            self.priced += 1
+            self.n_priced += 1
             if role == "prefill":
                 res = ev.prefill_phase(tp, pp, groups)
             else:
@@ -218,29 +225,46 @@ class PhaseSearch:
         return best
 
 
+def split_bound(ps: PhaseSearch, split: Split) -> float:
+    """An upper bound on H for ``split``: the best min(prefill bound, decode bound)."""
+    pb = ps.bounds("prefill", split.prefill)
+    db = ps.bounds("decode", split.decode)
+    if not pb or not db:
+        return 0.0
+    return min(pb[0][0], db[0][0])
+
+
 def _best_pair(
-    ps: PhaseSearch, pre_opts: list[PhaseOption], dec_opts: list[PhaseOption], floor: float
+    ps: PhaseSearch, split: Split, floor: float
 ) -> tuple[Combination, PhaseResult, PhaseResult, float, list, int] | None:
-    """The best prefill/decode pair of one split, with its KV transfer priced; pairs whose
-    bound (T_f = 0) cannot beat ``floor`` (the best H of earlier splits) are skipped."""
+    """The best prefill/decode pair of one split, with its KV transfer priced. Pairs are
+    visited in decreasing order of min(prefill bound, decode bound) and priced on demand;
+    the visit stops at the first pair whose bound cannot beat ``floor`` (the best H of
+    earlier splits) or the best pair found (branch and bound: every bound is an upper bound
+    on the H the pair can reach, its KV transfer included)."""
     ev, problem = ps.ev, ps.problem
     cap = problem.options.max_gpus
-    bounds = []
-    for i, po in enumerate(pre_opts):
-        for j, do in enumerate(dec_opts):
-            comb = combine(po.result, do.result, problem.sla.ttft_s, cap)
-            if comb is not None:
-                bounds.append((comb, i, j))
-    bounds.sort(key=lambda b: (-b[0].rate, b[0].gpus_used, b[1], b[2]))
+    pb = ps.bounds("prefill", split.prefill)
+    db = ps.bounds("decode", split.decode)
+    pairs = sorted(
+        ((min(bp, bd), i, j) for i, (bp, _, _) in enumerate(pb) for j, (bd, _, _) in enumerate(db)),
+        key=lambda x: (-x[0], x[1], x[2]),
+    )
     best = None
     tried = 0
-    for bound, i, j in bounds:
-        if bound.rate <= floor * (1 + 1e-9):
+    for bound, i, j in pairs:
+        beat = max(floor, best[0].rate if best is not None else 0.0)
+        if bound <= beat * (1 + 1e-9):
             break
-        if best is not None and not bound.better_than(best[0]):
-            break
+        po = ps.priced("prefill", split.prefill, pb[i][1], pb[i][2])
+        d0 = ps.priced("decode", split.decode, db[j][1], db[j][2])
+        if po is None or d0 is None:
+            continue
+        comb0 = combine(po.result, d0.result, problem.sla.ttft_s, cap)
+        if comb0 is None or comb0.rate <= beat * (1 + 1e-9):
+            continue  # T_f = 0 already cannot beat it; the KV transfer only lowers H
         tried += 1
-        pre, d0 = pre_opts[i].result, dec_opts[j]
+        pre = po.result
         t_f, flows, reorder = ev.kv_transfer(pre, d0.result)
         rd = ev.reprice_decode(ev.decode_phase(d0.tp, d0.pp, d0.groups, t_f), t_f, reorder)
         comb = combine(pre, rd, problem.sla.ttft_s, cap)
@@ -274,9 +298,9 @@ def _class_rates(ps: PhaseSearch, space: RoleSpace) -> tuple[list[float], list[f
     for role in ROLES:
         fixed = space.fixed_prefill if role == "prefill" else space.fixed_decode
         per = [0.0] * len(space.classes)
-        opts = ps.options(role, [*fixed, *everyone])
-        if opts:
-            for inst in opts[0].result.instances:
+        top = ps.most_capacity(role, [*fixed, *everyone])
+        if top is not None:
+            for inst in top.result.instances:
                 members = [x for st in inst.stages for x in st]
                 for x in members:
                     c = cls_of.get(g.nodes[x].get("server") or x)
@@ -304,22 +328,23 @@ def search(problem: Problem, policy: Policy, groupers: Sequence[Grouper]) -> Sea
         splits = balanced_splits(space, p_rate, d_rate)
         how = f"{len(splits)} role splits around the balance point of {space.n_splits}"
     problem.say(f"{policy.name}: {how}")
+    bounded = sorted(
+        ((split_bound(ps, sp), k, sp) for k, sp in enumerate(splits, start=1)),
+        key=lambda x: (-x[0], x[1]),
+    )
+    feasible_anywhere = {
+        "prefill": any(ps.bounds("prefill", sp.prefill) for sp in splits),
+        "decode": any(ps.bounds("decode", sp.decode) for sp in splits),
+    }
     best: SearchResult | None = None
     tried = 0
-    feasible_anywhere = {r: False for r in ROLES}
-    for k, split in enumerate(splits, start=1):
-        if not split.prefill or not split.decode:
-            continue
-        # Alg. 1 prices the two phases in two threads; they are independent here too, but
-        # the evaluator's caches are not thread-safe and the GIL would serialise them anyway
-        pre_opts = ps.options("prefill", split.prefill)
-        dec_opts = ps.options("decode", split.decode)
-        feasible_anywhere["prefill"] |= bool(pre_opts)
-        feasible_anywhere["decode"] |= bool(dec_opts)
-        if not pre_opts or not dec_opts:
-            continue
+    for bound, k, split in bounded:
+        if bound <= 0:
+            break
         floor = best.combination.rate if best is not None else 0.0
-        found = _best_pair(ps, pre_opts, dec_opts, 0.0 if best is None else floor)
+        if bound <= floor * (1 + 1e-9):
+            break  # no remaining split can beat the best plan
+        found = _best_pair(ps, split, floor)
         if found is None:
             continue
         comb, pre, rd, t_f, flows, n = found
