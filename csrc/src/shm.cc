@@ -24,6 +24,17 @@ void Store(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); 
 
 size_t DataOffset() { return (sizeof(Header) + 63) & ~size_t{63}; }
 
+// A reader's wait up to this long only spins.
+constexpr int64_t kSpinOnlyNs = 100000;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 bool Fail(std::string* error, std::string msg) {
   if (error) *error = std::move(msg);
   return false;
@@ -219,7 +230,13 @@ Segment::ReadStatus Segment::Read(uint64_t* last_seq, std::string* payload,
       // Waiting on the writer: give up at the deadline, so a writer that died mid-publish
       // (counter left odd) never holds a collective longer than wait_ns.
       if (std::chrono::steady_clock::now() >= deadline) return ReadStatus::kBusy;
-      if (attempt % 64 == 0) std::this_thread::yield();
+      // Short waits spin (a yield on a busy machine can cost a whole time slice, far more
+      // than the wait); long ones (communicator init) give the core away now and then.
+      if (wait_ns > kSpinOnlyNs && attempt % 64 == 0) {
+        std::this_thread::yield();
+      } else {
+        CpuRelax();
+      }
     }
     uint64_t s1 = Load(&hdr_->seq);
     if (s1 == 0) return ReadStatus::kEmpty;
