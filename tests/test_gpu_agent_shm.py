@@ -10,17 +10,16 @@ the stall is counted and logged once in the shared log format. Skipped without `
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import struct
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_gpu_agent_e2e import Proc  # tests/ is on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "build" / "csrc" / "libnccl-tuner-heroserve.so"
@@ -64,36 +63,6 @@ def segment(prefix: str) -> Path:
     return Path("/dev/shm") / f"heroserve-{prefix}{GROUP.replace('/', '.')}"
 
 
-class Driver:
-    def __init__(self, log: Path) -> None:
-        self.log = log
-        self._err = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        self.p = subprocess.Popen(
-            [sys.executable, "-X", "faulthandler", "-m", "agents.gpu.tuner_driver", str(PLUGIN)],
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._err,
-            text=True,
-        )
-
-    def ask(self, line: str) -> dict:
-        self.p.stdin.write(line + "\n")
-        self.p.stdin.flush()
-        reply = self.p.stdout.readline()
-        if not reply:
-            raise AssertionError(f"driver died ({self.p.wait(5)}): {self.log.read_text()}")
-        return json.loads(reply)
-
-    def stop(self) -> int:
-        try:
-            self.p.stdin.write("quit\n")
-            self.p.stdin.close()
-            return self.p.wait(10)
-        finally:
-            self._err.close()
-
-
 def bump_seq(path: Path, by: int) -> None:
     with open(path, "r+b") as f:
         f.seek(SEQ_OFFSET)
@@ -106,7 +75,12 @@ def test_stalled_truncated_and_garbage_segments(prefix: str, tmp_path: Path) -> 
     from agents.gpu.policy_core import publish_to_shm
 
     publish_to_shm(GROUP, [table(1, 0)])
-    driver = Driver(tmp_path / "driver.log")
+    driver = Proc(
+        [sys.executable, "-X", "faulthandler", "-m", "agents.gpu.tuner_driver", str(PLUGIN)],
+        {**os.environ, "PYTHONPATH": str(ROOT)},
+        tmp_path / "driver.log",
+        stdin=True,
+    )
     try:
         out = driver.ask("run 4 1048576")
         assert out["agree"] and {c[1] for c in out["choices"]} == {1}
@@ -140,8 +114,8 @@ def test_stalled_truncated_and_garbage_segments(prefix: str, tmp_path: Path) -> 
         out = driver.ask("run 5 4096")
         assert out["agree"] and out["max_call_us"] < GENEROUS_US
     finally:
-        assert driver.stop() == 0, driver.log.read_text()
-    log = driver.log.read_text()
+        assert driver.stop() == 0, driver.text()
+    log = driver.text()
     stalled = [line for line in log.splitlines() if "held the seqlock" in line]
     assert len(stalled) == 1, log  # logged once, not per collective
     # The plugin's own lines (no NCCL logger here) use the shared log format.
