@@ -416,6 +416,28 @@ TEST_F(HostileShm, SchemesMapToNcclAlgorithms) {
     EXPECT_EQ(c.algo, want[round % 4]) << "round " << round;
     EXPECT_EQ(st.last_algorithm, want[round % 4]);
   }
+  // v2 names the algorithm itself, given NCCL's collNetSupport / nvlsSupport: the same
+  // mapping where supported, NCCL's choice (outputs untouched) where not.
+  void* lib = dlopen(HEROSERVE_PLUGIN, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  ASSERT_NE(lib, nullptr);
+  auto* v2 = static_cast<const hsTunerV2*>(dlsym(lib, HS_TUNER_SYMBOL_V2));
+  ASSERT_NE(v2, nullptr);
+  void* old = nullptr;
+  ASSERT_EQ(v2->init(2, 1, Logger, &old), 0);
+  for (int support = 1; support >= 0; --support) {
+    for (int round = 0; round < 4; ++round) {
+      int algo = -1, proto = -1, nch = 0;
+      EXPECT_EQ(v2->getCollInfo(old, HS_NCCL_FUNC_ALLREDUCE, 1000000, support, support, 1, &algo,
+                                &proto, &nch),
+                0);
+      bool offered = support || round == 3;  // ring needs no support flag
+      EXPECT_EQ(algo, offered ? want[round] : -1) << "support " << support << " round " << round;
+      EXPECT_EQ(proto, offered ? HS_PROTO_SIMPLE : -1);
+    }
+  }
+  EXPECT_EQ(plugin_->Stats(old).fallbacks, 3u);
+  v2->destroy(old);
+  dlclose(lib);
 }
 
 }  // namespace
