@@ -50,13 +50,36 @@ bool IsLoopbackController(const std::string& address) {
   return ParseHostPort(address, &hp, nullptr) && IsLoopbackHost(hp.host);
 }
 
+// Hierarchical INA (issue 9) adds SCHEME_HIER = 4 and Policy.rails (field 9) to the proto.
+// Both are read here without naming them, so the agent builds against the proto before and
+// after that change (a controller can send hier tables only with the new one).
+constexpr int kSchemeHier = 4;  // pb::SCHEME_HIER
+
 const char* SchemeString(int s) {
   switch (s) {
     case pb::SCHEME_INA: return "ina";
     case pb::SCHEME_RING: return "ring";
     case pb::SCHEME_NVLS: return "nvls";
+    case kSchemeHier: return "hier";
     default: return "unspecified";
   }
+}
+
+// A hier policy's rails as docs/policy-table.md writes them: [{shard, switch}, ...].
+template <typename P>
+auto RailsJson(const P& p, int) -> decltype(p.rails(), json::Value()) {
+  json::Value rails = json::Value::Array();
+  for (const auto& r : p.rails()) {
+    json::Value x = json::Value::Object();
+    x.set("shard", json::Value::Uint(r.shard()));
+    x.set("switch", json::Value::String(r.switch_()));
+    rails.push_back(std::move(x));
+  }
+  return rails;
+}
+template <typename P>
+json::Value RailsJson(const P& /*proto without rails*/, long) {
+  return json::Value::Array();
 }
 
 // Proto -> the JSON form of docs/policy-table.md, so one validator (ParseTable) serves the
@@ -83,6 +106,8 @@ json::Value TableJson(const pb::PolicyTable& t) {
     q.set("id", Value::Uint(p.id()));
     q.set("scheme", Value::String(SchemeString(p.scheme())));
     q.set("switch", Value::String(p.switch_()));
+    Value rails = RailsJson(p, 0);
+    if (!rails.items().empty()) q.set("rails", std::move(rails));
     Value pl = Value::Array();
     for (const auto& l : p.links()) pl.push_back(Value::String(l));
     q.set("links", std::move(pl));
