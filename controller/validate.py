@@ -33,9 +33,9 @@ from controller.workload.traces import load_trace
 KINDS = ("topology", "plan", "trace")
 
 
-def cluster_for_plan(plan: Plan, topology: str | None = None) -> nx.Graph:
+def cluster_for_plan(plan: Plan, topology: str | None = None, source: str = "plan") -> nx.Graph:
     """The cluster a plan runs on (``topology``, else the plan's own, a built-in name or a
-    file), with the plan checked against it."""
+    file), with the plan (read from ``source``) checked against it."""
     spec = topology or plan.topology
     try:
         g = resolve_topology(spec)
@@ -45,7 +45,10 @@ def cluster_for_plan(plan: Plan, topology: str | None = None) -> nx.Graph:
                 f"plan's topology {spec!r} cannot be resolved ({e}): pass --topology"
             ) from None
         raise
-    check_plan_on_topology(plan, g)
+    try:
+        check_plan_on_topology(plan, g)
+    except InputError as e:
+        raise InputError(f"{source}: {e}") from None
     return g
 
 
@@ -107,7 +110,7 @@ def validate_file(path: str | Path, kind: str | None = None, topology: str | Non
             f"{p}: valid topology ({n} GPUs, {g.number_of_nodes()} nodes, "
             f"{g.number_of_edges()} links)"
         )
-    g = cluster_for_plan(plan, topology)
+    g = cluster_for_plan(plan, topology, str(p))
     return (
         f"{p}: valid plan by {plan.planner} ({len(plan.all_gpus())} GPUs, prefill "
         f"{plan.prefill.tp}x{plan.prefill.pp}, decode {plan.decode.tp}x{plan.decode.pp}), "

@@ -11,11 +11,11 @@ import controller.schema_limits as limits
 from controller.schema import parse_document
 from controller.topology import topology_from_dict
 from controller.validate_plan import validate_plan_dict
-from controller.workload.traces import trace_rows
+from controller.workload.traces import load_trace, trace_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted([*(ROOT / "docs").glob("*.md"), ROOT / "README.md"])
-FENCE = re.compile(r"^```(yaml|yml|json)[^\n]*\n(.*?)^```", re.M | re.S)
+FENCE = re.compile(r"^```(yaml|yml|json|csv)[^\n]*\n(.*?)^```", re.M | re.S)
 
 
 def examples() -> list[tuple[str, str, str]]:
@@ -28,8 +28,13 @@ def examples() -> list[tuple[str, str, str]]:
     return out
 
 
-def check(where: str, lang: str, text: str) -> str:
+def check(where: str, lang: str, text: str, tmp: Path | None = None) -> str:
     """Read an example as the program reads a file; returns what it was checked as."""
+    if lang == "csv":  # the trace loader reads CSV only from files
+        path = tmp / "example.csv"
+        path.write_text(text)
+        load_trace(path)
+        return "trace"
     doc = parse_document(text, where, yaml_ok=lang != "json")
     if isinstance(doc, dict) and "links" in doc:
         topology_from_dict(doc, where)
@@ -44,14 +49,19 @@ def check(where: str, lang: str, text: str) -> str:
 
 
 @pytest.mark.parametrize(("where", "lang", "text"), examples(), ids=lambda x: str(x)[:40])
-def test_every_docs_example_reads(where, lang, text):
-    check(where, lang, text)
+def test_every_docs_example_reads(tmp_path, where, lang, text):
+    check(where, lang, text, tmp_path)
 
 
 def test_the_topology_page_examples_are_checked_as_topologies():
     """Today's docs/topology.md example failed ("GPU 'srv1-gpu0' is disconnected")."""
     kinds = [check(*e) for e in examples() if e[0].startswith("docs/topology.md")]
     assert kinds == ["topology", "topology"]
+
+
+def test_the_inputs_page_shows_every_trace_format(tmp_path):
+    kinds = [check(*e, tmp_path) for e in examples() if e[0].startswith("docs/inputs.md")]
+    assert kinds == ["trace", "trace", "trace"]
 
 
 def test_a_docs_example_with_a_typo_is_caught():

@@ -76,12 +76,12 @@ def load_plan(path: str):
     return load(path)
 
 
-def resolve_for_plan(plan, topology: str | None, workload: str | None):
+def resolve_for_plan(plan, topology: str | None, workload: str | None, source: str = "plan"):
     """The plan's cluster (checked against the plan) and workload."""
     from controller.validate import cluster_for_plan
     from controller.workload import resolve_workload
 
-    g = cluster_for_plan(plan, topology)
+    g = cluster_for_plan(plan, topology, source)
     w = resolve_workload(workload or (plan.workload if plan.workload else "chatbot"))
     return g, w
 
@@ -104,7 +104,7 @@ def run(argv: Sequence[str]) -> int:
 
     a = parser().parse_args(list(argv))
     plan = load_plan(a.plan)
-    g, w = resolve_for_plan(plan, a.topology, a.workload)
+    g, w = resolve_for_plan(plan, a.topology, a.workload, a.plan)
     model = build_model(plan, g, w)
     rate = a.rate * model.gpus_used if a.per_gpu else a.rate
     reqs = make_requests(w, rate, a.requests, a.seed, a.cv)

@@ -178,8 +178,11 @@ def _checked(rows: list[tuple[dict[str, Any], str]], source: str) -> list[dict[s
     for row, where in rows:
         try:
             out.append(ROW.check(row))
-        except SchemaError as e:
-            raise InputError(f"{source}: {where}: {e}") from None
+        except SchemaError as e:  # JSON items read [3].arrival_s, CSV rows line 4: arrival_s
+            place = (
+                f"{where}{'.' if where.startswith('[') else ': '}{e.where}" if e.where else where
+            )
+            raise InputError(f"{source}: {place}: {e.message}") from None
     timed = sum(1 for r in out if "arrival_s" in r)
     if 0 < timed < len(out):
         first = next(w for (r, w), c in zip(rows, out, strict=True) if "arrival_s" not in c)
