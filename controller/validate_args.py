@@ -76,6 +76,17 @@ def parallelism(s: str) -> tuple[int, int]:
     return tp, pp
 
 
+def _writable_dir(d: Path, missing: str) -> None:
+    """``d`` is a folder this process may create files in (``missing``: what to say when it
+    is not there)."""
+    if not d.exists():
+        raise argparse.ArgumentTypeError(missing)
+    if not d.is_dir():
+        raise argparse.ArgumentTypeError(f"{str(d)!r} is not a directory")
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"directory {str(d)!r} is not writable")
+
+
 def output_file(s: str) -> str:
     """A file the command will write: its folder exists and is writable, and the path is not
     a folder. Checked when the command line is read, not after minutes of work."""
@@ -84,11 +95,7 @@ def output_file(s: str) -> str:
         raise argparse.ArgumentTypeError(f"{s!r} is a directory, not a file")
     if p.exists() and not os.access(p, os.W_OK):
         raise argparse.ArgumentTypeError(f"{s!r} is not writable")
-    parent = p.parent
-    if not parent.is_dir():
-        raise argparse.ArgumentTypeError(f"directory {str(parent)!r} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"directory {str(parent)!r} is not writable")
+    _writable_dir(p.parent, f"directory {str(p.parent)!r} does not exist")
     return s
 
 
@@ -99,14 +106,9 @@ def output_dir(s: str) -> str:
     if p.exists() and not p.is_dir():
         raise argparse.ArgumentTypeError(f"{s!r} exists and is not a directory")
     probe = p
-    while not probe.exists():
-        if probe.parent == probe:
-            break
+    while not probe.exists() and probe.parent != probe:
         probe = probe.parent
-    if not probe.is_dir():
-        raise argparse.ArgumentTypeError(f"{str(probe)!r} is not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"{str(probe)!r} is not writable")
+    _writable_dir(probe, f"{str(probe)!r} does not exist")
     return s
 
 

@@ -222,20 +222,25 @@ def judge(rc: int, out: str, err: str) -> str | None:
 CASES = {"topology": 420, "plan": 360, "trace": 260}  # 1,040 mutants
 
 
+def case(kind: str, seed: int, seeds, tmp_path: Path) -> tuple[Path, list[str], str, str]:
+    """Mutant ``seed`` of ``kind`` written to a file: (path, validate argv, what was done,
+    the seed's format or, for a plan, its topology)."""
+    rng = random.Random(f"{kind}-{seed}")
+    doc, extra = rng.choice(seeds[kind])
+    fmt = extra if kind != "plan" else "json"
+    text, did = mutant(doc, fmt, rng)
+    path = tmp_path / f"{kind}-{seed}.{fmt}"
+    path.write_text(text, errors="surrogatepass")
+    argv = ["validate", str(path), "--as", kind]
+    return path, argv + (["--topology", extra] if kind == "plan" else []), did, extra
+
+
 @pytest.mark.parametrize("kind", list(CASES))
 def test_fuzzed_files_get_exit_0_or_2_and_one_line(kind, seeds, tmp_path, capsys):
     failures: list[str] = []
     valid: list[tuple[Path, str]] = []
     for seed in range(CASES[kind]):
-        rng = random.Random(f"{kind}-{seed}")
-        doc, extra = rng.choice(seeds[kind])
-        fmt = extra if kind != "plan" else "json"
-        text, did = mutant(doc, fmt, rng)
-        path = tmp_path / f"{kind}-{seed}.{fmt}"
-        path.write_text(text, errors="surrogatepass")
-        argv = ["validate", str(path), "--as", kind]
-        if kind == "plan":
-            argv += ["--topology", extra]
+        path, argv, did, extra = case(kind, seed, seeds, tmp_path)
         try:
             rc, out, err = run_cli(argv, capsys)
         except (Exception, SystemExit) as e:  # noqa: BLE001 (the test reports any escape)
@@ -278,15 +283,7 @@ def test_the_installed_command_gives_the_same_answers(seeds, tmp_path, capsys):
     """A few mutants through the real ``heroserve`` process: the same exit and line."""
     exe = Path(sys.executable).with_name("heroserve")
     for kind, seed in (("topology", 3), ("plan", 5), ("trace", 7)):
-        rng = random.Random(f"{kind}-{seed}")
-        doc, extra = rng.choice(seeds[kind])
-        fmt = extra if kind != "plan" else "json"
-        text, _ = mutant(doc, fmt, rng)
-        path = tmp_path / f"{kind}.{fmt}"
-        path.write_text(text, errors="surrogatepass")
-        argv = ["validate", str(path), "--as", kind] + (
-            ["--topology", extra] if kind == "plan" else []
-        )
+        _, argv, _, _ = case(kind, seed, seeds, tmp_path)
         rc, out, err = run_cli(argv, capsys)
         r = subprocess.run([str(exe), *argv], capture_output=True, text=True, timeout=120)
         assert (r.returncode, r.stdout, r.stderr) == (rc, out, err)
