@@ -167,7 +167,13 @@ class Str(Spec):
     min_len: int = 0
     what: str = "a string"
 
+    def __post_init__(self) -> None:
+        # most strings (ids in paths, GPU lists) only need their length checked
+        object.__setattr__(self, "plain", self.choices is None and self.pattern is None)
+
     def check(self, value: Any) -> str:
+        if value.__class__ is str and self.plain and self.min_len <= len(value) <= self.max_len:
+            return value
         if value.__class__ is not str:
             if self.choices:
                 raise SchemaError(f"must be one of {', '.join(self.choices)}, got {shown(value)}")
@@ -216,7 +222,12 @@ class ListOf(Spec):
             raise SchemaError(f"{len(value)} items, at most {self.max_len} allowed")
         if len(value) < self.min_len:
             raise SchemaError(f"needs at least {self.min_len} item(s)")
-        check = self.item.check
+        item = self.item
+        if isinstance(item, Str) and item.plain:  # a list of ids: one pass, no calls
+            lo, hi = item.min_len, item.max_len
+            if all(v.__class__ is str and lo <= len(v) <= hi for v in value):
+                return list(value)
+        check = item.check
         out = []
         i = 0
         try:
@@ -273,9 +284,9 @@ class Record(Spec):
         if value.__class__ is not dict:
             raise SchemaError(f"must be {self.what}, got {shown(value)}")
         keys = self.keys
-        for k in value:
-            if k not in keys:
-                raise SchemaError(unknown_key(str(k), tuple(keys))).inside(_key_segment(k))
+        if not keys.keys() >= value.keys():
+            k = next(k for k in value if k not in keys)
+            raise SchemaError(unknown_key(str(k), tuple(keys))).inside(_key_segment(k))
         out = {}
         for k, key in keys.items():
             if k in value:

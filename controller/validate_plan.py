@@ -176,45 +176,56 @@ def validate_plan_dict(d: Any, source: str = "plan") -> Plan:
 
 
 def _check_consistent(plan: Plan) -> None:
-    owner: dict[str, str] = {}
+    # GPU -> (phase, instance, stage, position): its first place, formatted only on an error
+    owner: dict[str, tuple[str, int, int, int]] = {}
     for phase in (plan.prefill, plan.decode):
         name = phase.role
         expected = "prefill" if phase is plan.prefill else "decode"
         if name != expected:
             raise fail(f"{expected}.role", f"must be {expected!r}, got {name!r}")
         for i, inst in enumerate(phase.instances):
-            where = item(f"{name}.instances", i)
-            _check_instance(phase, inst, where, owner)
-        seen: dict[tuple[int, int], str] = {}
+            _check_instance(phase, i, inst, owner)
+        seen: set[tuple[int, int]] = set()
         for k, gr in enumerate(phase.groups):
-            where = item(f"{name}.groups", k)
+            where = f"{name}.groups[{k}]"
             key = (gr.instance, gr.stage)
             if key in seen:
                 raise fail(where, f"a second group for instance {gr.instance} stage {gr.stage}")
-            seen[key] = where
+            seen.add(key)
             _check_group(phase, gr, where)
-    gpu_role = {g: w.split(".", 1)[0] for g, w in owner.items()}
     for k, t in enumerate(plan.kv_transfer):
-        where = item("kv_transfer", k)
-        if gpu_role.get(t.src) != "prefill":
-            raise fail(f"{where}.src", f"{t.src!r} is not a prefill GPU of the plan")
-        if gpu_role.get(t.dst) != "decode":
-            raise fail(f"{where}.dst", f"{t.dst!r} is not a decode GPU of the plan")
+        if owner.get(t.src, ("",))[0] != "prefill":
+            raise fail(f"kv_transfer[{k}].src", f"{t.src!r} is not a prefill GPU of the plan")
+        if owner.get(t.dst, ("",))[0] != "decode":
+            raise fail(f"kv_transfer[{k}].dst", f"{t.dst!r} is not a decode GPU of the plan")
         if t.path[0] != t.src or t.path[-1] != t.dst:
-            raise fail(f"{where}.path", f"must go from {t.src!r} to {t.dst!r}")
+            raise fail(f"kv_transfer[{k}].path", f"must go from {t.src!r} to {t.dst!r}")
 
 
-def _check_instance(phase: PhasePlan, inst: Instance, where: str, owner: dict[str, str]) -> None:
+def _place(at: tuple[str, int, int, int]) -> str:
+    role, i, s, j = at
+    return f"{role}.instances[{i}].stages[{s}][{j}]"
+
+
+def _check_instance(
+    phase: PhasePlan, i: int, inst: Instance, owner: dict[str, tuple[str, int, int, int]]
+) -> None:
     if len(inst.stages) != phase.pp:
-        raise fail(f"{where}.stages", f"{len(inst.stages)} stages, the phase's PP is {phase.pp}")
+        raise fail(
+            f"{phase.role}.instances[{i}].stages",
+            f"{len(inst.stages)} stages, the phase's PP is {phase.pp}",
+        )
     for s, stage in enumerate(inst.stages):
-        w = item(f"{where}.stages", s)
         if len(stage) != phase.tp:
-            raise fail(w, f"{len(stage)} GPUs, the phase's TP is {phase.tp}")
+            raise fail(
+                f"{phase.role}.instances[{i}].stages[{s}]",
+                f"{len(stage)} GPUs, the phase's TP is {phase.tp}",
+            )
         for j, gpu in enumerate(stage):
-            first = owner.setdefault(gpu, item(w, j))
-            if first != item(w, j):
-                raise fail(item(w, j), f"GPU {gpu!r} is used twice (also {first})")
+            here = (phase.role, i, s, j)
+            first = owner.setdefault(gpu, here)
+            if first is not here:
+                raise fail(_place(here), f"GPU {gpu!r} is used twice (also {_place(first)})")
 
 
 def _check_group(phase: PhasePlan, gr: Group, where: str) -> None:
@@ -223,7 +234,7 @@ def _check_group(phase: PhasePlan, gr: Group, where: str) -> None:
     stages = phase.instances[gr.instance].stages
     if gr.stage >= len(stages):
         raise fail(f"{where}.stage", f"instance {gr.instance} has no stage {gr.stage}")
-    if sorted(gr.gpus) != sorted(stages[gr.stage]):
+    if gr.gpus != stages[gr.stage] and sorted(gr.gpus) != sorted(stages[gr.stage]):
         raise fail(f"{where}.gpus", f"must be the GPUs of instance {gr.instance} stage {gr.stage}")
     members = set(gr.gpus)
     _check_paths(gr.paths, members, f"{where}.paths")
