@@ -157,35 +157,6 @@ COMMANDS["plan"] = (
 )
 
 
-# -- topology --------------------------------------------------------------------------------
-def _topology_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=["validate", "export"])
-    p.add_argument("source", help="a built-in name or a topology file")
-
-
-def run_topology(a: argparse.Namespace) -> int:
-    from controller.topology import resolve_topology, topology_to_dict
-
-    g = resolve_topology(a.source)
-    if a.action == "validate":
-        n = sum(1 for _, d in g.nodes(data=True) if d["kind"] == "gpu")
-        print(
-            f"{a.source}: valid ({n} GPUs, {g.number_of_nodes()} nodes, "
-            f"{g.number_of_edges()} links)"
-        )
-    else:
-        json.dump(topology_to_dict(g), sys.stdout, indent=1)
-        print()
-    return 0
-
-
-COMMANDS["topology"] = (
-    "validate a topology file or export a built-in one",
-    _topology_args,
-    run_topology,
-)
-
-
 # -- validate --------------------------------------------------------------------------------
 def _validate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a topology (.yaml/.yml/.json), plan (.json) or trace (.csv/.json)")
@@ -213,6 +184,35 @@ COMMANDS["validate"] = (
     "check a topology, plan or trace file as every command reads it (limits: docs/topology.md)",
     _validate_args,
     run_validate,
+)
+
+
+# -- topology --------------------------------------------------------------------------------
+def _topology_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["validate", "export"])
+    p.add_argument("source", help="a built-in name or a topology file")
+
+
+def run_topology(a: argparse.Namespace) -> int:
+    from controller.topology import resolve_topology, topology_to_dict
+
+    g = resolve_topology(a.source)
+    if a.action == "validate":
+        n = sum(1 for _, d in g.nodes(data=True) if d["kind"] == "gpu")
+        print(
+            f"{a.source}: valid ({n} GPUs, {g.number_of_nodes()} nodes, "
+            f"{g.number_of_edges()} links)"
+        )
+    else:
+        json.dump(topology_to_dict(g), sys.stdout, indent=1)
+        print()
+    return 0
+
+
+COMMANDS["topology"] = (
+    "validate a topology file or export a built-in one",
+    _topology_args,
+    run_topology,
 )
 
 
