@@ -21,6 +21,14 @@ from controller.validate_args import (
     write_text,
 )
 
+
+def _positive(kind: type):
+    """A positive finite ``kind``; options other branches add still use this name."""
+    return bounded(kind, 0, low_open=True)
+
+
+_parallelism = parallelism
+
 COMMANDS: dict[
     str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 ] = {}
