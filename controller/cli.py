@@ -10,33 +10,28 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from controller.errors import InputError
+from controller.schema_limits import MAX_CANDIDATES, MAX_SLA_S
+from controller.validate_args import (
+    OneLineParser,
+    bounded,
+    output_file,
+    parallelism,
+    report_error,
+    seed,
+    write_text,
+)
+
+
+def _positive(kind: type):
+    """A positive finite ``kind``; options other branches add still use this name."""
+    return bounded(kind, 0, low_open=True)
+
+
+_parallelism = parallelism
 
 COMMANDS: dict[
     str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]
 ] = {}
-
-
-def _positive(kind: type):
-    def parse(s: str):
-        try:
-            v = kind(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{s!r} is not a {kind.__name__}") from None
-        if v <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {s}")
-        return v
-
-    return parse
-
-
-def _parallelism(s: str) -> tuple[int, int]:
-    try:
-        tp, pp = (int(x) for x in s.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r} is not TPxPP, e.g. 4x2") from None
-    if tp < 1 or pp < 1:
-        raise argparse.ArgumentTypeError(f"TP and PP must be positive in {s!r}")
-    return tp, pp
 
 
 # -- plan ------------------------------------------------------------------------------------
@@ -57,36 +52,38 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workload", default="chatbot", help="chatbot | summarization | a .csv/.json trace file"
     )
-    p.add_argument("--sla-ttft", type=_positive(float), default=None, help="TTFT bound, s")
-    p.add_argument("--sla-tpot", type=_positive(float), default=None, help="TPOT bound, s")
+    sla_s = bounded(float, 0, MAX_SLA_S, low_open=True)
+    p.add_argument("--sla-ttft", type=sla_s, default=None, help="TTFT bound, s")
+    p.add_argument("--sla-tpot", type=sla_s, default=None, help="TPOT bound, s")
     p.add_argument(
         "--planner",
         default="all",
         help="heroserve | distserve | ds-atp | ds-switchml | exhaustive | all "
         "(heroserve and the three baselines)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument(
         "--max-candi",
-        type=_positive(int),
+        type=bounded(int, 1, MAX_CANDIDATES),
         default=20,
         help="candidate (TP, PP) pairs per phase (Alg. 1)",
     )
     p.add_argument(
         "--json",
         metavar="PATH",
+        type=output_file,
         help="write the plan (heroserve's, or the one "
         "planner's) here; with --planner all each baseline goes to PATH.<planner>.json",
     )
     p.add_argument(
         "--prefill-par",
-        type=_parallelism,
+        type=parallelism,
         metavar="TPxPP",
         help="force the prefill parallelism, e.g. 4x1",
     )
     p.add_argument(
         "--decode-par",
-        type=_parallelism,
+        type=parallelism,
         metavar="TPxPP",
         help="force the decode parallelism, e.g. 8x1",
     )
@@ -190,9 +187,9 @@ def run_plan(a: argparse.Namespace) -> int:
     print(groups_table(plans[head]))
     if a.json:
         path = Path(a.json)
-        plans[head].save(path)
+        write_text(path, plans[head].to_json() + "\n", "--json")
         for n in names[1:]:
-            plans[n].save(path.with_name(f"{path.stem}.{n}.json"))
+            write_text(path.with_name(f"{path.stem}.{n}.json"), plans[n].to_json() + "\n", "--json")
         print(f"\nplan written to {path}")
     progress(f"done in {time.perf_counter() - t0:.1f}s")
     return 0
@@ -202,6 +199,36 @@ COMMANDS["plan"] = (
     "plan a disaggregated deployment and compare it with the baselines",
     _plan_args,
     run_plan,
+)
+
+
+# -- validate --------------------------------------------------------------------------------
+def _validate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="a topology (.yaml/.yml/.json), plan (.json) or trace (.csv/.json)")
+    p.add_argument(
+        "--as",
+        dest="kind",
+        choices=["topology", "plan", "trace"],
+        help="what the file holds (default: told by its extension; a JSON list is a trace, "
+        "a mapping with 'links' a topology, another mapping a plan)",
+    )
+    p.add_argument(
+        "--topology",
+        help="a plan is checked against this cluster (default: the plan's own topology)",
+    )
+
+
+def run_validate(a: argparse.Namespace) -> int:
+    from controller.validate import validate_file
+
+    print(validate_file(a.file, a.kind, a.topology))
+    return 0
+
+
+COMMANDS["validate"] = (
+    "check a topology, plan or trace file as every command reads it (limits: docs/topology.md)",
+    _validate_args,
+    run_validate,
 )
 
 
@@ -271,7 +298,7 @@ PASSTHROUGH: dict[str, tuple[str, Callable[[list[str]], int]]] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="heroserve",
         description="HeroServe: network control plane for disaggregated LLM serving",
     )
@@ -288,12 +315,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in PASSTHROUGH:
         return PASSTHROUGH[argv[0]][1](argv[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         return COMMANDS[args.command][2](args)
     except InputError as e:
-        print(f"heroserve: error: {e}", file=sys.stderr)
-        return 2
+        return report_error("heroserve", e)
     except BrokenPipeError:  # output piped into head and the like
         return 0
     except KeyboardInterrupt:

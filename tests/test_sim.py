@@ -264,10 +264,10 @@ def test_cli_simulate_per_gpu_rate_and_online_scheduler(plan_file, capsys):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--rate", "0"], "rate must be positive"),
-    (["--rate", "-2"], "rate must be positive"),
-    (["--rate", "abc"], "is not a float"),
-    (["--rate", "1", "--topology", "fig2"], "not in cluster"),
+    (["--rate", "0"], "--rate: must be positive"),
+    (["--rate", "-2"], "--rate: must be positive"),
+    (["--rate", "abc"], "is not a number"),
+    (["--rate", "1", "--topology", "fig2"], "not in topology"),
     (["--rate", "1", "--requests", "0"], "must be positive"),
     (["--rate", "1", "--workload", "nope"], "unknown workload"),
 ])  # fmt: skip

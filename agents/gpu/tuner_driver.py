@@ -4,9 +4,12 @@ Loads the plugin with ctypes, opens ``--ranks`` communicator contexts through th
 answers commands on stdin, one per line, with one JSON line each on stdout:
 
 * ``run N BYTES``: N AllReduces of BYTES on every rank; replies
-  ``{"choices": [[seq, version, policy_id, algorithm], ...]}`` for rank 0 and
-  ``"agree": true`` when every rank picked the same algorithm every time.
-* ``stats``: ``{"version": .., "seq": .., "selections": .., "fallbacks": ..}`` of rank 0.
+  ``{"choices": [[seq, version, policy_id, algorithm], ...]}`` for rank 0,
+  ``"agree": true`` when every rank picked the same algorithm every time, and
+  ``"max_call_us"``, the longest single ``getCollInfo`` call (wall clock, this process).
+* ``stats``: ``{"version": .., "seq": .., "selections": .., "fallbacks": .., "stalled": ..,
+  "refused": ..}`` of rank 0 (``stalled``: collectives decided while the segment's seqlock
+  stayed held; ``refused``: segment reads refused as garbled, truncated or foreign).
 * ``quit``.
 
 Used by the end-to-end tests (controller -> agent -> shm -> plugin -> telemetry) and
@@ -20,6 +23,7 @@ import argparse
 import ctypes
 import json
 import sys
+import time
 
 NUM_ALGO, NUM_PROTO = 7, 3
 ALLREDUCE = 4
@@ -33,6 +37,8 @@ class _Stats(ctypes.Structure):
         ("seq", ctypes.c_uint64),
         ("last_policy_id", ctypes.c_uint32),
         ("last_algorithm", ctypes.c_int),
+        ("stalled", ctypes.c_uint64),
+        ("refused", ctypes.c_uint64),
     ]
 
 
@@ -126,21 +132,25 @@ def main(argv: list[str] | None = None) -> int:
                 "seq": s.seq,
                 "selections": s.selections,
                 "fallbacks": s.fallbacks,
+                "stalled": s.stalled,
+                "refused": s.refused,
             }
-        elif words[0] == "run" and len(words) == 3:
+        elif words[0] == "run" and len(words) == 3 and all(w.isdigit() for w in words[1:]):
             n, size = int(words[1]), int(words[2])
-            choices, agree = [], True
+            choices, agree, worst = [], True, 0.0
             for _ in range(n):
                 algos = []
                 for c in ctxs:
                     t = _nccl_costs()
+                    t0 = time.perf_counter()
                     tuner.getCollInfo(c, ALLREDUCE, size, 1, t, NUM_ALGO, NUM_PROTO, 0, nch)
+                    worst = max(worst, time.perf_counter() - t0)
                     algos.append(_cheapest(t))
                 agree = agree and len(set(algos)) == 1
                 s = _Stats()
                 stats_fn(ctxs[0], ctypes.byref(s))
                 choices.append([s.seq - 1, s.table_version, s.last_policy_id, algos[0]])
-            out = {"choices": choices, "agree": agree}
+            out = {"choices": choices, "agree": agree, "max_call_us": round(worst * 1e6, 1)}
         else:
             out = {"error": f"unknown command {line.strip()!r}"}
         print(json.dumps(out), flush=True)

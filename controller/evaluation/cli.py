@@ -7,21 +7,30 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from controller.errors import InputError
-from controller.sim.cli import _number, _Parser
+from controller.schema_limits import MAX_SERVERS, MAX_SIM_REQUESTS, MAX_WORKERS
+from controller.validate_args import (
+    OneLineParser,
+    bounded,
+    make_dir,
+    output_dir,
+    report_error,
+    seed,
+)
 
 
 def parser() -> argparse.ArgumentParser:
     from controller.evaluation.scenarios import SCENARIOS
 
-    p = _Parser(prog="heroserve evaluate", description=__doc__)
+    p = OneLineParser(prog="heroserve evaluate", description=__doc__)
     p.add_argument("--scenario", required=True, help=" | ".join(SCENARIOS))
-    p.add_argument("--out", default=None, help="output folder (default: eval/<scenario>)")
+    p.add_argument(
+        "--out", type=output_dir, default=None, help="output folder (default: eval/<scenario>)"
+    )
     p.add_argument(
         "--workers",
-        type=_number(int, "--workers"),
+        type=bounded(int, 1, MAX_WORKERS),
         default=os.cpu_count() or 1,
         help="simulation processes (default: every core)",
     )
@@ -33,14 +42,14 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--requests",
-        type=_number(int, "--requests"),
+        type=bounded(int, 1, MAX_SIM_REQUESTS),
         default=None,
         help="requests per simulation point (default: those arriving in 30 request lives "
         "at the point's rate, at least 2000)",
     )
     p.add_argument(
         "--servers",
-        type=_number(int, "--servers"),
+        type=bounded(int, 1, MAX_SERVERS),
         default=None,
         help="track scenarios: servers in the cluster (default 1200)",
     )
@@ -49,7 +58,7 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="comma-separated planners (default: heroserve and the 3 baselines)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument(
         "--online-scheduler",
         action="store_true",
@@ -71,7 +80,7 @@ def run(argv: Sequence[str]) -> int:
         unit = 6 if s.topology == "2tracks" else 16
         if s.servers % unit:
             raise InputError(f"--servers must be a multiple of {unit} for {s.topology}")
-    out = Path(a.out or f"eval/{s.name}")
+    out = make_dir(a.out or f"eval/{s.name}", "--out")
     say = progress_printer(a.quiet) or (lambda m: None)
     with Runner(a.workers, a.ray, say) as runner:
         summary = evaluate(s, out, runner, say, a.seed, a.online_scheduler)
@@ -87,8 +96,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         return run(argv)
     except InputError as e:
-        print(f"heroserve evaluate: error: {e}", file=sys.stderr)
-        return 2
+        return report_error("heroserve evaluate", e)
     except KeyboardInterrupt:
         print("heroserve evaluate: interrupted", file=sys.stderr)
         return 130

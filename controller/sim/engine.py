@@ -226,6 +226,12 @@ class Simulator:
                 self._swapped_in(*payload)
             elif kind == "kv":
                 self._sample_kv()
+                if len(self.kv_timeline) >= 2 * self.o.kv_samples:
+                    # the run outlasts its arrivals' span (one request, all at once): keep
+                    # every other sample and double the period, so the timeline stays within
+                    # 2 kv_samples and its events grow with log(duration), not duration
+                    self.kv_timeline = self.kv_timeline[::2]
+                    self._sample_dt *= 2
                 if len(ev) > periodic - 1:  # something else is still to happen
                     self._push(t + self._sample_dt, "kv", None)
             elif kind == "win":

@@ -29,8 +29,10 @@ if(GRPCPP_FOUND AND PROTOBUF_FOUND AND PROTOC AND GRPC_CPP_PLUGIN AND EXISTS ${H
   # Generated code is not ours to fix: no -Werror on it.
   target_compile_options(heroserve_proto PRIVATE -Wno-error -w)
 
-  add_executable(heroserve-gpu-agent agent/main.cc agent/daemon.cc)
+  add_executable(heroserve-gpu-agent agent/main.cc agent/daemon.cc agent/address.cc)
   target_include_directories(heroserve-gpu-agent PRIVATE agent)
+  target_compile_definitions(heroserve-gpu-agent PRIVATE
+    HEROSERVE_VERSION="${HEROSERVE_VERSION}")
   target_link_libraries(heroserve-gpu-agent PRIVATE heroserve_core heroserve_nvml heroserve_proto)
   set(HEROSERVE_HAVE_AGENT ON)
 else()

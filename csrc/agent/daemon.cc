@@ -1,35 +1,30 @@
 #include "daemon.h"
 
 #include <grpcpp/grpcpp.h>
-#include <sys/time.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "address.h"
+#include "heroserve/log.h"
 #include "heroserve/v1/control.grpc.pb.h"
 #include "heroserve/v1/control.pb.h"
 
 namespace heroserve::agent {
 
 namespace pb = heroserve::v1;
-constexpr const char* kAgentVersion = "heroserve-gpu-agent 0.1.0";
+constexpr const char* kAgentVersion = "heroserve-gpu-agent " HEROSERVE_VERSION;
 constexpr size_t kKeepVersions = 4;
 
+// The shared log format (heroserve/log.h), logger heroserve.gpu-agent; "WARN" is WARNING.
 void Log(const char* level, const std::string& msg) {
-  struct timeval tv;
-  gettimeofday(&tv, nullptr);
-  struct tm tm;
-  gmtime_r(&tv.tv_sec, &tm);
-  char ts[32];
-  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::fprintf(stderr, "%s.%03dZ heroserve-gpu-agent %s: %s\n", ts,
-               static_cast<int>(tv.tv_usec / 1000), level, msg.c_str());
-  std::fflush(stderr);
+  log::Level l = log::Level::kInfo;
+  if (!log::ParseLevel(level, &l) && std::string(level) == "WARN") l = log::Level::kWarning;
+  log::Write(l, "heroserve.gpu-agent", msg);
 }
 
 namespace {
@@ -50,24 +45,41 @@ bool ReadFile(const std::string& path, std::string* out, std::string* error) {
   return true;
 }
 
-std::string HostOf(const std::string& addr) {
-  if (!addr.empty() && addr[0] == '[') return addr.substr(1, addr.find(']') - 1);
-  auto colon = addr.rfind(':');
-  return colon == std::string::npos ? addr : addr.substr(0, colon);
+bool IsLoopbackController(const std::string& address) {
+  HostPort hp;
+  return ParseHostPort(address, &hp, nullptr) && IsLoopbackHost(hp.host);
 }
 
-bool IsLoopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0 ||
-         host.rfind("unix:", 0) == 0;
-}
+// Hierarchical INA (issue 9) adds SCHEME_HIER = 4 and Policy.rails (field 9) to the proto.
+// Both are read here without naming them, so the agent builds against the proto before and
+// after that change (a controller can send hier tables only with the new one).
+constexpr int kSchemeHier = 4;  // pb::SCHEME_HIER
 
 const char* SchemeString(int s) {
   switch (s) {
     case pb::SCHEME_INA: return "ina";
     case pb::SCHEME_RING: return "ring";
     case pb::SCHEME_NVLS: return "nvls";
+    case kSchemeHier: return "hier";
     default: return "unspecified";
   }
+}
+
+// A hier policy's rails as docs/policy-table.md writes them: [{shard, switch}, ...].
+template <typename P>
+auto RailsJson(const P& p, int) -> decltype(p.rails(), json::Value()) {
+  json::Value rails = json::Value::Array();
+  for (const auto& r : p.rails()) {
+    json::Value x = json::Value::Object();
+    x.set("shard", json::Value::Uint(r.shard()));
+    x.set("switch", json::Value::String(r.switch_()));
+    rails.push_back(std::move(x));
+  }
+  return rails;
+}
+template <typename P>
+json::Value RailsJson(const P& /*proto without rails*/, long) {
+  return json::Value::Array();
 }
 
 // Proto -> the JSON form of docs/policy-table.md, so one validator (ParseTable) serves the
@@ -94,6 +106,8 @@ json::Value TableJson(const pb::PolicyTable& t) {
     q.set("id", Value::Uint(p.id()));
     q.set("scheme", Value::String(SchemeString(p.scheme())));
     q.set("switch", Value::String(p.switch_()));
+    Value rails = RailsJson(p, 0);
+    if (!rails.items().empty()) q.set("rails", std::move(rails));
     Value pl = Value::Array();
     for (const auto& l : p.links()) pl.push_back(Value::String(l));
     q.set("links", std::move(pl));
@@ -358,7 +372,7 @@ int Daemon::Run() {
   }
   if (opts_.tls_ca.empty()) {
     Log("WARN", "insecure (no TLS) connection to " + opts_.controller +
-                    (IsLoopback(HostOf(opts_.controller)) ? " on loopback" : ""));
+                    (IsLoopbackController(opts_.controller) ? " on loopback" : ""));
   }
   std::thread telemetry([this] { TelemetryLoop(); });
   double backoff = 0.2;

@@ -1,11 +1,14 @@
 // Policy-core benchmark: ns per selection (16 and 256 policies, 1 and 2 threads, each thread
 // its own Scheduler reading one shared TableStore) and updates per second (table publishes
-// into the store while readers select; utilisation windows, Eq. 18, per scheduler).
+// into the store while readers select; utilisation windows, Eq. 18, per scheduler); with the
+// plugin's path, ns per getCollInfo with a healthy, republished, garbled and stalled segment.
 // Prints one line per figure; benchmarks/bench_policy_core.py runs it.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -84,7 +87,40 @@ static double SelectNs(size_t n, int threads, uint64_t iters) {
 }
 
 // Whole plugin path: ns per getCollInfo (shm check, table store poll, selection, counters,
-// cost-table rewrite) with a 16-policy table published in a private segment.
+// cost-table rewrite) with a 16-policy table published in a private segment; then the same
+// call with the segment stalled (an agent killed mid-publish left the seqlock odd), garbled,
+// and republished every call, and the writer's publish time. Issue 10: a collective is
+// decided within 10 us of the segment read, whatever the segment holds.
+struct CallTimes {
+  double mean, median, p99;  // ns per getCollInfo (each call timed alone)
+};
+
+static CallTimes CallNs(const hsTunerV6* v6, void* ctx, uint64_t iters,
+                        const std::function<void(uint64_t)>& before_each) {
+  float table[HS_NUM_ALGORITHMS][HS_NUM_PROTOCOLS];
+  int nch = 0;
+  std::vector<double> ns(iters);
+  for (uint64_t i = 0; i < iters; ++i) {
+    for (auto& row : table)
+      for (float& c : row) c = 1.0f;
+    if (before_each) before_each(i);
+    auto t0 = Clock::now();
+    v6->getCollInfo(ctx, HS_NCCL_FUNC_ALLREDUCE, 4096u << (i & 15), 1,
+                    reinterpret_cast<float**>(table), HS_NUM_ALGORITHMS, HS_NUM_PROTOCOLS, 0,
+                    &nch);
+    ns[i] = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+  }
+  double sum = 0;
+  for (double v : ns) sum += v;
+  std::sort(ns.begin(), ns.end());
+  return CallTimes{sum / static_cast<double>(iters), ns[iters / 2], ns[iters * 99 / 100]};
+}
+
+static void PrintCall(const char* what, const CallTimes& t, const std::string& extra = "") {
+  std::printf("%s ns_per_call=%.1f median_ns=%.1f p99_ns=%.1f%s\n", what, t.mean, t.median,
+              t.p99, extra.c_str());
+}
+
 static void PluginNs(const char* path, uint64_t iters) {
   std::string prefix = "bench" + std::to_string(getpid()) + ".";
   setenv("HEROSERVE_SHM_PREFIX", prefix.c_str(), 1);
@@ -92,8 +128,8 @@ static void PluginNs(const char* path, uint64_t iters) {
   heroserve::shm::Segment seg;
   std::string err;
   std::string name = heroserve::shm::SegmentName("bench/0/0");
-  if (!seg.Create(name, 1 << 20, &err) ||
-      !seg.Publish("{\"tables\": [" + heroserve::TableToJson(*MakeTable(16, 1)) + "]}", 1, &err)) {
+  const std::string doc = "{\"tables\": [" + heroserve::TableToJson(*MakeTable(16, 1)) + "]}";
+  if (!seg.Create(name, 1 << 20, &err) || !seg.Publish(doc, 1, &err)) {
     std::printf("plugin_ns skipped: %s\n", err.c_str());
     return;
   }
@@ -104,22 +140,48 @@ static void PluginNs(const char* path, uint64_t iters) {
     shm_unlink(name.c_str());
     return;
   }
+  // The plugin's fallback log lines (a stalled segment is warned about once) go to stderr.
   void* ctx = nullptr;
   v6->init(&ctx, 1, 8, 1, nullptr, nullptr, nullptr);
-  float table[HS_NUM_ALGORITHMS][HS_NUM_PROTOCOLS];
-  int nch = 0;
-  auto t0 = Clock::now();
-  for (uint64_t i = 0; i < iters; ++i) {
-    for (auto& row : table)
-      for (float& c : row) c = 1.0f;
-    v6->getCollInfo(ctx, HS_NCCL_FUNC_ALLREDUCE, 4096u << (i & 15), 1,
-                    reinterpret_cast<float**>(table), HS_NUM_ALGORITHMS, HS_NUM_PROTOCOLS, 0,
-                    &nch);
-  }
-  double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
-              static_cast<double>(iters);
-  std::printf("plugin_getcollinfo policies=16 ns_per_call=%.1f\n", ns);
+  PrintCall("plugin_getcollinfo policies=16", CallNs(v6, ctx, iters, nullptr));
+  uint64_t* seq = &seg.header()->seq;
+  // The segment a collective reads and parses anew every call (publish between calls).
+  const uint64_t reads = std::max<uint64_t>(iters / 1000, 200);
+  PrintCall("plugin_getcollinfo_new_table policies=16",
+            CallNs(v6, ctx, reads, [&](uint64_t) { seg.Publish(doc, 1, &err); }),
+            " payload_bytes=" + std::to_string(doc.size()));
+  // Garbled: the counter moves, the checksum does not match (read, checked, refused).
+  PrintCall("plugin_getcollinfo_garbled", CallNs(v6, ctx, reads, [&](uint64_t) {
+              __atomic_fetch_add(&seg.header()->checksum, 1, __ATOMIC_RELEASE);
+              __atomic_fetch_add(seq, 2, __ATOMIC_RELEASE);
+            }));
+  // Stalled, first look at each odd value: the bounded wait, then the decision.
+  __atomic_fetch_add(seq, 1, __ATOMIC_RELEASE);
+  CallTimes first = CallNs(v6, ctx, reads, [&](uint64_t) {
+    __atomic_fetch_add(seq, 2, __ATOMIC_RELEASE);  // a new odd value every call
+  });
+  // Stalled, steady state: the same odd value, already given up on.
+  CallTimes steady = CallNs(v6, ctx, iters, nullptr);
+  hsTunerStats st{};
+  auto stats = reinterpret_cast<int (*)(void*, hsTunerStats*)>(dlsym(lib, "heroserveTunerStats"));
+  if (stats) stats(ctx, &st);
+  PrintCall("plugin_getcollinfo_stalled_first", first);
+  PrintCall("plugin_getcollinfo_stalled", steady,
+            " stalled_counted=" + std::to_string(st.stalled));
+  // The issue's bound, on the median (a busy shared machine preempts single calls).
+  std::printf("stalled_decision_within_10us=%s\n",
+              first.median < 10000 && steady.median < 10000 ? "yes" : "NO");
   v6->finalize(ctx);
+  // The writer's side: one publish (copy + checksum under the seqlock).
+  for (size_t bytes : {doc.size(), size_t{1} << 20}) {
+    std::string payload = bytes == doc.size() ? doc : std::string(bytes, ' ');
+    const uint64_t n = bytes == doc.size() ? 20000 : 200;
+    auto t0 = Clock::now();
+    for (uint64_t i = 0; i < n; ++i) seg.Publish(payload, 1, &err);
+    std::printf("publish payload_bytes=%zu ns_per_publish=%.0f\n", bytes,
+                std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
+                    static_cast<double>(n));
+  }
   shm_unlink(name.c_str());
 }
 

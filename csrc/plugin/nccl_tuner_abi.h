@@ -125,6 +125,11 @@ typedef struct {
   uint64_t seq;              /* next collective sequence number */
   uint32_t last_policy_id;
   int last_algorithm;        /* -1 when none */
+  uint64_t stalled;          /* AllReduces decided while the segment's seqlock stayed held past
+                                the wait bound (writer died mid-publish): decided from the
+                                tables already held, NCCL's defaults when none */
+  uint64_t refused;          /* segment reads refused by this context: garbled, truncated,
+                                foreign or resized too often, or not a table list */
 } hsTunerStats;
 int heroserveTunerStats(void* context, hsTunerStats* out);
 

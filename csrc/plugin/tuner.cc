@@ -2,17 +2,24 @@
 //
 // Every AllReduce of a communicator gets the policy the online scheduler (Eqs. 16-17) picks
 // from the group's table, which the GPU agent publishes in shared memory. The policy's scheme
-// maps to NCCL's algorithms (INA -> CollNet Direct, else Chain; NVLS -> NVLS, else NVLS Tree;
-// ring -> Ring) and the plugin makes that algorithm's best protocol cost 0 so NCCL picks it.
-// Other collectives are left to NCCL and do not advance the sequence.
+// maps to NCCL's algorithms: hier -> CollNet Direct (NCCL's hierarchical CollNet: all-to-all
+// reduce-scatter inside the node, the network reduces one shard per NIC, all-gather), flat
+// INA -> CollNet Chain (chain inside the node, one network reduction), NVLS -> NVLS, ring ->
+// Ring, each with the other CollNet / NVLS Tree as second choice. The plugin makes that
+// algorithm's best protocol cost 0 so NCCL picks it. Other collectives are left to NCCL and
+// do not advance the sequence.
 //
 // Determinism: a choice depends only on (table version in force, collective sequence number,
 // nBytes); tables switch at the sequence number the controller names (apply_from_seq). No
 // rank-local input (timing, rank, local utilisation) enters the decision, so all ranks of a
-// communicator agree.
+// communicator agree. A rank that cannot read its segment decides exactly as a rank whose
+// daemon has not published yet: from the tables it holds (csrc/README.md, "Determinism").
 //
-// Safety: the plugin never fails NCCL. No segment, a garbled segment or a bad table mean
-// "leave NCCL's defaults" (logged once); the last good table stays in force.
+// Safety: the plugin never fails NCCL and never waits on the daemon beyond a bound. The
+// segment is untrusted: sizes come from the mapping, a seqlock held odd is waited on for at
+// most kCollectiveWaitNs per collective (then the tables already held decide; counted as
+// `stalled` and logged at most once a minute), a garbled, truncated or foreign segment is
+// refused (counted as `refused`, logged likewise) and the last good table stays in force.
 //
 // A single-rank communicator (a TP=1 group) has no all-reduce on the network, and the
 // controller publishes no table for it (docs/policy-table.md): its context attaches to no
@@ -29,11 +36,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "heroserve/json.h"
+#include "heroserve/log.h"
 #include "heroserve/policy.h"
 #include "heroserve/shm.h"
 #include "nccl_tuner_abi.h"
@@ -49,6 +57,19 @@ namespace shm = heroserve::shm;
 
 constexpr const char* kName = "HeroServe";
 
+// Bounds (csrc/README.md, "The plugin"). The budget is 10 us per collective from the
+// segment read to the decision; a 2 us wait on a seqlock that a live daemon holds for one
+// copy of a typical table (bench_policy_core: publish_ns) leaves the rest to the decision.
+constexpr int64_t kCollectiveWaitNs = 2000;
+// At communicator init the tables already published must reach the store before the first
+// collective: wait up to 10 ms, more than one publish of the largest default payload (1 MiB)
+// takes (bench_policy_core: publish_ns for 1 MiB).
+constexpr int64_t kAttachWaitNs = 10000000;
+constexpr int64_t kRetryOpenNs = 100000000;      // segment absent: look again every 100 ms
+constexpr int64_t kWarnEveryNs = 60000000000;    // a repeated warning: at most once a minute
+constexpr size_t kMaxMappings = 8;               // remaps of one segment (never unmapped)
+constexpr size_t kMaxTablesPerSegment = 16;      // the daemon keeps 4 versions
+
 void LogTo(hsNcclLogger fn, int level, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
 
 void LogTo(hsNcclLogger fn, int level, const char* fmt, ...) {
@@ -60,8 +81,9 @@ void LogTo(hsNcclLogger fn, int level, const char* fmt, ...) {
   if (fn) {
     fn(level, HS_NCCL_TUNING, __FILE__, __LINE__, "HeroServe tuner: %s", buf);
   } else {
-    std::fprintf(stderr, "[heroserve-tuner] %s: %s\n", level == HS_NCCL_LOG_WARN ? "WARN" : "INFO",
-                 buf);
+    heroserve::log::Write(level == HS_NCCL_LOG_WARN ? heroserve::log::Level::kWarning
+                                                    : heroserve::log::Level::kInfo,
+                          "heroserve.tuner", buf);
   }
 }
 
@@ -71,106 +93,204 @@ int64_t NowNs() {
       .count();
 }
 
+// A warning that repeats (a stalled or garbled segment is seen by every collective): the
+// first occurrence is logged, later ones at most once per kWarnEveryNs with their count.
+struct WarnLimiter {
+  std::atomic<int64_t> next_ns{0};
+  std::atomic<uint64_t> skipped{0};
+
+  bool Due(int64_t now, uint64_t* skipped_since) {
+    int64_t next = next_ns.load(std::memory_order_relaxed);
+    if (now < next || !next_ns.compare_exchange_strong(next, now + kWarnEveryNs)) {
+      skipped.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    *skipped_since = skipped.exchange(0, std::memory_order_relaxed);
+    return true;
+  }
+};
+
+// What a collective learns about its group's segment.
+enum class SegState {
+  kCurrent,  // the store reflects the segment (or its content was refused: last good tables)
+  kStalled,  // the writer holds the seqlock past the wait bound: tables already held decide
+  kMissing,  // no segment (yet): NCCL's defaults until one appears
+};
+
 // One per group per process: the shm segment and the in-process table store fed from it.
-// Any context may refresh it (try-lock, so at most one parses); all read the store lock-free.
+// Any context may refresh it (under refresh_mu); all read the store lock-free.
 struct GroupFeed {
   std::string group;
   std::string shm_name;
+  TableStore store;
   std::mutex refresh_mu;
-  shm::Segment seg;          // guarded by refresh_mu
-  uint64_t shm_seq_seen = 0; // guarded by refresh_mu
-  std::atomic<uint64_t> shm_seq_hint{0};
+  // Every mapping of the segment made by this process (a remap follows a growth). None is
+  // ever unmapped: other threads use the current one without the lock.
+  std::vector<std::unique_ptr<shm::Segment>> mappings;  // guarded by refresh_mu
+  std::atomic<shm::Segment*> seg{nullptr};
+  uint64_t seq_read = 0;                  // guarded by refresh_mu: counter last read or refused
+  std::atomic<uint64_t> seq_done{0};      // counter whose content the store reflects
+  std::atomic<uint64_t> seq_stalled{0};   // odd counter a read gave up on (0: none)
   std::atomic<int64_t> next_open_ns{0};
   std::atomic<int> slot{-1};
   // One context per group per process counts selections (all members choose alike, and
   // several communicators of one group in one process must not be counted twice).
   std::atomic<void*> counter_owner{nullptr};
-  TableStore store;
-  std::atomic<bool> warned_missing{false};
-  std::atomic<bool> warned_garbled{false};
-  std::atomic<bool> warned_bad_table{false};
+  WarnLimiter warn_missing, warn_stalled, warn_refused;
 
-  // Cheap when nothing changed: one load of the shm seqlock counter.
-  void MaybeRefresh(hsNcclLogger log) {
-    const shm::Header* h = nullptr;
-    {
-      // Fast path without the lock: seg is only (re)opened under refresh_mu and never closed
-      // while the process runs, so a non-null header stays valid.
-      h = open_hdr.load(std::memory_order_acquire);
+  void Warn(hsNcclLogger log, WarnLimiter* w, int64_t now, const std::string& msg) {
+    uint64_t skipped = 0;
+    if (!w->Due(now, &skipped)) return;
+    if (skipped == 0) {
+      LogTo(log, HS_NCCL_LOG_WARN, "%s", msg.c_str());
+    } else {
+      LogTo(log, HS_NCCL_LOG_WARN, "%s (%llu more since the last warning)", msg.c_str(),
+            static_cast<unsigned long long>(skipped));
     }
-    if (h) {
-      uint64_t s = __atomic_load_n(&h->seq, __ATOMIC_ACQUIRE);
-      if (s == shm_seq_hint.load(std::memory_order_acquire)) return;
+  }
+
+  // Brings the store up to date with the segment. Cheap when nothing changed: one load of
+  // the seqlock counter. `block`: wait for another context's read in progress (init) rather
+  // than decide without it; a collective never waits for one (the tables it holds are those
+  // every rank uses until the new version's apply_from_seq). *refused counts refusals.
+  SegState Refresh(hsNcclLogger log, int64_t wait_ns, bool block, uint64_t* refused) {
+    shm::Segment* s = seg.load(std::memory_order_acquire);
+    if (s) {
+      uint64_t v = s->seq();
+      if (v == seq_done.load(std::memory_order_acquire)) return SegState::kCurrent;
+      if ((v & 1) && v == seq_stalled.load(std::memory_order_relaxed)) return SegState::kStalled;
     } else if (NowNs() < next_open_ns.load(std::memory_order_relaxed)) {
-      return;  // segment missing: retry opening at most every 100 ms
+      return SegState::kMissing;
     }
-    // Block (not try-lock) while another context refreshes: a context must not choose before
-    // the tables already in shm reach the store, or ranks could diverge. Only on a change.
-    std::lock_guard<std::mutex> lock(refresh_mu);
-    if (!seg.is_open()) {
-      std::string err;
-      if (!seg.Open(shm_name, &err)) {
-        next_open_ns.store(NowNs() + 100000000, std::memory_order_relaxed);
-        if (!warned_missing.exchange(true)) {
-          LogTo(log, HS_NCCL_LOG_WARN, "%s; using NCCL's defaults until the agent publishes",
-                err.c_str());
-        }
-        return;
+    std::unique_lock<std::mutex> lock(refresh_mu, std::defer_lock);
+    if (block) {
+      lock.lock();
+    } else if (!lock.try_lock()) {
+      return SegState::kCurrent;
+    }
+    return RefreshLocked(log, wait_ns, refused);
+  }
+
+ private:
+  // Refused content is not read again until the writer moves the counter (seq_done).
+  void Refuse(hsNcclLogger log, int64_t now, uint64_t* refused, const std::string& why) {
+    ++*refused;
+    Warn(log, &warn_refused, now,
+         "policy segment " + shm_name + " refused: " + why + "; keeping the last good table");
+  }
+
+  // Maps the segment (first attach, or again after a growth). False when absent or refused.
+  bool Attach(hsNcclLogger log, int64_t now, uint64_t* refused, bool remap) {
+    if (mappings.size() >= kMaxMappings) {
+      next_open_ns.store(now + kRetryOpenNs, std::memory_order_relaxed);
+      Refuse(log, now, refused, "its size changed more than " +
+                                    std::to_string(kMaxMappings) + " times");
+      return false;
+    }
+    auto m = std::make_unique<shm::Segment>();
+    std::string err;
+    bool absent = false;
+    if (!m->Open(shm_name, &err, &absent)) {
+      next_open_ns.store(now + kRetryOpenNs, std::memory_order_relaxed);
+      if (absent) {
+        Warn(log, &warn_missing, now, err + "; using NCCL's defaults until the agent publishes");
+      } else {
+        Refuse(log, now, refused, err);
       }
-      slot.store(seg.ClaimSlot(), std::memory_order_relaxed);
-      open_hdr.store(seg.header(), std::memory_order_release);
-      LogTo(log, HS_NCCL_LOG_INFO, "attached to %s for group %s", shm_name.c_str(), group.c_str());
+      return false;
+    }
+    slot.store(m->ClaimSlot(), std::memory_order_relaxed);
+    if (!remap) {
+      seq_read = 0;
+      seq_done.store(0, std::memory_order_relaxed);
+      LogTo(log, HS_NCCL_LOG_INFO, "attached to %s for group %s", shm_name.c_str(),
+            group.c_str());
+    }
+    seg.store(m.get(), std::memory_order_release);
+    mappings.push_back(std::move(m));
+    return true;
+  }
+
+  SegState RefreshLocked(hsNcclLogger log, int64_t wait_ns, uint64_t* refused) {
+    const int64_t now = NowNs();
+    shm::Segment* s = seg.load(std::memory_order_relaxed);
+    if (!s) {
+      if (now < next_open_ns.load(std::memory_order_relaxed)) return SegState::kMissing;
+      if (!Attach(log, now, refused, false)) return SegState::kMissing;
+      s = seg.load(std::memory_order_relaxed);
     }
     std::string payload;
-    auto st = seg.Read(&shm_seq_seen, &payload);
-    // The daemon holds the seqlock only for a copy: retry rather than choose without the
-    // tables already published (ranks that did get them would choose differently).
-    for (int tries = 0; st == shm::Segment::ReadStatus::kBusy && tries < 100000; ++tries) {
-      std::this_thread::yield();
-      st = seg.Read(&shm_seq_seen, &payload);
-    }
-    if (st == shm::Segment::ReadStatus::kBusy || st == shm::Segment::ReadStatus::kEmpty) return;
-    // The hint moves only after the store holds the new tables (other contexts skip the lock
-    // once they see it).
-    struct HintOnExit {
-      GroupFeed* f;
-      ~HintOnExit() { f->shm_seq_hint.store(f->shm_seq_seen, std::memory_order_release); }
-    } hint_on_exit{this};
-    if (st == shm::Segment::ReadStatus::kUnchanged) return;
-    if (st == shm::Segment::ReadStatus::kGarbled) {
-      if (!warned_garbled.exchange(true)) {
-        LogTo(log, HS_NCCL_LOG_WARN, "garbled policy segment %s ignored; keeping the last good table",
-              shm_name.c_str());
+    using RS = shm::Segment::ReadStatus;
+    RS st = s->Read(&seq_read, &payload, wait_ns);
+    for (int remaps = 0; st == RS::kResized && remaps < 2; ++remaps) {
+      // The daemon grew the segment: map it again and read through the new mapping. When
+      // that fails, keep the old mapping and wait for the writer's next publish.
+      if (!Attach(log, now, refused, true)) {
+        seq_done.store(s->seq(), std::memory_order_release);
+        return SegState::kCurrent;
       }
-      return;
+      s = seg.load(std::memory_order_relaxed);
+      st = s->Read(&seq_read, &payload, wait_ns);
     }
-    if (st != shm::Segment::ReadStatus::kOk) return;
+    switch (st) {
+      case RS::kEmpty:
+        return SegState::kCurrent;
+      case RS::kUnchanged:
+        seq_done.store(seq_read, std::memory_order_release);
+        return SegState::kCurrent;
+      case RS::kBusy: {
+        uint64_t v = s->seq();
+        if (v & 1) seq_stalled.store(v, std::memory_order_relaxed);
+        Warn(log, &warn_stalled, now,
+             "policy segment " + shm_name + ": its writer held the seqlock past " +
+                 std::to_string(wait_ns / 1000) +
+                 " us (an agent killed mid-publish?); deciding from the tables already held");
+        return SegState::kStalled;
+      }
+      case RS::kResized:
+        seq_done.store(s->seq(), std::memory_order_release);
+        Refuse(log, now, refused, "its header's capacity keeps changing");
+        return SegState::kCurrent;
+      case RS::kTruncated:
+        // The file was cut below the mapping: stop touching it; look for it again later.
+        seg.store(nullptr, std::memory_order_release);
+        slot.store(-1, std::memory_order_relaxed);
+        next_open_ns.store(now + kRetryOpenNs, std::memory_order_relaxed);
+        Refuse(log, now, refused, "the file was truncated under the mapping");
+        return SegState::kCurrent;
+      case RS::kGarbled:
+        seq_done.store(seq_read, std::memory_order_release);
+        Refuse(log, now, refused, "garbled payload (length or checksum)");
+        return SegState::kCurrent;
+      case RS::kOk:
+        break;
+    }
+    seq_done.store(seq_read, std::memory_order_release);
+    Install(log, now, payload, refused);
+    return SegState::kCurrent;
+  }
+
+  void Install(hsNcclLogger log, int64_t now, const std::string& payload, uint64_t* refused) {
     heroserve::json::Value doc;
     std::string err;
     const heroserve::json::Value* tables = nullptr;
     if (!heroserve::json::Parse(payload, &doc, &err) || !(tables = doc.find("tables")) ||
-        !tables->is_array()) {
-      if (!warned_bad_table.exchange(true)) {
-        LogTo(log, HS_NCCL_LOG_WARN, "policy segment %s is not a table list (%s); ignored",
-              shm_name.c_str(), err.c_str());
-      }
+        !tables->is_array() || tables->items().size() > kMaxTablesPerSegment) {
+      Refuse(log, now, refused,
+             "not a list of at most " + std::to_string(kMaxTablesPerSegment) + " tables" +
+                 (err.empty() ? std::string() : " (" + err + ")"));
       return;
     }
     for (const auto& tv : tables->items()) {
       auto t = std::make_shared<PolicyTable>();
       err.clear();
       if (!heroserve::ParseTable(tv, t.get(), &err) || t->group_id != group) {
-        if (!warned_bad_table.exchange(true)) {
-          LogTo(log, HS_NCCL_LOG_WARN, "bad table in %s ignored: %s", shm_name.c_str(),
-                err.empty() ? "group mismatch" : err.c_str());
-        }
+        Refuse(log, now, refused, "bad table: " + (err.empty() ? "group mismatch" : err));
         continue;
       }
       store.Publish(std::move(t));  // stale versions are refused by the store
     }
   }
-
-  std::atomic<shm::Header*> open_hdr{nullptr};
 };
 
 std::mutex g_feeds_mu;
@@ -223,6 +343,12 @@ hsNcclResult InitCommon(size_t nranks, size_t nnodes, hsNcclLogger log, void** c
       ctx->sched = std::make_unique<Scheduler>(&ctx->feed->store);
       void* none = nullptr;
       ctx->feed->counter_owner.compare_exchange_strong(none, ctx);
+      // The tables already published may govern this communicator's first collectives: read
+      // them now, waiting (boundedly) for a publish in progress or another context's read.
+      if (ctx->feed->Refresh(log, kAttachWaitNs, true, &ctx->stats.refused) ==
+          SegState::kStalled) {
+        ++ctx->stats.stalled;
+      }
     }
   } catch (...) {
     ctx->feed = nullptr;
@@ -240,13 +366,24 @@ hsNcclResult InitCommon(size_t nranks, size_t nnodes, hsNcclLogger log, void** c
   return HS_NCCL_SUCCESS;
 }
 
+// NCCL's algorithms for a scheme, first choice first. CollNet Direct is NCCL's hierarchical
+// CollNet (reduce-scatter across the node's GPUs, each GPU's NIC reduces its shard in the
+// network, all-gather): hier. CollNet Chain reduces along a chain inside the node and sends
+// one vector to the network: the flat INA of one aggregation per group. Each falls back to
+// the other, still an in-network reduction, when NCCL offers only that one.
+void CandidatesFor(Scheme s, int out[2]) {
+  switch (s) {
+    case Scheme::kHier: out[0] = HS_ALGO_COLLNET_DIRECT; out[1] = HS_ALGO_COLLNET_CHAIN; return;
+    case Scheme::kIna: out[0] = HS_ALGO_COLLNET_CHAIN; out[1] = HS_ALGO_COLLNET_DIRECT; return;
+    case Scheme::kNvls: out[0] = HS_ALGO_NVLS; out[1] = HS_ALGO_NVLS_TREE; return;
+    case Scheme::kRing: break;
+  }
+  out[0] = out[1] = HS_ALGO_RING;
+}
+
 int AlgorithmFor(Scheme s, const float* table, int numAlgo, int numProto, int* proto) {
   int candidates[2];
-  switch (s) {
-    case Scheme::kIna: candidates[0] = HS_ALGO_COLLNET_DIRECT; candidates[1] = HS_ALGO_COLLNET_CHAIN; break;
-    case Scheme::kNvls: candidates[0] = HS_ALGO_NVLS; candidates[1] = HS_ALGO_NVLS_TREE; break;
-    default: candidates[0] = HS_ALGO_RING; candidates[1] = HS_ALGO_RING; break;
-  }
+  CandidatesFor(s, candidates);
   for (int a : candidates) {
     if (a >= numAlgo) continue;
     int best = -1;
@@ -266,7 +403,10 @@ int AlgorithmFor(Scheme s, const float* table, int numAlgo, int numProto, int* p
 // Runs the scheduler for one collective; false when NCCL's defaults must stand.
 bool Decide(Context* ctx, hsNcclFunc coll, size_t nbytes, Selection* sel) {
   if (coll != HS_NCCL_FUNC_ALLREDUCE || !ctx->sched) return false;
-  ctx->feed->MaybeRefresh(ctx->log);
+  if (ctx->feed->Refresh(ctx->log, kCollectiveWaitNs, false, &ctx->stats.refused) ==
+      SegState::kStalled) {
+    ++ctx->stats.stalled;
+  }
   if (!ctx->sched->Select(static_cast<double>(nbytes), sel)) {
     ++ctx->stats.fallbacks;
     if (!ctx->warned_no_table) {
@@ -288,13 +428,14 @@ bool Decide(Context* ctx, hsNcclFunc coll, size_t nbytes, Selection* sel) {
   ctx->stats.seq = sel->seq + 1;
   ctx->stats.last_policy_id = sel->policy_id;
   int slot = ctx->feed->slot.load(std::memory_order_relaxed);
-  if (slot >= 0 && ctx->feed->counter_owner.load(std::memory_order_relaxed) == ctx) {
-    shm::Segment& seg = ctx->feed->seg;  // counters only touch the mapped header
+  shm::Segment* seg = ctx->feed->seg.load(std::memory_order_acquire);
+  if (seg && slot >= 0 && ctx->feed->counter_owner.load(std::memory_order_relaxed) == ctx) {
+    // Counters live in the header, inside every mapping (slot < kMaxProcs, index checked).
     if (sel->version != ctx->counted_version) {
-      seg.ResetSlot(slot, sel->version);
+      seg->ResetSlot(slot, sel->version);
       ctx->counted_version = sel->version;
     }
-    seg.Count(slot, sel->index, nbytes, sel->seq);
+    seg->Count(slot, sel->index, nbytes, sel->seq);
   }
   return true;
 }
@@ -351,20 +492,20 @@ hsNcclResult GetCollInfoV2(void* context, hsNcclFunc coll, size_t nbytes, int co
   try {
     Selection sel;
     if (!Decide(ctx, coll, nbytes, &sel)) return HS_NCCL_SUCCESS;
-    int algo = -1;
-    if (sel.scheme == Scheme::kIna) {
-      algo = collNetSupport ? HS_ALGO_COLLNET_DIRECT : -1;
+    int candidates[2];
+    CandidatesFor(sel.scheme, candidates);
+    int algo = candidates[0];
+    if (sel.scheme == Scheme::kHier || sel.scheme == Scheme::kIna) {
+      algo = collNetSupport ? algo : -1;
     } else if (sel.scheme == Scheme::kNvls) {
-      algo = nvlsSupport ? HS_ALGO_NVLS : -1;
-    } else {
-      algo = HS_ALGO_RING;
+      algo = nvlsSupport ? algo : -1;
     }
     if (algo < 0) {
       NoteUnsupported(ctx, sel);
       return HS_NCCL_SUCCESS;
     }
     *algorithm = algo;
-    *protocol = HS_PROTO_SIMPLE;  // v2 must set both; Simple is valid for all three
+    *protocol = HS_PROTO_SIMPLE;  // v2 must set both; Simple is valid for every one of them
     ctx->stats.last_algorithm = algo;
   } catch (...) {
   }

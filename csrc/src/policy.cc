@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <thread>
+#include <unordered_map>
 
 namespace heroserve {
 
@@ -12,8 +13,19 @@ const char* SchemeName(Scheme s) {
     case Scheme::kIna: return "ina";
     case Scheme::kRing: return "ring";
     case Scheme::kNvls: return "nvls";
+    case Scheme::kHier: return "hier";
   }
   return "?";
+}
+
+bool ParseScheme(std::string_view name, Scheme* out) {
+  for (Scheme s : {Scheme::kIna, Scheme::kRing, Scheme::kNvls, Scheme::kHier}) {
+    if (name == SchemeName(s)) {
+      *out = s;
+      return true;
+    }
+  }
+  return false;
 }
 
 int PolicyTable::LinkIndex(std::string_view id) const {
@@ -44,6 +56,43 @@ bool Uint(const json::Value* v, const std::string& what, uint64_t* out, std::str
   return true;
 }
 
+// `rails` of a policy: required and non-empty for hier (one rail per shard, in shard order,
+// each naming its switch; the policy's own `switch` is then empty), absent or empty for the
+// other schemes.
+bool ParseRails(const json::Value* rails, const std::string& pw, Policy* pol,
+                std::string* error) {
+  bool hier = pol->scheme == Scheme::kHier;
+  if (!rails || (rails->is_array() && rails->items().empty())) {
+    if (hier) return Fail(error, pw + ": a hier policy needs a non-empty rails list");
+    return true;
+  }
+  if (!rails->is_array()) return Fail(error, pw + ": rails must be a list");
+  if (!hier) return Fail(error, pw + ": rails are for hier policies only");
+  if (!pol->switch_name.empty()) {
+    return Fail(error, pw + ": a hier policy's switch must be empty (its rails name them)");
+  }
+  if (rails->items().size() > kMaxRails) {
+    return Fail(error, pw + ": more than " + std::to_string(kMaxRails) + " rails");
+  }
+  for (size_t k = 0; k < rails->items().size(); ++k) {
+    const json::Value& r = rails->items()[k];
+    std::string where = pw + ": rails[" + std::to_string(k) + "]";
+    const json::Value* sh = r.is_object() ? r.find("shard") : nullptr;
+    const json::Value* sw = r.is_object() ? r.find("switch") : nullptr;
+    uint64_t shard = 0;
+    if (!sh || !sh->as_uint64(&shard)) return Fail(error, where + ".shard must be a uint32");
+    if (shard != k) {
+      return Fail(error, where + ".shard is " + std::to_string(shard) +
+                             ": rails must list shards 0, 1, ... in order");
+    }
+    if (!sw || !sw->is_string() || sw->as_string().empty()) {
+      return Fail(error, where + ".switch must be a non-empty string");
+    }
+    pol->rails.push_back(Rail{static_cast<uint32_t>(shard), sw->as_string()});
+  }
+  return true;
+}
+
 }  // namespace
 
 bool ParseTable(const json::Value& v, PolicyTable* out, std::string* error) {
@@ -69,6 +118,17 @@ bool ParseTable(const json::Value& v, PolicyTable* out, std::string* error) {
   if (!links->is_array() || links->items().empty()) {
     return Fail(error, "links must be a non-empty list");
   }
+  if (links->items().size() > kMaxTableLinks) {
+    return Fail(error, "links lists " + std::to_string(links->items().size()) +
+                           " links, more than " + std::to_string(kMaxTableLinks));
+  }
+  // Link id -> index while parsing (LinkIndex is linear; a table may hold thousands).
+  std::unordered_map<std::string_view, uint32_t> link_index;
+  auto index_of = [&](const json::Value& id) -> int {
+    if (!id.is_string()) return -1;
+    auto it = link_index.find(id.as_string());
+    return it == link_index.end() ? -1 : static_cast<int>(it->second);
+  };
   for (size_t i = 0; i < links->items().size(); ++i) {
     const json::Value& l = links->items()[i];
     std::string where = "links[" + std::to_string(i) + "]";
@@ -79,7 +139,7 @@ bool ParseTable(const json::Value& v, PolicyTable* out, std::string* error) {
     if (!id->is_string() || id->as_string().empty()) {
       return Fail(error, where + ".id must be a non-empty string");
     }
-    if (t.LinkIndex(id->as_string()) >= 0) {
+    if (index_of(*id) >= 0) {
       return Fail(error, "link '" + id->as_string() + "' is listed twice");
     }
     double cap = 0.0;
@@ -87,11 +147,17 @@ bool ParseTable(const json::Value& v, PolicyTable* out, std::string* error) {
     if (!(cap > 0.0)) return Fail(error, "link '" + id->as_string() + "' capacity must be > 0");
     t.link_ids.push_back(id->as_string());
     t.capacities.push_back(cap);
+    // Keys view the parsed document's strings, which outlive this function's use of them.
+    link_index.emplace(id->as_string(), static_cast<uint32_t>(i));
   }
 
   const json::Value* pols = v.find("policies");
   if (!pols->is_array() || pols->items().empty()) {
     return Fail(error, "policies must be a non-empty list");
+  }
+  if (pols->items().size() > kMaxTablePolicies) {
+    return Fail(error, "policies lists " + std::to_string(pols->items().size()) +
+                           " policies, more than " + std::to_string(kMaxTablePolicies));
   }
   for (size_t i = 0; i < pols->items().size(); ++i) {
     const json::Value& p = pols->items()[i];
@@ -112,26 +178,23 @@ bool ParseTable(const json::Value& v, PolicyTable* out, std::string* error) {
     }
     std::string pw = "policy " + std::to_string(id);
     const json::Value* scheme = p.find("scheme");
-    if (!scheme->is_string()) return Fail(error, pw + ": scheme must be ina, ring or nvls");
-    if (scheme->as_string() == "ina") {
-      pol.scheme = Scheme::kIna;
-    } else if (scheme->as_string() == "ring") {
-      pol.scheme = Scheme::kRing;
-    } else if (scheme->as_string() == "nvls") {
-      pol.scheme = Scheme::kNvls;
-    } else {
-      return Fail(error, pw + ": scheme must be ina, ring or nvls");
+    if (!scheme->is_string() || !ParseScheme(scheme->as_string(), &pol.scheme)) {
+      return Fail(error, pw + ": scheme must be ina, ring, nvls or hier");
     }
     if (const json::Value* sw = p.find("switch")) {
       if (!sw->is_string()) return Fail(error, pw + ": switch must be a string");
       pol.switch_name = sw->as_string();
     }
+    if (!ParseRails(p.find("rails"), pw, &pol, error)) return false;
     const json::Value* pl = p.find("links");
     if (!pl->is_array() || pl->items().empty()) {
       return Fail(error, pw + ": links must be a non-empty list");
     }
+    if (pl->items().size() > t.link_ids.size()) {
+      return Fail(error, pw + ": links lists more links than the table has");
+    }
     for (const auto& lid : pl->items()) {
-      int k = lid.is_string() ? t.LinkIndex(lid.as_string()) : -1;
+      int k = index_of(lid);
       if (k < 0) {
         return Fail(error, pw + ": unknown link '" + (lid.is_string() ? lid.as_string() : "?") +
                                "'");
@@ -160,8 +223,16 @@ bool ParseTable(const json::Value& v, PolicyTable* out, std::string* error) {
     }
     if (const json::Value* paths = p.find("paths")) {
       if (!paths->is_object()) return Fail(error, pw + ": paths must be a map");
+      if (paths->members().size() > kMaxPathMembers) {
+        return Fail(error, pw + ": paths names more than " + std::to_string(kMaxPathMembers) +
+                               " members");
+      }
       for (const auto& kv : paths->members()) {
         if (!kv.second.is_array()) return Fail(error, pw + ": paths values must be lists");
+        if (kv.second.items().size() > kMaxPathHops) {
+          return Fail(error, pw + ": the path of " + kv.first + " has more than " +
+                                 std::to_string(kMaxPathHops) + " nodes");
+        }
         std::vector<std::string> route;
         for (const auto& n : kv.second.items()) {
           if (!n.is_string()) return Fail(error, pw + ": path nodes must be strings");
@@ -182,8 +253,11 @@ bool ParseTable(const json::Value& v, PolicyTable* out, std::string* error) {
       if (!(x >= 0.0 && x <= 1.0)) {
         return Fail(error, "utilisation['" + kv.first + "'] is outside [0, 1]");
       }
-      int k = t.LinkIndex(kv.first);
-      if (k < 0) return Fail(error, "utilisation names unknown link '" + kv.first + "'");
+      auto it = link_index.find(kv.first);
+      if (it == link_index.end()) {
+        return Fail(error, "utilisation names unknown link '" + kv.first + "'");
+      }
+      int k = static_cast<int>(it->second);
       t.utilisation[static_cast<size_t>(k)] = x;
     }
   }
@@ -220,6 +294,16 @@ json::Value TableToJsonValue(const PolicyTable& t) {
     q.set("id", Value::Uint(p.id));
     q.set("scheme", Value::String(SchemeName(p.scheme)));
     q.set("switch", Value::String(p.switch_name));
+    if (!p.rails.empty()) {
+      Value rails = Value::Array();
+      for (const auto& r : p.rails) {
+        Value x = Value::Object();
+        x.set("shard", Value::Uint(r.shard));
+        x.set("switch", Value::String(r.switch_name));
+        rails.push_back(std::move(x));
+      }
+      q.set("rails", std::move(rails));
+    }
     Value pl = Value::Array();
     for (uint32_t k : p.links) pl.push_back(Value::String(t.link_ids[k]));
     q.set("links", std::move(pl));

@@ -6,9 +6,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 namespace heroserve::shm {
 
@@ -20,6 +23,17 @@ uint64_t Load(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); 
 void Store(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
 
 size_t DataOffset() { return (sizeof(Header) + 63) & ~size_t{63}; }
+
+// A reader's wait up to this long only spins.
+constexpr int64_t kSpinOnlyNs = 100000;
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
 
 bool Fail(std::string* error, std::string msg) {
   if (error) *error = std::move(msg);
@@ -73,74 +87,119 @@ Segment::~Segment() { Close(); }
 
 void Segment::Close() {
   if (hdr_) munmap(hdr_, map_size_);
+  if (fd_ >= 0) close(fd_);
   hdr_ = nullptr;
   data_ = nullptr;
   map_size_ = 0;
+  capacity_ = 0;
+  fd_ = -1;
 }
 
 bool Segment::Create(const std::string& name, size_t capacity, std::string* error) {
   Close();
   capacity = (capacity + 7) & ~size_t{7};
+  if (capacity == 0 || capacity > kMaxCapacity) {
+    return Fail(error, "shm capacity must be between 8 bytes and " +
+                           std::to_string(kMaxCapacity) + " bytes");
+  }
   int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0660);
   if (fd < 0) return Fail(error, "shm_open(" + name + "): " + std::strerror(errno));
-  size_t size = DataOffset() + capacity;
   struct stat st {};
-  bool fresh = fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != size;
-  if (fresh && ftruncate(fd, static_cast<off_t>(size)) != 0) {
+  if (fstat(fd, &st) != 0) {
+    std::string msg = "fstat(" + name + "): " + std::strerror(errno);
+    close(fd);
+    return Fail(error, msg);
+  }
+  // Never shrink: a serving process may have the whole file mapped. Round odd sizes (not
+  // ours) up to whole 8-byte words so the word-wise copies stay inside the file.
+  size_t existing = static_cast<size_t>(st.st_size);
+  size_t size = std::max(DataOffset() + capacity, (existing + 7) & ~size_t{7});
+  if (size > DataOffset() + kMaxCapacity) {
+    close(fd);
+    return Fail(error, "shm segment " + name + " is larger than any HeroServe table segment");
+  }
+  if (size != existing && ftruncate(fd, static_cast<off_t>(size)) != 0) {
     std::string msg = "ftruncate(" + name + "): " + std::strerror(errno);
     close(fd);
     return Fail(error, msg);
   }
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) return Fail(error, "mmap(" + name + "): " + std::strerror(errno));
+  if (p == MAP_FAILED) {
+    std::string msg = "mmap(" + name + "): " + std::strerror(errno);
+    close(fd);
+    return Fail(error, msg);
+  }
   hdr_ = static_cast<Header*>(p);
   data_ = static_cast<char*>(p) + DataOffset();
   map_size_ = size;
+  capacity_ = size - DataOffset();
+  fd_ = fd;
   name_ = name;
-  if (fresh || std::memcmp(hdr_->magic, kMagic, 8) != 0 || hdr_->layout != kLayoutVersion) {
+  bool ours = existing >= DataOffset() && std::memcmp(hdr_->magic, kMagic, 8) == 0 &&
+              hdr_->layout == kLayoutVersion;
+  if (!ours) {
     std::memset(p, 0, DataOffset());
     hdr_->layout = kLayoutVersion;
-    Store(&hdr_->capacity, capacity);
     std::memcpy(hdr_->magic, kMagic, 8);
   }
+  // Readers mapped before a growth see the new capacity and remap (ReadStatus::kResized).
+  Store(&hdr_->capacity, capacity_);
   Store(&hdr_->writer_pid, static_cast<uint64_t>(getpid()));
   return true;
 }
 
-bool Segment::Open(const std::string& name, std::string* error) {
+bool Segment::Open(const std::string& name, std::string* error, bool* absent) {
   Close();
   int fd = shm_open(name.c_str(), O_RDWR, 0);
+  if (absent) *absent = fd < 0 && errno == ENOENT;
   if (fd < 0) return Fail(error, "shm segment " + name + ": " + std::strerror(errno));
   struct stat st {};
-  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < DataOffset()) {
+  if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < DataOffset() + 8) {
     close(fd);
     return Fail(error, "shm segment " + name + " is too small to be a HeroServe table");
   }
   size_t size = static_cast<size_t>(st.st_size);
+  if (size > DataOffset() + kMaxCapacity) {
+    close(fd);
+    return Fail(error, "shm segment " + name + " is larger than any HeroServe table segment");
+  }
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) return Fail(error, "mmap(" + name + "): " + std::strerror(errno));
+  if (p == MAP_FAILED) {
+    std::string msg = "mmap(" + name + "): " + std::strerror(errno);
+    close(fd);
+    return Fail(error, msg);
+  }
   auto* h = static_cast<Header*>(p);
+  // The header says how much payload there is room for; the file says how much there is.
+  // A header claiming more than the file holds is truncated or garbled: refused. A header
+  // claiming less is a writer growing the segment (it truncates the file up first).
   uint64_t cap = Load(&h->capacity);
-  if (std::memcmp(h->magic, kMagic, 8) != 0 || h->layout != kLayoutVersion ||
-      cap > size - DataOffset()) {
+  const char* why = nullptr;
+  if (std::memcmp(h->magic, kMagic, 8) != 0 || h->layout != kLayoutVersion) {
+    why = "has a bad header (not a HeroServe table)";
+  } else if (cap == 0 || cap % 8 != 0 || cap > size - DataOffset()) {
+    why = "is truncated (its header claims more than the file holds)";
+  }
+  if (why) {
     munmap(p, size);
-    return Fail(error, "shm segment " + name + " has a bad header (not a HeroServe table)");
+    close(fd);
+    return Fail(error, "shm segment " + name + " " + why);
   }
   hdr_ = h;
   data_ = static_cast<char*>(p) + DataOffset();
   map_size_ = size;
+  capacity_ = static_cast<size_t>(cap);
+  fd_ = fd;
   name_ = name;
   return true;
 }
 
 bool Segment::Publish(const std::string& payload, uint64_t newest_version, std::string* error) {
   if (!hdr_) return Fail(error, "segment not open");
-  uint64_t cap = Load(&hdr_->capacity);
-  if (payload.size() > cap) {
+  if (payload.size() > capacity_) {
     return Fail(error, "policy tables (" + std::to_string(payload.size()) +
-                           " bytes) exceed the shm capacity (" + std::to_string(cap) + ")");
+                           " bytes) exceed the shm capacity (" + std::to_string(capacity_) +
+                           ")");
   }
   uint64_t s = Load(&hdr_->seq);
   if (s & 1) ++s;  // a previous writer died mid-write: start from an even value
@@ -155,17 +214,37 @@ bool Segment::Publish(const std::string& payload, uint64_t newest_version, std::
 
 uint64_t Segment::seq() const { return hdr_ ? Load(&hdr_->seq) : 0; }
 
-Segment::ReadStatus Segment::Read(uint64_t* last_seq, std::string* payload) const {
+Segment::ReadStatus Segment::Read(uint64_t* last_seq, std::string* payload,
+                                  int64_t wait_ns) const {
   if (!hdr_) return ReadStatus::kEmpty;
-  uint64_t cap = Load(&hdr_->capacity);
-  for (int attempt = 0; attempt < 64; ++attempt) {
+  if (Load(&hdr_->capacity) != capacity_) return ReadStatus::kResized;
+  // A file cut below this mapping would fault on the next access to the lost pages: look
+  // before copying (the one check a mapped reader can make; the daemon never shrinks).
+  struct stat st {};
+  if (fstat(fd_, &st) != 0 || static_cast<size_t>(st.st_size) < map_size_) {
+    return ReadStatus::kTruncated;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_ns);
+  for (uint32_t attempt = 0;; ++attempt) {
+    if (attempt > 0) {
+      // Waiting on the writer: give up at the deadline, so a writer that died mid-publish
+      // (counter left odd) never holds a collective longer than wait_ns.
+      if (std::chrono::steady_clock::now() >= deadline) return ReadStatus::kBusy;
+      // Short waits spin (a yield on a busy machine can cost a whole time slice, far more
+      // than the wait); long ones (communicator init) give the core away now and then.
+      if (wait_ns > kSpinOnlyNs && attempt % 64 == 0) {
+        std::this_thread::yield();
+      } else {
+        CpuRelax();
+      }
+    }
     uint64_t s1 = Load(&hdr_->seq);
     if (s1 == 0) return ReadStatus::kEmpty;
     if (s1 == *last_seq) return ReadStatus::kUnchanged;
     if (s1 & 1) continue;
     uint64_t len = __atomic_load_n(&hdr_->length, __ATOMIC_ACQUIRE);
     uint64_t sum = __atomic_load_n(&hdr_->checksum, __ATOMIC_ACQUIRE);
-    bool len_ok = len <= cap;
+    bool len_ok = len <= capacity_;  // the mapping's size, never the header's capacity
     if (len_ok) {
       payload->resize(len);
       CopyOut(payload->data(), data_, len);
@@ -178,15 +257,15 @@ Segment::ReadStatus Segment::Read(uint64_t* last_seq, std::string* payload) cons
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     if (__atomic_load_n(&hdr_->seq, __ATOMIC_RELAXED) != s1) continue;  // torn: retry
 #endif
+    // The counter did not move during the copy, so no writer touched the payload: a bad
+    // length or checksum is garbage in the segment, not a race. Report it once.
+    *last_seq = s1;
     if (!len_ok || Checksum(payload->data(), payload->size()) != sum) {
-      if (attempt + 1 < 64) continue;  // a copy racing a writer looks garbled too: retry
-      *last_seq = s1;
+      payload->clear();
       return ReadStatus::kGarbled;
     }
-    *last_seq = s1;
     return ReadStatus::kOk;
   }
-  return ReadStatus::kBusy;
 }
 
 int Segment::ClaimSlot() {

@@ -66,6 +66,88 @@ TEST(ParseTable, JsonRoundTrip) {
   EXPECT_EQ(back.utilisation, t->utilisation);
 }
 
+// A hierarchical-INA policy (docs/policy-table.md): an empty switch, one rail per shard.
+std::string HierJson(const std::string& rails =
+                         R"([{"shard": 0, "switch": "s1"}, {"shard": 1, "switch": "s2"}])",
+                     const std::string& sw = "") {
+  return R"({"group_id": "decode/0/0", "version": 1, "apply_from_seq": 0, "window_s": 0.001,
+  "gamma": 0.5, "links": [{"id": "g0|s1", "capacity": 1e10}, {"id": "g1|s2", "capacity": 1e10}],
+  "policies": [
+    {"id": 0, "scheme": "hier", "switch": ")" + sw + R"(", "links": ["g0|s1", "g1|s2"],
+     "cost": 0.0, "rails": )" + rails + R"(},
+    {"id": 1, "scheme": "ring", "links": ["g0|s1"], "cost": 0.0}]})";
+}
+
+TEST(ParseTable, HierPolicyKeepsItsRailsThroughJson) {
+  PolicyTable t;
+  std::string err;
+  ASSERT_TRUE(ParseTableJson(HierJson(), &t, &err)) << err;
+  ASSERT_EQ(t.policies[0].scheme, Scheme::kHier);
+  ASSERT_EQ(t.policies[0].rails.size(), 2u);
+  EXPECT_EQ(t.policies[0].rails[1].shard, 1u);
+  EXPECT_EQ(t.policies[0].rails[1].switch_name, "s2");
+  EXPECT_TRUE(t.policies[1].rails.empty());
+  PolicyTable back;
+  ASSERT_TRUE(ParseTableJson(TableToJson(t), &back, &err)) << err;
+  EXPECT_EQ(std::string(SchemeName(back.policies[0].scheme)), "hier");
+  ASSERT_EQ(back.policies[0].rails.size(), 2u);
+  EXPECT_EQ(back.policies[0].rails[0].switch_name, "s1");
+  EXPECT_EQ(TableToJson(back).find("rails", TableToJson(back).find("\"ring\"")),
+            std::string::npos);  // no rails written for the ring policy
+}
+
+TEST(ParseTable, RejectsMalformedRails) {
+  struct Case {
+    std::string json, word;
+  } cases[] = {
+      {HierJson("[]"), "non-empty rails"},
+      {HierJson("{}"), "rails must be a list"},
+      {HierJson(R"([{"shard": 1, "switch": "s1"}])"), "in order"},
+      {HierJson(R"([{"shard": 0, "switch": ""}])"), "switch must be a non-empty"},
+      {HierJson(R"([{"shard": -1, "switch": "s1"}])"), "shard must be a uint32"},
+      {HierJson(R"([{"shard": 0, "switch": "s1"}])", "s1"), "switch must be empty"},
+  };
+  for (const auto& c : cases) {
+    PolicyTable t;
+    std::string err;
+    EXPECT_FALSE(ParseTableJson(c.json, &t, &err));
+    EXPECT_NE(err.find(c.word), std::string::npos) << err;
+    EXPECT_NE(err.find("policy 0"), std::string::npos) << err;
+  }
+  std::string ina = TwoPolicyJson();
+  ina.replace(ina.find("\"cost\""), 0, R"("rails": [{"shard": 0, "switch": "s1"}], )");
+  PolicyTable t;
+  std::string err;
+  EXPECT_FALSE(ParseTableJson(ina, &t, &err));
+  EXPECT_NE(err.find("hier policies only"), std::string::npos) << err;
+}
+
+// Shared memory is written by another process: a table's counts are bounded before the
+// parse can cost more than a real table does.
+TEST(ParseTable, RejectsTablesBeyondTheBounds) {
+  auto table = [](size_t links, size_t policies) {
+    std::string j = R"({"group_id": "g/0/0", "version": 1, "apply_from_seq": 0, "window_s": 1,
+                        "gamma": 0, "links": [)";
+    for (size_t i = 0; i < links; ++i) {
+      j += (i ? "," : "") + std::string(R"({"id": "l)") + std::to_string(i) +
+           R"(", "capacity": 1})";
+    }
+    j += R"(], "policies": [)";
+    for (size_t i = 0; i < policies; ++i) {
+      j += (i ? "," : "") + std::string(R"({"id": )") + std::to_string(i) +
+           R"(, "scheme": "ring", "links": ["l0"], "cost": 0})";
+    }
+    return j + "]}";
+  };
+  PolicyTable t;
+  std::string err;
+  EXPECT_TRUE(ParseTableJson(table(kMaxTableLinks, kMaxTablePolicies), &t, &err)) << err;
+  EXPECT_FALSE(ParseTableJson(table(kMaxTableLinks + 1, 1), &t, &err));
+  EXPECT_NE(err.find("more than 4096"), std::string::npos) << err;
+  EXPECT_FALSE(ParseTableJson(table(1, kMaxTablePolicies + 1), &t, &err));
+  EXPECT_NE(err.find("more than 256"), std::string::npos) << err;
+}
+
 // Two policies on disjoint links (no penalties), T_u = 1 ms: INA over 100 Gb/s (12.5e9 B/s)
 // with 100 us of latency, ring over 50 Gb/s (6.25e9 B/s) with none. Same numbers as
 // tests/test_online_scheduler.py::test_latency_makes_the_faster_link_lose_small_transfers.

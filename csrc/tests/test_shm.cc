@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <string>
@@ -73,6 +74,79 @@ TEST(Shm, MissingOrForeignSegmentIsAnError) {
   }
   EXPECT_FALSE(r.Open(name, &err));
   EXPECT_NE(err.find("bad header"), std::string::npos);
+  shm_unlink(name.c_str());
+}
+
+// A restarted daemon with a smaller --shm-capacity must not cut a file that serving
+// processes have mapped; a larger one grows it, and readers remap.
+TEST(Shm, CreateNeverShrinksAndReadersRemapAfterGrowth) {
+  std::string name = UniqueName("grow");
+  std::string err;
+  Segment w1, r;
+  ASSERT_TRUE(w1.Create(name, 1 << 16, &err)) << err;
+  ASSERT_TRUE(w1.Publish("{\"tables\": []}", 1, &err));
+  ASSERT_TRUE(r.Open(name, &err)) << err;
+  EXPECT_EQ(r.capacity(), size_t{1} << 16);
+  Segment w2;
+  ASSERT_TRUE(w2.Create(name, 4096, &err)) << err;
+  EXPECT_EQ(w2.capacity(), size_t{1} << 16);  // kept, not shrunk
+  uint64_t seen = 0;
+  std::string payload;
+  EXPECT_EQ(r.Read(&seen, &payload), Segment::ReadStatus::kOk);  // header kept too
+  Segment w3;
+  ASSERT_TRUE(w3.Create(name, 1 << 17, &err)) << err;
+  ASSERT_TRUE(w3.Publish("{\"tables\": [1]}", 2, &err));
+  EXPECT_EQ(r.Read(&seen, &payload), Segment::ReadStatus::kResized);
+  ASSERT_TRUE(r.Open(name, &err)) << err;
+  EXPECT_EQ(r.capacity(), size_t{1} << 17);
+  EXPECT_EQ(r.Read(&seen, &payload), Segment::ReadStatus::kOk);
+  EXPECT_EQ(payload, "{\"tables\": [1]}");
+  shm_unlink(name.c_str());
+}
+
+// A writer killed mid-publish leaves the counter odd: a reader waits at most its deadline.
+TEST(Shm, OddSeqlockIsWaitedOnOnlyUntilTheDeadline) {
+  std::string name = UniqueName("odd");
+  std::string err;
+  Segment w, r;
+  ASSERT_TRUE(w.Create(name, 4096, &err));
+  ASSERT_TRUE(w.Publish("{\"tables\": []}", 1, &err));
+  ASSERT_TRUE(r.Open(name, &err));
+  __atomic_fetch_add(&w.header()->seq, 1, __ATOMIC_RELEASE);
+  uint64_t seen = 0;
+  std::string payload;
+  EXPECT_EQ(r.Read(&seen, &payload, 0), Segment::ReadStatus::kBusy);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(r.Read(&seen, &payload, 2000000), Segment::ReadStatus::kBusy);  // 2 ms
+  auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(waited, std::chrono::milliseconds(2));
+  EXPECT_LT(waited, std::chrono::milliseconds(100));  // generous: never a spin without end
+  ASSERT_TRUE(w.Publish("{\"tables\": [2]}", 2, &err));  // the restarted writer repairs it
+  EXPECT_EQ(w.seq() % 2, 0u);
+  EXPECT_EQ(r.Read(&seen, &payload), Segment::ReadStatus::kOk);
+  EXPECT_EQ(payload, "{\"tables\": [2]}");
+  shm_unlink(name.c_str());
+}
+
+// Lengths are checked against the mapping, never the header's capacity.
+TEST(Shm, LengthOrCapacityBeyondTheMappingIsNeverRead) {
+  std::string name = UniqueName("len");
+  std::string err;
+  Segment w, r;
+  ASSERT_TRUE(w.Create(name, 4096, &err));
+  ASSERT_TRUE(w.Publish("{}", 1, &err));
+  ASSERT_TRUE(r.Open(name, &err));
+  __atomic_store_n(&w.header()->length, uint64_t{1} << 40, __ATOMIC_RELEASE);
+  __atomic_fetch_add(&w.header()->seq, 2, __ATOMIC_RELEASE);
+  uint64_t seen = 0;
+  std::string payload;
+  EXPECT_EQ(r.Read(&seen, &payload), Segment::ReadStatus::kGarbled);
+  __atomic_store_n(&w.header()->capacity, uint64_t{1} << 40, __ATOMIC_RELEASE);
+  __atomic_fetch_add(&w.header()->seq, 2, __ATOMIC_RELEASE);
+  EXPECT_EQ(r.Read(&seen, &payload), Segment::ReadStatus::kResized);
+  Segment again;
+  EXPECT_FALSE(again.Open(name, &err));  // the header claims more than the file holds
+  EXPECT_NE(err.find("truncated"), std::string::npos) << err;
   shm_unlink(name.c_str());
 }
 

@@ -92,7 +92,7 @@ static int cheapest_algo(float t[HS_NUM_ALGORITHMS][HS_NUM_PROTOCOLS]) {
 }
 
 static int algo_for_policy(uint32_t id) {
-  return id == 0 ? HS_ALGO_COLLNET_DIRECT : id == 1 ? HS_ALGO_RING : HS_ALGO_NVLS;
+  return id == 0 ? HS_ALGO_COLLNET_CHAIN : id == 1 ? HS_ALGO_RING : HS_ALGO_NVLS; /* flat INA */
 }
 
 static const size_t kSizes[] = {4096, 65536, 1 << 20, 8 << 20, 64 << 20, 256 << 20, 12345, 3 << 20};
@@ -256,7 +256,7 @@ int main(int argc, char** argv) {
   {
     int algo = -1, proto = -1, nch = 0;
     v2->getCollInfo(r0, HS_NCCL_FUNC_ALLREDUCE, 1 << 20, 1, 1, 1, &algo, &proto, &nch);
-    CHECK(algo == HS_ALGO_COLLNET_DIRECT && proto == HS_PROTO_SIMPLE, "v2: algo %d proto %d",
+    CHECK(algo == HS_ALGO_COLLNET_CHAIN && proto == HS_PROTO_SIMPLE, "v2: algo %d proto %d",
           algo, proto);
     algo = proto = -1;
     v2->getCollInfo(r0, 2, 1 << 20, 1, 1, 1, &algo, &proto, &nch);

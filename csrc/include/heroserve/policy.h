@@ -25,14 +25,35 @@
 
 namespace heroserve {
 
-enum class Scheme : uint8_t { kIna = 0, kRing = 1, kNvls = 2 };
+// kIna: flat INA, every member streams its whole vector to one switch. kHier: hierarchical
+// INA (reduce-scatter inside each server over NVLink, INA of one shard per rail, all-gather
+// over NVLink; DESIGN.md §5), whose switches are listed per rail.
+enum class Scheme : uint8_t { kIna = 0, kRing = 1, kNvls = 2, kHier = 3 };
 
 const char* SchemeName(Scheme s);
+// "ina", "ring", "nvls" or "hier" -> the scheme; false for anything else.
+bool ParseScheme(std::string_view name, Scheme* out);
+
+// One rail of a hierarchical policy: the switch that aggregates shard `shard`.
+struct Rail {
+  uint32_t shard = 0;
+  std::string switch_name;
+};
+
+// Bounds on what a table may hold, so a hostile or corrupt table (shared memory is written
+// by another process) costs a bounded parse: more policies than the plugin's per-policy
+// counters (shm::kMaxPolicies), links, members or route lengths beyond any real group.
+constexpr size_t kMaxTablePolicies = 256;
+constexpr size_t kMaxTableLinks = 4096;
+constexpr size_t kMaxPathMembers = 4096;
+constexpr size_t kMaxPathHops = 64;
+constexpr size_t kMaxRails = 64;
 
 struct Policy {
   uint32_t id = 0;
   Scheme scheme = Scheme::kRing;
-  std::string switch_name;
+  std::string switch_name;  // kIna: the aggregation switch; empty otherwise
+  std::vector<Rail> rails;  // kHier: one per shard, shard k at index k; empty otherwise
   std::vector<uint32_t> links;  // indices into PolicyTable::link_ids, in table order
   std::map<std::string, std::vector<std::string>> paths;  // GPU id -> route (informational)
   double bottleneck = 0.0;  // bytes/s: min capacity over links

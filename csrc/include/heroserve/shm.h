@@ -9,6 +9,11 @@
 //   payload  JSON {"tables": [table, ...]} (docs/policy-table.md form), newest last
 // The payload is guarded by a seqlock (odd = write in progress) plus the checksum, so a
 // reader never parses a torn or garbled table: it keeps its last good one.
+//
+// Readers treat the segment as hostile: every size comes from the mapping (fstat of the
+// segment at Open), never from the header alone; lengths and offsets are checked against it
+// before use; a reader waits for an odd seqlock only up to a deadline it is given. The writer
+// never shrinks a segment (readers of a shrunk mapping would fault), it only grows one.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +27,9 @@ constexpr uint32_t kLayoutVersion = 1;
 constexpr size_t kMaxProcs = 32;
 constexpr size_t kMaxPolicies = 256;
 constexpr size_t kDefaultCapacity = 1 << 20;
+// Largest payload capacity a reader maps (the daemon's --shm-capacity limit): a bigger
+// segment is not one of ours.
+constexpr size_t kMaxCapacity = size_t{1} << 30;
 
 struct PolicyCounter {
   uint64_t selections;
@@ -62,22 +70,39 @@ class Segment {
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
 
-  // Writer side: create (or reuse) and size the segment.
+  // Writer side: create (or reuse) the segment with room for at least `capacity` bytes of
+  // payload. An existing segment of ours is reused as it is when it is large enough and
+  // grown otherwise, never shrunk (a reader's mapping of the lost pages would fault).
   bool Create(const std::string& name, size_t capacity, std::string* error);
   // Reader side: open an existing segment read-write (the counters are written by readers).
-  bool Open(const std::string& name, std::string* error);
+  // Refuses a segment smaller than its header, larger than kMaxCapacity, with a foreign
+  // magic or layout, or whose header claims more capacity than the file holds (truncated).
+  // *absent (when given) tells a segment that does not exist (yet) from a refused one.
+  bool Open(const std::string& name, std::string* error, bool* absent = nullptr);
   void Close();
   bool is_open() const { return hdr_ != nullptr; }
+  // Payload bytes this mapping holds; every read and write is bounded by it.
+  size_t capacity() const { return capacity_; }
 
   // Writer: publish a payload under the seqlock.
   bool Publish(const std::string& payload, uint64_t newest_version, std::string* error);
 
-  enum class ReadStatus { kOk, kUnchanged, kBusy, kGarbled, kEmpty };
+  enum class ReadStatus {
+    kOk,         // *payload holds a whole payload whose checksum matches
+    kUnchanged,  // the counter equals *last_seq: nothing new
+    kBusy,       // a write is in progress (odd counter, or the copy was torn) past the wait
+    kGarbled,    // stable counter but a length beyond the mapping or a bad checksum
+    kEmpty,      // nothing published yet
+    kResized,    // the header's capacity differs from this mapping's: reopen the segment
+    kTruncated,  // the file is now smaller than this mapping: refuse it
+  };
   // Reader: cheap check of the seqlock counter (even and != last seen means new data).
   uint64_t seq() const;
-  // Copies the payload when the counter differs from *last_seq; updates *last_seq on kOk
-  // and on kGarbled (so a garbled payload is reported once, not on every call).
-  ReadStatus Read(uint64_t* last_seq, std::string* payload) const;
+  // Copies the payload when the counter differs from *last_seq, waiting at most wait_ns for
+  // an odd counter to turn even (0: not at all). Updates *last_seq on kOk and on kGarbled
+  // (so a garbled payload is reported once, not on every call). Never reads outside the
+  // mapping whatever the header says.
+  ReadStatus Read(uint64_t* last_seq, std::string* payload, int64_t wait_ns = 0) const;
 
   // Counters (plugin side). Claims a slot for this process; -1 when none is free.
   int ClaimSlot();
@@ -96,6 +121,8 @@ class Segment {
   Header* hdr_ = nullptr;
   char* data_ = nullptr;
   size_t map_size_ = 0;
+  size_t capacity_ = 0;  // payload bytes, from the mapping (<= map_size_ - header)
+  int fd_ = -1;          // kept open so a reader can notice a truncated file (fstat)
   std::string name_;
 };
 
