@@ -44,7 +44,8 @@ def _one_line_2(capsys, argv: list[str], message: str) -> None:
         (["--rate", "1", "--requests", "1e7"], "argument --requests: must be at most 1000000"),
         (["--rate", "1", "--seed", "-1"], "argument --seed: must be non-negative, got -1"),
         (["--rate", "1", "--json", "/nonexistent-dir/r.json"], "'/nonexistent-dir' does not exist"),
-        (["--rate", "1e5", "--per-gpu"], "offered rate 1.2e+06 req/s is above the bound 1e+06"),
+        # 1e5 per GPU times the plan's GPUs (16 on the testbed's default plan)
+        (["--rate", "1e5", "--per-gpu"], "offered rate 1.6e+06 req/s is above the bound 1e+06"),
     ],
 )
 def test_simulate_bounds_its_arguments(plan_file, capsys, args, message):
