@@ -123,7 +123,9 @@ def test_gpu_cap_and_idle_gpus_on_the_testbed():
     assert capped.predicted.rate <= full.predicted.rate
     idle = 16 - full.predicted.gpus_used
     if idle:
-        again = plan(make_testbed(), model, w, sla, PlannerOptions(max_gpus=full.predicted.gpus_used))
+        again = plan(
+            make_testbed(), model, w, sla, PlannerOptions(max_gpus=full.predicted.gpus_used)
+        )
         assert again.predicted.rate == pytest.approx(full.predicted.rate)
     with pytest.raises(InputError, match="--gpus 3 is below"):
         plan(make_testbed(), model, w, sla, PlannerOptions(max_gpus=3))
@@ -174,7 +176,7 @@ def test_kv_stage_order_puts_each_decode_stage_next_to_its_layers():
     dec = [[f"srv{s}-gpu2", f"srv{s}-gpu3"] for s in (3, 2, 1, 0)]  # 2x4, reversed
     order = ev.kv_stage_order(pre, dec)
     assert order == dec[::-1]
-    before, _ = ev._kv_price([(pre, dec)])
-    after, flows = ev._kv_price([(pre, order)])
+    before, _ = ev.kv_price([(pre, dec)])
+    after, flows = ev.kv_price([(pre, order)])
     assert after < before
     assert all(f.src.split("-")[0] == f.dst.split("-")[0] for f in flows)

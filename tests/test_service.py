@@ -348,13 +348,15 @@ def test_link_capacities_from_topology(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def testbed_plan(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """``heroserve plan --json PATH`` on the testbed, the plan only, with the parallelism the
-    tests below rely on (prefill TP1xPP4, decode TP4xPP2, TP inside a server) forced: the planner's
+    """``heroserve plan --json PATH`` on the testbed with the paper's roles (prefill on the
+    A100 servers, decode on the V100 servers), the plan only, with the parallelism the tests
+    below rely on (prefill TP1xPP4, decode TP4xPP2, TP inside a server) forced: the planner's
     own choice follows the cost model."""
     from controller.cli import main as cli
 
     path = tmp_path_factory.mktemp("plan") / "plan.json"
     args = ["--prefill-par", "1x4", "--decode-par", "4x2", "--quiet", "--json", str(path)]
+    args += ["--topology", "testbed-paper"]
     assert cli(["plan", "--planner", "heroserve", *args]) == 0
     return path.read_text()
 
@@ -384,7 +386,7 @@ def test_tp1_groups_get_no_table_and_the_others_valid_ones(
 
     plan = Plan.from_dict(json.loads(testbed_plan))
     # The default plan: prefill TP1xPP4 (four groups of one GPU), decode TP4 groups.
-    assert plan.topology == "testbed" and (plan.prefill.tp, plan.prefill.pp) == (1, 4)
+    assert plan.topology == "testbed-paper" and (plan.prefill.tp, plan.prefill.pp) == (1, 4)
     assert [len(g.gpus) for g in plan.prefill.groups] == [1, 1, 1, 1]
     assert plan.decode.tp == 4 and plan.decode.groups
     g = testbed()

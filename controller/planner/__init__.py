@@ -15,6 +15,8 @@ from controller.models.specs import ModelSpec
 from controller.plan import Plan
 from controller.planner.assemble import build_plan
 from controller.planner.baselines import DISTSERVE, DS_ATP, DS_SWITCHML, packed_grouper
+from controller.planner.distserve_paper import DISTSERVE_PAPER
+from controller.planner.distserve_paper import search as distserve_paper_search
 from controller.planner.exhaustive import POLICY as EXHAUSTIVE
 from controller.planner.exhaustive import exhaustive_grouper
 from controller.planner.heroserve import POLICY as HEROSERVE
@@ -33,8 +35,12 @@ PLANNERS: dict[str, tuple[Policy, tuple[Callable, ...]]] = {
     "ds-atp": (DS_ATP, (packed_grouper,)),
     "ds-switchml": (DS_SWITCHML, (packed_grouper,)),
     "exhaustive": (EXHAUSTIVE, (exhaustive_grouper,)),
+    "distserve-paper": (DISTSERVE_PAPER, ()),
 }
-BASELINES = ["distserve", "ds-atp", "ds-switchml"]
+# Planners whose search is not the common one (``search.search``).
+SEARCHES: dict[str, Callable] = {"distserve-paper": distserve_paper_search}
+# The paper's baselines in HeroServe's search space, then DistServe's own placement.
+BASELINES = ["distserve", "ds-atp", "ds-switchml", "distserve-paper"]
 
 
 def plan(
@@ -51,7 +57,7 @@ def plan(
         raise InputError(f"unknown planner {planner!r}; known: {', '.join(PLANNERS)}")
     policy, groupers = PLANNERS[planner]
     problem = Problem(cluster, model, workload, sla, options or PlannerOptions(), progress)
-    result = search(problem, policy, groupers)
+    result = SEARCHES.get(planner, search)(problem, policy, groupers)
     return build_plan(result, planner, str(cluster.name), workload.name)
 
 

@@ -51,6 +51,7 @@ class GroupEval:
     ina: list[CommPattern]  # allowed flat-INA options, cheapest first at the reference size
     ina_note: str  # why INA is absent, when it is
     hier: CommPattern | None = None
+    ina_all: list[CommPattern] | None = None  # every candidate switch (``Evaluator.all_ina``)
 
     def options(self, ev: Evaluator, allow_ina: bool = True) -> list[tuple[CommPattern, Fabric]]:
         """Every allowed pattern with the fabric it is priced on."""
@@ -225,6 +226,27 @@ class Evaluator:
         ev = GroupEval(tuple(members), ring, ina, note, hier)
         self._groups[key] = ev
         return ev
+
+    def all_ina(self, members: Sequence[str], nbytes: float) -> list[CommPattern]:
+        """Flat INA at every candidate switch, cheapest first: the alternatives the online
+        scheduler may switch to under load (``group`` keeps only the switches that can win
+        unloaded). Computed on demand, kept in the group's evaluation."""
+        ge = self.group(members, nbytes)
+        if ge.ina_all is None:
+            if len(members) < 2 or self.policy.ina == "none" or (
+                self.policy.ina_cross_server_only
+                and len({self.g.nodes[m].get("server") for m in members}) == 1
+            ):
+                ge.ina_all = []
+            else:
+                have = {p.switch: p for p in ge.ina}
+                out = []
+                for s in self.ina_candidates(members):
+                    p = have.get(s) or self._flat_ina(members, s, nbytes)
+                    if p is not None:
+                        out.append(p)
+                ge.ina_all = sorted(out, key=lambda p: (p.time(self.ina_fabric, nbytes), p.switch))
+        return ge.ina_all
 
     def _flat_ina(self, members: Sequence[str], switch: str, nbytes: float) -> CommPattern | None:
         """Flat INA at ``switch``: with NVLink relays allowed, the Ethernet-only routes are
@@ -492,10 +514,14 @@ class Evaluator:
                 if best != d:
                     reorder[key] = best
             paired.append((pres[i], reorder.get(key, d)))
-        t_f, flows = self._kv_price(paired)
+        t_f, flows = self.kv_price(paired)
         return t_f, flows, reorder
 
-    def _kv_price(self, pairs: list[tuple[list[list[str]], list[list[str]]]]):
+    def kv_price(
+        self, pairs: list[tuple[list[list[str]], list[list[str]]]]
+    ) -> tuple[float, list[KVFlow]]:
+        """T_f of the given (prefill stages, decode stages) pairs transferring at once, and
+        the flows (Eqs. 14-15)."""
         total = self.mean_in * self.model.kv_bytes_per_token()
         specs = []
         for p, d in pairs:
@@ -541,8 +567,8 @@ class Evaluator:
         order = [dec_stages[int(c)] for _, c in sorted(zip(rows, cols, strict=True))]
         if order == dec_stages:
             return dec_stages
-        now, _ = self._kv_price([(pre_stages, dec_stages)])
-        new, _ = self._kv_price([(pre_stages, order)])
+        now, _ = self.kv_price([(pre_stages, dec_stages)])
+        new, _ = self.kv_price([(pre_stages, order)])
         return order if new < now * (1 - 1e-9) else dec_stages
 
     # -- phases --------------------------------------------------------------------------
@@ -559,7 +585,7 @@ class Evaluator:
             evals = [self.prefill_instance(i.stages) for i in res.instances]
         else:
             evals = [self.decode_instance(i.stages, t_f) for i in res.instances]
-        return self._phase(res.role, res.tp, res.pp, evals)
+        return self.phase_result(res.role, res.tp, res.pp, evals)
 
     def reprice_decode(
         self, res: PhaseResult, t_f: float, reorder: dict[tuple, list[list[str]]]
@@ -572,13 +598,13 @@ class Evaluator:
             self.decode_instance(reorder[k], t_f) if (k := stage_key(i.stages)) in reorder else i
             for i in res.instances
         ]
-        return self._phase(res.role, res.tp, res.pp, evals)
+        return self.phase_result(res.role, res.tp, res.pp, evals)
 
     def prefill_phase(self, tp: int, pp: int, pods: list[PodGroups]) -> PhaseResult:
         evals = self.instances(
             ("prefill", tp, pp, self._forced_key()), pods, pp, self.prefill_instance
         )
-        return self._phase("prefill", tp, pp, evals)
+        return self.phase_result("prefill", tp, pp, evals)
 
     def decode_phase(self, tp: int, pp: int, pods: list[PodGroups], t_f: float) -> PhaseResult:
         evals = self.instances(
@@ -587,12 +613,12 @@ class Evaluator:
             pp,
             lambda st: self.decode_instance(st, t_f),
         )
-        return self._phase("decode", tp, pp, evals)
+        return self.phase_result("decode", tp, pp, evals)
 
     def _forced_key(self) -> int:
         return len(self.forced_ring)
 
-    def _phase(self, role: str, tp: int, pp: int, evals: list[InstanceEval]) -> PhaseResult:
+    def phase_result(self, role: str, tp: int, pp: int, evals: list[InstanceEval]) -> PhaseResult:
         res = PhaseResult(role, tp, pp, [e.stages for e in evals], evals)
         res.gpu_type = _types(self.g, res.groups)
         return res

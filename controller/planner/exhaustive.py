@@ -27,6 +27,7 @@ POLICY = Policy(
     ina_cross_server_only=False,
     prefer_intra_server=False,
     hier=True,
+    colocated_layouts=True,
 )
 
 

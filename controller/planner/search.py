@@ -287,14 +287,20 @@ def _best_pair(
     return comb, pre, rd, t_f, flows, tried
 
 
-def _class_rates(ps: PhaseSearch, space: RoleSpace) -> tuple[list[float], list[float]]:
+def _class_rates(
+    ps: PhaseSearch, space: RoleSpace, sample: int
+) -> tuple[list[float], list[float]]:
     """Per class, the rate one of its servers adds in each role: the best candidate priced on
-    every server of the cluster at once in that role (fixed-role GPUs included), its instance
-    rates shared out over the servers of their GPUs."""
+    up to ``sample`` servers of every class at once in that role (fixed-role GPUs included),
+    its instance rates shared out over the servers of their GPUs. A sample rather than the
+    whole class: on a rail cluster a class is hundreds of twin servers, whose per-server rate
+    a few dozen of them already show (what it misses is the left-over GPUs of the last
+    instance, a fraction of a percent at that size)."""
     rates: dict[str, list[float]] = {}
     g = ps.ev.g
-    cls_of = {s: c for c, k in enumerate(space.classes) for s in k.servers}
-    everyone = [x for c in space.classes for s in c.servers for x in space.free[s]]
+    picked = [k.servers[:sample] for k in space.classes]
+    cls_of = {s: c for c, ss in enumerate(picked) for s in ss}
+    everyone = [x for ss in picked for s in ss for x in space.free[s]]
     for role in ROLES:
         fixed = space.fixed_prefill if role == "prefill" else space.fixed_decode
         per = [0.0] * len(space.classes)
@@ -307,8 +313,8 @@ def _class_rates(ps: PhaseSearch, space: RoleSpace) -> tuple[list[float], list[f
                     if c is not None:
                         per[c] += inst.rate / len(members)
         rates[role] = [
-            per[c] * len(space.free[k.servers[0]]) / sum(len(space.free[s]) for s in k.servers)
-            for c, k in enumerate(space.classes)
+            per[c] * len(space.free[ss[0]]) / sum(len(space.free[s]) for s in ss)
+            for c, ss in enumerate(picked)
         ]
     return rates["prefill"], rates["decode"]
 
@@ -324,7 +330,7 @@ def search(problem: Problem, policy: Policy, groupers: Sequence[Grouper]) -> Sea
         splits = exhaustive_splits(space)
         how = f"all {len(splits)} role splits"
     else:
-        p_rate, d_rate = _class_rates(ps, space)
+        p_rate, d_rate = _class_rates(ps, space, opts.class_sample)
         splits = balanced_splits(space, p_rate, d_rate)
         how = f"{len(splits)} role splits around the balance point of {space.n_splits}"
     problem.say(f"{policy.name}: {how}")
@@ -355,6 +361,14 @@ def search(problem: Problem, policy: Policy, groupers: Sequence[Grouper]) -> Sea
                 f"  split {k}/{len(splits)} ({split.label}): H {comb.rate:.3f} req/s "
                 f"on {comb.gpus_used} GPUs"
             )
+    if policy.colocated_layouts:  # DistServe's low-affinity layouts, priced by this planner
+        from controller.planner.distserve_paper import colocated_search
+
+        co = colocated_search(ev)
+        if co is not None and (best is None or co.combination.better_than(best.combination)):
+            problem.say(f"  DistServe low-affinity layout: H {co.combination.rate:.3f} req/s")
+            co.candidates_tried += tried
+            return co
     if best is None:
         _explain_infeasible(problem, policy, space, feasible_anywhere)
     best.candidates_tried = tried

@@ -403,7 +403,7 @@ def planned_pattern(
         return None
     ge = ev.group(members, ref)
     if gr is not None and gr.scheme == "ina" and gr.switch is not None:
-        mine = next((p for p in ge.ina if p.switch == gr.switch), None)
+        mine = next((p for p in ev.all_ina(members, ref) if p.switch == gr.switch), None)
         if mine is None:  # another planner's routes
             routes = {m: list(p) for m, p in gr.paths.items()}
             mine = ina_on_routes(routes, gr.switch, ev.net)
@@ -421,5 +421,5 @@ def _options(
         return []
     ge = ev.group(members, ref)
     first = comm_option(links, planned[1], planned[0])
-    others = [(ge.ring, ev.ring_fabric)] + [(p, ev.ina_fabric) for p in ge.ina]
+    others = [(ge.ring, ev.ring_fabric)] + [(p, ev.ina_fabric) for p in ev.all_ina(members, ref)]
     return [first] + [comm_option(links, f, p) for p, f in others if p is not planned[0]]

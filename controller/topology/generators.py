@@ -54,8 +54,9 @@ def testbed(fixed_roles: bool = False) -> nx.Graph:
 
     Every GPU's role is ``any``: the planner decides which servers prefill and which decode.
     ``fixed_roles`` pins the paper's split (prefill on the A100 servers, decode on the V100
-    servers), for comparing the planner's split with it."""
-    g = nx.Graph(name="testbed")
+    servers), for comparing the planner's split with it; that graph is the built-in
+    ``testbed-paper``."""
+    g = nx.Graph(name="testbed-paper" if fixed_roles else "testbed")
     add_switch(g, "s1", tier="access")
     add_switch(g, "s2", tier="access")
     add_link(g, "s1", "s2", link="ethernet", capacity=gbps(100))
@@ -162,4 +163,10 @@ def fig2() -> nx.Graph:
     return g
 
 
-BUILTIN = {"testbed": testbed, "2tracks": two_tracks, "8tracks": eight_tracks, "fig2": fig2}
+BUILTIN = {
+    "testbed": testbed,
+    "testbed-paper": lambda: testbed(fixed_roles=True),
+    "2tracks": two_tracks,
+    "8tracks": eight_tracks,
+    "fig2": fig2,
+}
