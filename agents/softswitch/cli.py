@@ -18,7 +18,10 @@ import sys
 import threading
 from pathlib import Path
 
+from agents.logs import add_log_args, setup_logging
+
 ENV = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
+log = logging.getLogger("heroserve.softswitch")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="load this P4Info at start, so frames are forwarded before a controller connects",
     )
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    add_log_args(p)
     return p
 
 
@@ -67,9 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s softswitch %(levelname)s %(message)s"
-    )
+    setup_logging(args.log_level, args.log_format)
     host, sep, port = args.p4runtime.rpartition(":")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         return _fail(f"--p4runtime {args.p4runtime!r} is not host:port")
@@ -118,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"cannot serve P4Runtime on {args.p4runtime}: {e}")
     io.start()
     if host not in ("127.0.0.1", "localhost", "::1", "[::1]"):
-        logging.warning("P4Runtime served without TLS on %s", args.p4runtime)
-    logging.info(
+        log.warning("P4Runtime served without TLS on %s", args.p4runtime)
+    log.info(
         "device %d: P4Runtime on %s:%d, ports %s",
         args.device_id,
         host,
@@ -135,5 +136,5 @@ def main(argv: list[str] | None = None) -> int:
     stop.wait()
     server.stop(grace=1).wait()
     io.close()
-    logging.info("stopped")
+    log.info("stopped")
     return 0

@@ -21,6 +21,8 @@ import signal  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from agents.logs import add_log_args, setup_logging  # noqa: E402
+
 log = logging.getLogger("heroserve.switch")
 
 
@@ -74,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-key", help="client private key (PEM)")
     p.add_argument("--tls-ca", help="CA of the controller's certificate (PEM)")
     p.add_argument("--tls-server-name", help="name expected in the controller's certificate")
-    p.add_argument("--log-level", default="INFO")
+    add_log_args(p)
     return p
 
 
@@ -83,10 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s switch-agent %(levelname)s %(message)s",
-    )
+    setup_logging(args.log_level, args.log_format)
     try:
         agent = _build(args)
     except UsageError as exc:

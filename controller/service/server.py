@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from agents.logs import add_log_args, setup_logging
 from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service import policies
 from controller.service.core import Controller, Options, RequestError
@@ -252,7 +253,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--window-s", type=float, default=0.1, help="T_u of policy tables (s)")
     p.add_argument("--gamma", type=float, default=0.5, help="Eq. 18 smoothing factor")
     p.add_argument("--port-file", help="write the bound port here once listening")
-    p.add_argument("--log-level", default="INFO")
+    add_log_args(p)
     return p
 
 
@@ -276,10 +277,7 @@ async def _serve(server: ControllerServer, plan_text: str | None, port_file: str
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    setup_logging(args.log_level, args.log_format)
     try:
         if not 0.0 <= args.gamma <= 1.0:
             raise UsageError(f"--gamma {args.gamma} is not in [0, 1]")
