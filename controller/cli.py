@@ -197,6 +197,26 @@ COMMANDS["topology"] = (
 )
 
 
+# -- pki -------------------------------------------------------------------------------------
+def _pki_args(p: argparse.ArgumentParser) -> None:
+    from controller.pki import add_args
+
+    add_args(p)
+
+
+def run_pki(a: argparse.Namespace) -> int:
+    from controller.pki import run
+
+    return run(a)
+
+
+COMMANDS["pki"] = (
+    "make the CA and certificates for mutual TLS (docs/control-plane.md)",
+    _pki_args,
+    run_pki,
+)
+
+
 def _controller(argv: list[str]) -> int:
     from controller.service import main as controller_main
 
@@ -240,7 +260,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_, add_args, _) in COMMANDS.items():
-        add_args(sub.add_parser(name, help=help_, description=help_))
+        add_args(
+            sub.add_parser(
+                name,
+                help=help_,
+                description=help_,
+                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            )
+        )
     for name, (help_, _) in PASSTHROUGH.items():
         sub.add_parser(name, help=help_, add_help=False)
     return parser
