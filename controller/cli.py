@@ -197,6 +197,26 @@ COMMANDS["topology"] = (
 )
 
 
+# -- export ----------------------------------------------------------------------------------
+def _export_args(p: argparse.ArgumentParser) -> None:
+    from controller.export import add_args
+
+    add_args(p)
+
+
+def run_export(a: argparse.Namespace) -> int:
+    from controller.export import run
+
+    return run(a)
+
+
+COMMANDS["export"] = (
+    "turn a plan into a deployment file or vLLM/SGLang launch commands (docs/export.md)",
+    _export_args,
+    run_export,
+)
+
+
 # -- pki -------------------------------------------------------------------------------------
 def _pki_args(p: argparse.ArgumentParser) -> None:
     from controller.pki import add_args
