@@ -91,12 +91,16 @@ def add_log_args(parser: argparse.ArgumentParser) -> None:
 
 
 def setup_logging(level: str = "INFO", fmt: str = "text") -> None:
-    """Send every ``heroserve.*`` (and library) record to stderr in the shared format,
-    replacing whatever handlers the root logger had."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(formatter(fmt))
+    """Send every record to stderr in the shared format. Like ``logging.basicConfig``, this
+    leaves a root logger that already has someone else's handlers alone (a test runner
+    capturing logs, an embedding program); it replaces a handler it installed before."""
     root = logging.getLogger()
+    if any(not getattr(h, "_heroserve", False) for h in root.handlers):
+        return
     for h in list(root.handlers):
         root.removeHandler(h)
+    handler = logging.StreamHandler()
+    handler.setFormatter(formatter(fmt))
+    handler._heroserve = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper(), logging.INFO))

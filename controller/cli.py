@@ -217,6 +217,26 @@ COMMANDS["export"] = (
 )
 
 
+# -- admin -----------------------------------------------------------------------------------
+def _admin_args(p: argparse.ArgumentParser) -> None:
+    from controller.admin import add_args
+
+    add_args(p)
+
+
+def run_admin(a: argparse.Namespace) -> int:
+    from controller.admin import run
+
+    return run(a)
+
+
+COMMANDS["admin"] = (
+    "operate a running controller: apply a plan, show state, agents, slots",
+    _admin_args,
+    run_admin,
+)
+
+
 # -- pki -------------------------------------------------------------------------------------
 def _pki_args(p: argparse.ArgumentParser) -> None:
     from controller.pki import add_args

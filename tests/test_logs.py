@@ -6,6 +6,9 @@ import io
 import json
 import logging
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +69,26 @@ def test_a_logger_writes_one_json_object_per_line() -> None:
 def test_unknown_format_is_refused() -> None:
     with pytest.raises(ValueError, match="xml"):
         formatter("xml")
+
+
+def test_the_controller_process_logs_json_lines(tmp_path: Path) -> None:
+    """A real process: the controller's first record (the insecure-loopback warning) comes
+    out as one JSON object; the refusal that follows is a plain one-line error."""
+    from controller.service.sample import sample_plan
+
+    plan = tmp_path / "plan.json"
+    sample_plan().save(plan)
+    argv = ["-m", "controller.service", "--db", str(tmp_path / "c.db"), "--plan", str(plan)]
+    r = subprocess.run(
+        [sys.executable, *argv, "--log-format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert r.returncode == 2
+    first, *rest = r.stderr.splitlines()
+    rec = json.loads(first)
+    assert (rec["level"], rec["logger"]) == ("WARNING", "heroserve.controller")
+    assert "insecure" in rec["msg"]
+    assert rest and rest[-1].startswith("heroserve controller: cannot resolve")

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
 from agents.logs import add_log_args, setup_logging
 from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
@@ -139,6 +140,11 @@ class ControllerServer:
             AdminServicer(self.core, self.tls is not None, self.admin_name), self.server
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        # Server reflection, so grpcurl and other generic clients can list and call methods.
+        reflection.enable_server_reflection(
+            (CONTROL_SERVICE, ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
+            self.server,
+        )
         if self.tls is not None:
             creds = grpc.ssl_server_credentials(
                 [(self.tls.key, self.tls.cert)],

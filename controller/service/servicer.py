@@ -169,3 +169,22 @@ class AdminServicer(_Base, pb_grpc.AdminServicer):
             topology=self.core.store.topology,
             agents=self.core.agent_states(),
         )
+
+    async def GetSlots(
+        self, request: pb.GetSlotsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetSlotsResponse:
+        await self._authorise(context, "GetSlots", self.admin_name)
+        pool = self.core.pool
+        return pb.GetSlotsResponse(
+            switches=[
+                pb.SwitchSlots(
+                    switch=sw,
+                    capacity=pool.capacity(sw) or 0,
+                    allocations=[
+                        pb.SlotAllocation(group=a.owner, start=a.start, count=a.count)
+                        for a in pool.allocations(sw)
+                    ],
+                )
+                for sw in pool.switches()
+            ]
+        )
