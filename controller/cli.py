@@ -87,9 +87,11 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         metavar="TPxPP",
         help="force the decode parallelism, e.g. 8x1",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     p.add_argument(
-        "--verbose", action="store_true", help="progress lines on stderr even for small clusters"
+        "--verbose",
+        action="store_true",
+        help="progress line on stderr even for small clusters (shown above 64 GPUs)",
     )
 
 
@@ -100,6 +102,7 @@ def default_model(topology: str) -> str:
 def run_plan(a: argparse.Namespace) -> int:
     from controller.models import model_spec
     from controller.planner import BASELINES, PLANNERS, PlannerOptions, plan
+    from controller.progress import ProgressLine
     from controller.report import comparison_table, groups_table
     from controller.topology import resolve_topology
     from controller.workload import SLA, default_sla, resolve_workload
@@ -119,10 +122,11 @@ def run_plan(a: argparse.Namespace) -> int:
     sla = SLA(a.sla_ttft or base.ttft_s, a.sla_tpot or base.tpot_s)
     n_gpus = sum(1 for _, d in g.nodes(data=True) if d["kind"] == "gpu")
     verbose = not a.quiet and (a.verbose or n_gpus > 64)  # small clusters plan in a blink
+    line = ProgressLine() if verbose else None
 
     def progress(msg: str) -> None:
-        if verbose:
-            print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+        if line is not None:
+            line(msg)
 
     progress(
         f"cluster {g.name}: {n_gpus} GPUs, {g.number_of_nodes()} nodes, {g.number_of_edges()} links"
@@ -140,6 +144,8 @@ def run_plan(a: argparse.Namespace) -> int:
             if n == names[0]:
                 raise
             failed[n] = str(e)  # a baseline with no feasible plan is a result, not an error
+    if line is not None:
+        line.close()
     head = names[0]
     print(
         f"HeroServe offline plan: topology {g.name} ({n_gpus} GPUs), model {model.name}, "
@@ -157,7 +163,8 @@ def run_plan(a: argparse.Namespace) -> int:
         for n in names[1:]:
             plans[n].save(path.with_name(f"{path.stem}.{n}.json"))
         print(f"\nplan written to {path}")
-    progress(f"done in {time.perf_counter() - t0:.1f}s")
+    if verbose:
+        print(f"planned in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return 0
 
 

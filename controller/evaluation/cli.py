@@ -72,9 +72,14 @@ def run(argv: Sequence[str]) -> int:
         if s.servers % unit:
             raise InputError(f"--servers must be a multiple of {unit} for {s.topology}")
     out = Path(a.out or f"eval/{s.name}")
-    say = progress_printer(a.quiet) or (lambda m: None)
-    with Runner(a.workers, a.ray, say) as runner:
-        summary = evaluate(s, out, runner, say, a.seed, a.online_scheduler)
+    line = progress_printer(a.quiet)
+    say = line or (lambda m: None)
+    try:
+        with Runner(a.workers, a.ray, say) as runner:
+            summary = evaluate(s, out, runner, say, a.seed, a.online_scheduler)
+    finally:
+        if line is not None:
+            line.close()
     print((out / "notes.md").read_text())
     print(
         f"written to {out}/: max_rate.csv attainment.csv attainment.png latency.csv "
