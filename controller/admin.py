@@ -24,6 +24,7 @@ from pathlib import Path
 
 import grpc
 
+from agents.helpformat import DefaultsHelpFormatter
 from controller._gen.heroserve.v1 import control_pb2 as pb
 from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.errors import InputError
@@ -45,7 +46,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-ca", help="CA of the controller's certificate (PEM)")
     p.add_argument("--tls-server-name", help="name expected in the controller's certificate")
     sub = p.add_subparsers(dest="admin_action", required=True)
-    fmt = argparse.ArgumentDefaultsHelpFormatter
+    fmt = DefaultsHelpFormatter
     a = sub.add_parser(
         "apply", help="apply a plan: agents move to a new epoch", formatter_class=fmt
     )

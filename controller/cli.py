@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from agents.helpformat import DefaultsHelpFormatter
 from controller.errors import InputError
 
 COMMANDS: dict[
@@ -303,6 +304,7 @@ PASSTHROUGH: dict[str, tuple[str, Callable[[list[str]], int]]] = {
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="heroserve",
+        formatter_class=DefaultsHelpFormatter,
         description="HeroServe: network control plane for disaggregated LLM serving",
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -312,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
                 name,
                 help=help_,
                 description=help_,
-                formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                formatter_class=DefaultsHelpFormatter,
             )
         )
     for name, (help_, _) in PASSTHROUGH.items():

@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from agents.helpformat import DefaultsHelpFormatter
 from controller.errors import InputError
 
 CA_DAYS = 3650  # a private root outlives the certificates it signs; renew it by hand
@@ -206,7 +207,7 @@ def issue(
 # -- command line ----------------------------------------------------------------------------
 def add_args(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="pki_action", required=True)
-    fmt = argparse.ArgumentDefaultsHelpFormatter
+    fmt = DefaultsHelpFormatter
     i = sub.add_parser("init", help="create a CA (DIR/ca.crt, DIR/ca.key)", formatter_class=fmt)
     i.add_argument("dir", type=Path, help="folder for the CA and the certificates it issues")
     i.add_argument("--name", default="HeroServe CA", help="the CA's common name")

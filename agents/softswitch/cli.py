@@ -18,6 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
+from agents.helpformat import DefaultsHelpFormatter
 from agents.logs import add_log_args, setup_logging
 
 ENV = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
@@ -28,12 +29,13 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="heroserve softswitch",
         description="Executable model of p4/heroserve_ina.p4 with a P4Runtime server.",
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument(
         "--p4runtime",
         default="127.0.0.1:9559",
         metavar="ADDR",
-        help="host:port of the P4Runtime gRPC server (default 127.0.0.1:9559)",
+        help="host:port of the P4Runtime gRPC server",
     )
     p.add_argument(
         "--interface",
@@ -43,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="[PORT@]NAME",
         help="switch port: interface NAME as port PORT (bare names are numbered from 1)",
     )
-    p.add_argument("--device-id", type=int, default=1, help="P4Runtime device id (default 1)")
+    p.add_argument("--device-id", type=int, default=1, help="P4Runtime device id")
     p.add_argument(
         "--p4info",
         type=Path,

@@ -21,6 +21,7 @@ import signal  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from agents.helpformat import DefaultsHelpFormatter  # noqa: E402
 from agents.logs import add_log_args, setup_logging  # noqa: E402
 
 log = logging.getLogger("heroserve.switch")
@@ -62,7 +63,11 @@ def parse_port(spec: str) -> "PortInfo":  # noqa: F821, UP037 - imported lazily 
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="heroserve-switch-agent", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="heroserve-switch-agent",
+        description=__doc__.split("\n")[0],
+        formatter_class=DefaultsHelpFormatter,
+    )
     p.add_argument("--switch", required=True, help="P4Runtime address of the switch HOST:PORT")
     p.add_argument("--controller", required=True, help="controller address HOST:PORT")
     p.add_argument("--device-id", type=int, required=True, help="P4Runtime device id")

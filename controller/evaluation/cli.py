@@ -16,7 +16,11 @@ from controller.sim.cli import _number, _Parser
 def parser() -> argparse.ArgumentParser:
     from controller.evaluation.scenarios import SCENARIOS
 
-    p = _Parser(prog="heroserve evaluate", description=__doc__)
+    p = _Parser(
+        prog="heroserve evaluate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--scenario", required=True, help=" | ".join(SCENARIOS))
     p.add_argument("--out", default=None, help="output folder (default: eval/<scenario>)")
     p.add_argument(
@@ -49,11 +53,11 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="comma-separated planners (default: heroserve and the 3 baselines)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument(
         "--online-scheduler",
         action="store_true",
-        help="HeroServe's points run its online scheduler (DESIGN §8)",
+        help="HeroServe's points run its online scheduler (docs/policy-table.md)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p

@@ -29,8 +29,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from agents.helpformat import DefaultsHelpFormatter
 from agents.logs import add_log_args, setup_logging
 from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
+from controller.paths import data_dir
 from controller.service import policies
 from controller.service.core import Controller, Options, RequestError
 from controller.service.metrics import Metrics
@@ -220,9 +222,17 @@ def load_cluster(spec: str) -> nx.Graph:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="heroserve controller", description=__doc__.split("\n")[0])
-    p.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT (default %(default)s)")
-    p.add_argument("--db", default="heroserve-controller.db", help="SQLite state file")
+    p = argparse.ArgumentParser(
+        prog="heroserve controller",
+        description=__doc__.split("\n")[0],
+        formatter_class=DefaultsHelpFormatter,
+    )
+    p.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT")
+    p.add_argument(
+        "--db",
+        default=str(data_dir() / "controller.db"),
+        help="SQLite state file (the default folder is $XDG_DATA_HOME/heroserve)",
+    )
     p.add_argument("--plan", help="plan JSON (heroserve plan --json PATH writes one)")
     p.add_argument(
         "--topology",
@@ -297,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             except OSError as exc:
                 raise UsageError(f"cannot read plan: {exc}") from exc
         try:
+            Path(args.db).parent.mkdir(parents=True, exist_ok=True)
             store = Store(args.db)
         except Exception as exc:  # sqlite3.Error, OSError
             raise UsageError(f"cannot open state database {args.db}: {exc}") from exc
