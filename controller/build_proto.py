@@ -31,8 +31,8 @@ def _relative(module_pkg: str, target_pkg: str) -> str:
     return "." * (ups + 1) + ".".join(there[common:])
 
 
-def _fix_imports(path: Path) -> None:
-    pkg = ".".join(path.relative_to(OUT_DIR).parent.parts)
+def _fix_imports(path: Path, out_dir: Path) -> None:
+    pkg = ".".join(path.relative_to(out_dir).parent.parts)
     text = path.read_text()
     fixed = _ABS_IMPORT.sub(
         lambda m: f"from {_relative(pkg, m.group(1))} import {m.group(2)}", text
@@ -70,7 +70,7 @@ def build(proto_dir: Path = PROTO_DIR, out_dir: Path = OUT_DIR) -> list[Path]:
         if not init.exists():
             init.write_text("")
     for p in generated:
-        _fix_imports(p)
+        _fix_imports(p, out_dir)
     return generated
 
 

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from agents import __version__
 from agents.helpformat import DefaultsHelpFormatter
 from controller.errors import InputError
 
@@ -307,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=DefaultsHelpFormatter,
         description="HeroServe: network control plane for disaggregated LLM serving",
     )
+    parser.add_argument("--version", action="version", version=f"heroserve {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_, add_args, _) in COMMANDS.items():
         add_args(
@@ -335,6 +337,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:  # output piped into head and the like
         return 0
+    except ModuleNotFoundError as e:  # installed without the controller's extra
+        if (e.name or "").split(".")[0] in ("controller", "agents"):
+            raise  # our own module missing is a broken installation, not a missing extra
+        print(
+            f"heroserve: error: {e.name} is not installed; the controller's commands need "
+            "pip install 'heroserve[controller]' (docs/install.md)",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         print("heroserve: interrupted", file=sys.stderr)
         return 130

@@ -21,6 +21,7 @@ import signal  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from agents import __version__  # noqa: E402
 from agents.helpformat import DefaultsHelpFormatter  # noqa: E402
 from agents.logs import add_log_args, setup_logging  # noqa: E402
 
@@ -82,6 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-ca", help="CA of the controller's certificate (PEM)")
     p.add_argument("--tls-server-name", help="name expected in the controller's certificate")
     add_log_args(p)
+    p.add_argument("--version", action="version", version=f"heroserve-switch-agent {__version__}")
     return p
 
 
@@ -95,6 +97,15 @@ def main(argv: list[str] | None = None) -> int:
         agent = _build(args)
     except UsageError as exc:
         print(f"heroserve-switch-agent: {exc}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # p4runtime-shell is installed apart (docs/install.md)
+        if (exc.name or "").split(".")[0] in ("controller", "agents"):
+            raise  # our own module missing is a broken installation, not a missing extra
+        print(
+            f"heroserve-switch-agent: {exc.name} is not installed: pip install "
+            "'heroserve[switch]' and then pip install --no-deps p4runtime-shell (docs/install.md)",
+            file=sys.stderr,
+        )
         return 2
 
     def _stop(*_: object) -> None:
