@@ -24,7 +24,7 @@ from pathlib import Path
 
 import grpc
 
-from agents.helpformat import DefaultsHelpFormatter
+from agents.cliutil import DefaultsHelpFormatter
 from controller._gen.heroserve.v1 import control_pb2 as pb
 from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.errors import InputError

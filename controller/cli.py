@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from agents import __version__
-from agents.helpformat import DefaultsHelpFormatter
+from agents.cliutil import DefaultsHelpFormatter, missing_dependency
 from controller.errors import InputError
 
 COMMANDS: dict[
@@ -338,14 +338,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into head and the like
         return 0
     except ModuleNotFoundError as e:  # installed without the controller's extra
-        if (e.name or "").split(".")[0] in ("controller", "agents"):
-            raise  # our own module missing is a broken installation, not a missing extra
-        print(
-            f"heroserve: error: {e.name} is not installed; the controller's commands need "
-            "pip install 'heroserve[controller]' (docs/install.md)",
-            file=sys.stderr,
-        )
-        return 2
+        return missing_dependency(e, "heroserve", "pip install 'heroserve[controller]'")
     except KeyboardInterrupt:
         print("heroserve: interrupted", file=sys.stderr)
         return 130

@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from agents.helpformat import DefaultsHelpFormatter
+from agents.cliutil import DefaultsHelpFormatter
 from controller.errors import InputError
 
 CA_DAYS = 3650  # a private root outlives the certificates it signs; renew it by hand

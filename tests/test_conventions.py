@@ -117,3 +117,15 @@ def test_help_strings_point_to_files_that_ship(capsys: pytest.CaptureFixture[str
         assert "DESIGN" not in text
         for doc in re.findall(r"docs/[\w.-]+\.md", text):
             assert (ROOT / doc).exists(), doc
+
+
+def test_a_missing_extra_is_one_line_and_a_missing_own_module_is_a_bug(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from agents.cliutil import missing_dependency
+
+    rc = missing_dependency(ModuleNotFoundError("no numpy", name="numpy"), "heroserve", "pip x")
+    err = capsys.readouterr().err
+    assert rc == 2 and err == "heroserve: error: numpy is not installed: pip x (docs/install.md)\n"
+    with pytest.raises(ModuleNotFoundError):
+        missing_dependency(ModuleNotFoundError(name="agents.proto"), "heroserve", "pip x")

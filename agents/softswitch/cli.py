@@ -18,7 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
-from agents.helpformat import DefaultsHelpFormatter
+from agents.cliutil import DefaultsHelpFormatter
 from agents.logs import add_log_args, setup_logging
 
 ENV = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"

@@ -22,7 +22,7 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from agents import __version__  # noqa: E402
-from agents.helpformat import DefaultsHelpFormatter  # noqa: E402
+from agents.cliutil import DefaultsHelpFormatter, missing_dependency  # noqa: E402
 from agents.logs import add_log_args, setup_logging  # noqa: E402
 
 log = logging.getLogger("heroserve.switch")
@@ -99,14 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"heroserve-switch-agent: {exc}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as exc:  # p4runtime-shell is installed apart (docs/install.md)
-        if (exc.name or "").split(".")[0] in ("controller", "agents"):
-            raise  # our own module missing is a broken installation, not a missing extra
-        print(
-            f"heroserve-switch-agent: {exc.name} is not installed: pip install "
-            "'heroserve[switch]' and then pip install --no-deps p4runtime-shell (docs/install.md)",
-            file=sys.stderr,
-        )
-        return 2
+        install = "pip install 'heroserve[switch]', then pip install --no-deps p4runtime-shell"
+        return missing_dependency(exc, "heroserve-switch-agent", install)
 
     def _stop(*_: object) -> None:
         agent.stop()

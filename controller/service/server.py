@@ -29,7 +29,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from agents.helpformat import DefaultsHelpFormatter
+from agents.cliutil import DefaultsHelpFormatter
 from agents.logs import add_log_args, setup_logging
 from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.paths import data_dir

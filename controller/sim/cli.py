@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from agents.helpformat import DefaultsHelpFormatter
+from agents.cliutil import DefaultsHelpFormatter
 from controller.errors import InputError
 
 

@@ -1,13 +1,15 @@
-"""The ``--help`` format of every HeroServe command: each option shows its default.
+"""What every HeroServe command line shares (controller and agents alike).
 
-Like ``argparse.ArgumentDefaultsHelpFormatter``, but also for options given no help text,
-and not for defaults that mean "not given" (None, False, an empty list) or that the help
-text already states."""
+:class:`DefaultsHelpFormatter`: ``--help`` shows each option's default; like
+``argparse.ArgumentDefaultsHelpFormatter``, but also for options given no help text, and
+not for defaults that mean "not given" (None, False, an empty list) or that the help text
+already states. :func:`missing_dependency`: one line when an extra is not installed."""
 
 from __future__ import annotations
 
 import argparse
 import copy
+import sys
 
 
 def _shows_default(action: argparse.Action) -> bool:
@@ -29,3 +31,14 @@ class DefaultsHelpFormatter(argparse.HelpFormatter):
         if not _shows_default(action) or "default" in text:
             return text
         return f"{text} (default: %(default)s)"
+
+
+def missing_dependency(exc: ModuleNotFoundError, prog: str, install: str) -> int:
+    """One line for a third-party module this installation lacks (an extra not installed),
+    exit status 2; our own modules missing is a broken installation: re-raised."""
+    if (exc.name or "").split(".")[0] in ("controller", "agents"):
+        raise exc
+    print(
+        f"{prog}: error: {exc.name} is not installed: {install} (docs/install.md)", file=sys.stderr
+    )
+    return 2
