@@ -24,12 +24,12 @@ from pathlib import Path
 
 import grpc
 
+from agents.client import ClientTls, channel
 from agents.cliutil import DefaultsHelpFormatter
-from controller._gen.heroserve.v1 import control_pb2 as pb
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
+from agents.proto.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.errors import InputError
 from controller.report import _table
-from controller.service.agent import ClientTls, channel
 
 KIND = {pb.NODE_KIND_SWITCH: "switch", pb.NODE_KIND_GPU: "gpu"}
 TIMEOUT_S = 30.0  # one RPC; ApplyPlan derives every policy table of the plan

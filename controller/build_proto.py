@@ -1,9 +1,11 @@
-"""Generate the Python gRPC stubs of ``proto/**/*.proto`` into ``controller/_gen/``.
+"""Generate the Python gRPC stubs of ``proto/**/*.proto`` into ``agents/proto/``.
 
 Run as ``python -m controller.build_proto`` (``make proto``). The generated modules are
-importable as ``controller._gen.heroserve.v1.control_pb2`` (and ``..._pb2_grpc``): protoc
+importable as ``agents.proto.heroserve.v1.control_pb2`` (and ``..._pb2_grpc``): protoc
 writes absolute imports (``from heroserve.v1 import control_pb2``), which this script
-rewrites to relative ones so that ``_gen`` need not be on ``sys.path``.
+rewrites to relative ones so that ``agents/proto`` need not be on ``sys.path``. They live
+under ``agents/`` because the agents and the controller both import them, and an agent is
+installed without the controller (docs/install.md).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
-OUT_DIR = ROOT / "controller" / "_gen"
+OUT_DIR = ROOT / "agents" / "proto"
 
 # "from heroserve.v1 import control_pb2 as ..." -> "from . import control_pb2 as ..."
 _ABS_IMPORT = re.compile(r"^from (heroserve(?:\.\w+)*) import (\w+_pb2)", re.MULTILINE)

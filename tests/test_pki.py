@@ -10,10 +10,10 @@ import grpc
 import pytest
 from cryptography import x509
 
-from controller._gen.heroserve.v1 import control_pb2 as pb
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
+from agents.client import ClientTls, channel
+from agents.proto.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.cli import main
-from controller.service.agent import ClientTls, channel
 from controller.service.sample import sample_plan, sample_topology
 from controller.service.server import ControllerServer, ThreadedServer, Tls
 from controller.store import Store

@@ -112,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _build(args: argparse.Namespace):  # noqa: ANN202 - SwitchAgent, imported lazily
+    from agents.client import ClientTls
     from agents.switch.agent import SwitchAgent
     from agents.switch.p4rt import DEFAULT_P4INFO, SwitchConnection, SwitchError, load_p4info
-    from controller.service.agent import ClientTls
 
     if not 0 <= args.device_id < 2**64:
         raise UsageError(f"--device-id {args.device_id} is not a uint64")

@@ -31,7 +31,7 @@ from grpc_reflection.v1alpha import reflection
 
 from agents.cliutil import DefaultsHelpFormatter
 from agents.logs import add_log_args, setup_logging
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.paths import data_dir
 from controller.service import policies
 from controller.service.core import Controller, Options, RequestError

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from controller._gen.heroserve.v1 import control_pb2 as pb
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
+from agents.proto.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service import policies
 from controller.service.core import KIND_NAMES, Controller, NotRegistered, RequestError
 from controller.slots import SlotError

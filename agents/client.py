@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from controller._gen.heroserve.v1 import control_pb2 as pb
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
+from agents.proto.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 
 log = logging.getLogger("heroserve.agent")
 
