@@ -71,3 +71,23 @@ def test_wheel_installs_and_runs_outside_the_checkout(wheel: Path, tmp_path: Pat
     paths = _run([str(bin_ / "python"), "-c", probe], work).stdout.split()
     for p in paths:
         assert Path(p).exists() and ROOT not in Path(p).parents, p
+
+
+def test_a_switch_installation_has_no_planner_stack(wheel: Path, tmp_path: Path) -> None:
+    """`heroserve[switch]` and p4runtime-shell (--no-deps, docs/install.md): the switch agent
+    and the executable switch import; numpy, OR-Tools and k-means-constrained are absent."""
+    bin_ = _venv(tmp_path / "venv", f"{wheel}[switch]", no_deps=(P4RUNTIME_SHELL,))
+    work = tmp_path / "work"
+    work.mkdir()
+    probe = (
+        "import os, sys, importlib.util as u\n"
+        "os.environ['PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION'] = 'python'\n"
+        "import agents.switch.agent, agents.switch.main, agents.softswitch.server\n"
+        "print(sorted(m for m in ('numpy', 'ortools', 'k_means_constrained', 'networkx')"
+        " if u.find_spec(m)))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'controller'))\n"
+    )
+    out = _run([str(bin_ / "python"), "-c", probe], work).stdout.splitlines()
+    assert out == ["[]", "[]"]
+    version = _run([str(bin_ / "heroserve-switch-agent"), "--version"], work).stdout.strip()
+    assert version == f"heroserve-switch-agent {__version__}"
