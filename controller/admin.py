@@ -20,11 +20,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import grpc
 
-from agents.client import ClientTls, channel
+from agents.client import add_tls_args, channel, tls_from_args
 from agents.cliutil import DefaultsHelpFormatter
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
@@ -41,10 +40,7 @@ class Unreachable(Exception):
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--controller", default="127.0.0.1:50051", help="controller address HOST:PORT")
-    p.add_argument("--tls-cert", help="client certificate (PEM) naming the admin")
-    p.add_argument("--tls-key", help="client private key (PEM)")
-    p.add_argument("--tls-ca", help="CA of the controller's certificate (PEM)")
-    p.add_argument("--tls-server-name", help="name expected in the controller's certificate")
+    add_tls_args(p, "the admin (the controller's --admin-name)")
     sub = p.add_subparsers(dest="admin_action", required=True)
     fmt = DefaultsHelpFormatter
     a = sub.add_parser(
@@ -61,19 +57,6 @@ def add_args(p: argparse.ArgumentParser) -> None:
     sub.add_parser("state", help="epoch, plan and agent counts", formatter_class=fmt)
     sub.add_parser("agents", help="every registered agent and the epoch it acknowledged")
     sub.add_parser("slots", help="aggregator slot pool of every switch")
-
-
-def client_tls(a: argparse.Namespace) -> ClientTls | None:
-    files = [a.tls_cert, a.tls_key, a.tls_ca]
-    if not any(files):
-        return None
-    if not all(files):
-        raise InputError("mutual TLS needs all of --tls-cert, --tls-key and --tls-ca")
-    try:
-        cert, key, ca = (Path(f).read_bytes() for f in files)
-    except OSError as exc:
-        raise InputError(f"cannot read TLS file {exc.filename}: {exc.strerror}") from None
-    return ClientTls(cert, key, ca, a.tls_server_name)
 
 
 def _call(fn, request, timeout: float = TIMEOUT_S):  # noqa: ANN001, ANN202 - a stub method
@@ -158,7 +141,10 @@ def apply(admin: pb_grpc.AdminStub, plan_json: str, wait_s: float) -> int:
 def run(a: argparse.Namespace) -> int:
     from controller.sim.cli import load_plan
 
-    tls = client_tls(a)
+    try:
+        tls = tls_from_args(a)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
     plan_json = ""
     if a.admin_action == "apply":
         if not a.wait >= 0:

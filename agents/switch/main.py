@@ -22,6 +22,7 @@ import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from agents import __version__  # noqa: E402
+from agents.client import add_tls_args  # noqa: E402
 from agents.cliutil import DefaultsHelpFormatter, missing_dependency  # noqa: E402
 from agents.logs import add_log_args, setup_logging  # noqa: E402
 
@@ -78,10 +79,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device-config", help="device config (BMv2 JSON); default empty")
     p.add_argument("--slots", type=int, default=1024, help="aggregator slots of the program")
     p.add_argument("--telemetry-interval", type=float, default=1.0, help="seconds")
-    p.add_argument("--tls-cert", help="client certificate (PEM) for the controller")
-    p.add_argument("--tls-key", help="client private key (PEM)")
-    p.add_argument("--tls-ca", help="CA of the controller's certificate (PEM)")
-    p.add_argument("--tls-server-name", help="name expected in the controller's certificate")
+    add_tls_args(p, "this switch (heroserve pki issue DIR --name NODE)")
     add_log_args(p)
     p.add_argument("--version", action="version", version=f"heroserve-switch-agent {__version__}")
     return p
@@ -112,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _build(args: argparse.Namespace):  # noqa: ANN202 - SwitchAgent, imported lazily
-    from agents.client import ClientTls
+    from agents.client import tls_from_args
     from agents.switch.agent import SwitchAgent
     from agents.switch.p4rt import DEFAULT_P4INFO, SwitchConnection, SwitchError, load_p4info
 
@@ -140,16 +138,10 @@ def _build(args: argparse.Namespace):  # noqa: ANN202 - SwitchAgent, imported la
             config = Path(args.device_config).read_bytes()
         except OSError as exc:
             raise UsageError(f"cannot read --device-config: {exc}") from exc
-    tls = None
-    files = [args.tls_cert, args.tls_key, args.tls_ca]
-    if any(files):
-        if not all(files):
-            raise UsageError("mutual TLS needs all of --tls-cert, --tls-key and --tls-ca")
-        try:
-            cert, key, ca = (Path(f).read_bytes() for f in files)
-        except OSError as exc:
-            raise UsageError(f"cannot read TLS file: {exc}") from exc
-        tls = ClientTls(cert, key, ca, args.tls_server_name)
+    try:
+        tls = tls_from_args(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     conn = SwitchConnection(args.switch, args.device_id, p4info, config)
     return SwitchAgent(
         args.node_id or f"s{args.device_id}",
