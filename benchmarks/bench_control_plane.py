@@ -30,8 +30,8 @@ import grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from controller._gen.heroserve.v1 import control_pb2 as pb  # noqa: E402
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc  # noqa: E402
+from agents.proto.heroserve.v1 import control_pb2 as pb  # noqa: E402
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc  # noqa: E402
 from controller.service.sample import sample_plan, save_sample_topology  # noqa: E402
 
 WORKERS = 4

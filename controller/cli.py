@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from agents import __version__
+from agents.cliutil import DefaultsHelpFormatter, missing_dependency
 from controller.errors import InputError
 from controller.schema_limits import MAX_CANDIDATES, MAX_SLA_S
 from controller.validate_args import (
@@ -112,9 +114,11 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         help="amortized: the KV transfer paid once per request, spread over its output tokens "
         "(DistServe's TPOT, the default); eq4: added to every token, as Eq. 4 is written",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     p.add_argument(
-        "--verbose", action="store_true", help="progress lines on stderr even for small clusters"
+        "--verbose",
+        action="store_true",
+        help="progress line on stderr even for small clusters (shown above 64 GPUs)",
     )
 
 
@@ -126,6 +130,7 @@ def run_plan(a: argparse.Namespace) -> int:
     from controller.costmodel.network import NetParams
     from controller.models import model_spec
     from controller.planner import BASELINES, PLANNERS, PlannerOptions, plan
+    from controller.progress import ProgressLine
     from controller.report import comparison_table, groups_table
     from controller.topology import resolve_topology
     from controller.workload import SLA, default_sla, resolve_workload
@@ -145,10 +150,11 @@ def run_plan(a: argparse.Namespace) -> int:
     sla = SLA(a.sla_ttft or base.ttft_s, a.sla_tpot or base.tpot_s)
     n_gpus = sum(1 for _, d in g.nodes(data=True) if d["kind"] == "gpu")
     verbose = not a.quiet and (a.verbose or n_gpus > 64)  # small clusters plan in a blink
+    line = ProgressLine() if verbose else None
 
     def progress(msg: str) -> None:
-        if verbose:
-            print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+        if line is not None:
+            line(msg)
 
     progress(
         f"cluster {g.name}: {n_gpus} GPUs, {g.number_of_nodes()} nodes, {g.number_of_edges()} links"
@@ -174,6 +180,8 @@ def run_plan(a: argparse.Namespace) -> int:
             if n == names[0]:
                 raise
             failed[n] = str(e)  # a baseline with no feasible plan is a result, not an error
+    if line is not None:
+        line.close()
     head = names[0]
     print(
         f"HeroServe offline plan: topology {g.name} ({n_gpus} GPUs), model {model.name}, "
@@ -189,9 +197,13 @@ def run_plan(a: argparse.Namespace) -> int:
         path = Path(a.json)
         write_text(path, plans[head].to_json() + "\n", "--json")
         for n in names[1:]:
-            write_text(path.with_name(f"{path.stem}.{n}.json"), plans[n].to_json() + "\n", "--json")
+            if n in plans:
+                write_text(
+                    path.with_name(f"{path.stem}.{n}.json"), plans[n].to_json() + "\n", "--json"
+                )
         print(f"\nplan written to {path}")
-    progress(f"done in {time.perf_counter() - t0:.1f}s")
+    if verbose:
+        print(f"planned in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return 0
 
 
@@ -261,6 +273,66 @@ COMMANDS["topology"] = (
 )
 
 
+# -- export ----------------------------------------------------------------------------------
+def _export_args(p: argparse.ArgumentParser) -> None:
+    from controller.export import add_args
+
+    add_args(p)
+
+
+def run_export(a: argparse.Namespace) -> int:
+    from controller.export import run
+
+    return run(a)
+
+
+COMMANDS["export"] = (
+    "turn a plan into a deployment file or vLLM/SGLang launch commands (docs/export.md)",
+    _export_args,
+    run_export,
+)
+
+
+# -- admin -----------------------------------------------------------------------------------
+def _admin_args(p: argparse.ArgumentParser) -> None:
+    from controller.admin import add_args
+
+    add_args(p)
+
+
+def run_admin(a: argparse.Namespace) -> int:
+    from controller.admin import run
+
+    return run(a)
+
+
+COMMANDS["admin"] = (
+    "operate a running controller: apply a plan, show state, agents, slots",
+    _admin_args,
+    run_admin,
+)
+
+
+# -- pki -------------------------------------------------------------------------------------
+def _pki_args(p: argparse.ArgumentParser) -> None:
+    from controller.pki import add_args
+
+    add_args(p)
+
+
+def run_pki(a: argparse.Namespace) -> int:
+    from controller.pki import run
+
+    return run(a)
+
+
+COMMANDS["pki"] = (
+    "make the CA and certificates for mutual TLS (docs/control-plane.md)",
+    _pki_args,
+    run_pki,
+)
+
+
 def _controller(argv: list[str]) -> int:
     from controller.service import main as controller_main
 
@@ -300,11 +372,20 @@ PASSTHROUGH: dict[str, tuple[str, Callable[[list[str]], int]]] = {
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="heroserve",
+        formatter_class=DefaultsHelpFormatter,
         description="HeroServe: network control plane for disaggregated LLM serving",
     )
+    parser.add_argument("--version", action="version", version=f"heroserve {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (help_, add_args, _) in COMMANDS.items():
-        add_args(sub.add_parser(name, help=help_, description=help_))
+        add_args(
+            sub.add_parser(
+                name,
+                help=help_,
+                description=help_,
+                formatter_class=DefaultsHelpFormatter,
+            )
+        )
     for name, (help_, _) in PASSTHROUGH.items():
         sub.add_parser(name, help=help_, add_help=False)
     return parser
@@ -322,6 +403,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return report_error("heroserve", e)
     except BrokenPipeError:  # output piped into head and the like
         return 0
+    except ModuleNotFoundError as e:  # installed without the controller's extra
+        return missing_dependency(e, "heroserve", "pip install 'heroserve[controller]'")
     except KeyboardInterrupt:
         print("heroserve: interrupted", file=sys.stderr)
         return 130

@@ -15,9 +15,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from controller._gen.heroserve.v1 import control_pb2 as pb
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
-from controller.service.agent import AgentClient, Backoff, PolicyState
+from agents.client import AgentClient, Backoff, PolicyState
+from agents.proto.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service.sample import sample_plan, sample_topology, save_sample_topology
 from controller.slots import SlotPool
 from controller.store import Store

@@ -32,8 +32,8 @@ pytestmark = pytest.mark.skipif(
     not (AGENT.exists() and PLUGIN.exists()), reason="C++ GPU agent not built (make cxx)"
 )
 
-pb = pytest.importorskip("controller._gen.heroserve.v1.control_pb2")
-pb_grpc = pytest.importorskip("controller._gen.heroserve.v1.control_pb2_grpc")
+pb = pytest.importorskip("agents.proto.heroserve.v1.control_pb2")
+pb_grpc = pytest.importorskip("agents.proto.heroserve.v1.control_pb2_grpc")
 
 
 def _wait(pred, timeout: float = 15.0, what: str = "condition"):  # noqa: ANN001, ANN202

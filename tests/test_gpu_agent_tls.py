@@ -15,7 +15,7 @@ from test_gpu_agent_e2e import AGENT, PLUGIN, Proc, _wait, acked, agent_env, seg
 pytestmark = pytest.mark.skipif(
     not (AGENT.exists() and PLUGIN.exists()), reason="C++ GPU agent not built (make cxx)"
 )
-pb = pytest.importorskip("controller._gen.heroserve.v1.control_pb2")
+pb = pytest.importorskip("agents.proto.heroserve.v1.control_pb2")
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +33,8 @@ def prefix() -> Iterator[str]:
 
 @pytest.fixture
 def srv(tmp_path: Path, ca: CA) -> Iterator:
-    from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
-    from controller.service.agent import ClientTls, channel
+    from agents.client import ClientTls, channel
+    from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
     from controller.service.sample import sample_plan, sample_topology
     from controller.service.server import ControllerServer, ThreadedServer, Tls
     from controller.store import Store

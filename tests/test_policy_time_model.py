@@ -25,7 +25,7 @@ from test_gpu_agent_e2e import (  # tests/ is on sys.path: the agent e2e helpers
 )
 from test_online_scheduler_sim import shared_uplink_cluster, shared_uplink_plan
 
-from controller._gen.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2 as pb
 from controller.models import model_spec
 from controller.planner import plan as make_plan
 from controller.scheduler.online import OnlineScheduler, parse_table

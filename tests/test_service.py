@@ -12,9 +12,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from controller._gen.heroserve.v1 import control_pb2 as pb
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
-from controller.service.agent import PolicyState
+from agents.client import PolicyState
+from agents.proto.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service.sample import sample_plan, sample_topology
 from controller.service.server import ControllerServer, ThreadedServer, main
 from controller.store import Store

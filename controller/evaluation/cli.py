@@ -23,7 +23,11 @@ from controller.validate_args import (
 def parser() -> argparse.ArgumentParser:
     from controller.evaluation.scenarios import SCENARIOS
 
-    p = OneLineParser(prog="heroserve evaluate", description=__doc__)
+    p = OneLineParser(
+        prog="heroserve evaluate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--scenario", required=True, help=" | ".join(SCENARIOS))
     p.add_argument(
         "--out", type=output_dir, default=None, help="output folder (default: eval/<scenario>)"
@@ -58,11 +62,11 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="comma-separated planners (default: heroserve and the 3 baselines)",
     )
-    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
     p.add_argument(
         "--online-scheduler",
         action="store_true",
-        help="HeroServe's points run its online scheduler (DESIGN §8)",
+        help="HeroServe's points run its online scheduler (docs/policy-table.md)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
@@ -81,9 +85,14 @@ def run(argv: Sequence[str]) -> int:
         if s.servers % unit:
             raise InputError(f"--servers must be a multiple of {unit} for {s.topology}")
     out = make_dir(a.out or f"eval/{s.name}", "--out")
-    say = progress_printer(a.quiet) or (lambda m: None)
-    with Runner(a.workers, a.ray, say) as runner:
-        summary = evaluate(s, out, runner, say, a.seed, a.online_scheduler)
+    line = progress_printer(a.quiet)
+    say = line or (lambda m: None)
+    try:
+        with Runner(a.workers, a.ray, say) as runner:
+            summary = evaluate(s, out, runner, say, a.seed, a.online_scheduler)
+    finally:
+        if line is not None:
+            line.close()
     print((out / "notes.md").read_text())
     print(
         f"written to {out}/: max_rate.csv attainment.csv attainment.png latency.csv "

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from controller._gen.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2 as pb
 from controller.plan import Plan
 from controller.service import policies
 from controller.service.metrics import Metrics

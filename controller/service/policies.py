@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from controller._gen.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2 as pb
 from controller.plan import Group, Plan
 from controller.scheduler.online import TableError, parse_table
 from controller.slots import SlotPool

@@ -27,8 +27,12 @@ from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
+from agents.cliutil import DefaultsHelpFormatter
+from agents.logs import add_log_args, setup_logging
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
+from controller.paths import data_dir
 from controller.service import policies
 from controller.service.core import Controller, Options, RequestError
 from controller.service.metrics import Metrics
@@ -138,6 +142,11 @@ class ControllerServer:
             AdminServicer(self.core, self.tls is not None, self.admin_name), self.server
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        # Server reflection, so grpcurl and other generic clients can list and call methods.
+        reflection.enable_server_reflection(
+            (CONTROL_SERVICE, ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
+            self.server,
+        )
         if self.tls is not None:
             creds = grpc.ssl_server_credentials(
                 [(self.tls.key, self.tls.cert)],
@@ -213,9 +222,17 @@ def load_cluster(spec: str) -> nx.Graph:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="heroserve controller", description=__doc__.split("\n")[0])
-    p.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT (default %(default)s)")
-    p.add_argument("--db", default="heroserve-controller.db", help="SQLite state file")
+    p = argparse.ArgumentParser(
+        prog="heroserve controller",
+        description=__doc__.split("\n")[0],
+        formatter_class=DefaultsHelpFormatter,
+    )
+    p.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT")
+    p.add_argument(
+        "--db",
+        default=str(data_dir() / "controller.db"),
+        help="SQLite state file (the default folder is $XDG_DATA_HOME/heroserve)",
+    )
     p.add_argument("--plan", help="plan JSON (heroserve plan --json PATH writes one)")
     p.add_argument(
         "--topology",
@@ -252,7 +269,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--window-s", type=float, default=0.1, help="T_u of policy tables (s)")
     p.add_argument("--gamma", type=float, default=0.5, help="Eq. 18 smoothing factor")
     p.add_argument("--port-file", help="write the bound port here once listening")
-    p.add_argument("--log-level", default="INFO")
+    add_log_args(p)
     return p
 
 
@@ -276,10 +293,7 @@ async def _serve(server: ControllerServer, plan_text: str | None, port_file: str
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    setup_logging(args.log_level, args.log_format)
     try:
         if not 0.0 <= args.gamma <= 1.0:
             raise UsageError(f"--gamma {args.gamma} is not in [0, 1]")
@@ -293,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             except OSError as exc:
                 raise UsageError(f"cannot read plan: {exc}") from exc
         try:
+            Path(args.db).parent.mkdir(parents=True, exist_ok=True)
             store = Store(args.db)
         except Exception as exc:  # sqlite3.Error, OSError
             raise UsageError(f"cannot open state database {args.db}: {exc}") from exc

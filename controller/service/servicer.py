@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from controller._gen.heroserve.v1 import control_pb2 as pb
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
+from agents.proto.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service import policies
 from controller.service.core import KIND_NAMES, Controller, NotRegistered, RequestError
 from controller.slots import SlotError
@@ -168,4 +168,23 @@ class AdminServicer(_Base, pb_grpc.AdminServicer):
             plan_id=self.core.state.plan_id if self.core.state else "",
             topology=self.core.store.topology,
             agents=self.core.agent_states(),
+        )
+
+    async def GetSlots(
+        self, request: pb.GetSlotsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetSlotsResponse:
+        await self._authorise(context, "GetSlots", self.admin_name)
+        pool = self.core.pool
+        return pb.GetSlotsResponse(
+            switches=[
+                pb.SwitchSlots(
+                    switch=sw,
+                    capacity=pool.capacity(sw) or 0,
+                    allocations=[
+                        pb.SlotAllocation(group=a.owner, start=a.start, count=a.count)
+                        for a in pool.allocations(sw)
+                    ],
+                )
+                for sw in pool.switches()
+            ]
         )

@@ -11,6 +11,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from agents.cliutil import DefaultsHelpFormatter
 from controller.errors import InputError
 from controller.schema_limits import (
     MAX_CV,
@@ -31,6 +32,7 @@ from controller.validate_args import (
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog="heroserve simulate",
+        formatter_class=DefaultsHelpFormatter,
         description="Simulate a plan on its cluster: SLA attainment, TTFT/TPOT percentiles, "
         "INA throughput, peak KV-cache memory.",
     )
@@ -63,7 +65,9 @@ def parser() -> argparse.ArgumentParser:
         help=f"inter-arrival CV (1: Poisson; at most {MAX_CV:g})",
     )
     p.add_argument(
-        "--online-scheduler", action="store_true", help="run the online scheduler (DESIGN §8)"
+        "--online-scheduler",
+        action="store_true",
+        help="run the online scheduler (docs/policy-table.md)",
     )
     p.add_argument("--json", metavar="PATH", type=output_file, help="write the full result as JSON")
     return p
@@ -124,28 +128,31 @@ def run(argv: Sequence[str]) -> int:
 
 
 def report(res) -> str:
+    """The result for a reader: every figure with its unit; times of the simulated cluster
+    are labelled "simulated", the simulator's own run time "wall-clock"."""
     ms = 1e3
     lines = [
-        f"requests        {res.finished}/{res.requests} finished in {res.duration_s:.1f} s "
-        f"(offered {res.offered_rate:.4g} req/s, {res.offered_rate / res.gpus_used:.4g} per GPU)",
-        f"SLA attainment  {res.attainment:.1%} (TTFT <= {res.sla['ttft_s']} s and "
+        f"requests          {res.finished}/{res.requests} finished in {res.duration_s:.1f} s "
+        f"simulated time (offered {res.offered_rate:.4g} req/s, "
+        f"{res.offered_rate / res.gpus_used:.4g} req/s per GPU)",
+        f"SLA attainment    {res.attainment:.1%} (TTFT <= {res.sla['ttft_s']} s and "
         f"TPOT <= {res.sla['tpot_s']} s)",
     ]
     for name, d in (("TTFT", res.ttft_s), ("TPOT", res.tpot_s), ("KV xfer", res.kv_transfer_s)):
         lines.append(
-            f"{name:<15} mean {d['mean'] * ms:8.1f} ms  p50 {d['p50'] * ms:8.1f}  "
+            f"{name + ' (ms)':<17} mean {d['mean'] * ms:8.1f}  p50 {d['p50'] * ms:8.1f}  "
             f"p90 {d['p90'] * ms:8.1f}  p99 {d['p99'] * ms:8.1f}"
         )
     lines += [
-        f"INA throughput  {res.ina_throughput_Bps / 1e9:.3f} GB/s of all-reduce messages "
+        f"INA throughput    {res.ina_throughput_Bps / 1e9:.3f} GB/s of all-reduce messages "
         f"(all schemes {res.allreduce_throughput_Bps / 1e9:.3f} GB/s)",
-        f"policies        {', '.join(f'{k} x{v}' for k, v in res.policy_use.items()) or 'none'}",
-        f"peak KV cache   {res.peak_kv_bytes_per_gpu / 1e9:.2f} GB per GPU "
+        f"policies          {', '.join(f'{k} x{v}' for k, v in res.policy_use.items()) or 'none'}",
+        f"peak KV cache     {res.peak_kv_bytes_per_gpu / 1e9:.2f} GB per GPU "
         f"({res.peak_kv_fraction:.0%} of the room)",
-        f"Ethernet util   mean {res.ethernet_util['mean']:.1%}  max {res.ethernet_util['max']:.1%}"
-        f"  cv {res.ethernet_util['cv']:.2f}",
-        f"simulated       {res.events} events in {res.wall_s:.2f} s "
-        f"({res.requests_per_wall_s:.0f} requests per wall second)",
+        f"Ethernet util     mean {res.ethernet_util['mean']:.1%}  "
+        f"max {res.ethernet_util['max']:.1%}  cv {res.ethernet_util['cv']:.2f}",
+        f"simulator         {res.events} events in {res.wall_s:.2f} s wall-clock "
+        f"({res.requests_per_wall_s:.0f} requests per wall-clock second)",
     ]
     return "\n".join(lines)
 

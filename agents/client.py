@@ -10,17 +10,19 @@ exponential backoff (registering again: a restarted controller has no session fo
 
 from __future__ import annotations
 
+import argparse
 import copy
 import logging
 import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 
-from controller._gen.heroserve.v1 import control_pb2 as pb
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
+from agents.proto.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 
 log = logging.getLogger("heroserve.agent")
 
@@ -75,6 +77,29 @@ class ClientTls:
     key: bytes  # client private key (PEM)
     ca: bytes  # CA of the controller's certificate (PEM)
     server_name: str | None = None  # expected name in the controller's certificate
+
+
+def add_tls_args(p: argparse.ArgumentParser, who: str = "this agent") -> None:
+    """The client TLS flags, the same in the switch agent and ``heroserve admin``."""
+    p.add_argument("--tls-cert", help=f"client certificate (PEM) naming {who}")
+    p.add_argument("--tls-key", help="client private key (PEM)")
+    p.add_argument("--tls-ca", help="CA of the controller's certificate (PEM)")
+    p.add_argument("--tls-server-name", help="name expected in the controller's certificate")
+
+
+def tls_from_args(a: argparse.Namespace) -> ClientTls | None:
+    """What :func:`add_tls_args` parsed: None without TLS; ValueError naming the problem when
+    only some files are given or one cannot be read."""
+    files = [a.tls_cert, a.tls_key, a.tls_ca]
+    if not any(files):
+        return None
+    if not all(files):
+        raise ValueError("mutual TLS needs all of --tls-cert, --tls-key and --tls-ca")
+    try:
+        cert, key, ca = (Path(f).read_bytes() for f in files)
+    except OSError as exc:
+        raise ValueError(f"cannot read TLS file {exc.filename}: {exc.strerror}") from None
+    return ClientTls(cert, key, ca, a.tls_server_name)
 
 
 def channel(target: str, tls: ClientTls | None) -> grpc.Channel:
