@@ -233,9 +233,13 @@ class Evaluator:
         unloaded). Computed on demand, kept in the group's evaluation."""
         ge = self.group(members, nbytes)
         if ge.ina_all is None:
-            if len(members) < 2 or self.policy.ina == "none" or (
-                self.policy.ina_cross_server_only
-                and len({self.g.nodes[m].get("server") for m in members}) == 1
+            if (
+                len(members) < 2
+                or self.policy.ina == "none"
+                or (
+                    self.policy.ina_cross_server_only
+                    and len({self.g.nodes[m].get("server") for m in members}) == 1
+                )
             ):
                 ge.ina_all = []
             else:

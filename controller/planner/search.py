@@ -287,9 +287,7 @@ def _best_pair(
     return comb, pre, rd, t_f, flows, tried
 
 
-def _class_rates(
-    ps: PhaseSearch, space: RoleSpace, sample: int
-) -> tuple[list[float], list[float]]:
+def _class_rates(ps: PhaseSearch, space: RoleSpace, sample: int) -> tuple[list[float], list[float]]:
     """Per class, the rate one of its servers adds in each role: the best candidate priced on
     up to ``sample`` servers of every class at once in that role (fixed-role GPUs included),
     its instance rates shared out over the servers of their GPUs. A sample rather than the
