@@ -161,6 +161,11 @@ def run_plan(a: argparse.Namespace) -> int:
     )
     if a.tpot_mode not in ("amortized", "eq4"):
         raise InputError(f"--tpot-mode must be amortized or eq4, got {a.tpot_mode!r}")
+    try:
+        net = NetParams(cost_mode=a.cost_mode, ina_lanes=a.ina_lanes)
+    except InputError as e:
+        flag = "--ina-lanes" if "lanes" in str(e) else "--cost-mode"
+        raise InputError(f"{flag}: {e}") from None
     opts = PlannerOptions(
         seed=a.seed,
         max_candi=a.max_candi,
@@ -168,7 +173,7 @@ def run_plan(a: argparse.Namespace) -> int:
         decode_par=a.decode_par,
         max_gpus=a.gpus,
         tpot_mode=a.tpot_mode,
-        net=NetParams(cost_mode=a.cost_mode, ina_lanes=a.ina_lanes),
+        net=net,
     )
     plans = {}
     failed: dict[str, str] = {}

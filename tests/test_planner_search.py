@@ -180,3 +180,21 @@ def test_kv_stage_order_puts_each_decode_stage_next_to_its_layers():
     after, flows = ev.kv_price([(pre, order)])
     assert after < before
     assert all(f.src.split("-")[0] == f.dst.split("-")[0] for f in flows)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--ina-lanes", "int8"], "--ina-lanes: INA lanes must be one of int32, int16, fp16"),
+        (["--cost-mode", "exact"], "--cost-mode: cost mode must be one of pipelined, paper"),
+        (["--tpot-mode", "mean"], "--tpot-mode must be amortized or eq4"),
+        (["--gpus", "3"], "--gpus 3 is below the 8 GPUs OPT-66B needs"),
+        (["--gpus", "0"], "argument --gpus"),
+    ],
+)
+def test_bad_planner_options_get_one_line_and_exit_2(capsys, args, message):
+    from controller.cli import main
+
+    assert main(["plan", "--planner", "heroserve", "--quiet", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and message in err, err
