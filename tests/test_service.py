@@ -348,11 +348,16 @@ def test_link_capacities_from_topology(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def testbed_plan(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """``heroserve plan --json PATH`` with every default (topology testbed), the plan only."""
+    """``heroserve plan --json PATH`` on the testbed with the paper's roles (prefill on the
+    A100 servers, decode on the V100 servers), the plan only, with the parallelism the tests
+    below rely on (prefill TP1xPP4, decode TP4xPP2, TP inside a server) forced: the planner's
+    own choice follows the cost model."""
     from controller.cli import main as cli
 
     path = tmp_path_factory.mktemp("plan") / "plan.json"
-    assert cli(["plan", "--planner", "heroserve", "--quiet", "--json", str(path)]) == 0
+    args = ["--prefill-par", "1x4", "--decode-par", "4x2", "--quiet", "--json", str(path)]
+    args += ["--topology", "testbed-paper"]
+    assert cli(["plan", "--planner", "heroserve", *args]) == 0
     return path.read_text()
 
 
@@ -381,7 +386,7 @@ def test_tp1_groups_get_no_table_and_the_others_valid_ones(
 
     plan = Plan.from_dict(json.loads(testbed_plan))
     # The default plan: prefill TP1xPP4 (four groups of one GPU), decode TP4 groups.
-    assert plan.topology == "testbed" and (plan.prefill.tp, plan.prefill.pp) == (1, 4)
+    assert plan.topology == "testbed-paper" and (plan.prefill.tp, plan.prefill.pp) == (1, 4)
     assert [len(g.gpus) for g in plan.prefill.groups] == [1, 1, 1, 1]
     assert plan.decode.tp == 4 and plan.decode.groups
     g = testbed()
@@ -394,15 +399,16 @@ def test_tp1_groups_get_no_table_and_the_others_valid_ones(
         assert state is not None
         want = {f"decode/{gr.instance}/{gr.stage}" for gr in plan.decode.groups}
         assert sorted(t.group_id for t in state.tables) == sorted(want)
-        nvlink = gpu_spec(plan.decode.gpu_type).nvlink_bw
+        nvlink = gpu_spec(plan.decode.gpu_type).nvlink_bw / 2  # per direction
         for t in state.tables:
             parsed = parse_table(table_json(t))  # what every GPU agent runs
             assert parsed.group_id == t.group_id and parsed.version == 1
             for lk in t.links:
                 a, b = lk.id.split("|")
                 assert lk.capacity == g.edges[a, b]["capacity"] > 0
-            # The decode groups are NVLink rings inside one V100 server: 300 GB/s per GPU.
-            assert {lk.capacity for lk in t.links} == {nvlink} == {300e9}
+            # The decode groups are NVLink rings inside one V100 server: 150 GB/s per GPU and
+            # direction (300 GB/s over both).
+            assert {lk.capacity for lk in t.links} == {nvlink} == {150e9}
             assert len(t.links) == 4
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             # A prefill GPU (TP=1) gets no table at all; a decode GPU gets its group's.

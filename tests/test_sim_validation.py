@@ -5,11 +5,13 @@ rate."""
 import numpy as np
 import pytest
 
+from controller.costmodel.network import NetParams
 from controller.evaluation.sweep import max_rates
 from controller.models import model_spec
-from controller.planner import plan
+from controller.planner import PlannerOptions, plan
 from controller.planner.grouping import PodGroups
 from controller.sim import SimOptions, Simulator, build_model, make_requests
+from controller.sim.model import planned_pattern
 from controller.topology import testbed as make_testbed
 from controller.topology.graph import scale_bandwidth
 from controller.workload import Request, Workload, chatbot, default_sla
@@ -19,7 +21,7 @@ IN, OUT = 161, 338
 
 @pytest.fixture(scope="module")
 def tb():
-    g = make_testbed()
+    g = make_testbed(fixed_roles=True)
     return g, plan(g, model_spec("OPT-66B"), chatbot(), default_sla("chatbot"))
 
 
@@ -28,15 +30,36 @@ def _one_pod(stages_list):
     return [PodGroups(None, [x for grp in groups for x in grp], groups)]
 
 
-def test_low_load_matches_the_cost_model(tb):
+def _as_planned(m) -> None:
+    """Make the model's evaluator price each group with the scheme its plan chose: the
+    evaluator takes the cheapest scheme at every message size, the simulator runs the plan's
+    (``planned_pattern``), and a lone request's batch of 1 is not the size the plan chose at."""
+    ev = m.evaluator
+    groups = {tuple(gr.gpus): gr for ph in (m.plan.prefill, m.plan.decode) for gr in ph.groups}
+
+    def allreduce_time(members, nbytes):
+        planned = planned_pattern(ev, list(members), nbytes, groups.get(tuple(members)))
+        return 0.0 if planned is None else planned[0].time(planned[1], nbytes)
+
+    ev.allreduce_time = allreduce_time
+
+
+@pytest.mark.parametrize("mode", ["pipelined", "paper"])
+def test_low_load_matches_the_cost_model(mode):
     """Requests 1000 s apart (each alone in the cluster), all of the mean length: TTFT is the
     prefill instance's serve time (Eqs. 3, 5-12), the KV transfer T_f (Eqs. 14-15), each
     decode step Eq. 13 plus its all-reduces at batch 1, all within 5% of the evaluator's own
-    figures; TPOT = step + T_f / (out - 1) (the transfer spread over the tokens)."""
-    g, p = tb
+    figures, in either cost mode (the plan records it; the simulator prices as it says);
+    TPOT = step + T_f / (out - 1) (the transfer spread over the tokens)."""
+    g = make_testbed(fixed_roles=True)
+    opts = PlannerOptions(net=NetParams(cost_mode=mode))
+    p = plan(g, model_spec("OPT-66B"), chatbot(), default_sla("chatbot"), opts)
+    assert p.options["cost_mode"] == mode
     fixed = Workload("fixed", np.full(10, IN), np.full(10, OUT))
     m = build_model(p, g, fixed)
+    assert m.pipelined == (mode == "pipelined") and m.evaluator.net.cost_mode == mode
     ev = m.evaluator
+    _as_planned(m)
     reqs = [Request(1000.0 * i, IN, OUT) for i in range(4)]
     r = Simulator(m).run(reqs)
     assert r.finished == 4
@@ -45,14 +68,14 @@ def test_low_load_matches_the_cost_model(tb):
     want_ttft = ev.prefill_instance(pre_stages).serve_s
     pre = ev.prefill_phase(p.prefill.tp, p.prefill.pp, _one_pod([pre_stages]))
     dec = ev.decode_phase(p.decode.tp, p.decode.pp, _one_pod([dec_stages]), 0.0)
-    want_tf, _ = ev.kv_transfer(pre, dec, 1, 1)
+    want_tf, _, _ = ev.kv_transfer(pre, dec, 1, 1)
     want_step = ev.decode_step(dec_stages, 1)[0]
     pr = r.per_request
     ttft = np.array(pr["ttft_s"])
     tf = np.array(pr["kv_done_s"]) - np.array(pr["first_token_s"])
     step = (np.array(pr["finish_s"]) - np.array(pr["kv_done_s"])) / (OUT - 1)
     tpot = np.array(pr["tpot_s"])
-    print(f"TTFT sim {ttft.mean() * 1e3:.2f} ms vs model {want_ttft * 1e3:.2f} ms; "
+    print(f"{mode}: TTFT sim {ttft.mean() * 1e3:.2f} ms vs model {want_ttft * 1e3:.2f} ms; "
           f"T_f {tf.mean() * 1e3:.2f} vs {want_tf * 1e3:.2f} ms; decode step "
           f"{step.mean() * 1e3:.2f} vs {want_step * 1e3:.2f} ms; TPOT {tpot.mean() * 1e3:.2f} vs "
           f"{(want_step + want_tf / (OUT - 1)) * 1e3:.2f} ms")  # fmt: skip

@@ -235,6 +235,7 @@ class PolicyTimer:
         """The timer for ``plan`` on ``cluster`` (the graph :func:`resolve_cluster` gave: the
         controller resolves it once per plan, for capacities and prices alike), or None when
         the plan's model or workload cannot be had (a hand-made plan)."""
+        from controller.costmodel.network import NetParams
         from controller.errors import InputError
         from controller.models import model_spec
         from controller.planner import PLANNERS, PlannerOptions, Problem
@@ -248,7 +249,7 @@ class PolicyTimer:
                 model_spec(plan.model),
                 resolve_workload(plan.workload),
                 SLA(plan.sla["ttft_s"], plan.sla["tpot_s"], plan.sla.get("attainment", 0.9)),
-                PlannerOptions(),
+                PlannerOptions(net=NetParams.from_plan_options(plan.options)),  # as priced
             )
         except (InputError, OSError, KeyError, ValueError) as exc:
             log.info(
@@ -272,15 +273,13 @@ class PolicyTimer:
     ) -> CommPattern | None:
         """The cost-model pattern of one policy of group ``g``; None when it is not priced
         (TP=1, or routes the cluster does not have)."""
-        from controller.costmodel.network import T_AGG_S, CommPattern, ring_pattern
+        from controller.costmodel.network import CommPattern, ina_on_routes, ring_pattern
 
         ev, net = self.ev, self.ev.net
         if len(g.gpus) < 2 or not self._routes_exist(paths):
             return None
         if scheme == pb.SCHEME_INA:
-            wire = net.ina_element_bytes / net.dtype_bytes
-            flows = [(list(paths[m]), wire) for m in g.gpus]
-            return CommPattern("ina", flows, 2, 0.0, T_AGG_S + net.ina_host_s, g.switch, paths)
+            return ina_on_routes(paths, g.switch, net, g.gpus)
         if g.scheme == "ring":  # the planned NCCL ring: the planner's own pattern
             if any(m not in ev.g for m in g.gpus):
                 return None
@@ -288,7 +287,9 @@ class PolicyTimer:
         # the fallback ring through an INA group's switch
         n = len(g.gpus)
         flows = [(list(paths[m]), 1.0 / n) for m in g.gpus]
-        return CommPattern("ring", flows, 2 * (n - 1), net.ring_step_net_s, 0.0, None, paths)
+        return CommPattern.one_phase(
+            "ring", flows, 2 * (n - 1), net.ring_step_net_s, 0.0, None, paths
+        )
 
     def fields(
         self, role: str, g: Group, scheme: int, paths: dict[str, list[str]]
