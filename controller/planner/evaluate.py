@@ -300,11 +300,20 @@ class Evaluator:
         hit = self._times.get(key)
         if hit is None:
             ge = self.group(members, nbytes)
+            others = [p.compiled(f) for p, f in ge.options(self)[1:]]
+            if self.problem.options.free_ina and self.ina_allowed(members):
+                others.append([])  # free INA: an all-reduce of no time
             hit = self._times[key] = GroupTimes(
-                [c for p, f in ge.options(self, allow_ina=False) for c in p.compiled(f)],
-                [p.compiled(f) for p, f in ge.options(self)[1:]],
+                [c for p, f in ge.options(self, allow_ina=False) for c in p.compiled(f)], others
             )
         return hit
+
+    def ina_allowed(self, members: Sequence[str]) -> bool:
+        """Whether the policy may aggregate this group in the network at all."""
+        if len(members) < 2 or self.policy.ina == "none":
+            return False
+        one_server = len({self.g.nodes[m].get("server") for m in members}) == 1
+        return not (self.policy.ina_cross_server_only and one_server)
 
     def allreduce_time(self, members: Sequence[str], nbytes: float) -> float:
         if len(members) == 1:
