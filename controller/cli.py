@@ -356,6 +356,12 @@ def _simulate(argv: list[str]) -> int:
     return simulate_main(argv)
 
 
+def _fidelity(argv: list[str]) -> int:
+    from controller.evaluation.fidelity import main as fidelity_main
+
+    return fidelity_main(argv)
+
+
 def _evaluate(argv: list[str]) -> int:
     from controller.evaluation.cli import main as evaluate_main
 
@@ -371,6 +377,7 @@ PASSTHROUGH: dict[str, tuple[str, Callable[[list[str]], int]]] = {
         _simulate,
     ),
     "evaluate": ("reproduce the paper's evaluation (Fig. 7-10) on a scenario", _evaluate),
+    "fidelity": ("write docs/fidelity.md: the paper's claims beside the project's", _fidelity),
 }
 
 

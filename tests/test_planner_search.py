@@ -25,9 +25,13 @@ def _rates(g, model, wname, sla) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for name in ["heroserve", *BASELINES]:
         try:
-            out[name] = plan(g, model, WORKLOADS[wname], sla, planner=name).predicted.rate
+            p = plan(g, model, WORKLOADS[wname], sla, planner=name)
         except InputError:
             out[name] = None  # no feasible plan is a result
+            continue
+        used = p.all_gpus()
+        assert len(used) == len(set(used)) == p.predicted.gpus_used, f"{name}: a GPU twice"
+        out[name] = p.predicted.rate
     return out
 
 
@@ -198,3 +202,16 @@ def test_bad_planner_options_get_one_line_and_exit_2(capsys, args, message):
     assert main(["plan", "--planner", "heroserve", "--quiet", *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err and message in err, err
+
+
+@pytest.mark.slow
+def test_twin_pods_and_left_over_chains_use_every_gpu_once():
+    """A 12-pod 8tracks cluster (192 servers) plans with twin pods reused by renaming and the
+    groups left over in each pod chained across pods, also when the decode phase is priced
+    again at the KV transfer's T_f: no GPU may end up in two instances. (The chains were once
+    cached and then extended in place, which put 160 GPUs in two instances here.)"""
+    g = eight_tracks(192)
+    p = plan(g, model_spec("OPT-175B"), chatbot(), default_sla("chatbot", "large"))
+    used = p.all_gpus()
+    assert len(used) == len(set(used)) == p.predicted.gpus_used
+    assert p.predicted.gpus_used <= 1536

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from controller.planner.candidates import valid_tp
 from controller.planner.evaluate import Evaluator, combine
 from controller.planner.options import Policy, Problem
-from controller.planner.search import SearchResult
+from controller.planner.search import SearchResult, capacity_bound
 from controller.topology.graph import gpus, servers
 from controller.units import GB
 
@@ -98,6 +98,16 @@ def colocated_search(ev: Evaluator) -> SearchResult | None:
             pre_stages, dec_stages = _layout(nodes, pp, tp_p, tp_d)
             if not pre_stages:
                 continue
+            bound = min(
+                capacity_bound(
+                    ev, "prefill", [x for i in pre_stages for s in i for x in s], tp_p, pp
+                ),
+                capacity_bound(
+                    ev, "decode", [x for i in dec_stages for s in i for x in s], tp_d, pp
+                ),
+            )
+            if best is not None and bound <= best.combination.rate * (1 + 1e-9):
+                continue  # cannot beat the best layout found (compute alone bounds it)
             tried += 1
             pre = ev.phase_result("prefill", tp_p, pp, [ev.prefill_instance(s) for s in pre_stages])
             pairs = list(zip(pre_stages, dec_stages, strict=True))[: problem.options.kv_pairs_max]

@@ -132,8 +132,12 @@ class Evaluator:
         self._grouping_caches: dict[tuple, dict] = {}
         self._shapes: dict[tuple, tuple] = {}
         self._times: dict[tuple, GroupTimes] = {}
+        self._instances: dict[tuple, InstanceEval] = {}
+        self._chains: dict[tuple, tuple] = {}  # order_stages, which no T_f changes
+        self._pool_summaries: dict[frozenset, dict[tuple[float, str], int]] = {}
         self._hop_by_shape: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._server_gpus = servers(g)
+        self._server_of = lambda x: g.nodes[x].get("server") or x
         self._hops: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         w = problem.workload
         self.mean_in, self.mean_in2, self.mean_out = w.mean_input, w.mean_input_sq, w.mean_output
@@ -300,11 +304,20 @@ class Evaluator:
         hit = self._times.get(key)
         if hit is None:
             ge = self.group(members, nbytes)
+            others = [p.compiled(f) for p, f in ge.options(self)[1:]]
+            if self.problem.options.free_ina and self.ina_allowed(members):
+                others.append([])  # free INA: an all-reduce of no time
             hit = self._times[key] = GroupTimes(
-                [c for p, f in ge.options(self, allow_ina=False) for c in p.compiled(f)],
-                [p.compiled(f) for p, f in ge.options(self)[1:]],
+                [c for p, f in ge.options(self, allow_ina=False) for c in p.compiled(f)], others
             )
         return hit
+
+    def ina_allowed(self, members: Sequence[str]) -> bool:
+        """Whether the policy may aggregate this group in the network at all."""
+        if len(members) < 2 or self.policy.ina == "none":
+            return False
+        one_server = len({self.g.nodes[m].get("server") for m in members}) == 1
+        return not (self.policy.ina_cross_server_only and one_server)
 
     def allreduce_time(self, members: Sequence[str], nbytes: float) -> float:
         if len(members) == 1:
@@ -345,6 +358,16 @@ class Evaluator:
         O(N^2 S) for N GPUs). Returns the instances and the groups left over."""
         if pp == 1:
             return [[grp] for grp in groups], []
+        key = (pp, tuple(tuple(grp) for grp in groups))
+        hit = self._chains.get(key)
+        if hit is None:
+            hit = self._chains[key] = self._order_stages(groups, pp)
+        chains, rest = hit  # fresh outer lists: callers extend what they get
+        return [list(c) for c in chains], list(rest)
+
+    def _order_stages(
+        self, groups: list[list[str]], pp: int
+    ) -> tuple[list[list[list[str]]], list[list[str]]]:
         n, size = len(groups), len(groups[0])
         members = [x for grp in groups for x in grp]
         d = latency_matrix(self.ring_fabric, members, self.prefill_bytes())
@@ -411,7 +434,28 @@ class Evaluator:
         ]
         return ar, hops
 
+    def _memo_instance(
+        self, kind: str, stages: list[list[str]], t_f: float, price: Callable[[], InstanceEval]
+    ) -> InstanceEval:
+        """Instances of the same shape (``shape_signature`` of their stages, in order) price
+        the same: the first is priced, its twins get a copy with their own GPU names."""
+        forced = tuple(tuple(s) in self.forced_ring for s in stages)
+        key = (kind, self.shape(*stages), t_f, forced)
+        hit = self._instances.get(key)
+        if hit is None:
+            hit = price()
+            if len(self._instances) < 100_000:
+                self._instances[key] = hit
+            return hit
+        return replace(hit, stages=[list(s) for s in stages])
+
     def prefill_instance(self, stages: list[list[str]]) -> InstanceEval:
+        return self._memo_instance("p", stages, 0.0, lambda: self._prefill_instance(stages))
+
+    def decode_instance(self, stages: list[list[str]], t_f: float) -> InstanceEval:
+        return self._memo_instance("d", stages, t_f, lambda: self._decode_instance(stages, t_f))
+
+    def _prefill_instance(self, stages: list[list[str]]) -> InstanceEval:
         """TTFT side (Eqs. 3, 5-12): one request of mean length per batch; the queue is served
         by the busiest stage (P-K with deterministic service)."""
         m = self.model
@@ -460,7 +504,7 @@ class Evaluator:
             return t_f
         return t_f / self._tpot_quantile
 
-    def decode_instance(self, stages: list[list[str]], t_f: float) -> InstanceEval:
+    def _decode_instance(self, stages: list[list[str]], t_f: float) -> InstanceEval:
         """TPOT side (Eqs. 4, 13): the largest batch whose step time plus the KV transfer's
         share (``tpot_kv_share``) meets the TPOT bound and whose KV cache fits; ``pp``
         micro-batches are in flight. Rate in requests/s: batch / (busiest stage * mean output
@@ -551,9 +595,14 @@ class Evaluator:
         so each group is assigned the stage whose layers sit nearest (an assignment problem
         over the alone-price of each stage's KV shares, solved exactly with SciPy's
         ``linear_sum_assignment``; O(P^3)). The order the pipeline hops chose is kept when
-        it is at least as fast (ties keep the hops' order)."""
+        it is at least as fast (ties keep the hops' order). Only instances that share a
+        server with their prefill instance are re-ordered: elsewhere every stage's KV crosses
+        Ethernet whatever the order, and the order the hops chose stands."""
         pp = len(dec_stages)
         if pp == 1:
+            return dec_stages
+        srv = self._server_of
+        if not {srv(x) for s in pre_stages for x in s} & {srv(x) for s in dec_stages for x in s}:
             return dec_stages
         total = self.mean_in * self.model.kv_bytes_per_token()
         fab = self.ring_fabric
@@ -576,6 +625,19 @@ class Evaluator:
         return order if new < now * (1 - 1e-9) else dec_stages
 
     # -- phases --------------------------------------------------------------------------
+    def pool_summary(self, pool: Sequence[str]) -> dict[tuple[float, str], int]:
+        """(memory GB, GPU type) -> how many GPUs of ``pool`` have them; cached per pool."""
+        key = frozenset(pool)
+        hit = self._pool_summaries.get(key)
+        if hit is None:
+            hit = {}
+            for x in pool:
+                d = self.g.nodes[x]
+                k = (d["memory_gb"], d["gpu_type"])
+                hit[k] = hit.get(k, 0) + 1
+            self._pool_summaries[key] = hit
+        return hit
+
     def fit(self, pool: Sequence[str], tp: int, pp: int) -> list[str]:
         """The GPUs of ``pool`` with enough memory for a 1/(TP*PP) weight shard (Alg. 1
         lines 5-6)."""

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import random
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -101,25 +102,83 @@ def perturb(
     return groups
 
 
+class _Static:
+    """What the grouping functions read of a graph again and again, indexed once: each GPU's
+    sort key and pod (servers joined when their GPUs share an access switch), each node's part
+    of a structure signature, and the signatures already made. Kept per graph object
+    (``static``); a graph is not changed after it is built."""
+
+    def __init__(self, g: nx.Graph) -> None:
+        self.g = g
+        key = gpu_sort_key(g)
+        self.sort_key = {n: key(n) for n, d in g.nodes(data=True) if d["kind"] == "gpu"}
+        h = nx.Graph()
+        for n in self.sort_key:
+            s = ("srv", g.nodes[n].get("server") or n)
+            h.add_node(s)
+            for a in nic_switches(g, n):
+                if g.nodes[a].get("tier", "access") == "access":
+                    h.add_edge(s, ("sw", a))
+        self.pod: dict[str, int] = {}
+        for k, comp in enumerate(nx.connected_components(h)):
+            for kind, s in comp:
+                if kind == "srv":
+                    self.pod[s] = k
+        self.links: dict[str, tuple] = {}
+        self.switch: dict[str, tuple] = {}
+        self.signatures: dict[tuple, tuple] = {}
+
+    def gpu_links(self, n: str) -> tuple:
+        """(link kind, bandwidth, latency, the neighbour if it is a switch else None) per
+        neighbour of GPU ``n``, in a fixed order."""
+        hit = self.links.get(n)
+        if hit is None:
+            g = self.g
+            out = []
+            for v in sorted(g.neighbors(n), key=lambda v: (g.nodes[v]["kind"], v)):
+                e = g.edges[n, v]
+                sw = v if g.nodes[v]["kind"] == "switch" else None
+                out.append((e["link"], e["available"], e["latency_s"], sw))
+            hit = self.links[n] = tuple(out)
+        return hit
+
+    def switch_links(self, a: str) -> tuple:
+        """(ina, slots, ((bandwidth, latency, neighbour switch), ...)) of switch ``a``."""
+        hit = self.switch.get(a)
+        if hit is None:
+            g = self.g
+            up = tuple(
+                (g.edges[a, v]["available"], g.edges[a, v]["latency_s"], v)
+                for v in g.neighbors(a)
+                if g.nodes[v]["kind"] == "switch"
+            )
+            d = g.nodes[a]
+            hit = self.switch[a] = (d.get("ina"), d.get("aggregator_slots"), up)
+        return hit
+
+
+_STATIC: weakref.WeakKeyDictionary[nx.Graph, _Static] = weakref.WeakKeyDictionary()
+
+
+def static(g: nx.Graph) -> _Static:
+    """The graph's index (``_Static``), built on first use."""
+    hit = _STATIC.get(g)
+    if hit is None:
+        hit = _STATIC[g] = _Static(g)
+    return hit
+
+
 def pods(g: nx.Graph, gpus: Sequence[str]) -> list[list[str]]:
     """Split GPUs into pods: servers joined when their GPUs share an access switch. Tensor
     groups are formed inside a pod (a group across pods would cross the core tier, which is
-    never cheaper than the pod's own access switches)."""
-    h = nx.Graph()
-    by_server: dict[str, list[str]] = {}
+    never cheaper than the pod's own access switches). O(N log N) once the graph is indexed."""
+    st = static(g)
+    by_pod: dict[int, list[str]] = {}
     for n in gpus:
-        s = g.nodes[n].get("server") or n
-        by_server.setdefault(s, []).append(n)
-        h.add_node(("srv", s))
-        for a in nic_switches(g, n):
-            if g.nodes[a].get("tier", "access") == "access":
-                h.add_edge(("srv", s), ("sw", a))
-    out = []
-    for comp in nx.connected_components(h):
-        members = [n for kind, s in comp if kind == "srv" for n in by_server[s]]
-        if members:
-            out.append(sorted(members, key=gpu_sort_key(g)))
-    out.sort(key=lambda p: gpu_sort_key(g)(p[0]))
+        by_pod.setdefault(st.pod[g.nodes[n].get("server") or n], []).append(n)
+    key = st.sort_key.__getitem__
+    out = [sorted(members, key=key) for members in by_pod.values()]
+    out.sort(key=lambda p: key(p[0]))
     return out
 
 
@@ -148,30 +207,33 @@ def shape_signature(
 
 
 def _local_structure(g: nx.Graph, gpus: Sequence[str], marks: Mapping[str, int]) -> tuple:
+    st = static(g)
+    memo = (tuple(gpus), tuple(marks.get(n, 0) for n in gpus))
+    hit = st.signatures.get(memo)
+    if hit is not None:
+        return hit
     local: dict[str, int] = {}
     servers: dict[str, int] = {}
     gpu_keys = []
     for n in gpus:
         d = g.nodes[n]
         s = servers.setdefault(d.get("server") or n, len(servers))
-        links = []
-        for v in sorted(g.neighbors(n), key=lambda v: (g.nodes[v]["kind"], v)):
-            e = g.edges[n, v]
-            tag = local.setdefault(v, len(local)) if g.nodes[v]["kind"] == "switch" else -1
-            links.append((e["link"], e["available"], e["latency_s"], tag))
+        links = tuple(
+            (kind, bw, lat, -1 if sw is None else local.setdefault(sw, len(local)))
+            for kind, bw, lat, sw in st.gpu_links(n)
+        )
         gpu_keys.append(
-            (d["gpu_type"], d["memory_gb"], s, d.get("index", 0), marks.get(n, 0), tuple(links))
+            (d["gpu_type"], d["memory_gb"], s, d.get("index", 0), marks.get(n, 0), links)
         )
     sw_keys = []
     for a, k in sorted(local.items(), key=lambda x: x[1]):
-        up = sorted(
-            (g.edges[a, v]["available"], g.edges[a, v]["latency_s"], local.get(v, -1))
-            for v in g.neighbors(a)
-            if g.nodes[v]["kind"] == "switch"
-        )
-        d = g.nodes[a]
-        sw_keys.append((k, d.get("ina"), d.get("aggregator_slots"), tuple(up)))
-    return (tuple(gpu_keys), tuple(sw_keys))
+        ina, slots, up = st.switch_links(a)
+        ups = tuple(sorted((bw, lat, local.get(v, -1)) for bw, lat, v in up))
+        sw_keys.append((k, ina, slots, ups))
+    out = (tuple(gpu_keys), tuple(sw_keys))
+    if len(st.signatures) < 200_000:  # bounded: a signature is reused, not hoarded
+        st.signatures[memo] = out
+    return out
 
 
 def blocks(parts: list[list[str]], size: int) -> list[list[str]]:

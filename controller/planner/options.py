@@ -33,6 +33,9 @@ class PlannerOptions:
     # "amortized": T_f paid once per request, spread over its output tokens (DistServe's and
     # the simulator's TPOT); "eq4": added to every token, as the paper's Eq. 4 is written
     tpot_mode: Literal["amortized", "eq4"] = "amortized"
+    # an upper bound, not a deployment: every all-reduce the policy may aggregate in the
+    # network costs nothing (docs/fidelity.md's free-INA bound)
+    free_ina: bool = False
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,46 @@ def candidates_for(
     return sorted(set(out) | set(local), key=lambda c: (c[0] * c[1], c[1]))
 
 
+def capacity_bound(ev: Evaluator, role: str, pool: Sequence[str], tp: int, pp: int) -> float:
+    """An upper bound on the phase's capacity (requests/s) on ``pool`` with (TP, PP):
+    as many instances as the GPUs allow, each computing on the fastest GPU type of the
+    pool with no communication (an all-reduce, hop or KV transfer only adds time)."""
+    problem = ev.problem
+    model = problem.model
+    need = model.param_bytes / (tp * pp * problem.options.r_frac)
+    kinds = [(mem, t, k) for (mem, t), k in ev.pool_summary(pool).items() if mem * GB >= need]
+    n = sum(k for _, _, k in kinds) // (tp * pp)
+    if n == 0:
+        return 0.0
+    fastest = max({t for _, t, _ in kinds}, key=lambda t: gpu_spec(t).fp16_flops)
+    co = ev.coeffs(fastest)
+    if role == "prefill":
+        layer = prefill_layer_time(co, model, tp, ev.mean_in, ev.mean_in2)
+        serve = model.layers * layer
+        return n * max_rate_within(problem.sla.ttft_s, serve, serve / pp)
+    most = max(mem for mem, _, _ in kinds) * GB * problem.options.r_frac
+    room = most - model.param_bytes / (tp * pp)
+    ctx = problem.workload.mean_kv_tokens
+    b_max = min(
+        problem.options.max_batch,
+        int(room * tp / (ctx * model.kv_bytes_per_token())) if room > 0 else 0,
+    )
+
+    def step(b: int) -> float:
+        return model.layers * decode_layer_time(co, model, tp, b, b * ctx)
+
+    if b_max < 1 or step(1) > problem.sla.tpot_s:
+        return 0.0
+    lo, hi = 1, b_max
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if step(mid) <= problem.sla.tpot_s:
+            lo = mid
+        else:
+            hi = mid - 1
+    return n * lo / (step(lo) / pp * ev.mean_out)
+
+
 class PhaseSearch:
     """Prices the phases of one planner: per role, pool and candidate, a cheap capacity
     bound and, on demand, the grouped and priced phase; both cached."""
@@ -121,43 +161,7 @@ class PhaseSearch:
 
     # -- bounds ----------------------------------------------------------------------------
     def capacity_bound(self, role: str, pool: Sequence[str], tp: int, pp: int) -> float:
-        """An upper bound on the phase's capacity (requests/s) on ``pool`` with (TP, PP):
-        as many instances as the GPUs allow, each computing on the fastest GPU type of the
-        pool with no communication (an all-reduce, hop or KV transfer only adds time)."""
-        ev, model = self.ev, self.problem.model
-        fit = ev.fit(pool, tp, pp)
-        n = len(fit) // (tp * pp)
-        if n == 0:
-            return 0.0
-        fastest = max(
-            {ev.g.nodes[x]["gpu_type"] for x in fit}, key=lambda t: gpu_spec(t).fp16_flops
-        )
-        co = ev.coeffs(fastest)
-        if role == "prefill":
-            layer = prefill_layer_time(co, model, tp, ev.mean_in, ev.mean_in2)
-            serve = model.layers * layer
-            return n * max_rate_within(self.problem.sla.ttft_s, serve, serve / pp)
-        most = max(ev.g.nodes[x]["memory_gb"] for x in fit) * GB * self.problem.options.r_frac
-        room = most - model.param_bytes / (tp * pp)
-        ctx = self.problem.workload.mean_kv_tokens
-        b_max = min(
-            self.problem.options.max_batch,
-            int(room * tp / (ctx * model.kv_bytes_per_token())) if room > 0 else 0,
-        )
-
-        def step(b: int) -> float:
-            return model.layers * decode_layer_time(co, model, tp, b, b * ctx)
-
-        if b_max < 1 or step(1) > self.problem.sla.tpot_s:
-            return 0.0
-        lo, hi = 1, b_max
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if step(mid) <= self.problem.sla.tpot_s:
-                lo = mid
-            else:
-                hi = mid - 1
-        return n * lo / (step(lo) / pp * ev.mean_out)
+        return capacity_bound(self.ev, role, pool, tp, pp)
 
     def bounds(self, role: str, pool: Sequence[str]) -> list[tuple[float, int, int]]:
         """(capacity bound, TP, PP) of every candidate of ``role`` on ``pool`` with a
@@ -359,7 +363,10 @@ def search(problem: Problem, policy: Policy, groupers: Sequence[Grouper]) -> Sea
                 f"  split {k}/{len(splits)} ({split.label}): H {comb.rate:.3f} req/s "
                 f"on {comb.gpus_used} GPUs"
             )
-    if policy.colocated_layouts:  # DistServe's low-affinity layouts, priced by this planner
+    # DistServe's low-affinity layouts, priced by this planner, where the role splits were
+    # all priced too (on a cluster of hundreds of servers they cost more than the rest of
+    # the search and the rail network's own splits beat them)
+    if policy.colocated_layouts and space.n_splits <= opts.max_splits:
         from controller.planner.distserve_paper import colocated_search
 
         co = colocated_search(ev)
