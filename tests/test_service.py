@@ -207,7 +207,8 @@ def test_telemetry(srv: ThreadedServer, chan: grpc.Channel) -> None:
         )
         == 10
     )
-    assert reg.get_sample_value("heroserve_link_utilisation", {"link": "s1|p0-g1"}) == 0.25
+    # The label is the canonical (sorted) link id of the cluster, whatever order was sent.
+    assert reg.get_sample_value("heroserve_link_utilisation_ratio", {"link": "p0-g1|s1"}) == 0.25
     # The utilisation reaches the tables sent afterwards.
     st = Stream(stub, GPU, session)
     (t,) = st.next().gpu_policy.tables
@@ -320,7 +321,7 @@ def test_cli_refuses_bad_configuration(tmp_path: Path, capsys: pytest.CaptureFix
     assert err.count("\n") == 1 and "--topology" in err
     (tmp_path / "bad.json").write_text("{")
     assert main(["--db", db, "--plan", str(tmp_path / "bad.json")]) == 2
-    assert "not a valid Plan" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith("heroserve controller: --plan: plan is not JSON")
 
 
 def test_link_capacities_from_topology(tmp_path: Path) -> None:
