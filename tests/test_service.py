@@ -663,3 +663,300 @@ def test_bad_hier_groups_are_refused(tmp_path: Path, edit, message: str) -> None
     with pytest.raises(PlanError, match=re.escape(message)):
         c.apply_plan(p.to_json())
     assert c.epoch == 0 and c.pool.switches() == []
+
+
+# --- issue 10 items 1 and 2: an agent speaks only for what the plan gives it ---------------
+
+
+@pytest.fixture
+def two_groups(tmp_path: Path) -> Iterator[ThreadedServer]:
+    s = ThreadedServer(
+        ControllerServer(
+            Store(tmp_path / "c.db"), "127.0.0.1:0", topology=sample_topology(ina_groups=2)
+        )
+    )
+    s.call(lambda: s.server.core.apply_plan(sample_plan(ina_groups=2).to_json()))
+    yield s
+    s.stop()
+
+
+def _gpu_agent(stub: pb_grpc.ControlStub, node: str, *gpus: str) -> tuple[pb.NodeIdentity, str]:
+    ident = pb.NodeIdentity(node_id=node, kind=pb.NODE_KIND_GPU)
+    req = pb.RegisterRequest(
+        identity=ident, gpu=pb.GpuInventory(gpus=[pb.GpuInfo(gpu_id=g) for g in gpus])
+    )
+    return ident, stub.Register(req, timeout=5).session_id
+
+
+def _report(ident: pb.NodeIdentity, session: str, **kw) -> pb.TelemetryReport:  # noqa: ANN003
+    return pb.TelemetryReport(identity=ident, session_id=session, window_s=0.1, **kw)
+
+
+def test_last_seq_only_for_the_senders_groups_and_bounded(two_groups: ThreadedServer) -> None:
+    """issue 10 item 1: 2^62 for another agent's group froze it; 2^63 - 1 broke ApplyPlan
+    with OverflowError (and survived restarts)."""
+    core = two_groups.server.core
+    with grpc.insecure_channel(f"127.0.0.1:{two_groups.port}") as ch:
+        stub = pb_grpc.ControlStub(ch)
+        ident, session = _gpu_agent(stub, "p0", "p0-g0", "p0-g1")
+        other = pb.PolicySelection(
+            group_id="prefill/1/0", policy_id=0, selections=1, last_seq=2**62
+        )
+        rep = _report(ident, session, selections=[other])
+        assert code_of(stub.ReportTelemetry, rep) == grpc.StatusCode.PERMISSION_DENIED
+        huge = pb.PolicySelection(
+            group_id="prefill/0/0", policy_id=0, selections=1, last_seq=2**63 - 1
+        )
+        rep = _report(ident, session, selections=[huge])
+        assert code_of(stub.ReportTelemetry, rep) == grpc.StatusCode.INVALID_ARGUMENT
+        bad_policy = pb.PolicySelection(group_id="prefill/0/0", policy_id=7, selections=1)
+        rep = _report(ident, session, selections=[bad_policy])
+        assert code_of(stub.ReportTelemetry, rep) == grpc.StatusCode.INVALID_ARGUMENT
+        assert core.store.last_seq("prefill/1/0") is None
+        assert core.store.last_seq("prefill/0/0") is None
+        # A member's real report is taken; a new plan then applies from it, never from a lie.
+        ok = pb.PolicySelection(group_id="prefill/0/0", policy_id=1, selections=3, last_seq=41)
+        assert stub.ReportTelemetry(_report(ident, session, selections=[ok])).accepted == 1
+        p = sample_plan(ina_groups=2)
+        for g in p.prefill.groups:
+            g.gpus.reverse()  # every table changes
+        epoch, _ = two_groups.call(lambda: core.apply_plan(p.to_json()))
+        assert epoch == 2
+        froms = {t.group_id: t.apply_from_seq for t in core.state.tables}
+        assert froms == {"prefill/0/0": 41 + 1 + 1024, "prefill/1/0": 0, "decode/0/0": 0}
+        reg = core.metrics.registry
+        assert (
+            reg.get_sample_value("heroserve_denied_requests_total", {"rpc": "ReportTelemetry"}) == 1
+        )
+        assert (
+            reg.get_sample_value("heroserve_invalid_requests_total", {"rpc": "ReportTelemetry"})
+            == 2
+        )
+
+
+def test_bogus_groups_leave_no_rows_and_floods_are_refused(two_groups: ThreadedServer) -> None:
+    """issue 10 item 2: 20,000 bogus group ids became 20,000 permanent rows; 50,000 link ids
+    became 50,000 Prometheus series."""
+    core = two_groups.server.core
+    reg = core.metrics.registry
+    series = len(list(reg.collect()))
+    with grpc.insecure_channel(f"127.0.0.1:{two_groups.port}") as ch:
+        stub = pb_grpc.ControlStub(ch)
+        ident, session = _gpu_agent(stub, "p0", "p0-g0")
+        flood = [
+            pb.PolicySelection(group_id=f"x/{i}/0", selections=1, last_seq=5) for i in range(20_000)
+        ]
+        rep = _report(ident, session, selections=flood)
+        assert code_of(stub.ReportTelemetry, rep) == grpc.StatusCode.INVALID_ARGUMENT
+        links = [pb.LinkUtilisation(link_id=f"p0-g0|n{i}", utilisation=0.1) for i in range(50_000)]
+        rep = _report(ident, session, links=links)
+        assert code_of(stub.ReportTelemetry, rep) == grpc.StatusCode.INVALID_ARGUMENT
+        # Under the limits, groups the plan does not have are dropped and counted...
+        some = flood[:4000]
+        assert stub.ReportTelemetry(_report(ident, session, selections=some)).accepted == 0
+        dropped = {"reason": "unknown_group"}
+        assert reg.get_sample_value("heroserve_telemetry_records_dropped_total", dropped) == 4000
+        # ...and links must be the cluster's and the sender's own.
+        for lid, code in (
+            ("p0-g0|n1", grpc.StatusCode.INVALID_ARGUMENT),  # not in the topology
+            ("p1-g0|s1", grpc.StatusCode.PERMISSION_DENIED),  # p1's link
+        ):
+            rep = _report(ident, session, links=[pb.LinkUtilisation(link_id=lid, utilisation=0.5)])
+            assert code_of(stub.ReportTelemetry, rep) == code, lid
+    with core.store.transaction() as db:
+        assert db.execute("SELECT COUNT(*) FROM group_seq").fetchone()[0] == 0
+    assert len(list(reg.collect())) == series
+    assert core.utilisation == {}
+    assert reg.get_sample_value("heroserve_link_utilisation_ratio", {"link": "p1-g0|s1"}) is None
+
+
+def test_gpus_and_identity_are_bound_to_the_topology(two_groups: ThreadedServer) -> None:
+    """issue 10 item 2: registering node B's GPUs returned B's tables and INA groups."""
+    with grpc.insecure_channel(f"127.0.0.1:{two_groups.port}") as ch:
+        stub = pb_grpc.ControlStub(ch)
+        for node, gpus, why in (
+            ("p0", ("p1-g0",), "GPU 'p1-g0' belongs to 'p1', not to 'p0'"),
+            ("p0", ("zz-g0",), "GPU 'zz-g0' is not in topology 'sample'"),
+            (
+                "intruder",
+                ("p0-g0",),
+                "node 'intruder' is neither a server nor a GPU of topology 'sample'",
+            ),
+            ("p0-g0", ("p0-g1",), "GPU 'p0-g1' belongs to 'p0', not to 'p0-g0'"),
+        ):
+            with pytest.raises(grpc.RpcError) as ei:
+                _gpu_agent(stub, node, *gpus)
+            assert ei.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert ei.value.details() == why
+        sw = pb.RegisterRequest(identity=pb.NodeIdentity(node_id="p0", kind=pb.NODE_KIND_SWITCH))
+        sw.switch_inventory.device_id = 1
+        assert code_of(stub.Register, sw) == grpc.StatusCode.PERMISSION_DENIED
+        # A switch has no groups to report selections for.
+        sess = register(stub, SW)
+        sel = pb.PolicySelection(group_id="prefill/0/0", policy_id=0, selections=1)
+        rep = _report(SW, sess, selections=[sel])
+        assert code_of(stub.ReportTelemetry, rep) == grpc.StatusCode.PERMISSION_DENIED
+        # issue 10 item 7: the slot index is 16 bits, whatever the switch says.
+        big = pb.RegisterRequest(identity=SW, switch_inventory=switch_inventory(2**32 - 1))
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.Register(big, timeout=5)
+        assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "aggregator_slots 4294967295 above 65536" in ei.value.details()
+        # The server p0 receives its own GPUs' tables, whatever it claims.
+        ident, session = _gpu_agent(stub, "p0", "p0-g2")
+        st = Stream(stub, ident, session)
+        upd = st.next()
+        st.close()
+        assert [t.group_id for t in upd.gpu_policy.tables] == ["prefill/0/0"]
+        assert [a.group_name for a in upd.gpu_policy.ina] == ["prefill/0/0"]
+
+
+def test_claims_made_before_any_cluster_are_filtered_by_the_plan(tmp_path: Path) -> None:
+    from controller.service.core import Controller
+
+    c = Controller(Store(tmp_path / "c.db"))  # no --topology, no plan: nothing to check yet
+    req = pb.RegisterRequest(identity=pb.NodeIdentity(node_id="srv2", kind=pb.NODE_KIND_GPU))
+    req.gpu.gpus.add(gpu_id="srv0-gpu0")  # another server's GPU
+    c.register(req)
+    c.apply_plan(hier_plan().to_json())
+    mine = c.node_state(pb.NodeIdentity(node_id="srv2", kind=pb.NODE_KIND_GPU))
+    assert not mine.tables and not mine.gpu_ina
+    theirs = c.node_state(pb.NodeIdentity(node_id="srv0", kind=pb.NODE_KIND_GPU))
+    assert list(theirs.tables) == ["prefill/0/0"]
+
+
+def test_metrics_follow_prometheus_conventions(two_groups: ThreadedServer) -> None:
+    core = two_groups.server.core
+    reg = core.metrics.registry
+    names = {m.name for m in reg.collect()}
+    # Counters are exposed with _total; units are suffixed; build_info is 1.
+    assert {
+        "heroserve_build_info",
+        "heroserve_agent_acked_epoch",
+        "heroserve_link_utilisation_ratio",
+        "heroserve_policy_selected_bytes",
+        "heroserve_plan_apply_seconds",
+    } <= names
+    (info,) = [s for m in reg.collect() if m.name == "heroserve_build_info" for s in m.samples]
+    assert info.value == 1 and set(info.labels) == {"version", "python", "grpc"}
+    with grpc.insecure_channel(f"127.0.0.1:{two_groups.port}") as ch:
+        stub = pb_grpc.ControlStub(ch)
+        ident, session = _gpu_agent(stub, "p0", "p0-g0")
+        stub.Ack(pb.AckRequest(identity=ident, session_id=session, epoch=1, ok=True))
+    assert reg.get_sample_value("heroserve_agent_acked_epoch", {"agent": "p0"}) == 1
+    assert reg.get_sample_value("heroserve_plan_apply_seconds_count") == 1
+    assert reg.get_sample_value("heroserve_aggregator_slots_allocated", {"switch": "s1"}) == 16
+
+
+# --- issue 10 items 4, 9, 10: bad input gets one line and exit 2, or the proper status ------
+
+
+def _one_line(capsys: pytest.CaptureFixture) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("heroserve controller: "), err
+    return err.strip()
+
+
+def test_cli_bad_ports_files_and_databases(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from controller.service.core import Controller
+    from controller.service.sample import save_sample_topology
+
+    plan = tmp_path / "plan.json"
+    sample_plan().save(plan)
+    topo = save_sample_topology(tmp_path / "topology.json")
+    db = str(tmp_path / "c.db")
+    base = ["--db", db, "--plan", str(plan), "--topology", str(topo)]
+
+    def refused(*args: str) -> str:
+        assert main([*base, *args]) == 2
+        return _one_line(capsys)
+
+    assert "port 99999 is not in 0..65535" in refused("--listen", "127.0.0.1:99999")
+    assert "port is not in 0..65535" in refused("--listen", "[::1]:70000")
+    with pytest.raises(SystemExit) as ei:
+        main([*base, "--metrics-port", "99999"])
+    assert ei.value.code == 2
+    assert "--metrics-port: 99999 is not in 1..65535" in _one_line(capsys)
+    assert "--window-s nan is not in" in refused("--window-s", "nan")
+    assert "--default-slots 4294967295 is not in 1..65536" in refused(
+        "--default-slots", str(2**32 - 1)
+    )
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_bytes(b"-----BEGIN CERTIFICATE-----\nnot base64 at all\n")
+    tls = ["--tls-cert", str(garbage), "--tls-key", str(garbage), "--tls-ca", str(garbage)]
+    assert "--tls-cert: not a PEM certificate" in refused(*tls)
+    binary = tmp_path / "plan.bin"
+    binary.write_bytes(bytes(range(256)) * 8)
+    assert main(["--db", db, "--plan", str(binary)]) == 2
+    assert "--plan: plan is not UTF-8 text" in _one_line(capsys)
+    # Databases holding what a controller cannot serve (issue 10 items 7, 9).
+    c = Controller(Store(db), topology=sample_topology())
+    c.apply_plan(sample_plan(ina_groups=1).to_json())
+    c.store.close()
+    with Store(db).transaction() as conn:  # four groups on slot 0
+        for owner in ("x", "y", "z"):
+            conn.execute("INSERT INTO slot_allocs VALUES ('s1', ?, 0, 8)", (owner,))
+    assert main(["--db", db, "--topology", str(topo)]) == 2
+    err = _one_line(capsys)
+    assert "slot pool: switch 's1': 'x' [0, 8) overlaps 'prefill/0/0' [0, 8)" in err
+    with Store(db).transaction() as conn:
+        conn.execute("DELETE FROM slot_allocs WHERE owner IN ('x', 'y', 'z')")
+        conn.execute("UPDATE meta SET value = 'NaN' WHERE key = 'epoch'")
+    assert main(["--db", db, "--topology", str(topo)]) == 2
+    assert "meta.epoch = 'NaN' is not an integer" in _one_line(capsys)
+    with Store(db).transaction() as conn:
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'epoch'")
+        conn.execute("UPDATE plans SET json = '[1, 2'")
+    assert main(["--db", db, "--topology", str(topo)]) == 2
+    assert "stored JSON does not parse" in _one_line(capsys)
+    (tmp_path / "not.db").write_bytes(b"this is not sqlite" * 100)
+    assert main(["--db", str(tmp_path / "not.db"), "--plan", str(plan)]) == 2
+    assert "file is not a database" in _one_line(capsys)
+
+
+def _g0(d: dict) -> dict:
+    return d["prefill"]["groups"][0]
+
+
+def _d0(d: dict) -> dict:
+    return d["decode"]["groups"][0]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: _g0(d).update(gpus="abc"), "plan.prefill.groups[0].gpus: expected a list"),
+        (lambda d: _g0(d).update(paths=[1]), "groups[0].paths: expected an object"),
+        (lambda d: _g0(d)["gpus"].append(7), "plan.prefill.groups[0].gpus[4]: expected a string"),
+        (lambda d: _g0(d).update(slots={"start": 0}), "groups[0].slots.count: missing"),
+        (lambda d: _g0(d).update(scheme="magic"), "groups[0].scheme: 'magic' is not one of"),
+        (lambda d: _g0(d).update(rails=[{"switch": 1}]), "rails[0].switch: expected a string"),
+        (lambda d: d.update(extra=1), "plan.extra: unknown key"),
+        (lambda d: d["sla"].update(ttft_s="fast"), "plan.sla['ttft_s']: expected a number"),
+        (lambda d: _g0(d).update(instance=2**70), "1180591620717411303424 out of range"),
+        (lambda d: _g0(d).update(slots={"start": 0, "count": 2**20}), "slot range"),
+        (lambda d: _g0(d)["gpus"].__setitem__(1, "p0-g0"), "a GPU is listed twice"),
+        (lambda d: _d0(d)["gpus"].__setitem__(0, "p0-g0"), "p0-g0 is also in group prefill/0/0"),
+        (lambda d: _d0(d)["gpus"].__setitem__(0, "zz"), "GPU 'zz' is not in topology"),
+        (lambda d: _g0(d)["paths"].update({"p0-g0": ["p0-g0", "|", "s1"]}), "'|' is not a node"),
+    ],
+)
+def test_malformed_apply_plan_bodies(
+    srv: ThreadedServer, chan: grpc.Channel, edit, message: str
+) -> None:  # noqa: ANN001
+    d = json.loads(sample_plan().to_json())
+    edit(d)
+    admin = pb_grpc.AdminStub(chan)
+    with pytest.raises(grpc.RpcError) as ei:
+        admin.ApplyPlan(pb.ApplyPlanRequest(plan_json=json.dumps(d)), timeout=10)
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert message in ei.value.details()
+    assert "Traceback" not in ei.value.details() and "Error(" not in ei.value.details()
+    assert srv.server.core.epoch == 0
+
+
+def test_oversized_messages_are_refused_before_parsing(chan: grpc.Channel) -> None:
+    admin = pb_grpc.AdminStub(chan)
+    huge = pb.ApplyPlanRequest(plan_json="x" * (17 << 20))
+    assert code_of(admin.ApplyPlan, huge, timeout=30) == grpc.StatusCode.RESOURCE_EXHAUSTED

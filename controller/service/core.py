@@ -501,16 +501,16 @@ class Controller:
         mine = self._agent_groups(ident)
         for s in selections:
             _bounded_text(s.group_id, LIMITS.name_chars, "selection group_id")
-            if s.last_seq > MAX_SEQ or s.version > MAX_SEQ:
-                raise RequestError(
-                    f"group {s.group_id}: last_seq {s.last_seq} / version {s.version} above "
-                    f"{MAX_SEQ}"
-                )
             if self.state is None or s.group_id not in self.state.members:
                 self.metrics.telemetry_dropped.labels("unknown_group").inc()
                 continue
             if s.group_id not in mine:
                 raise Denied(f"group {s.group_id} has none of {ident.node_id!r}'s GPUs")
+            if s.last_seq > MAX_SEQ or s.version > MAX_SEQ:
+                raise RequestError(
+                    f"group {s.group_id}: last_seq {s.last_seq} / version {s.version} above "
+                    f"{MAX_SEQ}"
+                )
             if s.policy_id not in self.state.policy_ids[s.group_id]:
                 raise RequestError(f"group {s.group_id} has no policy {s.policy_id}")
             out.append(s)

@@ -21,10 +21,12 @@ import argparse
 import asyncio
 import ipaddress
 import logging
+import math
 import signal
 import sqlite3
 import sys
 import threading
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,7 +44,7 @@ from controller.service.core import Controller, Options, RequestError
 from controller.service.metrics import Metrics
 from controller.service.planinput import MAX_PLAN_BYTES
 from controller.service.servicer import AdminServicer, ControlServicer
-from controller.slots import SlotError
+from controller.slots import MAX_SLOTS, SlotError
 from controller.store import Store, StoreError
 
 if TYPE_CHECKING:
@@ -279,13 +281,20 @@ def _port(text: str) -> int:
     return port
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments: one line naming the problem and exit status 2 (no usage dump)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="heroserve controller",
         description=__doc__.split("\n")[0],
         formatter_class=DefaultsHelpFormatter,
     )
-    p.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT")
+    p.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT, port 0..65535")
     p.add_argument(
         "--db",
         default=str(data_dir() / "controller.db"),
@@ -366,8 +375,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not 0.0 <= args.gamma <= 1.0:
             raise UsageError(f"--gamma {args.gamma} is not in [0, 1]")
-        if args.window_s <= 0 or args.default_slots <= 0 or args.slots_per_group <= 0:
-            raise UsageError("--window-s, --default-slots and --slots-per-group must be > 0")
+        if not (math.isfinite(args.window_s) and 0 < args.window_s <= 3600):
+            raise UsageError(f"--window-s {args.window_s} is not in (0, 3600] seconds")
+        for flag, n in (
+            ("--default-slots", args.default_slots),
+            ("--slots-per-group", args.slots_per_group),
+        ):
+            if not 0 < n <= MAX_SLOTS:
+                raise UsageError(f"{flag} {n} is not in 1..{MAX_SLOTS} (16-bit slot index)")
         listen_host(args.listen)  # a malformed address or port: refused before anything opens
         tls = load_tls(args.tls_cert, args.tls_key, args.tls_ca)
         plan_text = read_plan_file(args.plan) if args.plan else None
