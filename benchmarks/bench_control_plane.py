@@ -7,10 +7,13 @@ benchmark applies a new plan (the INA groups' slot ranges move, so every policy 
 changes) through the Admin service and measures until every agent has acknowledged it.
 
     .venv/bin/python benchmarks/bench_control_plane.py [--agents 1 100 1000] [--rounds 5]
+        [--profile DIR]   # the controller under cProfile: DIR/controller-<agents>.prof
 
-Prints, per agent count: plan-to-all-acked time (median and worst over rounds) and the
-per-agent ack latency (median, p99) of the last round. Figures depend on the machine
-(and on sharing its two cores); they are not asserted anywhere.
+Prints, per agent count: plan-to-all-acked time (median and worst over rounds), the
+per-agent ack latency (median, p99) of the last round, and how long the ApplyPlan call
+itself took (median: deriving and committing the plan, before any update is sent). Figures
+depend on the machine (and on sharing its two cores); they are not asserted anywhere:
+compare them with another checkout's in the same minutes (`--baseline DIR`).
 """
 
 from __future__ import annotations
@@ -85,11 +88,12 @@ async def run(n: int, rounds: int, port: int) -> dict[str, float]:
     first = (await admin.GetState(pb.GetStateRequest())).epoch
     while len(acked.get(first, {})) < n:  # everyone connected and acked the initial state
         await asyncio.sleep(0.01)
-    totals, per_agent = [], []
+    totals, per_agent, applies = [], [], []
     for r in range(1, rounds + 1):
         text = plan_json(n, r)
         t0 = time.perf_counter()
         epoch = (await admin.ApplyPlan(pb.ApplyPlanRequest(plan_json=text))).epoch
+        applies.append(time.perf_counter() - t0)
         while len(acked.get(epoch, {})) < n:
             await asyncio.sleep(0.0005)
         times = sorted(t - t0 for t in acked[epoch].values())
@@ -101,6 +105,7 @@ async def run(n: int, rounds: int, port: int) -> dict[str, float]:
     for c in chans:
         await c.close()
     return {
+        "apply_median_ms": statistics.median(applies) * 1e3,
         "all_acked_median_ms": statistics.median(totals) * 1e3,
         "all_acked_worst_ms": max(totals) * 1e3,
         "agent_median_ms": statistics.median(per_agent) * 1e3,
@@ -108,14 +113,16 @@ async def run(n: int, rounds: int, port: int) -> dict[str, float]:
     }
 
 
-async def bench(n: int, rounds: int, tmp: Path) -> dict[str, float]:
+async def bench(n: int, rounds: int, tmp: Path, profile: Path | None) -> dict[str, float]:
     plan, port_file = tmp / "plan.json", tmp / "port"
     plan.write_text(plan_json(n, 0))
     topo = save_sample_topology(tmp / "topology.json", **_shape(n))  # the plan's cluster
     log = open(tmp / "controller.log", "wb")  # noqa: SIM115 - closed below
+    prof = ["-m", "cProfile", "-o", str(profile / f"controller-{n}.prof")] if profile else []
     proc = subprocess.Popen(
         [
             sys.executable,
+            *prof,
             "-m",
             "controller.service",
             "--db",
@@ -150,18 +157,19 @@ async def bench(n: int, rounds: int, tmp: Path) -> dict[str, float]:
         log.close()
 
 
-async def bench_all(agents: list[int], rounds: int) -> None:
+async def bench_all(agents: list[int], rounds: int, profile: Path | None) -> None:
     print(
         f"{'agents':>7} {'all acked ms (median)':>22} {'(worst)':>9} "
-        f"{'agent ms (median)':>18} {'(p99)':>8}",
+        f"{'agent ms (median)':>18} {'(p99)':>8} {'ApplyPlan ms (median)':>22}",
         flush=True,
     )
     for n in agents:
         with tempfile.TemporaryDirectory() as tmp:
-            res = await bench(n, rounds, Path(tmp))
+            res = await bench(n, rounds, Path(tmp), profile)
         print(
             f"{n:>7} {res['all_acked_median_ms']:>22.1f} {res['all_acked_worst_ms']:>9.1f} "
-            f"{res['agent_median_ms']:>18.1f} {res['agent_p99_ms']:>8.1f}",
+            f"{res['agent_median_ms']:>18.1f} {res['agent_p99_ms']:>8.1f} "
+            f"{res['apply_median_ms']:>22.1f}",
             flush=True,
         )
 
@@ -170,12 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--agents", type=int, nargs="+", default=[1, 100, 1000])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--profile", type=Path, help="write the controller's cProfile data here")
     args = ap.parse_args(argv)
     if args.rounds < 1 or any(n < 1 for n in args.agents):
         print("bench_control_plane: --rounds and --agents must be >= 1", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.ERROR)
-    asyncio.run(bench_all(args.agents, args.rounds))
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    asyncio.run(bench_all(args.agents, args.rounds, args.profile))
     return 0
 
 

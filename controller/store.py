@@ -280,6 +280,16 @@ class Store:
             ).fetchone()
         return int(row[0]) if row else 0
 
+    def ack_many(self, acks: dict[str, int]) -> None:
+        """:meth:`ack` for several agents in one transaction (the controller batches acks)."""
+        now = time.time()
+        with self.transaction() as db:
+            db.executemany(
+                "UPDATE agents SET acked_epoch = MAX(acked_epoch, ?), last_seen = ? "
+                "WHERE node_id = ?",
+                [(epoch, now, node) for node, epoch in acks.items()],
+            )
+
     # --- INA group ids ----------------------------------------------------------------
 
     def group_id(self, name: str, live: frozenset[str] | set[str] = frozenset()) -> int:

@@ -960,3 +960,19 @@ def test_oversized_messages_are_refused_before_parsing(chan: grpc.Channel) -> No
     admin = pb_grpc.AdminStub(chan)
     huge = pb.ApplyPlanRequest(plan_json="x" * (17 << 20))
     assert code_of(admin.ApplyPlan, huge, timeout=30) == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_canonical_json_is_the_plans_own(testbed_plan: str) -> None:
+    """The plan id hashes Plan.to_json(indent=None); the controller makes that text from the
+    checked input instead of serialising the Plan again: both must be the same bytes, also
+    for input that leaves optional fields out."""
+    from controller.service.planinput import parse_plan_canonical
+
+    sparse = json.loads(sample_plan().to_json())
+    del sparse["notes"], sparse["options"], sparse["prefill"]["instances"][0]["batch"]
+    del sparse["prefill"]["groups"][0]["rails"], sparse["prefill"]["groups"][0]["hier_s"]
+    for text in (testbed_plan, hier_plan().to_json(), sample_plan(ina_groups=3).to_json()):
+        plan, canonical = parse_plan_canonical(text)
+        assert canonical == plan.to_json(indent=None)
+    plan, canonical = parse_plan_canonical(json.dumps(sparse))
+    assert canonical == plan.to_json(indent=None) == sample_plan().to_json(indent=None)

@@ -25,7 +25,7 @@ from controller.plan import Plan
 from controller.service import policies
 from controller.service.binding import LIMITS, ClusterIndex, Denied
 from controller.service.metrics import Metrics
-from controller.service.planinput import PlanInputError, parse_plan
+from controller.service.planinput import PlanInputError, parse_plan, parse_plan_canonical
 from controller.slots import MAX_SLOTS, SlotError, SlotPool
 from controller.store import MAX_SEQ, Store, StoreError, plan_id_of
 
@@ -40,6 +40,11 @@ KIND_OF_NAME = {v: k for k, v in KIND_NAMES.items()}
 # (agents of a controller that lost its database) before it re-issues those tables in one
 # epoch rather than one per agent.
 RESYNC_DELAY_S = 0.1
+# Acknowledged epochs are written to the database in one transaction per this many seconds
+# rather than one per ack (a push to 1,000 agents is 1,000 acks within a second). A crash
+# loses at most this window of acks, which the agents repeat: on reconnect they get the full
+# state and acknowledge it again.
+ACK_FLUSH_S = 0.05
 _MAC = re.compile(r"^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$")
 _IPV4 = re.compile(r"^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$")
 
@@ -64,6 +69,15 @@ class Options:
     gamma: float = 0.5  # Eq. 18 smoothing written into policy tables
     apply_margin: int = policies.DEFAULT_APPLY_MARGIN
     telemetry_interval_s: float = 1.0
+
+
+@dataclass
+class _Agent:
+    """The registry row of one agent, kept in memory: every request reads it."""
+
+    kind: str  # "switch" | "gpu"
+    inventory: pb.SwitchInventory | pb.GpuInventory
+    acked: int
 
 
 @dataclass
@@ -98,6 +112,8 @@ class Controller:
         self.subscribers: dict[str, Subscriber] = {}
         self.utilisation: dict[str, float] = {}
         self._resync_pending = False
+        self._acks: dict[str, int] = {}  # acked epochs not yet written (ACK_FLUSH_S)
+        self._gauged: set[str] = set()  # agents with a heroserve_agent_acked_epoch series
         # The database is data from disk: check it before serving anything from it.
         store.verify()
         try:
@@ -105,6 +121,16 @@ class Controller:
         except SlotError as exc:
             raise StoreError(f"slot pool: {exc}") from None
         self.generation = store.generation
+        self.agents: dict[str, _Agent] = {}
+        for rec in store.agents():
+            cls = pb.SwitchInventory if rec.kind == "switch" else pb.GpuInventory
+            try:
+                inv = cls.FromString(rec.inventory)
+            except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends
+                raise StoreError(
+                    f"agents[{rec.node_id!r}].inventory does not parse: {exc}"
+                ) from None
+            self.agents[rec.node_id] = _Agent(rec.kind, inv, rec.acked_epoch)
         self.metrics.epoch.set(store.epoch())
         current = store.current_plan()
         if current is not None:
@@ -140,11 +166,10 @@ class Controller:
         no-op (same epoch). Raises RequestError / policies.PlanError (TopologyUnavailable
         when the plan's cluster cannot be resolved) / SlotError; then nothing changed."""
         try:
-            plan = parse_plan(plan_json)
+            plan, canonical = parse_plan_canonical(plan_json)
         except PlanInputError as exc:
             raise RequestError(str(exc)) from None
         policies.validate(plan)
-        canonical = plan.to_json(indent=None)
         pid = plan_id_of(canonical)
         if self.state is not None and self.state.plan_id == pid:
             return self.state.epoch, pid
@@ -171,10 +196,10 @@ class Controller:
         truth. The plan is applied only when the database has never held it; the plan it
         holds, or one it superseded, is left as it is. Returns what was done, for the log."""
         try:
-            plan = parse_plan(plan_json)
+            _, canonical = parse_plan_canonical(plan_json)
         except PlanInputError as exc:
             raise RequestError(f"--plan: {exc}") from None
-        pid = plan_id_of(plan.to_json(indent=None))
+        pid = plan_id_of(canonical)
         current = self.state.plan_id if self.state is not None else None
         if pid == current:
             return f"--plan {pid} is the plan the database holds (epoch {self.epoch}): unchanged"
@@ -237,12 +262,19 @@ class Controller:
         for sw in switches:
             self.metrics.slots.labels(sw).set(sum(a.count for a in self.pool.allocations(sw)))
         # Only identities of the plan's cluster have an acked-epoch series: the label set
-        # is what the plan names, never what clients choose.
+        # is what the plan names, never what clients choose. Series are added and removed
+        # as the cluster changes, not rebuilt (a plan of 1,000 agents would rebuild 1,000).
         index = self.index
-        self.metrics.acked_epoch.clear()
-        for rec in self.store.agents():
-            if index is not None and _in_cluster(index, rec.kind, rec.node_id):
-                self.metrics.acked_epoch.labels(rec.node_id).set(rec.acked_epoch)
+        want = {
+            node
+            for node, a in self.agents.items()
+            if index is not None and _in_cluster(index, a.kind, node)
+        }
+        for node in self._gauged - want:
+            self.metrics.acked_epoch.remove(node)
+        for node in want - self._gauged:
+            self.metrics.acked_epoch.labels(node).set(self.agents[node].acked)
+        self._gauged = want
 
     def _apply_from(self, group: str) -> int:
         last = self.store.last_seq(group)
@@ -314,10 +346,10 @@ class Controller:
         foreign = bool(req.generation) and req.generation != self.generation
         held = self._check_held(ident, req.held_tables)
         kind = KIND_NAMES[ident.kind]
-        old = self.store.agent(ident.node_id)
+        old = self.agents.get(ident.node_id)
         if old is not None and old.kind != kind:
             raise RequestError(f"node {ident.node_id!r} registered before as a {old.kind}")
-        if old is None and self.store.agent_count() >= LIMITS.agents:
+        if old is None and len(self.agents) >= LIMITS.agents:
             raise RegistryFull(f"the agent registry holds {LIMITS.agents} identities")
         # Checked: from here on the request changes state.
         with self.store.transaction():
@@ -334,6 +366,10 @@ class Controller:
                 if foreign:
                     self.store.raise_table_floor(group, version)
                     resync |= version >= self.store.current_table_version(group)
+        self.agents[ident.node_id] = _Agent(kind, inv, old.acked if old else 0)
+        if index is not None and ident.node_id not in self._gauged:
+            self._gauged.add(ident.node_id)  # checked against the cluster above
+            self.metrics.acked_epoch.labels(ident.node_id).set(self.agents[ident.node_id].acked)
         if resync:
             self._schedule_resync()
         session = secrets.token_hex(8)
@@ -384,7 +420,7 @@ class Controller:
         if not session_id:
             raise RequestError("session_id is empty")
         _bounded_text(session_id, 64, "session_id")
-        rec = self.store.agent(ident.node_id)
+        rec = self.agents.get(ident.node_id)
         if rec is not None and KIND_OF_NAME[rec.kind] != ident.kind:
             raise RequestError(f"node {ident.node_id!r} is a {rec.kind}")
         if self.sessions.get(ident.node_id) != session_id:
@@ -394,11 +430,8 @@ class Controller:
     def node_state(self, ident: pb.NodeIdentity) -> policies.NodeState:
         if self.state is None:
             return policies.NodeState()
-        rec = self.store.agent(ident.node_id)
-        inv: pb.SwitchInventory | pb.GpuInventory | None = None
-        if rec is not None:
-            cls = pb.SwitchInventory if rec.kind == "switch" else pb.GpuInventory
-            inv = cls.FromString(rec.inventory)
+        rec = self.agents.get(ident.node_id)
+        inv = rec.inventory if rec is not None else None
         return policies.node_state(self.state, ident, inv, self.utilisation)
 
     def subscribe(self, ident: pb.NodeIdentity) -> Subscriber:
@@ -429,10 +462,13 @@ class Controller:
         if index is not None:
             index.check_agent(ident.kind == pb.NODE_KIND_SWITCH, ident.node_id)
         self.metrics.acks.labels(str(req.ok).lower()).inc()
-        if req.ok:
-            acked = self.store.ack(ident.node_id, req.epoch)
-            if index is not None:
-                self.metrics.acked_epoch.labels(ident.node_id).set(acked)
+        rec = self.agents.get(ident.node_id)
+        if req.ok and rec is not None and req.epoch > rec.acked:
+            rec.acked = req.epoch
+            self._acks[ident.node_id] = req.epoch
+            self._schedule_ack_flush()
+            if ident.node_id in self._gauged:
+                self.metrics.acked_epoch.labels(ident.node_id).set(rec.acked)
         else:
             log.warning(
                 "%s failed to apply epoch %d: %s",
@@ -441,6 +477,20 @@ class Controller:
                 req.error[: LIMITS.error_chars],
             )
         return pb.AckResponse(current_epoch=self.epoch)
+
+    def _schedule_ack_flush(self) -> None:
+        if len(self._acks) > 1:
+            return  # a flush is already due
+        try:
+            asyncio.get_running_loop().call_later(ACK_FLUSH_S, self.flush_acks)
+        except RuntimeError:  # no loop (the core driven directly): now
+            self.flush_acks()
+
+    def flush_acks(self) -> None:
+        """Write the acknowledged epochs gathered since the last flush (one transaction)."""
+        if self._acks:
+            acks, self._acks = self._acks, {}
+            self.store.ack_many(acks)
 
     def telemetry(self, req: pb.TelemetryReport) -> pb.TelemetryAck:
         ident = self.check_session(req.identity, req.session_id)
@@ -517,6 +567,7 @@ class Controller:
         return out
 
     def agent_states(self) -> list[pb.AgentState]:
+        self.flush_acks()
         return [
             pb.AgentState(
                 identity=pb.NodeIdentity(node_id=r.node_id, kind=KIND_OF_NAME[r.kind]),
@@ -528,6 +579,7 @@ class Controller:
         ]
 
     def close(self) -> None:
+        self.flush_acks()
         for sub in self.subscribers.values():
             sub.queue.put_nowait(_CLOSE)
 

@@ -574,6 +574,22 @@ def check_table(t: pb.PolicyTable) -> None:
         raise PlanError(f"group {t.group_id}: invalid policy table: {exc}") from exc
 
 
+# Digests of table contents that passed check_table: the validator is a pure function of
+# the content (version and apply_from_seq come from the store and are in range), so a table
+# the previous plan already had is not validated again. Bounded: cleared when full.
+_VALIDATED: set[str] = set()
+_VALIDATED_MAX = 1 << 16
+
+
+def _check_once(t: pb.PolicyTable, digest: str) -> None:
+    if digest in _VALIDATED:
+        return
+    check_table(t)
+    if len(_VALIDATED) >= _VALIDATED_MAX:
+        _VALIDATED.clear()
+    _VALIDATED.add(digest)
+
+
 def _table_digest(t: pb.PolicyTable) -> str:
     # Version and utilisation are not content: a new utilisation snapshot alone does not
     # make a new table version.
@@ -672,7 +688,7 @@ def build(
         digest = _table_digest(t)
         t.version = store.table_version(name, digest, apply_from(name))
         t.apply_from_seq = store.table_apply_from(name)
-        check_table(t)
+        _check_once(t, digest)
         tables.append(t)
     return PlanState(
         plan_id,

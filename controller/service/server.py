@@ -155,20 +155,17 @@ class ControllerServer:
         topology: nx.Graph | None = None,
     ) -> None:
         host = listen_host(listen)
-        if tls is None and not is_loopback(host):
-            if not insecure_listen_any:
-                raise UsageError(
-                    f"refusing to listen on {listen} without TLS: give --tls-cert/--tls-key/"
-                    "--tls-ca, listen on loopback, or pass --insecure-listen-any"
-                )
-            log.warning("INSECURE: listening on %s without TLS (--insecure-listen-any)", listen)
-        elif tls is None:
-            log.warning("insecure (no TLS): listening on loopback %s only", listen)
+        if tls is None and not is_loopback(host) and not insecure_listen_any:
+            raise UsageError(
+                f"refusing to listen on {listen} without TLS: give --tls-cert/--tls-key/"
+                "--tls-ca, listen on loopback, or pass --insecure-listen-any"
+            )
         self.store = store
         self.listen = listen
         self.tls = tls
         self.metrics = Metrics()
         self.core = Controller(store, options, self.metrics, topology)
+        self._loopback = is_loopback(host)
         self.admin_name = admin_name
         self.metrics_port = metrics_port
         self.metrics_addr = metrics_addr
@@ -177,6 +174,14 @@ class ControllerServer:
         self.health = health.aio.HealthServicer()
 
     async def start(self) -> int:
+        # Said when listening, not before: a controller that fails earlier (its database, its
+        # --plan) says only why, on one line.
+        if self.tls is None and not self._loopback:
+            log.warning(
+                "INSECURE: listening on %s without TLS (--insecure-listen-any)", self.listen
+            )
+        elif self.tls is None:
+            log.warning("insecure (no TLS): listening on loopback %s only", self.listen)
         self.server = grpc.aio.server(options=SERVER_OPTIONS)
         pb_grpc.add_ControlServicer_to_server(
             ControlServicer(self.core, self.tls is not None), self.server
