@@ -105,7 +105,7 @@ class Controller:
         self.metrics = metrics or Metrics()
         self.pool = SlotPool(store)
         self.topology = topology
-        self._given_index = ClusterIndex.of(topology) if topology is not None else None
+        self._index_cache: tuple[nx.Graph, ClusterIndex] | None = None
         self.state: policies.PlanState | None = None
         self.plan: Plan | None = None
         self.sessions: dict[str, str] = {}  # node id -> session id (lost on restart)
@@ -159,7 +159,13 @@ class Controller:
         """Names of the cluster the current plan is served on (None before any cluster)."""
         if self.state is not None and self.state.cluster is not None:
             return self.state.cluster
-        return self._given_index
+        return self._index_of(self.topology) if self.topology is not None else None
+
+    def _index_of(self, cluster: nx.Graph) -> ClusterIndex:
+        """The names of ``cluster``, indexed once per graph (``--topology`` serves every plan)."""
+        if self._index_cache is None or self._index_cache[0] is not cluster:
+            self._index_cache = (cluster, ClusterIndex.of(cluster))
+        return self._index_cache[1]
 
     def apply_plan(self, plan_json: str | bytes) -> tuple[int, str]:
         """Make ``plan_json`` current; returns (epoch, plan id). The same plan again is a
@@ -222,7 +228,8 @@ class Controller:
         # One resolved cluster per plan: the tables' link capacities, the cost model's prices
         # (latency_s, bandwidth) and the agents' bindings all come from it.
         cluster = policies.resolve_cluster(plan, self.topology)
-        policies.check_cluster(plan, ClusterIndex.of(cluster))
+        index = self._index_of(cluster)
+        policies.check_cluster(plan, index)
         timer = policies.PolicyTimer.for_plan(plan, cluster)
         alternatives = policies.Alternatives(cluster, timer)
         specs = policies.aggregation_groups(plan, alternatives)
@@ -247,6 +254,7 @@ class Controller:
             timer,
             specs=specs,
             alternatives=alternatives,
+            index=index,
         )
 
     def _publish(self, state: policies.PlanState, plan: Plan) -> None:

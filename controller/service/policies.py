@@ -53,8 +53,9 @@ from controller.store import GroupIdsExhausted, Store
 if TYPE_CHECKING:
     import networkx as nx
 
-    from controller.costmodel.network import CommPattern
+    from controller.costmodel.network import CommPattern, NetParams
     from controller.planner.evaluate import Evaluator
+    from controller.topology.fabric import Fabric
 
 log = logging.getLogger("heroserve.controller")
 
@@ -485,19 +486,43 @@ class Alternatives:
     be priced, else the cluster with NVLink relays and default parameters)."""
 
     def __init__(self, cluster: nx.Graph, timer: PolicyTimer | None = None) -> None:
-        from controller.costmodel.network import NetParams
-        from controller.topology.fabric import Fabric
-
-        ev = getattr(timer, "ev", None)
-        if ev is not None and ev.g is cluster:
-            self.ina_fabric, self.ring_fabric, self.net = ev.ina_fabric, ev.ring_fabric, ev.net
-            self.ref: dict[str, float] = dict(timer.ref)  # type: ignore[union-attr]
-        else:
-            self.ina_fabric = self.ring_fabric = Fabric(cluster)
-            self.net = NetParams()
-            self.ref = {"prefill": float(1 << 20), "decode": float(1 << 20)}
+        self.cluster = cluster
+        self.timer = timer
+        self._fabrics: tuple[Fabric, Fabric, NetParams, dict[str, float]] | None = None
         self._flat: dict[tuple[str, ...], CommPattern | None] = {}
         self._ring: dict[tuple[str, ...], CommPattern] = {}
+
+    def _setup(self) -> tuple[Fabric, Fabric, NetParams, dict[str, float]]:
+        """The fabrics, built on first use: only hierarchical groups need them."""
+        if self._fabrics is None:
+            from controller.costmodel.network import NetParams
+            from controller.topology.fabric import Fabric
+
+            ev = getattr(self.timer, "ev", None)
+            if ev is not None and ev.g is self.cluster:
+                ref = dict(self.timer.ref)  # type: ignore[union-attr]
+                self._fabrics = (ev.ina_fabric, ev.ring_fabric, ev.net, ref)
+            else:
+                fab = Fabric(self.cluster)
+                ref = {"prefill": float(1 << 20), "decode": float(1 << 20)}
+                self._fabrics = (fab, fab, NetParams(), ref)
+        return self._fabrics
+
+    @property
+    def ina_fabric(self) -> Fabric:
+        return self._setup()[0]
+
+    @property
+    def ring_fabric(self) -> Fabric:
+        return self._setup()[1]
+
+    @property
+    def net(self) -> NetParams:
+        return self._setup()[2]
+
+    @property
+    def ref(self) -> dict[str, float]:
+        return self._setup()[3]
 
     def flat(self, role: str, g: Group) -> CommPattern | None:
         from controller.costmodel.network import ina_pattern
@@ -614,6 +639,7 @@ def build(
     timer: PolicyTimer | None = None,
     specs: list[AggSpec] | None = None,
     alternatives: Alternatives | None = None,
+    index: ClusterIndex | None = None,
 ) -> PlanState:
     """Messages for every group of ``plan`` on ``cluster`` (:func:`resolve_cluster`), whose
     links give the tables' capacities (bytes/s); ``slots`` from :func:`allocate` for ``specs``
@@ -697,7 +723,7 @@ def build(
         tables,
         members,
         agg_paths=agg_paths,
-        cluster=ClusterIndex.of(cluster),
+        cluster=index if index is not None else ClusterIndex.of(cluster),
     )
 
 
