@@ -42,6 +42,7 @@ DOUBLES = [0.0, -0.0, 0.25, 1.0, 1.5, -1.0, 12.5e9, 1e308, math.inf, -math.inf, 
 NODES = ["s1", "s2", "p0", "p1", "d0", "p0-g0", "p0-g3", "p1-g2", "d0-g1", "s3", "zz"]
 STRINGS = ["", "a" * 200, "x|y", "has space", "\x00", "é", "prefill/0/0", "decode/0/0"]
 GROUPS = ["prefill/0/0", "prefill/1/0", "decode/0/0", "prefill/9/9", "", "a" * 300]
+PLAN_GROUPS = {"prefill/0/0", "prefill/1/0", "decode/0/0"}
 LINKS = ["p0-g0|s1", "s1|p0-g0", "p1-g0|s1", "s1|s2", "d0-g1|s1", "p0-g0|zz", "nolink", "|"]
 
 
@@ -261,8 +262,9 @@ def check_consistent(srv: ThreadedServer) -> None:
             if "agent" in s.labels:
                 a = s.labels["agent"]
                 assert a in index.switches or index.owned_gpus(a), s
-            if "group" in s.labels:
-                assert s.labels["group"] in core.state.members, s
+            if "group" in s.labels:  # groups of the plans the fuzz applies, policies of theirs
+                assert s.labels["group"] in PLAN_GROUPS, s
+                assert s.labels["policy"] in ("0", "1"), s
 
 
 @pytest.fixture
