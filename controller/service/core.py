@@ -138,9 +138,11 @@ class Controller:
             # slot allocations are already in the store, so this allocates nothing new.
             pid, text = current
             try:
-                plan = parse_plan(text)
+                plan = parse_plan(text, f"stored plan {pid}")
                 policies.validate(plan)
-            except (PlanInputError, policies.PlanError) as exc:
+            except PlanInputError as exc:
+                raise StoreError(str(exc)) from None
+            except policies.PlanError as exc:
                 raise StoreError(f"stored plan {pid}: {exc}") from None
             with store.transaction():  # a plan this controller cannot serve changes nothing
                 self.state = self._derive(plan, pid, store.epoch())
@@ -197,14 +199,14 @@ class Controller:
         )
         return epoch, pid
 
-    def apply_startup_plan(self, plan_json: str | bytes) -> str:
+    def apply_startup_plan(self, plan_json: str | bytes, source: str = "--plan") -> str:
         """``--plan`` at start-up (docs/control-plane.md, "Restart"): the database is the
         truth. The plan is applied only when the database has never held it; the plan it
         holds, or one it superseded, is left as it is. Returns what was done, for the log."""
         try:
-            _, canonical = parse_plan_canonical(plan_json)
+            _, canonical = parse_plan_canonical(plan_json, source)
         except PlanInputError as exc:
-            raise RequestError(f"--plan: {exc}") from None
+            raise RequestError(str(exc)) from None
         pid = plan_id_of(canonical)
         current = self.state.plan_id if self.state is not None else None
         if pid == current:
@@ -229,7 +231,7 @@ class Controller:
         # (latency_s, bandwidth) and the agents' bindings all come from it.
         cluster = policies.resolve_cluster(plan, self.topology)
         index = self._index_of(cluster)
-        policies.check_cluster(plan, index)
+        policies.check_cluster(plan, cluster)
         timer = policies.PolicyTimer.for_plan(plan, cluster)
         alternatives = policies.Alternatives(cluster, timer)
         specs = policies.aggregation_groups(plan, alternatives)

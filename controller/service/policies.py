@@ -181,19 +181,16 @@ def _groups(plan: Plan) -> Iterable[tuple[str, Group]]:
 
 
 def validate(plan: Plan) -> None:
-    """Raise :class:`PlanError` naming the first group the controller cannot serve (the
-    plan's shape; :func:`check_cluster` checks its names against the cluster)."""
-    seen: set[str] = set()
+    """Raise :class:`PlanError` naming the first group the controller cannot serve. The plan
+    schema (:func:`controller.validate_plan.validate_plan_dict`) has checked its shape (types,
+    every GPU used once, groups matching instances, paths starting at their member, slot
+    ranges); this checks what serving it needs: the scheme, INA worker counts and routes to
+    the switch, node names usable in link ids, and whole rails for hierarchical groups."""
     for name, g in _groups(plan):
-        if name in seen:
-            raise PlanError(f"group {name}: appears twice")
-        seen.add(name)
         if not (0 <= g.instance < MAX_INDEX and 0 <= g.stage < MAX_INDEX):
             raise PlanError(f"group {name}: instance and stage must be in 0..{MAX_INDEX - 1}")
         if not g.gpus:
             raise PlanError(f"group {name}: no GPUs")
-        if len(set(g.gpus)) != len(g.gpus):
-            raise PlanError(f"group {name}: a GPU is listed twice")
         for n in g.gpus:
             _check_name(name, n)
         if g.scheme not in ("ina", "ring", "hier"):
@@ -263,23 +260,18 @@ def _check_rails(name: str, g: Group) -> None:
         raise PlanError(f"group {name}: {missing[0]} is in no rail")
 
 
-def check_cluster(plan: Plan, cluster: ClusterIndex) -> None:
-    """Raise :class:`PlanError` when the plan names a GPU or switch the cluster lacks, or
-    puts a GPU in two groups (a GPU serves one role of one instance)."""
-    used: dict[str, str] = {}
-    for name, g in _groups(plan):
-        for gpu in g.gpus:
-            if gpu not in cluster.gpu_server:
-                raise PlanError(f"group {name}: GPU {gpu!r} is not in topology {cluster.name!r}")
-            if gpu in used:
-                raise PlanError(f"group {name}: GPU {gpu} is also in group {used[gpu]}")
-            used[gpu] = name
-        switches = [g.switch] if g.scheme == "ina" and g.switch else []
-        if g.scheme == "hier":
-            switches = [r.switch for r in g.rails]
-        for sw in switches:
-            if sw not in cluster.switches:
-                raise PlanError(f"group {name}: switch {sw!r} is not in topology {cluster.name!r}")
+def check_cluster(plan: Plan, cluster: nx.Graph) -> None:
+    """Raise :class:`PlanError` when the plan does not fit ``cluster``: a GPU or switch it
+    lacks, a switch that cannot aggregate, a hop that is not a link, a GPU used in a role its
+    topology reserves for the other (the one plan-on-topology check of every command,
+    :func:`controller.validate_plan.check_plan_on_topology`)."""
+    from controller.errors import InputError
+    from controller.validate_plan import check_plan_on_topology
+
+    try:
+        check_plan_on_topology(plan, cluster)
+    except InputError as exc:
+        raise PlanError(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -420,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
             cluster,
         )
         if plan_text is not None:
-            log.info("%s", server.core.apply_startup_plan(plan_text))
+            log.info("%s", server.core.apply_startup_plan(plan_text, args.plan))
         asyncio.run(_serve(server, args.port_file))
     except (UsageError, RequestError, policies.PlanError, SlotError) as exc:
         print(f"heroserve controller: {exc}", file=sys.stderr)
