@@ -624,11 +624,44 @@ def test_hier_alternative_left_out_when_its_slots_do_not_fit(tmp_path: Path) -> 
     c.pool.check_all()
 
 
-def test_hier_table_is_priced_whole_or_not_at_all(tmp_path: Path) -> None:
-    """The cost model has no hierarchical pattern yet: a priceable plan's hier table leaves
-    latency_s / bandwidth out on every policy rather than on the hier one alone."""
+def test_hier_table_is_priced_by_the_cost_model(tmp_path: Path) -> None:
+    """Every policy of a hierarchical group's table carries Eq. 16's time model: hier priced
+    on the plan's own rails as the planner prices them (costmodel.hier.hier_on_rails), flat
+    INA and the ring as for any group; so at D_ref t_c = latency_s + D_ref / bandwidth."""
+    from controller.costmodel.hier import hier_on_rails
+    from controller.service import policies
+    from controller.service.core import Controller
+    from controller.topology import testbed
+
+    p = hier_plan(model="OPT-66B")
+    p.workload, p.sla = "chatbot", {"ttft_s": 2.5, "tpot_s": 0.15}
+    c = Controller(Store(tmp_path / "c.db"))
+    c.apply_plan(p.to_json())
+    (t,) = c.state.tables
+    assert [q.scheme for q in t.policies] == [pb.SCHEME_HIER, pb.SCHEME_INA, pb.SCHEME_RING]
+    assert all(q.latency_s > 0 and q.bandwidth > 0 for q in t.policies)
+    timer = policies.PolicyTimer.for_plan(p, testbed())
+    assert timer is not None
+    ref = timer.ref["prefill"]
+    g = p.prefill.groups[0]
+    rails = [(r.switch, r.shard, r.members, r.paths) for r in g.rails]
+    want = hier_on_rails(timer.ev.ina_fabric, g.gpus, rails, timer.ev.net)
+    assert want is not None
+    hier = t.policies[0]
+    assert hier.latency_s == pytest.approx(want.time(timer.ev.ina_fabric, 0.0), rel=1e-12)
+    assert hier.latency_s + ref / hier.bandwidth == pytest.approx(
+        want.time(timer.ev.ina_fabric, ref), rel=1e-9
+    )
+
+
+def test_hier_table_is_priced_whole_or_not_at_all(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A policy the cost model cannot price (here: rails it refuses) leaves the time model
+    out of every policy of its table, not only its own: an unpriced policy has no latency
+    term and would win every small message against priced ones."""
+    import controller.costmodel.hier as hier
     from controller.service.core import Controller
 
+    monkeypatch.setattr(hier, "hier_on_rails", lambda *a, **k: None)
     p = hier_plan(model="OPT-66B")
     p.workload, p.sla = "chatbot", {"ttft_s": 2.5, "tpot_s": 0.15}
     c = Controller(Store(tmp_path / "c.db"))

@@ -28,10 +28,10 @@
   message the planner priced the group at, so before any traffic the policy the cost model
   prices fastest at D_ref wins (ties: the planned one). That needs the plan's model and
   workload besides the cluster; when the controller cannot resolve them (a hand-made plan)
-  the tables leave both fields out and Eq. 16 uses the bottleneck capacity. A table is priced
-  whole or not at all: the cost model has no hierarchical pattern yet, so a hierarchical
-  group's table leaves the fields out on every policy (mixing priced and unpriced policies
-  would favour whichever is unpriced at small messages).
+  the tables leave both fields out and Eq. 16 uses the bottleneck capacity. A hier policy is
+  priced on the plan's own rails (``costmodel.hier.hier_on_rails``). A table is priced whole
+  or not at all: when one policy cannot be priced, every policy leaves the fields out (mixing
+  priced and unpriced policies would favour whichever is unpriced at small messages).
 """
 
 from __future__ import annotations
