@@ -410,3 +410,37 @@ def test_hier_on_the_plans_rails_prices_like_hier_pattern():
     swapped = [(s, k, ["gn1", "gn2"], p) for s, k, _, p in rails]
     assert hier_on_rails(f, FIG2_ALL, swapped, NetParams()) is None
     assert hier_on_rails(f, FIG2_ALL, [(*rails[0][:3], {}), rails[1]], NetParams()) is None
+
+
+@pytest.mark.parametrize("mode", ["pipelined", "paper"])
+def test_incremental_route_loads_equal_a_full_repricing(mode):
+    """choose_routes' incremental loads (add, move, trial) give every flow the time
+    flow_times gives the same routes from scratch, after any sequence of moves."""
+    import random
+
+    from controller.costmodel.network import _Loads
+    from controller.topology.generators import tracks
+
+    g = tracks(12, 4, 2, 6, 2, name="t")
+    f = NetParams(cost_mode=mode).fabric(g)
+    gpus = sorted(n for n, d in g.nodes(data=True) if d.get("kind") == "gpu")
+    rnd = random.Random(7)
+    options, sizes = [], []
+    for _ in range(12):
+        a, b = rnd.sample(gpus, 2)
+        options.append(f.routes_between(a, b))
+        sizes.append(rnd.choice([1e4, 1e6, 3e6]))
+    state = _Loads(f)
+    chosen = [rnd.choice(o) for o in options]
+    for p, nb in zip(chosen, sizes, strict=True):
+        state.add(p, nb)
+    for _ in range(200):
+        k = rnd.randrange(len(options))
+        new = rnd.choice(options[k])
+        extra = rnd.choice(options[rnd.randrange(len(options))])
+        want_trial = max(flow_times(f, [*zip(chosen, sizes, strict=True), (extra, 2e6)]))
+        assert state.trial(extra, 2e6) == pytest.approx(want_trial, rel=1e-9)
+        state.move(k, new)
+        chosen[k] = new
+        want = flow_times(f, list(zip(chosen, sizes, strict=True)))
+        assert state.times == pytest.approx(want, rel=1e-9)
