@@ -14,7 +14,7 @@ from controller.costmodel.network import NetParams
 from controller.models import model_spec
 from controller.planner import PLANNERS, PlannerOptions, Problem, plan
 from controller.planner.evaluate import Evaluator
-from controller.sim import Simulator, build_model, make_requests, simulate
+from controller.sim import SimOptions, Simulator, build_model, make_requests, simulate
 from controller.sim.model import comm_option
 from controller.sim.network import Activity, FluidNetwork, Links, Work
 from controller.topology import fig2
@@ -316,3 +316,45 @@ def test_whole_pass_decode_steps_equal_stage_by_stage(tb_plan, monkeypatch):
         assert whole.policy_use == staged.policy_use  # every stage iteration counted
         assert whole.allreduce_throughput_Bps == pytest.approx(staged.allreduce_throughput_Bps)
         assert whole.link_util == pytest.approx(staged.link_util)
+
+
+def test_hier_group_offers_hier_ring_and_flat_ina():
+    """The plan's hierarchical INA first, then the ring and flat INA at each switch, each
+    priced like the cost model; the online scheduler runs with the three kinds."""
+    from test_sim_validation import HIER_DECODE, hier_plan
+
+    from controller.costmodel.hier import hier_on_rails
+
+    g = make_testbed()
+    p = hier_plan(g)
+    m = build_model(p, g, chatbot())
+    opts = m.decode[0].stages[0].options
+    assert [o.use_key for o in opts] == ["hier", "ring", "ina:s1", "ina:s2"]
+    ev = m.evaluator
+    rails = [(r.switch, r.shard, r.members, r.paths) for r in p.decode.groups[0].rails]
+    pattern = hier_on_rails(ev.ina_fabric, HIER_DECODE, rails, ev.net)
+    for nbytes in (1e3, 1e6, 3e7):
+        assert opts[0].time(nbytes) == pytest.approx(pattern.time(ev.ina_fabric, nbytes), rel=1e-12)
+    # its links: the NVLink edges of both servers (reduce-scatter, all-gather) and the rails'
+    # NIC links, each way
+    assert {"srv2-gpu0|srv2-nvsw", "s1|srv2-gpu0", "s2|srv3-gpu1"} <= set(opts[0].link_ids)
+    r = Simulator(m, SimOptions(online_scheduler=True)).run(
+        make_requests(chatbot(), 4.0, 300, seed=1, cv=4.0)
+    )
+    assert r.finished == 300 and r.policy_use
+
+
+def test_plan_with_rails_that_do_not_fit_is_refused():
+    from test_sim_validation import hier_plan
+
+    from controller.errors import InputError
+
+    g = make_testbed()
+    p = hier_plan(g)
+    p.decode.groups[0].rails[1].members = ["srv2-gpu0", "srv3-gpu1"]  # srv2-gpu0 twice
+    with pytest.raises(InputError, match="rails that do not fit"):
+        build_model(p, g, chatbot())
+    p = hier_plan(g)
+    p.decode.groups[0].rails[0].paths["srv2-gpu0"] = ["srv2-gpu0", "s2"]  # no such link
+    with pytest.raises(InputError, match="uses link srv2-gpu0-s2"):
+        build_model(p, g, chatbot())

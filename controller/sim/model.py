@@ -18,6 +18,7 @@ from functools import cached_property
 import networkx as nx
 
 from controller.costmodel.compute import decode_layer_time, layer_weights, prefill_layer_time
+from controller.costmodel.hier import hier_on_rails
 from controller.costmodel.kvcache import kv_route, kv_shares
 from controller.costmodel.network import CommPattern, NetParams, ina_on_routes
 from controller.errors import InputError
@@ -302,7 +303,8 @@ def _check_plan(plan: Plan, g: nx.Graph) -> None:
         if not phase.instances:
             raise InputError(f"plan has no {phase.role} instance")
         for gr in phase.groups:
-            for path in gr.paths.values():
+            routes = list(gr.paths.values()) + [p for r in gr.rails for p in r.paths.values()]
+            for path in routes:
                 for u, v in zip(path, path[1:], strict=False):
                     if not g.has_edge(u, v):
                         raise InputError(
@@ -398,10 +400,20 @@ def planned_pattern(
 ) -> tuple[CommPattern, Fabric] | None:
     """The cost-model pattern of the scheme the plan chose for a group, and the fabric it is
     priced on: the ring; flat INA at the plan's switch (the evaluator's routes, or the plan's
-    own when the evaluator would not route there). None for TP = 1."""
+    own when the evaluator would not route there); hierarchical INA over the plan's rails.
+    None for TP = 1; InputError when a hier group's rails do not fit it."""
     if len(members) < 2:
         return None
     ge = ev.group(members, ref)
+    if gr is not None and gr.scheme == "hier" and gr.rails:
+        rails = [(r.switch, r.shard, r.members, r.paths) for r in gr.rails]
+        hier = hier_on_rails(ev.ina_fabric, members, rails, ev.net)
+        if hier is None:
+            raise InputError(
+                f"plan's group {gr.instance}/{gr.stage} has rails that do not fit its GPUs "
+                "(one member per server on each rail, one rail per shard)"
+            )
+        return hier, ev.ina_fabric
     if gr is not None and gr.scheme == "ina" and gr.switch is not None:
         mine = next((p for p in ev.all_ina(members, ref) if p.switch == gr.switch), None)
         if mine is None:  # another planner's routes
@@ -414,8 +426,9 @@ def planned_pattern(
 def _options(
     ev: Evaluator, links: Links, members: list[str], ref: float, gr: Group | None
 ) -> list[CommOption]:
-    """Candidate all-reduce policies of a group, the plan's choice first: the ring and INA at
-    every switch the planner's policy allows (Alg. 2 line 7)."""
+    """Candidate all-reduce policies of a group, the plan's choice first (hierarchical INA
+    where the plan chose it), then the ring and flat INA at every switch the planner's policy
+    allows (Alg. 2 line 7), so the online scheduler can choose among the three schemes."""
     planned = planned_pattern(ev, members, ref, gr)
     if planned is None:
         return []
