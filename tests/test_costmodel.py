@@ -444,3 +444,30 @@ def test_incremental_route_loads_equal_a_full_repricing(mode):
         chosen[k] = new
         want = flow_times(f, list(zip(chosen, sizes, strict=True)))
         assert state.times == pytest.approx(want, rel=1e-9)
+
+
+def test_kv_transfer_hand_worked_both_modes():
+    """gn1 sends two 1 MB KV shares, to gn3 over [gn1, S2, gn3] (A) and to gn4 over
+    [gn1, S2, S1, gn4] (B); gn2 sends 1 MB to gn4 over [gn2, S1, gn4] (C), all at once.
+    Pipelined, gn1's shares stream together: its NIC link and S1 -> gn4 carry 2 MB (160 us);
+    A = 160 + 4 + 0.32768 (one 4096-byte packet on its second hop) = 164.32768 us,
+    B = 160 + 6 + 2 x 0.32768 = 166.65536 us, C = 164.32768 us: T_f = 166.65536 us.
+    Paper (Eq. 15): gn1's shares one after the other, each with its own bytes and gn2's:
+    A = 2 x 82 = 164 us; B = 82 + 82 + (160 + 2, C shares S1 -> gn4) = 326 us; gn1 = 490 us;
+    gn2: C = 82 + 162 = 244 us. T_f = 490 us (counting gn1's other share on its own NIC as
+    well would have made it 650 us)."""
+    from controller.costmodel.kvcache import kv_time
+
+    g = fig2()
+    shares = [
+        ("gn1", ["gn1", "S2", "gn3"], MB),
+        ("gn1", ["gn1", "S2", "S1", "gn4"], MB),
+        ("gn2", ["gn2", "S1", "gn4"], MB),
+    ]
+    pkt = 4096 / ETH
+    t_f, times = kv_time(NetParams().fabric(g), shares)
+    assert times == pytest.approx([164e-6 + pkt, 166e-6 + 2 * pkt, 164e-6 + pkt], rel=1e-12)
+    assert t_f == pytest.approx(166.65536e-6, rel=1e-9)
+    t_f, times = kv_time(PAPER.fabric(g), shares)
+    assert times == pytest.approx([164e-6, 326e-6, 244e-6], rel=1e-12)
+    assert t_f == pytest.approx(490e-6, rel=1e-12)

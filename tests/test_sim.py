@@ -47,7 +47,7 @@ def _run(starts):
         t, _, kind, payload = heapq.heappop(events)
         if kind == "start":
             k, nbytes = payload
-            work = Work.single([((((e, lk.inv_bw[e]),),), 0.0)], pipelined=True)
+            work = Work.single([(((e, lk.inv_bw[e]),), 0.0)], pipelined=True)
             a = Activity(0.0, nbytes, work, 1.0, None,
                          lambda now, k=k: done.__setitem__(k, now), (e,))  # fmt: skip
             net.start(a, t)
@@ -92,7 +92,7 @@ def _run_busy_share(
     net = FluidNetwork(lk, events, lambda: next(seq), tolerance)
     done: list[float] = []
     per_byte = {e: 1.0 for e in path}
-    work = Work.single([((tuple((e, lk.inv_bw[e]) for e in path),), 0.0)], pipelined)
+    work = Work.single([(tuple((e, lk.inv_bw[e]) for e in path), 0.0)], pipelined)
     for _ in range(n):
         a = Activity(0.0, 1e9, work, None, (per_byte, 1e9), done.append, tuple(path),
                      ("kv", 0, 0))  # fmt: skip
@@ -130,7 +130,7 @@ def test_most_stretched_hop_sets_a_pipelined_rate(pipelined, want):
     net = FluidNetwork(lk, events, lambda: next(seq))
     done: dict[str, float] = {}
     for name, links in (("A", (e1, e2)), ("B", (e2,))):
-        work = Work.single([((tuple((e, lk.inv_bw[e]) for e in links),), 0.0)], pipelined)
+        work = Work.single([(tuple((e, lk.inv_bw[e]) for e in links), 0.0)], pipelined)
         a = Activity(0.0, 1e9, work, None, ({e: 1.0 for e in links}, 1e9),
                      lambda t, name=name: done.__setitem__(name, t), links)  # fmt: skip
         net.start(a, 0.0)
@@ -358,3 +358,31 @@ def test_plan_with_rails_that_do_not_fit_is_refused():
     p.decode.groups[0].rails[0].paths["srv2-gpu0"] = ["srv2-gpu0", "s2"]  # no such link
     with pytest.raises(InputError, match="uses link srv2-gpu0-s2"):
         build_model(p, g, chatbot())
+
+
+def test_iteration_weights_never_exceed_the_risky_bound(tb_plan, monkeypatch):
+    """The risky-link marking bounds an iteration's weight on a link with its compute
+    (C1 W / TP per token and layer) as well as its all-reduces; every iteration actually
+    started, at any batch, weighs no more than that bound on each of its links."""
+    from controller.sim.network import FluidNetwork
+
+    g, p = tb_plan
+    m = build_model(p, g, chatbot())
+    inv = m.links.inv_bw
+    stages = {id(st): (inst, st) for inst in m.prefill + m.decode for st in inst.stages}
+    seen = []
+    start = FluidNetwork.start
+
+    def checked(self, a, now):
+        start(self, a, now)
+        if isinstance(a.chan, tuple) and a.chan[0] == "it":
+            inst, st = stages[a.chan[1]]
+            floor = st.layers * inst.decode_terms[1] / (m.message_bytes(1.0) * st.allreduces)
+            bound = st.options[a.chan[2]].peak_shares(inv, floor)
+            for e, w in a.loads:
+                assert w <= bound[e] * (1 + 1e-9), (st.group_id, e, w, bound[e])
+                seen.append(w)
+
+    monkeypatch.setattr(FluidNetwork, "start", checked)
+    r = Simulator(m).run(make_requests(chatbot(), 3 * p.predicted.rate, 300, seed=4))
+    assert r.finished == 300 and seen  # iterations did run as activities on risky links

@@ -14,7 +14,7 @@ from controller.sim import SimOptions, Simulator, build_model, make_requests
 from controller.sim.model import planned_pattern
 from controller.topology import testbed as make_testbed
 from controller.topology.graph import scale_bandwidth
-from controller.workload import Request, Workload, chatbot, default_sla
+from controller.workload import Request, Workload, chatbot, default_sla, summarization
 
 IN, OUT = 161, 338
 
@@ -44,23 +44,33 @@ def _as_planned(m) -> None:
     ev.allreduce_time = allreduce_time
 
 
-@pytest.mark.parametrize("mode", ["pipelined", "paper"])
-def test_low_load_matches_the_cost_model(mode):
+@pytest.mark.parametrize(
+    "mode,kind,n_in,n_out",
+    [
+        ("pipelined", "chatbot", IN, OUT),
+        ("paper", "chatbot", IN, OUT),
+        ("pipelined", "summarization", 1641, 65),
+        ("paper", "summarization", 1641, 65),
+    ],
+)
+def test_low_load_matches_the_cost_model(mode, kind, n_in, n_out):
     """Requests 1000 s apart (each alone in the cluster), all of the mean length: TTFT is the
     prefill instance's serve time (Eqs. 3, 5-12), the KV transfer T_f (Eqs. 14-15), each
     decode step Eq. 13 plus its all-reduces at batch 1, all within 5% of the evaluator's own
-    figures, in either cost mode (the plan records it; the simulator prices as it says);
-    TPOT = step + T_f / (out - 1) (the transfer spread over the tokens)."""
+    figures, in either cost mode (the plan records it; the simulator prices as it says) and
+    for both workloads' mean requests; TPOT = step + T_f / (out - 1) (the transfer spread
+    over the tokens)."""
     g = make_testbed(fixed_roles=True)
     opts = PlannerOptions(net=NetParams(cost_mode=mode))
-    p = plan(g, model_spec("OPT-66B"), chatbot(), default_sla("chatbot"), opts)
+    load = chatbot() if kind == "chatbot" else summarization()
+    p = plan(g, model_spec("OPT-66B"), load, default_sla(kind), opts)
     assert p.options["cost_mode"] == mode
-    fixed = Workload("fixed", np.full(10, IN), np.full(10, OUT))
+    fixed = Workload("fixed", np.full(10, n_in), np.full(10, n_out))
     m = build_model(p, g, fixed)
     assert m.pipelined == (mode == "pipelined") and m.evaluator.net.cost_mode == mode
     ev = m.evaluator
     _as_planned(m)
-    reqs = [Request(1000.0 * i, IN, OUT) for i in range(4)]
+    reqs = [Request(1000.0 * i, n_in, n_out) for i in range(4)]
     r = Simulator(m).run(reqs)
     assert r.finished == 4
     pre_stages = [s.gpus for s in m.prefill[0].stages]
@@ -73,16 +83,16 @@ def test_low_load_matches_the_cost_model(mode):
     pr = r.per_request
     ttft = np.array(pr["ttft_s"])
     tf = np.array(pr["kv_done_s"]) - np.array(pr["first_token_s"])
-    step = (np.array(pr["finish_s"]) - np.array(pr["kv_done_s"])) / (OUT - 1)
+    step = (np.array(pr["finish_s"]) - np.array(pr["kv_done_s"])) / (n_out - 1)
     tpot = np.array(pr["tpot_s"])
-    print(f"{mode}: TTFT sim {ttft.mean() * 1e3:.2f} ms vs model {want_ttft * 1e3:.2f} ms; "
+    print(f"{mode} {kind}: TTFT sim {ttft.mean() * 1e3:.2f} ms vs model {want_ttft * 1e3:.2f} ms; "
           f"T_f {tf.mean() * 1e3:.2f} vs {want_tf * 1e3:.2f} ms; decode step "
           f"{step.mean() * 1e3:.2f} vs {want_step * 1e3:.2f} ms; TPOT {tpot.mean() * 1e3:.2f} vs "
-          f"{(want_step + want_tf / (OUT - 1)) * 1e3:.2f} ms")  # fmt: skip
+          f"{(want_step + want_tf / (n_out - 1)) * 1e3:.2f} ms")  # fmt: skip
     assert ttft == pytest.approx(want_ttft, rel=0.05)
     assert tf == pytest.approx(want_tf, rel=0.05)
     assert step == pytest.approx(want_step, rel=0.05)
-    assert tpot == pytest.approx(want_step + want_tf / (OUT - 1), rel=0.05)
+    assert tpot == pytest.approx(want_step + want_tf / (n_out - 1), rel=0.05)
 
 
 @pytest.mark.parametrize("rate,cv", [(2.0, 1.0), (8.0, 1.0), (3.0, 4.0)])
