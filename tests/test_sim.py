@@ -360,13 +360,16 @@ def test_plan_with_rails_that_do_not_fit_is_refused():
         build_model(p, g, chatbot())
 
 
-def test_iteration_weights_never_exceed_the_risky_bound(tb_plan, monkeypatch):
+def test_iteration_weights_never_exceed_the_risky_bound(monkeypatch):
     """The risky-link marking bounds an iteration's weight on a link with its compute
     (C1 W / TP per token and layer) as well as its all-reduces; every iteration actually
     started, at any batch, weighs no more than that bound on each of its links."""
     from controller.sim.network import FluidNetwork
 
-    g, p = tb_plan
+    # decode TP8 over both V100 servers: its rings cross the NICs the KV transfers arrive on
+    g = make_testbed(fixed_roles=True)
+    opts = PlannerOptions(prefill_par=(1, 4), decode_par=(8, 1))
+    p = plan(g, model_spec("OPT-66B"), chatbot(), default_sla("chatbot"), opts)
     m = build_model(p, g, chatbot())
     inv = m.links.inv_bw
     stages = {id(st): (inst, st) for inst in m.prefill + m.decode for st in inst.stages}
