@@ -389,3 +389,19 @@ def test_iteration_weights_never_exceed_the_risky_bound(monkeypatch):
     monkeypatch.setattr(FluidNetwork, "start", checked)
     r = Simulator(m).run(make_requests(chatbot(), 3 * p.predicted.rate, 300, seed=4))
     assert r.finished == 300 and seen  # iterations did run as activities on risky links
+
+
+def test_single_link_flows_price_only_the_stretched_ones_exactly():
+    """A part of one-link flows (a pipelined KV transfer) is priced from its envelope alone and
+    its stretched flows only; that is the maximum over every flow, whatever the stretch."""
+    import random
+
+    rnd = random.Random(3)
+    for _ in range(200):
+        flows = [(((e, rnd.uniform(1e-9, 1e-6)),), rnd.uniform(0, 1e-5)) for e in range(12)]
+        work = Work.single(flows, pipelined=True)
+        assert work.singles is not None
+        stretch = [rnd.choice([1.0, 1.0, 1.0, rnd.uniform(1.0, 5.0)]) for _ in range(12)]
+        scale = rnd.uniform(1, 1e4)
+        want = max(k * stretch[e] * scale + lat for ((e, k),), lat in flows)
+        assert work.time(0.5, scale, work.sums(stretch)) == pytest.approx(0.5 + want, rel=1e-12)

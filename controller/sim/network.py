@@ -63,11 +63,17 @@ class Work:
     parts: tuple[Part, ...]
     envelopes: tuple[Envelope, ...]
     pipelined: bool
-    # every flow crosses one link (a pipelined KV transfer as one flow per link): (link, k, lat)
+    # one part whose flows cross one link each (a pipelined KV transfer as one flow per link):
+    # (link, k, lat); its time is then the larger of its envelope alone and its stretched flows
     singles: tuple[tuple[int, float, float], ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.singles is None and self.flows and all(len(t) == 1 for t, _ in self.flows):
+        if (
+            self.singles is None
+            and len(self.parts) == 1
+            and self.flows
+            and all(len(t) == 1 for t, _ in self.flows)
+        ):
             singles = tuple((t[0][0], t[0][1], lat) for t, lat in self.flows)
             object.__setattr__(self, "singles", singles)
 
@@ -78,12 +84,20 @@ class Work:
         return cls(flows, ((mult, 0, len(flows)),), (envelope(flows, pipelined),), pipelined)
 
     def sums(self, stretch) -> list[tuple[float, float]]:
-        if self.singles is not None:  # one link each: sum and max agree
-            return [(k * stretch[e], lat) for e, k, lat in self.singles]
+        """The flows' (K_f(x), lat_f); for ``singles``, only the stretched flows' (a flow at
+        x = 1 is never above the envelope alone, and a stretched flow's value alone is never
+        above its value stretched, so the maximum is the same)."""
+        if self.singles is not None:
+            return [(k * x, lat) for e, k, lat in self.singles if (x := stretch[e]) > 1.0]
         return flow_sums(self.flows, stretch, self.pipelined)
 
     def time(self, fixed_s: float, scale: float, sums: Sequence[tuple[float, float]]) -> float:
-        """t(x) from the flows' (K_f(x), lat_f)."""
+        """t(x) from ``sums`` (as ``Work.sums`` gives them)."""
+        if self.singles is not None:
+            worst = max([k * scale + lat for k, lat in self.envelopes[0]], default=0.0)
+            if sums:
+                worst = max(worst, max([k * scale + lat for k, lat in sums]))
+            return fixed_s + self.parts[0][0] * worst
         t = fixed_s
         for mult, lo, hi in self.parts:
             if hi > lo:
