@@ -410,3 +410,64 @@ def test_hier_on_the_plans_rails_prices_like_hier_pattern():
     swapped = [(s, k, ["gn1", "gn2"], p) for s, k, _, p in rails]
     assert hier_on_rails(f, FIG2_ALL, swapped, NetParams()) is None
     assert hier_on_rails(f, FIG2_ALL, [(*rails[0][:3], {}), rails[1]], NetParams()) is None
+
+
+@pytest.mark.parametrize("mode", ["pipelined", "paper"])
+def test_incremental_route_loads_equal_a_full_repricing(mode):
+    """choose_routes' incremental loads (add, move, trial) give every flow the time
+    flow_times gives the same routes from scratch, after any sequence of moves."""
+    import random
+
+    from controller.costmodel.network import _Loads
+    from controller.topology.generators import tracks
+
+    g = tracks(12, 4, 2, 6, 2, name="t")
+    f = NetParams(cost_mode=mode).fabric(g)
+    gpus = sorted(n for n, d in g.nodes(data=True) if d.get("kind") == "gpu")
+    rnd = random.Random(7)
+    options, sizes = [], []
+    for _ in range(12):
+        a, b = rnd.sample(gpus, 2)
+        options.append(f.routes_between(a, b))
+        sizes.append(rnd.choice([1e4, 1e6, 3e6]))
+    state = _Loads(f)
+    chosen = [rnd.choice(o) for o in options]
+    for p, nb in zip(chosen, sizes, strict=True):
+        state.add(p, nb)
+    for _ in range(200):
+        k = rnd.randrange(len(options))
+        new = rnd.choice(options[k])
+        extra = rnd.choice(options[rnd.randrange(len(options))])
+        want_trial = max(flow_times(f, [*zip(chosen, sizes, strict=True), (extra, 2e6)]))
+        assert state.trial(extra, 2e6) == pytest.approx(want_trial, rel=1e-9)
+        state.move(k, new)
+        chosen[k] = new
+        want = flow_times(f, list(zip(chosen, sizes, strict=True)))
+        assert state.times == pytest.approx(want, rel=1e-9)
+
+
+def test_kv_transfer_hand_worked_both_modes():
+    """gn1 sends two 1 MB KV shares, to gn3 over [gn1, S2, gn3] (A) and to gn4 over
+    [gn1, S2, S1, gn4] (B); gn2 sends 1 MB to gn4 over [gn2, S1, gn4] (C), all at once.
+    Pipelined, gn1's shares stream together: its NIC link and S1 -> gn4 carry 2 MB (160 us);
+    A = 160 + 4 + 0.32768 (one 4096-byte packet on its second hop) = 164.32768 us,
+    B = 160 + 6 + 2 x 0.32768 = 166.65536 us, C = 164.32768 us: T_f = 166.65536 us.
+    Paper (Eq. 15): gn1's shares one after the other, each with its own bytes and gn2's:
+    A = 2 x 82 = 164 us; B = 82 + 82 + (160 + 2, C shares S1 -> gn4) = 326 us; gn1 = 490 us;
+    gn2: C = 82 + 162 = 244 us. T_f = 490 us (counting gn1's other share on its own NIC as
+    well would have made it 650 us)."""
+    from controller.costmodel.kvcache import kv_time
+
+    g = fig2()
+    shares = [
+        ("gn1", ["gn1", "S2", "gn3"], MB),
+        ("gn1", ["gn1", "S2", "S1", "gn4"], MB),
+        ("gn2", ["gn2", "S1", "gn4"], MB),
+    ]
+    pkt = 4096 / ETH
+    t_f, times = kv_time(NetParams().fabric(g), shares)
+    assert times == pytest.approx([164e-6 + pkt, 166e-6 + 2 * pkt, 164e-6 + pkt], rel=1e-12)
+    assert t_f == pytest.approx(166.65536e-6, rel=1e-9)
+    t_f, times = kv_time(PAPER.fabric(g), shares)
+    assert times == pytest.approx([164e-6, 326e-6, 244e-6], rel=1e-12)
+    assert t_f == pytest.approx(490e-6, rel=1e-12)

@@ -152,7 +152,8 @@ def hier_pattern(
             routes, _ = choose_routes(
                 fabric, options, [share] * len(rail), 1, background, packet_bytes=frame
             )
-            cand = RailPattern(sw, k, m, rail, dict(zip(rail, routes, strict=True)))
+            paths = {x: list(r) for x, r in zip(rail, routes, strict=True)}
+            cand = RailPattern(sw, k, m, rail, paths)
             phase = _ina_phase([(r.members, r.paths) for r in [*placed, cand]], m, params)
             t = compile_phase(fabric, phase).time(nbytes)
             if best is None or (t, sw) < best[:2]:

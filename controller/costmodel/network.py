@@ -170,74 +170,136 @@ def path_time(fabric: Fabric, path: Path, nbytes: float) -> float:
 
 class _Loads:
     """Link loads of a set of flows with each flow's time kept current, so that trying one
-    more route costs O(its hops + the hops of the flows sharing them) instead of re-pricing
-    every flow."""
+    more route costs O(its hops + the flows sharing them) instead of re-pricing every flow.
+    Store and forward, a sharer's time moves by the bytes times 1/B; pipelined, adding load
+    can only raise a sharer's slowest hop, and removing it re-prices only the sharers whose
+    slowest hop it was."""
 
     def __init__(self, fabric: Fabric, packet_bytes: float | None = None) -> None:
         self.fabric = fabric
+        self.pipe = fabric.pipelined
         self.pkt = packet_bytes
         self.table = fabric.link_table
         self.load: dict[Edge, float] = defaultdict(float)
         self.on_edge: dict[Edge, list[int]] = defaultdict(list)
-        self.edges: list[list[Edge]] = []
+        self.hops: list[list[tuple[Edge, float]]] = []  # per flow: (link, 1 / B)
         self.nbytes: list[float] = []
         self.fixed: list[float] = []
         self.times: list[float] = []
+        self._shapes = fabric.memo.setdefault(("shape", packet_bytes), {})
+
+    def _shape(self, path: Path) -> tuple[list[tuple[Edge, float]], float]:
+        """A route's (link, 1 / B) hops and fixed part, kept per route object on the fabric
+        (candidate routes are built once and tried again and again)."""
+        hit = self._shapes.get(id(path))
+        if hit is None or hit[0] is not path:
+            edges = _edges(path)
+            hops = [(e, self.table[e][0]) for e in edges]
+            hit = self._shapes[id(path)] = (path, hops, self.fabric.fixed_s(edges, self.pkt))
+        return hit[1], hit[2]
 
     def _time(self, k: int) -> float:
-        load, table = self.load, self.table
-        return self.fabric.combine([load[e] * table[e][0] for e in self.edges[k]]) + self.fixed[k]
+        load = self.load
+        if self.pipe:
+            worst = 0.0
+            for e, inv in self.hops[k]:
+                x = load[e] * inv
+                if x > worst:
+                    worst = x
+            return worst + self.fixed[k]
+        return sum(load[e] * inv for e, inv in self.hops[k]) + self.fixed[k]
 
     def trial(self, path: Path, nbytes: float) -> float:
         """Slowest flow if a flow of ``nbytes`` on ``path`` joined."""
-        edges = _edges(path)
-        load, table = self.load, self.table
-        terms = [(load[e] + nbytes) * table[e][0] for e in edges]
-        own = self.fabric.combine(terms) + self.fabric.fixed_s(edges, self.pkt)
-        worst = max(self.times, default=0.0)
-        if self.fabric.pipelined:  # a sharer's slowest hop may become this one
-            for e, t in zip(edges, terms, strict=True):
-                for i in self.on_edge[e]:
-                    worst = max(worst, t + self.fixed[i])
+        hops, fixed = self._shape(path)
+        load, times, on_edge = self.load, self.times, self.on_edge
+        worst = max(times, default=0.0)
+        if self.pipe:  # a sharer's slowest hop may become this one
+            own = 0.0
+            for e, inv in hops:
+                x = (load[e] + nbytes) * inv
+                if x > own:
+                    own = x
+                for i in on_edge[e]:
+                    t = x + self.fixed[i]
+                    if t > worst:
+                        worst = t
+            own += fixed
         else:  # a sharer's sum grows by this flow's bytes on each shared hop
+            own = fixed
             delta: dict[int, float] = defaultdict(float)
-            for e in edges:
-                inv = table[e][0]
-                for i in self.on_edge[e]:
+            for e, inv in hops:
+                own += (load[e] + nbytes) * inv
+                for i in on_edge[e]:
                     delta[i] += nbytes * inv
             for i, d in delta.items():
-                worst = max(worst, self.times[i] + d)
-        return max(worst, own)
+                if times[i] + d > worst:
+                    worst = times[i] + d
+        return own if own > worst else worst
 
-    def _place(self, k: int, sign: float) -> None:
-        nb = self.nbytes[k] * sign
-        touched: set[int] = set()
-        for e in self.edges[k]:
-            self.load[e] += nb
-            if sign < 0:
-                self.on_edge[e].remove(k)
-            touched.update(self.on_edge[e])
-            if sign > 0:
-                self.on_edge[e].append(k)
-        touched.add(k)
-        for i in touched:
-            self.times[i] = self._time(i)
+    def _put(self, k: int) -> None:
+        nb, fixed, times = self.nbytes[k], self.fixed, self.times
+        load, on_edge = self.load, self.on_edge
+        own = 0.0
+        if self.pipe:
+            for e, inv in self.hops[k]:
+                le = load[e] = load[e] + nb
+                x = le * inv
+                if x > own:
+                    own = x
+                sharers = on_edge[e]
+                for i in sharers:
+                    if x + fixed[i] > times[i]:
+                        times[i] = x + fixed[i]
+                sharers.append(k)
+        else:
+            for e, inv in self.hops[k]:
+                le = load[e] = load[e] + nb
+                own += le * inv
+                sharers = on_edge[e]
+                for i in sharers:
+                    times[i] += nb * inv
+                sharers.append(k)
+        times[k] = own + fixed[k]
+
+    def _take(self, k: int) -> None:
+        nb, fixed, times = self.nbytes[k], self.fixed, self.times
+        load, on_edge = self.load, self.on_edge
+        if not self.pipe:
+            for e, inv in self.hops[k]:
+                sharers = on_edge[e]
+                sharers.remove(k)
+                for i in sharers:
+                    times[i] -= nb * inv
+                load[e] -= nb
+            return
+        stale: list[int] = []
+        for e, inv in self.hops[k]:
+            sharers = on_edge[e]
+            sharers.remove(k)
+            x = load[e] * inv
+            for i in sharers:  # sharers whose slowest hop this was
+                if times[i] <= (x + fixed[i]) * (1 + 1e-12):
+                    stale.append(i)
+            load[e] -= nb
+        for i in stale:
+            times[i] = self._time(i)
 
     def add(self, path: Path, nbytes: float) -> int:
-        k = len(self.edges)
-        self.edges.append(_edges(path))
+        k = len(self.hops)
+        hops, fixed = self._shape(path)
+        self.hops.append(hops)
         self.nbytes.append(nbytes)
-        self.fixed.append(self.fabric.fixed_s(self.edges[k], self.pkt))
+        self.fixed.append(fixed)
         self.times.append(0.0)
-        self._place(k, 1.0)
+        self._put(k)
         return k
 
     def move(self, k: int, path: Path) -> None:
         """Re-route flow ``k``."""
-        self._place(k, -1.0)
-        self.edges[k] = _edges(path)
-        self.fixed[k] = self.fabric.fixed_s(self.edges[k], self.pkt)
-        self._place(k, 1.0)
+        self._take(k)
+        self.hops[k], self.fixed[k] = self._shape(path)
+        self._put(k)
 
     def worst(self) -> float:
         return max(self.times, default=0.0)
@@ -499,7 +561,15 @@ def ring_order(fabric: Fabric, members: Sequence[str]) -> list[str]:
 def rail_routes(fabric: Fabric, src: str, dst: str) -> list[Path]:
     """NCCL's routes for one inter-server channel: leave through the source GPU's own NIC or,
     with PXN, through an NVLink peer's NIC on the destination's rail; arrive at the destination
-    GPU's own NIC."""
+    GPU's own NIC. Built once per pair (``Fabric.memo``; shared, read-only lists)."""
+    key = ("rail", src, dst)
+    hit = fabric.memo.get(key)
+    if hit is None:
+        hit = fabric.memo[key] = _rail_routes(fabric, src, dst)
+    return hit  # type: ignore[return-value]
+
+
+def _rail_routes(fabric: Fabric, src: str, dst: str) -> list[Path]:
     if src == dst or fabric.nvlink_path(src, dst) is not None:
         return fabric.routes_between(src, dst)
     own = [f for f in fabric.exits(dst) if len(f) == 2]  # dst's own NICs: [dst, switch]
@@ -569,8 +639,8 @@ def ring_pattern(
     )
     for i, b in enumerate(blocks):  # the plan's ring edge from a server's last GPU onwards
         nxt = blocks[(i + 1) % len(blocks)][0]
-        paths[b[-1]] = min(
-            rail_routes(fabric, b[-1], nxt), key=lambda q: fabric.path_time(q, nbytes * share)
+        paths[b[-1]] = list(
+            min(rail_routes(fabric, b[-1], nxt), key=lambda q: fabric.path_time(q, nbytes * share))
         )
     flows = intra + [(r, share / channels) for r in cross]
     n_servers = len(blocks)

@@ -21,12 +21,11 @@ from controller.costmodel.compute import (
     prefill_layer_time,
 )
 from controller.costmodel.hier import hier_pattern
-from controller.costmodel.kvcache import KVFlow, kv_route, kv_shares
+from controller.costmodel.kvcache import KVFlow, kv_route, kv_shares, kv_time
 from controller.costmodel.network import (
     T_AGG_S,
     CommPattern,
     CompiledPhase,
-    flow_times,
     ina_pattern,
     path_time,
     ring_pattern,
@@ -579,13 +578,11 @@ class Evaluator:
             return 0.0, []
         fab = self.ring_fabric
         routes = [kv_route(fab, s, d, nb) for s, d, nb in specs]
-        times = flow_times(fab, [(r, sp[2]) for r, sp in zip(routes, specs, strict=True)])
-        per_src: dict[str, float] = {}
-        flows = []
-        for (s, d, nb), r, t in zip(specs, routes, times, strict=True):
-            per_src[s] = per_src.get(s, 0.0) + t
-            flows.append(KVFlow(s, d, nb, r, t))
-        return max(per_src.values()), flows
+        t_f, times = kv_time(fab, [(s, r, nb) for (s, _, nb), r in zip(specs, routes, strict=True)])
+        flows = [
+            KVFlow(s, d, nb, r, t) for (s, d, nb), r, t in zip(specs, routes, times, strict=True)
+        ]
+        return t_f, flows
 
     def kv_stage_order(
         self, pre_stages: list[list[str]], dec_stages: list[list[str]]

@@ -18,7 +18,8 @@ from functools import cached_property
 import networkx as nx
 
 from controller.costmodel.compute import decode_layer_time, layer_weights, prefill_layer_time
-from controller.costmodel.kvcache import kv_route, kv_shares
+from controller.costmodel.hier import hier_on_rails
+from controller.costmodel.kvcache import kv_route, kv_share_terms, kv_shares
 from controller.costmodel.network import CommPattern, NetParams, ina_on_routes
 from controller.errors import InputError
 from controller.models import model_spec
@@ -27,7 +28,7 @@ from controller.plan import Group, Plan
 from controller.planner import PLANNERS, PlannerOptions, Problem
 from controller.planner.evaluate import Evaluator
 from controller.planner.heroserve import POLICY as HEROSERVE_POLICY
-from controller.sim.network import Envelope, Flow, Links, Segment, Work, alone_time, envelope
+from controller.sim.network import Envelope, Flow, Links, Work, alone_time, envelope
 from controller.topology.fabric import PIPELINED, Fabric
 from controller.topology.graph import link_id
 from controller.workload import SLA, Workload
@@ -44,7 +45,7 @@ class CommOption:
 
     scheme: str  # "ring", "ina" or "hier"
     switch: str | None
-    flows: tuple[Flow, ...]  # k_fe in s per byte of message, one segment each
+    flows: tuple[Flow, ...]  # k_fe in s per byte of message
     phases: tuple[tuple[float, int, int], ...]  # (rounds, first flow, end flow) per phase
     const_s: float  # per all-reduce: per-round overheads, chain latencies, T_agg, host
     links: tuple[int, ...]  # every directed link it loads
@@ -69,13 +70,14 @@ class CommOption:
             hit = self._works[n_allreduce] = Work(self.flows, parts, self.envelopes, self.pipelined)
         return hit
 
-    def peak_shares(self, inv_bw: list[float]) -> dict[int, float]:
+    def peak_shares(self, inv_bw: list[float], floor_s: float = 0.0) -> dict[int, float]:
         """The most weight an iteration on this policy can put on each of its links, at any
-        message size: bytes_e / B(e) over the all-reduce's time, which is at least
-        ``sum_p rounds_p * max_{f in p} K_f`` per byte (compute, latency and the other flows
-        only lower it; a link's k is its load over B(e), at most K of the flows on it). Each
-        is at most 1."""
-        worst = sum(
+        message size: bytes_e / B(e) over the iteration's time, which is at least
+        ``sum_p rounds_p * max_{f in p} K_f`` per byte of each all-reduce (a link's k is its
+        load over B(e), at most K of the flows on it), plus ``floor_s`` per byte of other work
+        that grows with the message (the stage's compute, per all-reduce); latency and the
+        other flows only lower it. Each is at most 1."""
+        worst = floor_s + sum(
             r * max((k for k, _ in env), default=0.0)
             for (r, _, _), env in zip(self.phases, self.envelopes, strict=True)
         )
@@ -101,7 +103,7 @@ def comm_option(links: Links, fabric: Fabric, pattern: CommPattern) -> CommOptio
     for cp in pattern.compiled(fabric):
         lo = len(flows)
         for terms, lat in cp.flows:
-            flows.append((((tuple((index[e], k) for e, k in terms)),), lat))
+            flows.append((tuple((index[e], k) for e, k in terms), lat))
         phases.append((cp.rounds, lo, len(flows)))
         envs.append(envelope(flows[lo:], fabric.pipelined))
         const += cp.const_s
@@ -161,9 +163,10 @@ class InstanceModel:
 
 @dataclass
 class KVModel:
-    """KV transfer of one request between a prefill and a decode instance, per input token:
-    one flow per prefill GPU, its shares one segment each (they go one after the other,
-    Eq. 15; store and forward merges them into one)."""
+    """KV transfer of one request between a prefill and a decode instance, per input token,
+    priced as ``costmodel.kvcache.kv_time``: pipelined, every share at once (as one flow per
+    link: a share's slowest hop carries the link's whole load); paper, one flow per prefill
+    GPU whose shares go one after the other (Eq. 15: their terms add up)."""
 
     work: Work
     links: tuple[int, ...]
@@ -258,28 +261,30 @@ class PlanModel:
         specs = kv_shares(self.model, pst, dst)
         routes = [kv_route(fab, s, d, f * kvpt * ev.mean_in) for s, d, f in specs]
         lk = self.links
+        shares = [(src, r, f * kvpt) for (src, _, f), r in zip(specs, routes, strict=True)]
         load: dict[int, float] = {}
-        idx = []
-        for (_, _, f), r in zip(specs, routes, strict=True):
-            li = lk.path_links(r)
-            idx.append(li)
-            for e in li:
-                load[e] = load.get(e, 0.0) + f * kvpt
-        per_src: dict[str, tuple[list[Segment], float]] = {}
-        for (s, _, _), r, li in zip(specs, routes, idx, strict=True):
-            segs, lat = per_src.get(s, ([], 0.0))
-            segs.append(tuple((e, load[e] * lk.inv_bw[e]) for e in li))
-            lat += fab.fixed_s(list(zip(r, r[1:], strict=False)))
-            per_src[s] = (segs, lat)
+        for _, r, nb in shares:
+            for e in lk.path_links(r):
+                load[e] = load.get(e, 0.0) + nb
+        inv = lk.inv_bw
         flows: list[Flow] = []
-        for segs, lat in per_src.values():
-            if not self.pipelined:  # a sum of sums: one segment, a term per link
-                merged: dict[int, float] = {}
-                for seg in segs:
-                    for e, k in seg:
-                        merged[e] = merged.get(e, 0.0) + k
-                segs = [tuple(merged.items())]
-            flows.append((tuple(segs), lat))
+        per_src: dict[str, tuple[dict[int, float], float]] = {}
+        per_link: dict[int, tuple[float, float]] = {}
+        for src, counted, fixed in kv_share_terms(fab, shares):
+            terms = [(lk.index[e], b * inv[lk.index[e]]) for e, b in counted]
+            if self.pipelined:
+                # every share on a link counts the link's whole load, so the slowest share
+                # is the slowest (link, latest share on it): one flow per link, exactly
+                for e, k in terms:
+                    if fixed > per_link.get(e, (k, -1.0))[1]:
+                        per_link[e] = (k, fixed)
+                continue
+            merged, lat = per_src.get(src, ({}, 0.0))
+            for e, k in terms:
+                merged[e] = merged.get(e, 0.0) + k
+            per_src[src] = (merged, lat + fixed)
+        flows += [(((e, k),), lat) for e, (k, lat) in per_link.items()]
+        flows += [(tuple(t.items()), lat) for t, lat in per_src.values()]
         out = KVModel(Work.single(flows, self.pipelined), tuple(sorted(load)), load)
         self._kv[key] = out
         return out
@@ -302,7 +307,8 @@ def _check_plan(plan: Plan, g: nx.Graph) -> None:
         if not phase.instances:
             raise InputError(f"plan has no {phase.role} instance")
         for gr in phase.groups:
-            for path in gr.paths.values():
+            routes = list(gr.paths.values()) + [p for r in gr.rails for p in r.paths.values()]
+            for path in routes:
                 for u, v in zip(path, path[1:], strict=False):
                     if not g.has_edge(u, v):
                         raise InputError(
@@ -376,16 +382,22 @@ def _mark_risky_links(m: PlanModel) -> None:
     """Flag the links whose load can ever exceed 1, the only ones the fluid network must
     account for (``Links.risky``). A stage runs one iteration at a time, so its weight on a
     link is at most the largest ``peak_shares`` among its options; a link whose stages' peaks
-    sum to 1 or less is never stretched. KV routes are added as the simulator first uses them
-    (any number of transfers may share one). Decode TP groups inside a server thus cost no
-    link accounting at all."""
+    sum to 1 or less is never stretched. An iteration's compute grows with its message at
+    least as Eq. 12's and Eq. 13's compute-bound term, C1 W / TP per token and layer, so that
+    much per byte bounds its time from below too (a pipelined flow keeps all its links busy
+    while it communicates: without the compute, every shared link would look risky). KV
+    routes are added as the simulator first uses them (any number of transfers may share
+    one). Decode TP groups inside a server thus cost no link accounting at all."""
     inv = m.links.inv_bw
     share = [0.0] * len(m.links)
+    per_token = m.message_bytes(1.0)  # bytes of one all-reduce per token of the batch
     for inst in m.prefill + m.decode:
         for st in inst.stages:
+            # compute seconds per byte of each of the iteration's all-reduces
+            floor = st.layers * inst.decode_terms[1] / (per_token * st.allreduces)
             peak: dict[int, float] = {}
             for opt in st.options:
-                for e, w in opt.peak_shares(inv).items():
+                for e, w in opt.peak_shares(inv, floor).items():
                     if w > peak.get(e, 0.0):
                         peak[e] = w
             for e, w in peak.items():
@@ -398,10 +410,20 @@ def planned_pattern(
 ) -> tuple[CommPattern, Fabric] | None:
     """The cost-model pattern of the scheme the plan chose for a group, and the fabric it is
     priced on: the ring; flat INA at the plan's switch (the evaluator's routes, or the plan's
-    own when the evaluator would not route there). None for TP = 1."""
+    own when the evaluator would not route there); hierarchical INA over the plan's rails.
+    None for TP = 1; InputError when a hier group's rails do not fit it."""
     if len(members) < 2:
         return None
     ge = ev.group(members, ref)
+    if gr is not None and gr.scheme == "hier" and gr.rails:
+        rails = [(r.switch, r.shard, r.members, r.paths) for r in gr.rails]
+        hier = hier_on_rails(ev.ina_fabric, members, rails, ev.net)
+        if hier is None:
+            raise InputError(
+                f"plan's group {gr.instance}/{gr.stage} has rails that do not fit its GPUs "
+                "(one member per server on each rail, one rail per shard)"
+            )
+        return hier, ev.ina_fabric
     if gr is not None and gr.scheme == "ina" and gr.switch is not None:
         mine = next((p for p in ev.all_ina(members, ref) if p.switch == gr.switch), None)
         if mine is None:  # another planner's routes
@@ -414,8 +436,9 @@ def planned_pattern(
 def _options(
     ev: Evaluator, links: Links, members: list[str], ref: float, gr: Group | None
 ) -> list[CommOption]:
-    """Candidate all-reduce policies of a group, the plan's choice first: the ring and INA at
-    every switch the planner's policy allows (Alg. 2 line 7)."""
+    """Candidate all-reduce policies of a group, the plan's choice first (hierarchical INA
+    where the plan chose it), then the ring and flat INA at every switch the planner's policy
+    allows (Alg. 2 line 7), so the online scheduler can choose among the three schemes."""
     planned = planned_pattern(ev, members, ref, gr)
     if planned is None:
         return []

@@ -13,9 +13,7 @@ is its own (``bytes on e / B(e)``, counting every flow of the same collective on
 Eq. 10 with the shared-link rule does), ``x_e >= 1`` the link's *stretch factor*, and a
 flow's ``K_f(x)`` combines its links as the cost mode prices a path: store and forward (the
 paper's mode), ``sum_e k_{f,e} x_e``; pipelined, the most stretched hop sets the rate,
-``max_e k_{f,e} x_e``. A flow is a sequence of *segments* whose K add up (a prefill GPU's KV
-shares go one after the other, Eq. 15); a collective's flows have one segment. Alone,
-``x = 1`` and the simulator reproduces the cost model exactly.
+``max_e k_{f,e} x_e``. Alone, ``x = 1`` and the simulator reproduces the cost model exactly.
 
 Sharing rule (a fluid approximation, documented in docs/simulator.md): a link is shared equally
 among the transfers crossing it at any instant. A KV transfer transfers for its whole life and
@@ -48,9 +46,8 @@ import networkx as nx
 
 EPS = 1e-9
 
-# A segment: ((link index, seconds per unit on that link), ...); a flow: (segments, latency s).
-Segment = tuple[tuple[int, float], ...]
-Flow = tuple[tuple[Segment, ...], float]
+# A flow of an activity: ((link index, seconds per unit on that link), ...), latency seconds.
+Flow = tuple[tuple[tuple[int, float], ...], float]
 # A part of an activity: (multiplier, first flow, end flow) over its flat flow list.
 Part = tuple[float, int, int]
 Envelope = tuple[tuple[float, float], ...]
@@ -66,6 +63,19 @@ class Work:
     parts: tuple[Part, ...]
     envelopes: tuple[Envelope, ...]
     pipelined: bool
+    # one part whose flows cross one link each (a pipelined KV transfer as one flow per link):
+    # (link, k, lat); its time is then the larger of its envelope alone and its stretched flows
+    singles: tuple[tuple[int, float, float], ...] | None = None
+
+    def __post_init__(self) -> None:
+        if (
+            self.singles is None
+            and len(self.parts) == 1
+            and self.flows
+            and all(len(t) == 1 for t, _ in self.flows)
+        ):
+            singles = tuple((t[0][0], t[0][1], lat) for t, lat in self.flows)
+            object.__setattr__(self, "singles", singles)
 
     @classmethod
     def single(cls, flows: Sequence[Flow], pipelined: bool, mult: float = 1.0) -> Work:
@@ -74,19 +84,24 @@ class Work:
         return cls(flows, ((mult, 0, len(flows)),), (envelope(flows, pipelined),), pipelined)
 
     def sums(self, stretch) -> list[tuple[float, float]]:
+        """The flows' (K_f(x), lat_f); for ``singles``, only the stretched flows' (a flow at
+        x = 1 is never above the envelope alone, and a stretched flow's value alone is never
+        above its value stretched, so the maximum is the same)."""
+        if self.singles is not None:
+            return [(k * x, lat) for e, k, lat in self.singles if (x := stretch[e]) > 1.0]
         return flow_sums(self.flows, stretch, self.pipelined)
 
     def time(self, fixed_s: float, scale: float, sums: Sequence[tuple[float, float]]) -> float:
-        """t(x) from the flows' (K_f(x), lat_f)."""
+        """t(x) from ``sums`` (as ``Work.sums`` gives them)."""
+        if self.singles is not None:
+            worst = max([k * scale + lat for k, lat in self.envelopes[0]], default=0.0)
+            if sums:
+                worst = max(worst, max([k * scale + lat for k, lat in sums]))
+            return fixed_s + self.parts[0][0] * worst
         t = fixed_s
         for mult, lo, hi in self.parts:
-            worst = 0.0
-            for i in range(lo, hi):
-                k, lat = sums[i]
-                x = k * scale + lat
-                if x > worst:
-                    worst = x
-            t += mult * worst
+            if hi > lo:
+                t += mult * max([k * scale + lat for k, lat in sums[lo:hi]])
         return t
 
     def time_alone(self, fixed_s: float, scale: float) -> float:
@@ -100,12 +115,8 @@ def alone_time(
     """``fixed_s + sum_p mult_p * max over p's envelope of (scale * K + lat)``, s."""
     t = fixed_s
     for (mult, _, _), env in zip(parts, envelopes, strict=True):
-        worst = 0.0
-        for k, lat in env:
-            x = k * scale + lat
-            if x > worst:
-                worst = x
-        t += mult * worst
+        if env:
+            t += mult * max([k * scale + lat for k, lat in env])
     return t
 
 
@@ -206,35 +217,18 @@ class Activity:
 
 
 def flow_sums(flows: Sequence[Flow], stretch, pipelined: bool) -> list[tuple[float, float]]:
-    """``(K_f(x), lat_f)`` of each flow under the stretch vector ``stretch``: per segment the
-    most stretched hop (pipelined) or the sum of its hops, summed over segments."""
-    out = []
+    """``(K_f(x), lat_f)`` of each flow under the stretch vector ``stretch``: its most
+    stretched hop (pipelined) or the sum of its hops."""
     if pipelined:
-        for segs, lat in flows:
-            t = 0.0
-            for seg in segs:
-                m = 0.0
-                for e, k in seg:
-                    x = k * stretch[e]
-                    if x > m:
-                        m = x
-                t += m
-            out.append((t, lat))
-    else:
-        for segs, lat in flows:
-            t = 0.0
-            for seg in segs:
-                for e, k in seg:
-                    t += k * stretch[e]
-            out.append((t, lat))
-    return out
+        return [(max([k * stretch[e] for e, k in terms], default=0.0), lat) for terms, lat in flows]
+    return [(sum([k * stretch[e] for e, k in terms]), lat) for terms, lat in flows]
 
 
 def flow_slope(flow: Flow, pipelined: bool) -> float:
     """K_f(1): a flow's seconds per unit alone."""
     if pipelined:
-        return sum(max((k for _, k in seg), default=0.0) for seg in flow[0])
-    return sum(k for seg in flow[0] for _, k in seg)
+        return max((k for _, k in flow[0]), default=0.0)
+    return sum(k for _, k in flow[0])
 
 
 def envelope(flows: Sequence[Flow], pipelined: bool) -> Envelope:
@@ -380,9 +374,25 @@ class FluidNetwork:
         return True
 
     def _apply(self, a: Activity, sign: float) -> list[int]:
-        """Add (``sign`` 1) or remove (-1) ``a``'s loads; the links whose stretch changed."""
-        load, set_load = self.links.load, self._set_load
-        return [e for e, w in a.loads if set_load(e, load[e] + sign * w)]
+        """Add (``sign`` 1) or remove (-1) ``a``'s loads; the links whose stretch changed
+        (``_set_load`` inlined: this runs twice per activity)."""
+        lk = self.links
+        load, stretch, tol = lk.load, lk.stretch, self.tol
+        changed = []
+        for e, w in a.loads:
+            x = load[e] = load[e] + sign * w
+            if x <= 1.0 + EPS:
+                x = 1.0
+            old = stretch[e]
+            if x == old or (x != 1.0 and abs(x - old) <= tol * old):
+                continue
+            if old == 1.0:
+                self.stretched += 1
+            elif x == 1.0:
+                self.stretched -= 1
+            stretch[e] = x
+            changed.append(e)
+        return changed
 
     def start(self, a: Activity, now: float) -> None:
         a.id = self._next_id

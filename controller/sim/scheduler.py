@@ -1,8 +1,9 @@
 """The online scheduler (DESIGN.md §8, ``controller.scheduler.online``) inside the simulator.
 
-Every group with more than one candidate policy (ring, INA at each switch its planner allows)
-gets an :class:`~controller.scheduler.online.OnlineScheduler` whose table lists those policies,
-the plan's choice as policy 0 (so ties keep the plan), all costs 0.
+Every group with more than one candidate policy (ring, INA at each switch its planner allows,
+hierarchical INA where the plan chose it) gets an
+:class:`~controller.scheduler.online.OnlineScheduler` whose table lists those policies, the
+plan's choice as policy 0 (so ties keep the plan), all costs 0.
 The simulator asks it once per stage iteration with the bytes of the iteration's 2 L/P_pipe
 all-reduces (one decision per iteration rather than per all-reduce: a GPU agent decides per
 collective, but the 2 L/P all-reduces of one iteration see the same network within a few ms,
@@ -20,7 +21,7 @@ At zero load the scheduler therefore picks the option the cost model prices fast
 
 from __future__ import annotations
 
-from controller.scheduler.online import OnlineScheduler
+from controller.scheduler.online import SCHEMES, OnlineScheduler
 from controller.sim.model import CommOption, PlanModel, StageModel
 from controller.sim.network import Links
 from controller.topology.graph import link_id
@@ -62,7 +63,9 @@ def policy_table(
     for k, opt in enumerate(stage.options):
         p = {
             "id": k,
-            "scheme": opt.scheme,
+            # a scheduler that predates "hier" in the table format lists it as INA: it only
+            # selects and updates costs, the scheme is data to it
+            "scheme": opt.scheme if opt.scheme in SCHEMES else "ina",
             "switch": opt.switch or "",
             "links": list(opt.link_ids),
             "cost": 0.0,

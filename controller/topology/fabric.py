@@ -73,6 +73,10 @@ class Fabric:
         self._nv_cache: dict[tuple[str, str], Path] = {}
         self._exit_cache: dict[str, list[Path]] = {}
         self._sp_cache: dict[tuple[str, str], Path | None] = {}
+        self._rts_cache: dict[tuple[str, str], list[Path]] = {}
+        # per-fabric memo of route lists and route shapes, for the cost model: routes are
+        # never modified once built, so callers share them
+        self.memo: dict[object, object] = {}
         sw = [n for n, d in g.nodes(data=True) if d["kind"] == SWITCH]
         self.switch_index = {s: i for i, s in enumerate(sorted(sw))}
         self.switch_names = sorted(sw)
@@ -149,11 +153,17 @@ class Fabric:
         return self._exit_cache[gpu]
 
     def routes_to_switch(self, gpu: str, switch: str) -> list[Path]:
-        out = []
-        for e in self.exits(gpu):
-            sp = self.switch_path(e[-1], switch)
-            if sp is not None:
-                out.append(e + sp[1:])
+        """Every exit of ``gpu`` followed by the switch path to ``switch`` (shared, read-only
+        lists, built once)."""
+        key = (gpu, switch)
+        out = self._rts_cache.get(key)
+        if out is None:
+            out = []
+            for e in self.exits(gpu):
+                sp = self.switch_path(e[-1], switch)
+                if sp is not None:
+                    out.append(e + sp[1:])
+            self._rts_cache[key] = out
         return out
 
     def routes_between(self, src: str, dst: str) -> list[Path]:
