@@ -215,3 +215,26 @@ def test_twin_pods_and_left_over_chains_use_every_gpu_once():
     used = p.all_gpus()
     assert len(used) == len(set(used)) == p.predicted.gpus_used
     assert p.predicted.gpus_used <= 1536
+
+
+def test_a_paper_scenario_plans_in_network_aggregation():
+    """The testbed with summarization (OPT-66B, the paper's SLA): HeroServe puts its decode
+    tensor group across both A100 servers (TP 8 > 4 GPUs a server), where hierarchical INA
+    (NVLink reduce-scatter, one INA group per rail, NVLink all-gather) beats the ring; the
+    test names the group, its rails and both times."""
+    from controller.service.policies import group_name
+
+    p = plan(make_testbed(), model_spec("OPT-66B"), summarization(), default_sla("summarization"))
+    ina = [(ph.role, gr) for ph in (p.prefill, p.decode) for gr in ph.groups if gr.scheme != "ring"]
+    assert ina, "no group aggregates in the network"
+    for role, gr in ina:
+        rails = ", ".join(
+            f"shard {r.shard} at {r.switch} ({len(r.members)} members)" for r in gr.rails
+        )
+        print(
+            f"\n{group_name(role, gr)}: {gr.scheme} {gr.allreduce_s * 1e6:.1f} us against ring "
+            f"{gr.ring_s * 1e6:.1f} us; {rails or gr.switch}; {gr.reason}"
+        )
+        assert gr.allreduce_s < gr.ring_s
+        if gr.scheme == "hier":
+            assert {r.switch for r in gr.rails} <= {"s1", "s2"} and gr.rails[0].slots.count >= 1
