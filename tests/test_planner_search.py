@@ -15,6 +15,7 @@ from controller.planner.evaluate import InstanceEval, PhaseResult, combine
 from controller.topology import testbed as make_testbed
 from controller.topology.generators import eight_tracks, two_tracks
 from controller.topology.synthetic import random_cluster
+from controller.validate import parse_plan
 from controller.workload import chatbot, default_sla, summarization
 
 MODELS = ["OPT-13B", "LLaMA-3-8B", "OPT-66B", "LLaMA-2-70B"]
@@ -31,6 +32,7 @@ def _rates(g, model, wname, sla) -> dict[str, float | None]:
             continue
         used = p.all_gpus()
         assert len(used) == len(set(used)) == p.predicted.gpus_used, f"{name}: a GPU twice"
+        assert parse_plan(p.to_json()) == p  # the shared plan checks: KV pairs, groups, paths
         out[name] = p.predicted.rate
     return out
 
@@ -215,6 +217,7 @@ def test_twin_pods_and_left_over_chains_use_every_gpu_once():
     used = p.all_gpus()
     assert len(used) == len(set(used)) == p.predicted.gpus_used
     assert p.predicted.gpus_used <= 1536
+    assert parse_plan(p.to_json()) == p
 
 
 def test_a_paper_scenario_plans_in_network_aggregation():
