@@ -356,7 +356,7 @@ def test_plan_with_rails_that_do_not_fit_is_refused():
         build_model(p, g, chatbot())
     p = hier_plan(g)
     p.decode.groups[0].rails[0].paths["srv2-gpu0"] = ["srv2-gpu0", "s2"]  # no such link
-    with pytest.raises(InputError, match="uses link srv2-gpu0-s2"):
+    with pytest.raises(InputError, match="hop srv2-gpu0 - s2 of srv2-gpu0's path is not a link"):
         build_model(p, g, chatbot())
 
 
