@@ -134,6 +134,8 @@ class Evaluator:
         self._instances: dict[tuple, InstanceEval] = {}
         self._chains: dict[tuple, tuple] = {}  # order_stages, which no T_f changes
         self._pool_summaries: dict[frozenset, dict[tuple[float, str], int]] = {}
+        self._kv_prices: dict[tuple, tuple[float, list[KVFlow]]] = {}
+        self._kv_routes: dict[tuple[str, str, float], list[str]] = {}
         self._hop_by_shape: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._server_gpus = servers(g)
         self._server_of = lambda x: g.nodes[x].get("server") or x
@@ -576,7 +578,17 @@ class Evaluator:
         self, pairs: list[tuple[list[list[str]], list[list[str]]]]
     ) -> tuple[float, list[KVFlow]]:
         """T_f of the given (prefill stages, decode stages) pairs transferring at once, and
-        the flows (Eqs. 14-15)."""
+        the flows (Eqs. 14-15); memoised on the pairs (the search prices the same deployment
+        again when it settles its KV transfer)."""
+        key = tuple((tuple(map(tuple, p)), tuple(map(tuple, d))) for p, d in pairs)
+        hit = self._kv_prices.get(key)
+        if hit is None:
+            hit = self._kv_prices[key] = self._kv_price(pairs)
+        return hit[0], list(hit[1])
+
+    def _kv_price(
+        self, pairs: list[tuple[list[list[str]], list[list[str]]]]
+    ) -> tuple[float, list[KVFlow]]:
         total = self.mean_in * self.model.kv_bytes_per_token()
         specs = []
         for p, d in pairs:
@@ -585,12 +597,21 @@ class Evaluator:
         if not specs:
             return 0.0, []
         fab = self.ring_fabric
-        routes = [kv_route(fab, s, d, nb) for s, d, nb in specs]
+        routes = [self.kv_route(s, d, nb) for s, d, nb in specs]
         t_f, times = kv_time(fab, [(s, r, nb) for (s, _, nb), r in zip(specs, routes, strict=True)])
         flows = [
             KVFlow(s, d, nb, r, t) for (s, d, nb), r, t in zip(specs, routes, times, strict=True)
         ]
         return t_f, flows
+
+    def kv_route(self, src: str, dst: str, nbytes: float) -> list[str]:
+        """``costmodel.kvcache.kv_route`` on the ring fabric, memoised: the search routes the
+        same GPU pairs again for every split that deploys them."""
+        key = (src, dst, nbytes)
+        hit = self._kv_routes.get(key)
+        if hit is None:
+            hit = self._kv_routes[key] = kv_route(self.ring_fabric, src, dst, nbytes)
+        return hit
 
     def kv_stage_order(
         self, pre_stages: list[list[str]], dec_stages: list[list[str]]
@@ -620,7 +641,7 @@ class Evaluator:
                 for src, dst, f in kv_shares(self.model, pre_stages, trial):
                     if dst:
                         nb = f * total
-                        cost[j, k] += path_time(fab, kv_route(fab, src, dst, nb), nb)
+                        cost[j, k] += path_time(fab, self.kv_route(src, dst, nb), nb)
         rows, cols = linear_sum_assignment(cost)
         order = [dec_stages[int(c)] for _, c in sorted(zip(rows, cols, strict=True))]
         if order == dec_stages:

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NoReturn
 
 from controller.costmodel.compute import decode_layer_time, prefill_layer_time
-from controller.costmodel.queueing import max_rate_within
+from controller.costmodel.kvcache import kv_busiest_link_s
+from controller.costmodel.queueing import max_rate_within, pk_queue_delay
 from controller.errors import InputError
 from controller.models.gpus import gpu_spec
 from controller.planner.candidates import tp_pp_candidates
@@ -275,6 +276,7 @@ def _best_pair(
             d0.result,
             lambda t_f, d0=d0: ev.decode_phase(d0.tp, d0.pp, d0.groups, t_f),
             comb0,
+            beat,
         )
         if settled is None:
             continue
@@ -287,12 +289,16 @@ def _best_pair(
     return comb, pre, rd, t_f, flows, tried
 
 
+KV_BISECT_STEPS = 12  # the KV-bound rate to 1/4096 of the first bracket
+
+
 def settle_kv(
     ev: Evaluator,
     pre: PhaseResult,
     dec: PhaseResult,
     price_decode: Callable[[float], PhaseResult],
     comb: Combination,
+    beat: float = 0.0,
 ) -> tuple[Combination, PhaseResult, float, list] | None:
     """The decode phase priced at the KV transfer of the instances it deploys: from the
     deployment at T_f = 0 (``comb`` of ``pre`` and ``dec``; ``price_decode(T_f)`` prices the
@@ -300,7 +306,10 @@ def settle_kv(
     decode stages next to their layers, ``Evaluator.kv_transfer``), price decode at that T_f,
     combine again, until the numbers deployed repeat (three rounds at most). The flows
     returned are those of exactly the instances deployed, in their final stage order, so the
-    plan's KV transfers name its own GPUs."""
+    plan's KV transfers name its own GPUs.
+
+    H is then bounded by the links' capacity for KV (see below). ``beat``: an H the caller
+    already has; None as soon as this deployment provably cannot exceed it."""
     problem = ev.problem
     cap = problem.options.max_gpus
     reorder: dict[tuple, list[list[str]]] = {}
@@ -317,8 +326,56 @@ def settle_kv(
         comb = new
         if same:
             break
-    t_dep, flows = ev.kv_price(ev.kv_pairs(pre, rd, comb.n_prefill, comb.n_decode))
-    return comb, rd, max(t_f, t_dep), flows
+    pairs = ev.kv_pairs(pre, rd, comb.n_prefill, comb.n_decode)
+    t_dep, flows = ev.kv_price(pairs)
+    t_f = max(t_f, t_dep)
+    # The links carry H requests' KV per second: the busiest one's utilisation must stay
+    # below 1, and a request queues behind others' transfers there (P-K, deterministic
+    # service). Per request, the bottleneck is busy ``service`` seconds (the priced pairs
+    # each moving one request, shared out: exact when every pair is priced, pessimistic for
+    # pairs on disjoint links otherwise). H is the fixed point where the decode phase, priced
+    # at T_f plus that wait, serves the rate that causes the wait.
+    service = kv_busiest_link_s(ev.ring_fabric, flows) / max(1, len(pairs))
+    if service <= 0.0:
+        return comb, rd, t_f, flows
+
+    def at(load: float) -> tuple[Combination | None, PhaseResult, float]:
+        t = t_f + pk_queue_delay(load, service)
+        d = ev.reprice_decode(price_decode(t), t, reorder)
+        return combine(pre, d, problem.sla.ttft_s, cap), d, t
+
+    hi = min(comb.rate, (1.0 - 1e-9) / service)
+    if hi <= beat * (1 + 1e-9):
+        return None
+    top, d_hi, t_hi = at(hi)
+    if top is not None and top.rate >= hi * (1 - 1e-6):
+        return _kv_bound(ev, pre, top, hi, d_hi, t_hi)
+    lo, best = 0.0, None
+    if beat > 0.0:  # the fixed point lies below beat when the rate at beat's wait is lower
+        got = at(beat * (1 + 1e-9))
+        if got[0] is None or got[0].rate < beat * (1 + 1e-9):
+            return None
+        lo, best = beat * (1 + 1e-9), got
+    for _ in range(KV_BISECT_STEPS):
+        mid = (lo + hi) / 2
+        got = at(mid)
+        if got[0] is not None and got[0].rate >= mid:
+            lo, best = mid, got
+        else:
+            hi = mid
+    if best is None or best[0] is None:
+        return None
+    c, d, t = best
+    return _kv_bound(ev, pre, c, lo, d, t)
+
+
+def _kv_bound(
+    ev: Evaluator, pre: PhaseResult, comb: Combination, rate: float, dec: PhaseResult, t: float
+) -> tuple[Combination, PhaseResult, float, list]:
+    """``comb`` at the KV-bound ``rate``, with the flows of exactly the instances it deploys
+    (the count may have changed with the wait)."""
+    _, flows = ev.kv_price(ev.kv_pairs(pre, dec, comb.n_prefill, comb.n_decode))
+    return replace(comb, rate=rate, rate_per_gpu=rate / comb.gpus_used), dec, t, flows
 
 
 def _class_rates(ps: PhaseSearch, space: RoleSpace, sample: int) -> tuple[list[float], list[float]]:
