@@ -117,9 +117,10 @@ def parse_source(path: Path = P4_SRC) -> Source:
     for m in re.finditer(r"control\s+(\w+)\s*\(", text):
         control = m.group(1)
         body, _ = _block(text, m.end())
+        declared: dict[str, list[tuple[str, int]]] = {}
         for a in re.finditer(r"action\s+(\w+)\s*\(([^)]*)\)", body):
             params = [p.strip().rsplit(None, 1) for p in a.group(2).split(",") if p.strip()]
-            src.actions[f"{control}.{a.group(1)}"] = [(n, width(t)) for t, n in params]
+            declared[f"{control}.{a.group(1)}"] = [(n, width(t)) for t, n in params]
         for t in re.finditer(r"table\s+(\w+)\s*", body):
             tbody, _ = _block(body, t.end())
             key_body, _ = _block(tbody, tbody.index("key"))
@@ -133,6 +134,8 @@ def parse_source(path: Path = P4_SRC) -> Source:
             for ann, a in re.findall(r"(@defaultonly\s+)?(\w+)\s*;", act_body):
                 full = "NoAction" if a == "NoAction" else f"{control}.{a}"
                 actions.append((full, bool(ann)))
+                if full != "NoAction":  # p4c lists the actions tables can run, no others
+                    src.actions[full] = declared[full]
             const_default = re.search(r"const\s+default_action\s*=\s*(\w+)", tbody)
             size = re.search(r"size\s*=\s*(\w+)\s*;", tbody)
             src.tables[f"{control}.{t.group(1)}"] = {
@@ -205,6 +208,7 @@ def _by_name(entries: list[dict]) -> dict[str, dict]:
 def test_source_parser_sees_the_program(src: Source) -> None:
     assert set(src.tables) == {
         "InaIngress.aggregation_table",
+        "InaIngress.worker_port",
         "InaIngress.l2_forward",
         "InaEgress.result_rewrite",
     }
@@ -212,8 +216,15 @@ def test_source_parser_sees_the_program(src: Source) -> None:
         ("group_id", 16, "exact"),
         ("agg_index", 16, "exact"),
     ]
+    assert src.tables["InaIngress.worker_port"]["keys"] == [
+        ("group_id", 16, "exact"),
+        ("worker_id", 8, "exact"),
+    ]
+    assert src.actions["InaIngress.set_worker_port"] == [("port", 9)]
+    assert "InaIngress.make_result" not in src.actions  # called directly, not by a table
+    assert src.registers["InaIngress.slot_gen"] == (1024 * 2, 8)
     assert src.registers["InaIngress.pool"] == (1024 * 64, 32)
-    assert src.counters["InaIngress.ina_drops"] == (8, "packets")
+    assert src.counters["InaIngress.ina_drops"] == (16, "packets")
 
 
 def test_actions_agree(src: Source, info: dict) -> None:
