@@ -2,10 +2,14 @@
 benchmarks: the epoch rule for policy updates and a reconnecting client.
 
 The rule (:meth:`PolicyState.apply`): a full update replaces the state; an incremental one
-applies only when its epoch is above the last applied epoch, so a stale or repeated
-update is ignored. The client (:class:`AgentClient`) registers, subscribes, hands each
-applied state to a callback, acknowledges it, and on any failure reconnects with
-exponential backoff (registering again: a restarted controller has no session for it).
+applies only when it comes from the same controller generation and its epoch is above the
+last applied epoch, so a stale or repeated update is ignored, never acknowledged. The
+client (:class:`AgentClient`) registers (saying which generation's state it holds and the
+table versions it holds, so a controller that lost its database issues versions above
+them), subscribes, hands each applied state to a callback, acknowledges it, and on any
+failure reconnects with exponential backoff (registering again: a restarted controller has
+no session for it). A new generation (docs/control-plane.md, "Controller generation")
+restarts the epoch count: the controller's epochs are not comparable across databases.
 """
 
 from __future__ import annotations
@@ -33,16 +37,18 @@ class PolicyState:
 
     epoch: int = 0
     plan_id: str = ""
+    generation: str = ""  # the controller generation the epochs belong to
     switch_groups: dict[int, pb.InaAssignment] = field(default_factory=dict)
     tables: dict[str, pb.PolicyTable] = field(default_factory=dict)
     gpu_ina: dict[int, pb.InaAssignment] = field(default_factory=dict)
 
     def applied(self, upd: pb.PolicyUpdate) -> PolicyState | None:
-        """The state after ``upd``, or None when ``upd`` is stale (ignored)."""
-        if not upd.full and upd.epoch <= self.epoch:
+        """The state after ``upd``, or None when ``upd`` is stale (ignored): an incremental
+        update from another generation, or at or below the last applied epoch."""
+        if not upd.full and (upd.generation != self.generation or upd.epoch <= self.epoch):
             return None
         new = PolicyState() if upd.full else copy.deepcopy(self)
-        new.epoch, new.plan_id = upd.epoch, upd.plan_id
+        new.epoch, new.plan_id, new.generation = upd.epoch, upd.plan_id, upd.generation
         which = upd.WhichOneof("body")
         if which == "switch_policy":
             sp = upd.switch_policy
@@ -203,12 +209,23 @@ class AgentClient:
                 identity=self.identity,
                 agent_version=self.agent_version,
                 last_applied_epoch=self.state.epoch,
+                generation=self.state.generation,
             )
+            for name, t in sorted(self.state.tables.items()):
+                req.held_tables.add(group_id=name, version=t.version)
             if isinstance(inv, pb.SwitchInventory):
                 req.switch_inventory.CopyFrom(inv)
             else:
                 req.gpu.CopyFrom(inv)
             resp = stub.Register(req, timeout=10)
+            if self.state.generation and resp.generation != self.state.generation:
+                log.warning(
+                    "controller %s has a new state generation (%s, was %s): it lost its "
+                    "database; taking its full state and counting epochs from its own",
+                    self.target,
+                    resp.generation,
+                    self.state.generation,
+                )
             self.session = resp.session_id
             self._stub = stub
             self.connects += 1
@@ -242,7 +259,7 @@ class AgentClient:
 
     def _handle(self, stub: pb_grpc.ControlStub, upd: pb.PolicyUpdate) -> None:
         new = self.state.applied(upd)
-        if new is None:
+        if new is None:  # never acknowledged: the controller must not count it as applied
             log.info("ignoring stale epoch %d (applied %d)", upd.epoch, self.state.epoch)
             return
         try:

@@ -38,6 +38,9 @@ COMMANDS: dict[
 
 # -- plan ------------------------------------------------------------------------------------
 def _plan_args(p: argparse.ArgumentParser) -> None:
+    from controller.costmodel.network import DEFAULT_INA_LANES, INA_LANES
+    from controller.topology.fabric import PIPELINED
+
     p.add_argument(
         "--topology",
         default="testbed",
@@ -86,6 +89,31 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         metavar="TPxPP",
         help="force the decode parallelism, e.g. 8x1",
     )
+    p.add_argument(
+        "--gpus",
+        type=_positive(int),
+        metavar="N",
+        help="plan for at most N GPUs of the cluster (default: all of them)",
+    )
+    p.add_argument(
+        "--ina-lanes",
+        default=DEFAULT_INA_LANES,
+        help="INA lane format on the wire: "
+        + ", ".join(INA_LANES)
+        + f" (default {DEFAULT_INA_LANES}, what p4/heroserve_ina.p4 aggregates)",
+    )
+    p.add_argument(
+        "--cost-mode",
+        default=PIPELINED,
+        help="network pricing: pipelined (packet by packet, the default) or paper (the "
+        "paper's store-and-forward sums, as in its Fig. 2); docs/costmodel.md",
+    )
+    p.add_argument(
+        "--tpot-mode",
+        default="amortized",
+        help="amortized: the KV transfer paid once per request, spread over its output tokens "
+        "(DistServe's TPOT, the default); eq4: added to every token, as Eq. 4 is written",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     p.add_argument(
         "--verbose",
@@ -99,6 +127,7 @@ def default_model(topology: str) -> str:
 
 
 def run_plan(a: argparse.Namespace) -> int:
+    from controller.costmodel.network import NetParams
     from controller.models import model_spec
     from controller.planner import BASELINES, PLANNERS, PlannerOptions, plan
     from controller.progress import ProgressLine
@@ -130,8 +159,21 @@ def run_plan(a: argparse.Namespace) -> int:
     progress(
         f"cluster {g.name}: {n_gpus} GPUs, {g.number_of_nodes()} nodes, {g.number_of_edges()} links"
     )
+    if a.tpot_mode not in ("amortized", "eq4"):
+        raise InputError(f"--tpot-mode must be amortized or eq4, got {a.tpot_mode!r}")
+    try:
+        net = NetParams(cost_mode=a.cost_mode, ina_lanes=a.ina_lanes)
+    except InputError as e:
+        flag = "--ina-lanes" if "lanes" in str(e) else "--cost-mode"
+        raise InputError(f"{flag}: {e}") from None
     opts = PlannerOptions(
-        seed=a.seed, max_candi=a.max_candi, prefill_par=a.prefill_par, decode_par=a.decode_par
+        seed=a.seed,
+        max_candi=a.max_candi,
+        prefill_par=a.prefill_par,
+        decode_par=a.decode_par,
+        max_gpus=a.gpus,
+        tpot_mode=a.tpot_mode,
+        net=net,
     )
     plans = {}
     failed: dict[str, str] = {}
@@ -160,7 +202,10 @@ def run_plan(a: argparse.Namespace) -> int:
         path = Path(a.json)
         write_text(path, plans[head].to_json() + "\n", "--json")
         for n in names[1:]:
-            write_text(path.with_name(f"{path.stem}.{n}.json"), plans[n].to_json() + "\n", "--json")
+            if n in plans:
+                write_text(
+                    path.with_name(f"{path.stem}.{n}.json"), plans[n].to_json() + "\n", "--json"
+                )
         print(f"\nplan written to {path}")
     if verbose:
         print(f"planned in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
@@ -311,6 +356,12 @@ def _simulate(argv: list[str]) -> int:
     return simulate_main(argv)
 
 
+def _fidelity(argv: list[str]) -> int:
+    from controller.evaluation.fidelity import main as fidelity_main
+
+    return fidelity_main(argv)
+
+
 def _evaluate(argv: list[str]) -> int:
     from controller.evaluation.cli import main as evaluate_main
 
@@ -326,6 +377,7 @@ PASSTHROUGH: dict[str, tuple[str, Callable[[list[str]], int]]] = {
         _simulate,
     ),
     "evaluate": ("reproduce the paper's evaluation (Fig. 7-10) on a scenario", _evaluate),
+    "fidelity": ("write docs/fidelity.md: the paper's claims beside the project's", _fidelity),
 }
 
 

@@ -9,15 +9,17 @@ import pytest
 
 from controller.cli import main
 from controller.models import model_spec
-from controller.planner import plan
+from controller.planner import PlannerOptions, plan
 from controller.topology import testbed as make_testbed
 from controller.workload import chatbot, default_sla
 
 
 @pytest.fixture(scope="module")
 def plan_doc() -> dict:
-    g = make_testbed()
-    p = plan(g, model_spec("OPT-66B"), chatbot(n=2000), default_sla("chatbot"))
+    g = make_testbed(fixed_roles=True)
+    # the layout the cases below name: prefill 1x4 on srv0-1, decode 4x2 on srv2-3
+    opts = PlannerOptions(prefill_par=(1, 4), decode_par=(4, 2))
+    p = plan(g, model_spec("OPT-66B"), chatbot(n=2000), default_sla("chatbot"), opts)
     return json.loads(p.to_json())
 
 
@@ -44,6 +46,7 @@ def _one_line_2(capsys, argv: list[str], message: str) -> None:
         (["--rate", "1", "--requests", "1e7"], "argument --requests: must be at most 1000000"),
         (["--rate", "1", "--seed", "-1"], "argument --seed: must be non-negative, got -1"),
         (["--rate", "1", "--json", "/nonexistent-dir/r.json"], "'/nonexistent-dir' does not exist"),
+        # 1e5 per GPU times the plan's 12 GPUs
         (["--rate", "1e5", "--per-gpu"], "offered rate 1.2e+06 req/s is above the bound 1e+06"),
     ],
 )

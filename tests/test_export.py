@@ -38,7 +38,8 @@ def _group(inst: int, gpus: list[str], scheme: str = "ring", **kw: object) -> Gr
 
 
 def hand_plan() -> Plan:
-    """The testbed, OPT-13B: prefill/0 TP2 on srv0 with INA at s1 (GPUs 0 and 2 are on s1),
+    """The testbed with the paper's roles (A100 servers prefill, V100 servers decode),
+    OPT-13B: prefill/0 TP2 on srv0 with INA at s1 (GPUs 0 and 2 are on s1),
     prefill/1 TP2 on srv1 with ring; decode/0 TP4 on srv2 with hierarchical INA (rails on s1
     and s2) and its own batch 40, decode/1 TP4 on srv3 with ring. KV: prefill/i -> decode/i."""
     p0, p1 = ["srv0-gpu0", "srv0-gpu2"], ["srv1-gpu0", "srv1-gpu1"]
@@ -68,7 +69,7 @@ def hand_plan() -> Plan:
         KVTransfer("srv1-gpu1", "srv3-gpu1", 1e6, ["srv1-gpu1", "s2", "srv3-gpu1"], 1e-4),
     ]
     return Plan(
-        "heroserve", "testbed", "OPT-13B", "chatbot", {"ttft_s": 2.5, "tpot_s": 0.15},
+        "heroserve", "testbed-paper", "OPT-13B", "chatbot", {"ttft_s": 2.5, "tpot_s": 0.15},
         prefill, decode, kv, Predicted(0.1, 0.1, 1e-3, 9.0, 0.75, 12),
     )  # fmt: skip
 
@@ -220,36 +221,38 @@ def _broken(change) -> Plan:  # noqa: ANN001 - a function that edits the plan
     return p
 
 
+def _swap(p: Plan, a: tuple[str, int, int], b: tuple[str, int, int]) -> None:
+    """Swap one GPU of one ring instance with one of another: the plan stays consistent
+    (each GPU once), only the cluster can object."""
+    (pa, ia, ja), (pb, ib, jb) = a, b
+    sa = getattr(p, pa).instances[ia].stages[0]
+    sb = getattr(p, pb).instances[ib].stages[0]
+    sa[ja], sb[jb] = sb[jb], sa[ja]
+
+
 @pytest.mark.parametrize(
     "change, says",
     [
-        (
-            lambda p: p.prefill.instances[0].stages[0].__setitem__(1, "srv9-gpu0"),
-            "GPU 'srv9-gpu0' is not in topology testbed",
+        (  # instance 1's GPU 0: its list is its ring group's too (no paths); no KV names it
+            lambda p: p.prefill.instances[1].stages[0].__setitem__(0, "srv9-gpu0"),
+            "GPU 'srv9-gpu0' is not in topology 'testbed-paper'",
         ),
-        (lambda p: p.prefill.instances[0].stages[0].__setitem__(1, "s1"), "'s1' is a switch"),
         (
-            lambda p: p.decode.instances[1].stages[0].__setitem__(0, "srv2-gpu0"),
-            "GPU srv2-gpu0 is used twice: by decode/0 and by decode/1",
+            lambda p: p.prefill.instances[1].stages[0].__setitem__(0, "s1"),
+            "GPU 's1' is not in topology 'testbed-paper'",
         ),
-        (lambda p: p.decode.instances[0].stages[0].pop(), "decode/0 stage 0: 3 GPUs"),
         (lambda p: setattr(p, "model", "OPT-66B"), "cannot hold its 1/2 weight shard"),
         (
-            lambda p: p.prefill.instances[1].stages[0].__setitem__(0, "srv2-gpu0"),
-            "reserved for decode",
+            lambda p: _swap(p, ("prefill", 1, 0), ("decode", 1, 2)),
+            "GPU 'srv3-gpu2' is reserved for decode",
         ),
         (
             lambda p: setattr(p.kv_transfer[0], "path", ["srv0-gpu0", "s2", "srv2-gpu0"]),
-            "srv0-gpu0 - s2 on its path is not a link of topology testbed",
-        ),
-        (lambda p: setattr(p.kv_transfer[0], "dst", "srv1-gpu0"), "srv1-gpu0 is not a decode GPU"),
-        (
-            lambda p: setattr(p.prefill.groups[0], "switch", "srv0-nvsw"),
-            "aggregation switch 'srv0-nvsw' is not a switch",
+            "hop srv0-gpu0 - s2 of srv0-gpu0's path is not a link of 'testbed-paper'",
         ),
         (
-            lambda p: setattr(p.decode.groups[0].rails[1], "members", ["srv3-gpu0"]),
-            "rail 1: member srv3-gpu0 is not in the group",
+            lambda p: setattr(p.decode.groups[0].rails[0], "switch", "srv2-nvsw"),
+            "srv2-nvsw",
         ),
         (lambda p: setattr(p, "model", "GPT-5"), "unknown model 'GPT-5'"),
     ],

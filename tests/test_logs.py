@@ -72,23 +72,42 @@ def test_unknown_format_is_refused() -> None:
 
 
 def test_the_controller_process_logs_json_lines(tmp_path: Path) -> None:
-    """A real process: the controller's first record (the insecure-loopback warning) comes
-    out as one JSON object; the refusal that follows is a plain one-line error."""
-    from controller.service.sample import sample_plan
+    """A real process: its records (the plan applied, the insecure-loopback warning when it
+    starts listening) come out as JSON objects, one per line; a refusal is one plain line and
+    nothing else (a controller that cannot start says only why)."""
+    import signal
+    import time
+
+    from controller.service.sample import sample_plan, save_sample_topology
 
     plan = tmp_path / "plan.json"
     sample_plan().save(plan)
+    topo = save_sample_topology(tmp_path / "topology.json")
+    port = tmp_path / "port"
+    root = Path(__file__).resolve().parent.parent
     argv = ["-m", "controller.service", "--db", str(tmp_path / "c.db"), "--plan", str(plan)]
-    r = subprocess.run(
-        [sys.executable, *argv, "--log-format", "json"],
-        capture_output=True,
+    argv += ["--listen", "127.0.0.1:0", "--log-format", "json"]
+    p = subprocess.Popen(
+        [sys.executable, *argv, "--topology", str(topo), "--port-file", str(port)],
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=60,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=root,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not port.exists() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+    records = [json.loads(line) for line in err.splitlines()]
+    assert all(r["logger"].startswith("heroserve.") for r in records)
+    warnings = [r for r in records if r["level"] == "WARNING"]
+    assert warnings and "insecure" in warnings[0]["msg"]
+    # Without the sample topology the plan cannot be served: one plain line, exit 2.
+    r = subprocess.run(
+        [sys.executable, *argv], capture_output=True, text=True, timeout=60, cwd=root
     )
     assert r.returncode == 2
-    first, *rest = r.stderr.splitlines()
-    rec = json.loads(first)
-    assert (rec["level"], rec["logger"]) == ("WARNING", "heroserve.controller")
-    assert "insecure" in rec["msg"]
-    assert rest and rest[-1].startswith("heroserve controller: cannot resolve")
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("heroserve controller: cannot resolve")
