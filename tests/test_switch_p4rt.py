@@ -169,8 +169,8 @@ def _child() -> dict:
     ]
     res["replica_port"] = [replica_port(r) for r in replicas]
 
-    from agents.switch.tables import WorkerPort
     from agents.proto.heroserve.v1 import control_pb2 as pb
+    from agents.switch.tables import WorkerPort
 
     a = pb.InaAssignment(group_id=7, worker_count=3)
     a.members.add(worker_id=0, port=5, port_known=True)
