@@ -361,7 +361,8 @@ def test_tna_program_front_end_checks_clean() -> None:
     if not include or not (Path(include) / "tna.p4").is_file():
         pytest.skip("HEROSERVE_TNA_INCLUDE does not name the Tofino p4include folder (tna.p4)")
     proc = subprocess.run(
-        ["p4test", "-I", include, str(TNA_SRC)],
+        # bf-p4c defines the target; tna.p4 refuses to be read without it (Tofino 1 here).
+        ["p4test", "-D__TARGET_TOFINO__=1", "-I", include, str(TNA_SRC)],
         capture_output=True,
         text=True,
         timeout=600,
