@@ -128,6 +128,9 @@ def parse_source(path: Path = P4_SRC) -> Source:
         for a in re.finditer(r"action\s+(\w+)\s*\(([^)]*)\)", body):
             params = [p.strip().rsplit(None, 1) for p in a.group(2).split(",") if p.strip()]
             declared[f"{control}.{a.group(1)}"] = [(n, width(t)) for t, n in params]
+        # p4c lists every action a control declares, also those only called from apply
+        # (make_result), which p4c-bm2-ss runs through a table of its own.
+        src.actions.update(declared)
         for t in re.finditer(r"table\s+(\w+)\s*", body):
             tbody, _ = _block(body, t.end())
             key_body, _ = _block(tbody, tbody.index("key"))
@@ -141,8 +144,7 @@ def parse_source(path: Path = P4_SRC) -> Source:
             for ann, a in re.findall(r"(@defaultonly\s+)?(\w+)\s*;", act_body):
                 full = "NoAction" if a == "NoAction" else f"{control}.{a}"
                 actions.append((full, bool(ann)))
-                if full != "NoAction":  # p4c lists the actions tables can run, no others
-                    src.actions[full] = declared[full]
+                assert full == "NoAction" or full in declared, full
             const_default = re.search(r"const\s+default_action\s*=\s*(\w+)", tbody)
             size = re.search(r"size\s*=\s*(\w+)\s*;", tbody)
             src.tables[f"{control}.{t.group(1)}"] = {
@@ -228,7 +230,7 @@ def test_source_parser_sees_the_program(src: Source) -> None:
         ("worker_id", 8, "exact"),
     ]
     assert src.actions["InaIngress.set_worker_port"] == [("port", 9)]
-    assert "InaIngress.make_result" not in src.actions  # called directly, not by a table
+    assert src.actions["InaIngress.make_result"] == []  # called from apply; p4c lists it too
     assert src.registers["InaIngress.slot_gen"] == (1024 * 2, 8)
     assert src.registers["InaIngress.pool"] == (1024 * 64, 32)
     assert src.counters["InaIngress.ina_drops"] == (16, "packets")
