@@ -212,6 +212,11 @@ def _drive(ports: int, job: dict) -> list[dict]:
     import socket
 
     import p4runtime_sh.shell as sh
+    from google.protobuf import text_format
+    from p4.config.v1 import p4info_pb2
+
+    info = text_format.Parse(P4INFO.read_text(), p4info_pb2.P4Info())
+    units = {c.preamble.name: c.spec.unit for c in info.counters}
 
     socks = {}
     for p in range(1, ports + 1):
@@ -286,16 +291,35 @@ def _drive(ports: int, job: dict) -> list[dict]:
             time.sleep(0.02)
         counters = {}
         for name, cells in COUNTERS.items():
-            got = {c.index.index: c.data for c in sh.CounterEntry(name).read()}
+            got = {c.index: c.data for c in sh.CounterEntry(name).read()}
+            # BMv2 counts bytes in every counter; a PACKETS counter's byte_count means
+            # nothing in P4Runtime (the model reports 0), so only BOTH keeps it.
+            with_bytes = units[name] == p4info_pb2.CounterSpec.BOTH
             counters[name] = [
-                [got[i].packet_count, got[i].byte_count] if i in got else [0, 0]
+                [got[i].packet_count, got[i].byte_count if with_bytes else 0]
+                if i in got
+                else [0, 0]
                 for i in range(cells)
             ]
         results.append({"outputs": {str(p): f for p, f in outputs.items()}, "counters": counters})
+        # A pipeline push empties PI's view of the multicast groups but leaves them in
+        # BMv2's replication engine (simple_switch_grpc 1.15.5): a group inserted again
+        # after the next push would replicate twice. Delete them while PI knows them.
+        for group in list(sh.MulticastGroupEntry().read()):
+            group.delete()
     sh.teardown()
     return results
 
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    print(json.dumps(_drive(int(sys.argv[1]), json.loads(sys.stdin.read()))), flush=True)
+    try:
+        print(json.dumps(_drive(int(sys.argv[1]), json.loads(sys.stdin.read()))), flush=True)
+    except BaseException:
+        # p4runtime-shell's stream thread is not a daemon: without this exit a failed
+        # driver would hang until the caller's timeout instead of reporting.
+        import traceback
+
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
