@@ -203,6 +203,9 @@ def test_bmv2_aggregates_real_packets(testbed: NetnsBed, tmp_path: Path) -> None
         cmd = ["ip", "netns", "exec", ns, "simple_switch_grpc", "--device-id", "1", "--no-p4"]
         for i, p in enumerate(testbed.ports):
             _sh("ip", "link", "set", p, "netns", ns)
+            # A port moved into a namespace takes its IPv6 defaults: off again, or its
+            # neighbour discovery frames reach BMv2 and the port counters.
+            _sh("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{p}.disable_ipv6=1")
             _sh("ip", "netns", "exec", ns, "ip", "link", "set", p, "up")
             cmd += ["-i", f"{i + 1}@{p}"]
         cmd += ["--", "--grpc-server-addr", "127.0.0.1:9559"]
