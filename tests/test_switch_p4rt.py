@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -72,8 +73,115 @@ def test_worker_port_entries_bind_each_member_with_a_known_port(observed: dict) 
     ]
 
 
+@pytest.mark.slow
+@pytest.mark.needs_root
+def test_reinstall_on_bmv2_leaves_one_replica_per_port(tmp_path: Path) -> None:
+    """An agent that replaces BMv2's pipeline (another device config) and re-inserts its
+    multicast group gets the group once: BMv2 keeps groups in its replication engine
+    across a push unless they are deleted first (observed with its own CLI, mc_dump)."""
+    from bmv2 import Bmv2Netns, bmv2_missing, compile_v1model
+
+    reason = bmv2_missing()
+    if reason:
+        pytest.skip(reason)
+    if shutil.which("simple_switch_CLI") is None:
+        pytest.skip("simple_switch_CLI not on PATH (the P4 toolchain; see docs/dataplane.md)")
+    out_json, _ = compile_v1model(tmp_path)
+    with Bmv2Netns(3) as sw:
+        proc = subprocess.run(
+            ["ip", "netns", "exec", sw.ns, sys.executable, __file__, "bmv2", str(out_json)],
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=ROOT,
+        )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["installed"] == [True, True]
+    assert res["groups"] == {"1": [1, 2]}
+    assert res["copies"] == {"1": 1, "2": 1}  # twice each without the delete
+
+
 # ---------------------------------------------------------------------------------------
 # Child process.
+
+
+def _bmv2_child(bmv2_json: str) -> dict:
+    """Inside the switch's namespace: two agents install different device configs in
+    turn, each inserting multicast group 1 on ports 1 and 2; then BMv2's own view."""
+    import time
+
+    from google.protobuf import text_format
+    from p4.config.v1 import p4info_pb2
+
+    from agents.switch.p4rt import SwitchConnection, SwitchError
+    from agents.switch.tables import MulticastGroups
+
+    info = p4info_pb2.P4Info()
+    text_format.Parse(P4INFO.read_text(), info)
+    config = Path(bmv2_json).read_bytes()
+    installed = []
+    groups: dict = {}
+    for device_config in (config, config + b"\n"):  # a rebuilt program: another config
+        conn = SwitchConnection("127.0.0.1:9559", 1, info, device_config, election_id=(0, 1))
+        deadline = time.monotonic() + 30
+        while True:  # the switch's gRPC server comes up a moment after the process
+            try:
+                conn.connect()
+                break
+            except SwitchError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        installed.append(conn.installed_pipeline)
+        MulticastGroups(conn).reconcile({1: (1, 2)}, "add")
+        groups = {str(k): list(v) for k, v in MulticastGroups(conn).read().items()}
+        conn.close()
+    copies = _copies_of_a_result(info, config + b"\n")
+    return {"installed": installed, "groups": groups, "copies": copies}
+
+
+def _copies_of_a_result(info, device_config: bytes) -> dict[str, int]:  # noqa: ANN001
+    """A one-worker group completes on its first packet (from port 1): how many copies of
+    the result ports 1 and 2 receive (multicast group 1)."""
+    import socket
+    import time
+
+    import p4runtime_sh.shell as sh
+
+    from agents.ina.packet import InaHeader, build_frame
+    from agents.switch.p4rt import SwitchConnection
+
+    conn = SwitchConnection("127.0.0.1:9559", 1, info, device_config, election_id=(0, 1))
+    conn.connect()
+    te = sh.TableEntry("InaIngress.aggregation_table")(action="InaIngress.set_slot")
+    te.match["group_id"], te.match["agg_index"] = "7", "0"
+    te.action["slot"], te.action["num_workers"], te.action["mcast_grp"] = "0", "1", "1"
+    te.insert()
+    te = sh.TableEntry("InaIngress.worker_port")(action="InaIngress.set_worker_port")
+    te.match["group_id"], te.match["worker_id"] = "7", "0"
+    te.action["port"] = "1"
+    te.insert()
+    socks = {}
+    for p in (1, 2):
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+        s.bind((f"h{p}", 0))
+        s.settimeout(0.2)
+        socks[p] = s
+    socks[1].send(build_frame(InaHeader.at_round(7, 0, 0, 1, 0), list(range(32))))
+    copies = {"1": 0, "2": 0}
+    end = time.monotonic() + 2
+    while time.monotonic() < end:
+        for p, s in socks.items():
+            try:
+                data, addr = s.recvfrom(65536)
+            except TimeoutError:
+                continue
+            if addr[2] != socket.PACKET_OUTGOING:
+                copies[str(p)] += 1
+    conn.close()
+    return copies
 
 
 def _variants(info):  # noqa: ANN001, ANN202 - p4info_pb2.P4Info, imported lazily
@@ -184,4 +292,10 @@ def _child() -> dict:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
+    if sys.argv[1:2] == ["bmv2"]:
+        try:
+            print(json.dumps(_bmv2_child(sys.argv[2])), flush=True)
+        finally:
+            sys.stdout.flush()
+            os._exit(0 if sys.exc_info()[0] is None else 1)  # p4runtime-shell's threads
     print(json.dumps(_child()), flush=True)

@@ -169,6 +169,8 @@ class SwitchConnection:
             self.replica_port_bytes = self._api_version() >= (1, 4)
             current = self._current_pipeline()
             if current is None or not same_pipeline(self.p4info, self.device_config, *current):
+                if current is not None:
+                    self._delete_multicast_groups()
                 self._install()
                 self.installed_pipeline = True
             else:
@@ -204,6 +206,24 @@ class SwitchConnection:
         if not resp.config.HasField("p4info"):
             return None  # BMv2 before a pipeline is set: an empty config
         return resp.config.p4info, resp.config.p4_device_config
+
+    def _delete_multicast_groups(self) -> None:
+        """Delete the switch's multicast groups before a new pipeline replaces its own.
+
+        A pipeline push empties PI's view of the groups but leaves them in BMv2's
+        replication engine (simple_switch_grpc 1.15.5), so a group the agent inserts after
+        the push would replicate every packet twice. Deleted while PI still knows them."""
+        ent = p4runtime_pb2.Entity()
+        ent.packet_replication_engine_entry.multicast_group_entry.multicast_group_id = 0
+        updates = []
+        for e in self.read(ent):
+            gid = e.packet_replication_engine_entry.multicast_group_entry.multicast_group_id
+            u = p4runtime_pb2.Update(type=p4runtime_pb2.Update.DELETE)
+            u.entity.packet_replication_engine_entry.multicast_group_entry.multicast_group_id = gid
+            updates.append(u)
+        if updates:
+            self.write(updates)
+            log.info("deleted %d multicast groups before installing the pipeline", len(updates))
 
     def _install(self) -> None:
         assert self.client is not None
