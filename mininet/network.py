@@ -106,10 +106,14 @@ class EmulatedNetwork:
         for i, ls in enumerate(spec.links):
             self._link(ls, i)
         self._shape()
+        for node in (*self.switches.values(), *self.emulators.values(), *self.bridges.values()):
+            node.start([])  # a switch's process starts here and comes up meanwhile
         for n in spec.hosts:
             self.hosts[n].configure(self._host_lines(n), self.workdir)
-        for node in (*self.bridges.values(), *self.emulators.values(), *self.switches.values()):
-            node.start([])
+        for h in self.hosts.values():
+            h.wait_configured()
+        for s in self.switches.values():
+            s.wait_started()
 
     def _node(self, name: str) -> Any:
         return self.hosts.get(name) or self.bridges.get(name) or self.switches[name]

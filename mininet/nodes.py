@@ -45,7 +45,8 @@ def interface_setup(intf: str) -> list[str]:
 
 
 class GpuHost(Host):
-    """A GPU's host. ``configure`` gives it its addresses, neighbours and routes."""
+    """A GPU's host. ``configure`` gives it its addresses, neighbours and routes (send to
+    every host first, then ``wait_configured`` each: the hosts' shells work in parallel)."""
 
     def configure(self, lines: list[str], workdir: Path) -> None:
         base = [
@@ -55,7 +56,12 @@ class GpuHost(Host):
             "sysctl -qw net.ipv4.conf.default.rp_filter=0",
             "ip link set lo up",
         ]
-        out = run_script(self, base + lines, workdir / f"{self.name}.sh")
+        path = workdir / f"{self.name}.sh"
+        path.write_text("\n".join(base + lines) + "\n")
+        self.sendCmd(f"bash {path} 2>&1")
+
+    def wait_configured(self) -> None:
+        out = self.waitOutput()
         if "Error" in out or "RTNETLINK" in out:
             raise RuntimeError(f"configuring host {self.name}: {out.strip()[:400]}")
 
@@ -110,6 +116,16 @@ class P4Switch(Switch):
         else:
             self._start_model(ifs, log)
 
+    def wait_started(self) -> None:
+        """Until the switch serves P4Runtime (the model prints its port when it does)."""
+        if self.p4runtime:
+            return
+        assert self.proc is not None and self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("P4RUNTIME_PORT="):
+            raise RuntimeError(f"switch {self.name} did not start (see its log)")
+        self.p4runtime = f"127.0.0.1:{int(line.split('=')[1])}"
+
     def _start_model(self, ifs: list[str], log) -> None:
         p = self.params
         cmd = [p["python"], "-m", "agents.softswitch", "--p4runtime", "127.0.0.1:0"]
@@ -126,11 +142,6 @@ class P4Switch(Switch):
             text=True,
             start_new_session=True,
         )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line.startswith("P4RUNTIME_PORT="):
-            raise RuntimeError(f"switch {self.name} did not start (see {log.name})")
-        self.p4runtime = f"127.0.0.1:{int(line.split('=')[1])}"
 
     def _start_bmv2(self, ifs: list[str], log) -> None:
         p = self.params

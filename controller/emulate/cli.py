@@ -248,18 +248,21 @@ def _emulate(a: argparse.Namespace) -> int:
               f"{a.duplicate:g}, reorder {a.reorder:g} (user-space link emulator)")  # fmt: skip
     for n in notes:
         print(n)
+    runs = group_runs(plan)
     rows: list[list[str]] = [["group", "scheme", "GPUs", "bytes", "measured ms", "predicted ms",
                               "exact", "INA retx", "TCP retx"]]  # fmt: skip
     results = []
-    with handle_signals(), _cluster(a, g, spec, plan, impair) as c:
+    cluster = _cluster(a, g, spec, plan, impair)
+    workers = Workers(cluster)
+    cluster.on_network_up = lambda: workers.launch(sorted({m for r in runs for m in r.group.gpus}))
+    with handle_signals(), cluster as c:
         for note in c.notes:
             print(note)
         hops = measure_hop_latency(c.net, spec, g)
         print("per-hop latency: " + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in hops.items()))
         h = emulated_graph(g, a.slowdown, hops)
         installed = ina_groups(c)
-        workers = Workers(c)
-        for run in group_runs(plan):
+        for run in runs:
             ratio: dict[str, tuple[float, float | None]] = {}
             for scheme in run.schemes:
                 t0 = time.monotonic()
@@ -312,8 +315,7 @@ def _demo(a: argparse.Namespace) -> int:
         print("\npolicy tables in shared memory (GPU agents -> NCCL tuner plugin):")
         for name, size in c.shm_segments():
             print(f"  /dev/shm/{name}  {size} bytes")
-        for s in sorted(spec.switches):
-            d = c.switch_entries(s)
+        for s, d in sorted(c.switch_entries().items()):
             groups: dict[int, list[int]] = {}
             for key, _act, params in d["aggregation_table"]:
                 groups.setdefault(key[0], []).append(params[0])

@@ -56,27 +56,28 @@ def shm_prefix(tag: str) -> str:
     return f"{tag}-"
 
 
-def leftovers(tag: str) -> dict[str, list[str]]:
-    """What a run with ``tag`` left behind: interfaces, shm segments, processes."""
-    from controller.emulate.mn import load_network_module as _net
-
-    ifs = _net().root_interfaces(tag)
-    shm = sorted(p.name for p in SHM_DIR.glob(f"heroserve-{shm_prefix(tag)}*"))
-    procs = []
+def tagged_pids(tag: str) -> dict[int, str]:
+    """Processes (pid -> command line) whose environment carries this run's tag."""
+    out: dict[int, str] = {}
     needle = f"{ENV_TAG}={tag}".encode()
     for d in Path("/proc").iterdir():
         if not d.name.isdigit() or int(d.name) == os.getpid():
             continue
         try:
-            env = (d / "environ").read_bytes()
+            if needle not in (d / "environ").read_bytes().split(b"\0"):
+                continue
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
-            continue
-        if needle in env.split(b"\0"):
-            try:
-                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                cmd = "?"
-            procs.append(f"{d.name} {cmd.strip()[:120]}")
+            continue  # gone meanwhile, or not ours to read
+        out[int(d.name)] = cmd.strip()[:120]
+    return out
+
+
+def leftovers(tag: str) -> dict[str, list[str]]:
+    """What a run with ``tag`` left behind: interfaces, shm segments, processes."""
+    ifs = load_network_module().root_interfaces(tag)
+    shm = sorted(p.name for p in SHM_DIR.glob(f"heroserve-{shm_prefix(tag)}*"))
+    procs = [f"{pid} {cmd}" for pid, cmd in sorted(tagged_pids(tag).items())]
     return {"interfaces": ifs, "shm": shm, "processes": procs}
 
 
@@ -205,6 +206,9 @@ class Cluster:
     metrics_port: int = field(init=False, default=0)
     gpu_agents: list[str] = field(init=False, default_factory=list)
     notes: list[str] = field(init=False, default_factory=list)
+    # called once the network is up, before the control plane starts (emulate starts its
+    # host workers there, so that they come up while the agents do)
+    on_network_up: Callable[[], None] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix=f"heroserve-emulate-{self.spec.tag}-"))
@@ -234,6 +238,8 @@ class Cluster:
             len(self.spec.bridges),
             time.monotonic() - t0,
         )
+        if self.on_network_up is not None:
+            self.on_network_up()
         self._start_controller()
         for s in self.spec.switches:
             self._start_switch_agent(s, bmv2_json)
@@ -329,17 +335,27 @@ class Cluster:
 
         return wait_for("every agent's acknowledgement", done, timeout_s, self.procs.check)
 
-    def switch_entries(self, switch: str) -> dict[str, Any]:
-        """The INA entries a switch holds, read back through P4Runtime (agents.switch.dump)."""
-        sw = self.spec.switches[switch]
-        r = subprocess.run(
-            [sys.executable, "-m", "agents.switch.dump", "--switch", self.net.p4runtime(switch),
-             "--device-id", str(sw.device_id)],
-            cwd=ROOT, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        if r.returncode:
-            raise RuntimeError(f"reading {switch}'s entries: {r.stderr.strip()[-300:]}")
-        return json.loads(r.stdout)
+    def switch_entries(self) -> dict[str, dict[str, Any]]:
+        """The INA entries every switch holds, read back through P4Runtime
+        (``agents.switch.dump``, one process per switch, all at once)."""
+        running = {}
+        for s, sw in self.spec.switches.items():
+            argv = [sys.executable, "-m", "agents.switch.dump", "--switch",
+                    self.net.p4runtime(s), "--device-id", str(sw.device_id)]  # fmt: skip
+            running[s] = subprocess.Popen(
+                argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        out = {}
+        for s, p in running.items():
+            try:
+                stdout, stderr = p.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                stdout, stderr = p.communicate()
+            if p.returncode:
+                raise RuntimeError(f"reading {s}'s entries: {stderr.strip()[-300:]}")
+            out[s] = json.loads(stdout)
+        return out
 
     def metrics(self) -> str:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
@@ -363,6 +379,13 @@ class Cluster:
                 swept = self.net.stop()
             for seg in SHM_DIR.glob(f"heroserve-{shm_prefix(self.spec.tag)}*"):
                 seg.unlink(missing_ok=True)
+            # A process started when an interrupt cut its bookkeeping (a Mininet shell being
+            # created): ours by the tag in its environment, killed by pid.
+            for pid in tagged_pids(self.spec.tag):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             if not self.opts.keep_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
             return {"swept_interfaces": swept}

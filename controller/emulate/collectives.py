@@ -71,11 +71,14 @@ class Workers:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.procs: dict[str, Any] = {}
+        self.pending: set[str] = set()  # launched, "ready" not read yet
         self.run_id = 0
 
-    def ensure(self, gpus: list[str]) -> None:
-        new = [g for g in gpus if g not in self.procs]
-        for gpu in new:
+    def launch(self, gpus: list[str]) -> None:
+        """Start the workers of ``gpus`` that do not run yet (they come up meanwhile)."""
+        for gpu in gpus:
+            if gpu in self.procs:
+                continue
             path = self.cluster.workdir / f"worker-{gpu}.log"
             with open(path, "ab") as err:
                 p = self.cluster.net.popen(
@@ -88,11 +91,17 @@ class Workers:
                     text=True,
                 )
             self.procs[gpu] = p
+            self.pending.add(gpu)
             self.cluster.procs.procs.append(Proc(f"worker-{gpu}", p, path))
-        for gpu in new:
+
+    def ensure(self, gpus: list[str]) -> None:
+        """The workers of ``gpus``, started and ready."""
+        self.launch(gpus)
+        for gpu in sorted(self.pending):
             reply = self._read(gpu, 120.0)
             if reply.get("ready") != gpu:
                 raise CollectiveError(f"worker of {gpu} did not start: {reply}")
+        self.pending.clear()
 
     def send(self, gpu: str, cmd: dict[str, Any]) -> None:
         p = self.procs[gpu]
@@ -134,8 +143,8 @@ def ina_groups(cluster: Cluster) -> dict[tuple[str, frozenset[int]], InaInfo]:
     """Every INA group on every switch, keyed by (switch, the ports of its members): the
     multicast group of an assignment lists exactly its members' ports."""
     out: dict[tuple[str, frozenset[int]], InaInfo] = {}
-    for s, sw in cluster.spec.switches.items():
-        d = cluster.switch_entries(s)
+    for s, d in cluster.switch_entries().items():
+        sw = cluster.spec.switches[s]
         windows: dict[int, int] = {}
         for key, _action, _params in d["aggregation_table"]:
             windows[key[0]] = windows.get(key[0], 0) + 1
@@ -253,6 +262,7 @@ def run_group(
         return m
     digest, e, err, bound = expected(seed, n, len(members))
     m.exact = all(r["digest"] == digest and r["exponent"] == e for r in replies.values())
+    m.extra.update(digests=sorted({r["digest"] for r in replies.values()}), seed=seed, elements=n)
     m.max_error, m.error_bound = err, bound
     per_repeat = [max(r["seconds"][k] for r in replies.values()) for k in range(repeat)]
     m.seconds = statistics.median(per_repeat)

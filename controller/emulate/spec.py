@@ -6,10 +6,10 @@
   server has an NVLink (or PCIe) fabric, an interface ``nvl0`` on that server's bridge;
 * one P4 switch per switch node, ports numbered 1.. in the order of its neighbours' names;
 * one Linux bridge per server fabric (NVLink emulated as a fast shaped link to the bridge);
-* every link shaped to the topology's bandwidth and latency slowed down by one factor
-  ``slowdown`` (time dilation: bandwidth divided by it, latency multiplied by it), so the
-  emulated network is the real one running ``slowdown`` times slower; a link still faster than
-  ``MAX_SHAPED_BPS`` after that is left unshaped and said so.
+* every link's rate shaped to the topology's bandwidth divided by one factor ``slowdown``; a
+  link still faster than ``MAX_SHAPED_BPS`` after that is left unshaped and said so. No
+  latency is added: the kernels this runs on have no ``sch_netem``, and a hop through a veth
+  and a software switch already takes far longer than a real one (the run measures it).
 
 Names carry a per-run tag so that interfaces in the root namespace never collide with
 another run's (Linux allows 15 characters: ``<tag><s|n><i>-eth<port>``). Addresses are
@@ -53,10 +53,9 @@ def new_tag() -> str:
 
 @dataclass(frozen=True)
 class Shape:
-    """Emulated link parameters: rate (bits/s, 0 = unshaped) and one-way delay (seconds)."""
+    """Emulated link parameters: rate in bits/s (0 = unshaped)."""
 
     rate_bps: float
-    delay_s: float
 
 
 @dataclass
@@ -141,10 +140,10 @@ class NetworkSpec:
         return {h.nic_ip: h for h in self.hosts.values() if h.nic_ip}
 
 
-def shape(capacity: float, latency_s: float, slowdown: float) -> Shape:
-    """A link of ``capacity`` bytes/s and ``latency_s`` slowed down ``slowdown`` times."""
+def shape(capacity: float, slowdown: float) -> Shape:
+    """A link of ``capacity`` bytes/s slowed down ``slowdown`` times."""
     rate = capacity * 8 / slowdown
-    return Shape(0.0 if rate > MAX_SHAPED_BPS else rate, latency_s * slowdown)
+    return Shape(0.0 if rate > MAX_SHAPED_BPS else rate)
 
 
 def _check_names(tag: str, switches: int, bridges: int, max_port: int) -> None:
@@ -231,7 +230,7 @@ def network_spec(g: nx.Graph, slowdown: float, tag: str | None = None) -> Networ
 
     def add(a: str, b: str, a_intf: str, b_intf: str, a_port=None, b_port=None) -> None:
         d = g.edges[a, b]
-        sh = shape(float(d["capacity"]), float(d["latency_s"]), slowdown)
+        sh = shape(float(d["capacity"]), slowdown)
         if sh.rate_bps == 0.0:
             unshaped.append(f"{a}-{b}")
         links.append(
