@@ -18,6 +18,8 @@ Timeouts follow TCP (RFC 6298): the retransmission timeout is ``srtt + 4 rttvar`
 trips of chunks that were not retransmitted (Karn), at least ``min_rto_s``; every
 retransmission of a chunk doubles that chunk's timeout (exponential backoff) up to
 ``max_rto_s``; a collective with no result for ``give_up_s`` fails with :class:`InaTimeout`.
+How many chunks are outstanding is a congestion window (:class:`_Window`, TCP's AIMD) that
+never exceeds the aggregators the group owns: the send window.
 The round of every index persists across all-reduces of one session: a new session on the
 same group and indices must start where the last one stopped (the switch would take its
 first packets for late ones), which is why one worker process runs all of a host's
@@ -52,6 +54,7 @@ except ImportError:  # a codec without the generation byte: the version bit is t
     ROUND_MODULUS = 2
 
 _RECV_BUF = 2048
+INITIAL_WINDOW = 10  # chunks, as TCP's initial window of 10 segments (RFC 6928)
 
 
 class InaTimeout(RuntimeError):
@@ -110,6 +113,7 @@ class InaStats:
     malformed: int = 0  # shorter than an INA header + vector
     srtt_s: float = 0.0
     rto_s: float = 0.0
+    cwnd: float = 0.0  # congestion window at the end of the last all-reduce
 
     def as_dict(self) -> dict[str, float]:
         return dict(self.__dict__)
@@ -168,6 +172,39 @@ class _Rtt:
 
 
 @dataclass
+class _Window:
+    """How many chunks may be outstanding (TCP's congestion control, RFC 5681, counted in
+    chunks): slow start from ``INITIAL_WINDOW``, then one more per window of results; halved
+    on a timeout of a chunk sent after the last decrease (one decrease per loss episode).
+    Never more than the aggregators the group owns. Without it a member would put its whole
+    window in flight at once, the switch's queue would outgrow the timeout measured on the
+    first chunks, and spurious retransmissions would load the switch further."""
+
+    limit: int
+    cwnd: float = 0.0
+    ssthresh: float = 0.0
+    last_decrease: float = -1.0
+
+    def __post_init__(self) -> None:
+        self.cwnd = float(min(self.limit, INITIAL_WINDOW))
+        self.ssthresh = float(self.limit)
+
+    def allowed(self) -> int:
+        return max(1, int(self.cwnd))
+
+    def on_result(self) -> None:
+        grow = 1.0 if self.cwnd < self.ssthresh else 1.0 / self.cwnd
+        self.cwnd = min(float(self.limit), self.cwnd + grow)
+
+    def on_timeout(self, sent_at: float, in_flight: int, now: float) -> None:
+        if sent_at <= self.last_decrease:
+            return  # already reacted to this episode
+        self.ssthresh = max(2.0, in_flight / 2)
+        self.cwnd = self.ssthresh
+        self.last_decrease = now
+
+
+@dataclass
 class InaSession:
     """All-reduces of one member of one INA group over a UDP socket.
 
@@ -182,6 +219,7 @@ class InaSession:
     def __post_init__(self) -> None:
         self._slots = [_Slot() for _ in range(self.group.window)]
         self._rtt = _Rtt(self.timeouts)
+        self._cc = _Window(self.group.window)
         self._dest = (self.group.switch_ip, self.group.switch_port)
         self._buf = bytearray(_RECV_BUF)
         self._broken = ""
@@ -241,14 +279,18 @@ class InaSession:
         window = self.group.window
         slots = self._slots
         timers: list[tuple[float, int, int]] = []
-        now = time.monotonic()
-        for k in range(min(window, chunks)):
-            self._start(k, k, data, timers, now)
+        cc = self._cc
+        nxt = 0  # next chunk to send
+        in_flight = 0
         remaining = chunks
-        last_progress = now
+        now = last_progress = time.monotonic()
         sock, buf = self.sock, self._buf
         while remaining:
-            now = time.monotonic()
+            # Send while the congestion window allows and the chunk's aggregator is free.
+            while nxt < chunks and in_flight < cc.allowed() and slots[nxt % window].chunk < 0:
+                self._start(nxt % window, nxt, data, timers, now)
+                nxt += 1
+                in_flight += 1
             wait = max(0.0, timers[0][0] - now) if timers else self.timeouts.give_up_s
             sock.settimeout(min(wait, self.timeouts.give_up_s))
             try:
@@ -256,14 +298,11 @@ class InaSession:
             except (TimeoutError, BlockingIOError):  # settimeout(0) is non-blocking
                 nbytes = -1
             now = time.monotonic()
-            if nbytes >= 0:
-                done = self._accept(buf, nbytes, now, out)
-                if done is not None:
-                    remaining -= 1
-                    last_progress = now
-                    k, chunk = done
-                    if chunk + window < chunks:
-                        self._start(k, chunk + window, data, timers, now)
+            if nbytes >= 0 and self._accept(buf, nbytes, now, out) is not None:
+                remaining -= 1
+                in_flight -= 1
+                last_progress = now
+                cc.on_result()
             if now - last_progress > self.timeouts.give_up_s:
                 raise InaTimeout(
                     f"group {self.group.group_id}: no result for {self.timeouts.give_up_s:g}s "
@@ -274,6 +313,7 @@ class InaSession:
                 s = slots[k]
                 if s.chunk < 0 or token != s.token:
                     continue  # answered, or superseded by a later (re)transmission
+                cc.on_timeout(s.sent_at, in_flight, now)
                 s.retries += 1
                 s.rto = min(self.timeouts.max_rto_s, s.rto * 2)
                 s.payload = self._payload(s, k, data[s.chunk], retx=True)
@@ -281,6 +321,7 @@ class InaSession:
                 self._send(k, s, timers, now)
         self.stats.srtt_s = self._rtt.srtt
         self.stats.rto_s = self._rtt.rto
+        self.stats.cwnd = cc.cwnd
 
     def _start(self, k: int, chunk: int, data: np.ndarray, timers: list, now: float) -> None:
         s = self._slots[k]

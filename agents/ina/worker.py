@@ -164,6 +164,7 @@ class Worker:
         run = _int(cmd, "run", 0, 2**62)
         if p is None or p.run != run:
             raise CommandError(f"run {run} was not prepared")
+        before = {id(s): s.stats.as_dict() for s in self._sessions_of(p)}
         try:
             t0 = time.perf_counter()
             e = p.collective.agree_exponent(exponent_of(max_abs(p.data)))
@@ -175,7 +176,7 @@ class Worker:
                 out = p.collective.allreduce_lanes(lanes)
                 seconds.append(time.perf_counter() - t0)
                 digests.add(lanes_digest(out))
-            stats = self.counters(p)
+            stats = self.counters(p, before)
         finally:
             self.release()
         return {
@@ -188,15 +189,25 @@ class Worker:
             "stats": stats,
         }
 
-    def counters(self, p: Prepared) -> dict[str, Any]:
+    @staticmethod
+    def _sessions_of(p: Prepared) -> list[InaSession]:
+        if isinstance(p.collective, InaSession):
+            return [p.collective]
+        if isinstance(p.collective, HierMember):
+            return [p.collective.rail]
+        return []
+
+    def counters(self, p: Prepared, before: dict[int, dict[str, float]]) -> dict[str, Any]:
+        """This run's transport counters: TCP retransmissions of its rings, and the INA
+        session's counters (differences over the run; srtt and rto as they ended)."""
         out: dict[str, Any] = {}
         if p.ring is not None:
             out["tcp_retransmissions"] = p.ring.retransmissions()
-        inas = [p.collective] if isinstance(p.collective, InaSession) else []
-        if isinstance(p.collective, HierMember):
-            inas = [p.collective.rail]
-        for s in inas:
-            out["ina"] = s.stats.as_dict()
+        for s in self._sessions_of(p):
+            now, old = s.stats.as_dict(), before.get(id(s), {})
+            out["ina"] = {
+                k: v if k in ("srtt_s", "rto_s") else v - old.get(k, 0) for k, v in now.items()
+            }
         return out
 
     def release(self) -> None:
