@@ -206,8 +206,10 @@ class EmulatedNetwork:
                 line = tbf_line(intf, ls.shape.rate_bps)
                 if not line:
                     continue
-                in_ns = node in self.spec.hosts or (
-                    self.switch_kind == "bmv2" and node in self.spec.switches
+                in_ns = (
+                    node in self.spec.hosts
+                    or node in self.spec.bridges
+                    or (self.switch_kind == "bmv2" and node in self.spec.switches)
                 )
                 if in_ns:
                     host_lines.setdefault(node, []).append(line)

@@ -67,7 +67,8 @@ class GpuHost(Host):
 
 
 class NvlinkFabric(Switch):
-    """A Linux bridge joining the NVLink interfaces of one server's GPUs."""
+    """A Linux bridge joining the NVLink interfaces of one server's GPUs, in a network
+    namespace of its own (Mininet's default for a node): nothing of it in the root namespace."""
 
     def start(self, controllers: list) -> None:
         lines = [

@@ -36,13 +36,15 @@ def _probability(s: str) -> float:
 
 
 def _bounded(kind: type, lo: float, hi: float):
+    name = "an integer" if kind is int else "a number"
+
     def parse(s: str):
         try:
             v = kind(s)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{s!r} is not a {kind.__name__}") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"{s} is outside [{lo:g}, {hi:g}]")
+            raise argparse.ArgumentTypeError(f"{s!r} is not {name}") from None
+        if not (lo <= v <= hi):  # also refuses NaN
+            raise argparse.ArgumentTypeError(f"{s} is outside [{kind(lo)}, {kind(hi)}]")
         return v
 
     return parse
@@ -78,9 +80,10 @@ def emulate_args(p: argparse.ArgumentParser) -> None:
     common_args(p)
     p.add_argument(
         "--bytes",
-        type=_bounded(int, 4, MAX_BYTES),
-        default=1 << 20,
-        help="all-reduce message, bytes of int32 lanes (default: 1048576)",
+        type=_sizes,
+        default=[1 << 20],
+        metavar="N[,N...]",
+        help="all-reduce message(s), bytes of int32 lanes (default: 1048576)",
     )
     p.add_argument(
         "--slowdown",
@@ -201,6 +204,27 @@ def _fmt_ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1e3:.1f}"
 
 
+def _row(m: Any, pred: float | None) -> list[str]:
+    exact = m.error[:60] if m.error else ("yes" if m.exact else "NO")
+    return [
+        m.group,
+        m.scheme,
+        str(m.members),
+        str(m.nbytes),
+        "failed" if m.error else _fmt_ms(m.seconds),
+        _fmt_ms(pred),
+        exact,
+        str(m.ina_retransmissions) if m.scheme != "ring" else "-",
+        str(m.tcp_retransmissions) if m.scheme != "ina" else "-",
+    ]
+
+
+def _sizes(s: str) -> list[int]:
+    """``N[,N...]``: message sizes in bytes, each in [4, MAX_BYTES]."""
+    parse = _bounded(int, 4, MAX_BYTES)
+    return [parse(x) for x in s.split(",")]
+
+
 def run_emulate(a: argparse.Namespace) -> int:
     return _failures_reported("emulate", _emulate, a)
 
@@ -263,27 +287,22 @@ def _emulate(a: argparse.Namespace) -> int:
         h = emulated_graph(g, a.slowdown, hops)
         installed = ina_groups(c)
         for run in runs:
-            ratio: dict[str, tuple[float, float | None]] = {}
-            for scheme in run.schemes:
-                t0 = time.monotonic()
-                m = run_group(workers, installed, run, scheme, a.bytes, a.seed, a.repeat)
-                switch = run.group.switch
-                pred = predict(h, scheme, run.group.gpus, switch, m.nbytes)
-                ratio[scheme] = (m.seconds, pred)
-                results.append((m, pred))
-                log.info("%s %s done in %.1fs", run.name, scheme, time.monotonic() - t0)
-                rows.append([
-                    run.name, scheme, str(m.members), str(m.nbytes),
-                    _fmt_ms(m.seconds) if not m.error else "failed", _fmt_ms(pred),
-                    ("yes" if m.exact else "NO") if not m.error else m.error[:60],
-                    str(m.ina_retransmissions) if scheme != "ring" else "-",
-                    str(m.tcp_retransmissions) if scheme != "ina" else "-",
-                ])  # fmt: skip
-            ina = ratio.get("ina") or ratio.get("hier")
-            ring = ratio.get("ring")
-            if ina and ring and ina[0] and ring[0]:
-                pr = f"{ina[1] / ring[1]:.2f}" if ina[1] and ring[1] else "-"
-                rows.append(["", "INA/ring", "", "", f"{ina[0] / ring[0]:.2f}", pr, "", "", ""])
+            for nbytes in a.bytes:
+                ratio: dict[str, tuple[float, float | None]] = {}
+                for scheme in run.schemes:
+                    t0 = time.monotonic()
+                    m = run_group(workers, installed, run, scheme, nbytes, a.seed, a.repeat)
+                    pred = predict(h, scheme, run.group.gpus, run.group.switch, m.nbytes)
+                    ratio[scheme] = (m.seconds, pred)
+                    results.append((m, pred))
+                    log.info("%s %s %d B done in %.1fs", run.name, scheme, nbytes,
+                             time.monotonic() - t0)  # fmt: skip
+                    rows.append(_row(m, pred))
+                ina = ratio.get("ina") or ratio.get("hier")
+                ring = ratio.get("ring")
+                if ina and ring and ina[0] and ring[0]:
+                    pr = f"{ina[1] / ring[1]:.2f}" if ina[1] and ring[1] else "-"
+                    rows.append(["", "INA/ring", "", "", f"{ina[0] / ring[0]:.2f}", pr, "", "", ""])
     print()
     print(_table(rows))
     status = 0 if all(m.exact and not m.error for m, _ in results) else 1

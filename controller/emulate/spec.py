@@ -31,7 +31,7 @@ from controller.topology.graph import GPU, HOST, NVSWITCH, SWITCH
 NIC_NET = ipaddress.IPv4Network("10.0.0.0/16")
 NVLINK_NET = ipaddress.IPv4Network("10.1.0.0/16")
 SWITCH_IP_BASE = ipaddress.IPv4Address("10.0.255.0")
-MAX_HOSTS = 250 * 250  # 10.0.<hi>.<1..250>: .255 is the switches' row
+MAX_HOSTS = 256  # one Mininet host is a shell and a worker process: more do not fit one machine
 MAX_SHAPED_BPS = 2e9  # above this, netem on a veth cannot keep the rate: left unshaped
 IFNAME_MAX = 15
 NIC_IF, NVLINK_IF = "eth0", "nvl0"
@@ -166,7 +166,10 @@ def network_spec(g: nx.Graph, slowdown: float, tag: str | None = None) -> Networ
     switch_nodes = sorted(n for n, k in kind.items() if k == SWITCH)
     fabric_nodes = sorted(n for n, k in kind.items() if k == NVSWITCH)
     if len(hosts_nodes) > MAX_HOSTS:
-        raise InputError(f"{len(hosts_nodes)} hosts: the emulation addresses at most {MAX_HOSTS}")
+        raise InputError(
+            f"topology {g.name}: {len(hosts_nodes)} GPUs and hosts; one machine emulates at most "
+            f"{MAX_HOSTS} (give a smaller topology file)"
+        )
     max_port = max((g.degree(s) for s in switch_nodes + fabric_nodes), default=1)
     _check_names(tag, len(switch_nodes), len(fabric_nodes), max_port)
 

@@ -1,0 +1,64 @@
+"""Calibration of the cost model against the emulation (docs/emulation.md, "Calibration").
+
+    sudo .venv/bin/python benchmarks/emulation_calibration.py [--slowdown K]
+        [--bytes N,N,...] [--repeat R] [--topology testbed]
+
+Runs ``heroserve emulate`` once (one bring-up, every size) and prints, for the flat INA
+group of the plan it makes, a Markdown table: measured INA and ring times beside the cost
+model's predictions for the same emulated links, and the ratio INA/ring measured against
+predicted. Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--slowdown", default="100000")
+    p.add_argument("--bytes", default="16384,65536,262144,1048576")
+    p.add_argument("--repeat", default="3")
+    p.add_argument("--topology", default="testbed")
+    a = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "m.json"
+        cmd = [sys.executable, "-m", "controller.cli", "emulate", "--topology", a.topology,
+               "--slowdown", a.slowdown, "--bytes", a.bytes, "--repeat", a.repeat,
+               "--json", str(out)]  # fmt: skip
+        r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        print(r.stdout)
+        if r.returncode or not out.exists():
+            print(r.stderr[-3000:], file=sys.stderr)
+            return 1
+        got = json.loads(out.read_text())
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    group = next(m["group"] for m in got if m["scheme"] == "ina")
+    by = {(m["scheme"], m["nbytes"]): m for m in got if m["group"] == group}
+    print(f"group {group}, slowdown {a.slowdown}, {a.repeat} repeats, commit {commit}\n")
+    print("| bytes | INA meas. ms | INA pred. ms | ring meas. ms | ring pred. ms "
+          "| INA/ring meas. | INA/ring pred. | meas./pred. INA | meas./pred. ring |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    for nbytes in sorted({n for _, n in by}):
+        ina, ring = by.get(("ina", nbytes)), by.get(("ring", nbytes))
+        if not ina or not ring:
+            continue
+        mi, pi, mr, pr = ina["seconds"], ina["predicted_s"], ring["seconds"], ring["predicted_s"]
+        print(
+            f"| {nbytes} | {mi * 1e3:.1f} | {pi * 1e3:.1f} | {mr * 1e3:.1f} | {pr * 1e3:.1f} "
+            f"| {mi / mr:.2f} | {pi / pr:.2f} | {mi / pi:.2f} | {mr / pr:.2f} |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
