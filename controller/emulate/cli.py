@@ -69,6 +69,11 @@ def common_args(p: argparse.ArgumentParser) -> None:
         "PATH) (default: model)",
     )
     p.add_argument(
+        "--keep-logs",
+        action="store_true",
+        help="keep the run's working directory (every process's log) and print where",
+    )
+    p.add_argument(
         "--window",
         type=_bounded(int, 1, 1024),
         default=128,
@@ -170,7 +175,12 @@ def _setup(a: argparse.Namespace, slowdown: float) -> tuple[Any, Any, Any, list[
 def _cluster(a: argparse.Namespace, g: Any, spec: Any, plan: Any, impair: Any = None) -> Any:
     from controller.emulate.cluster import Cluster, ClusterOptions
 
-    opts = ClusterOptions(switch_kind=a.switch, impair=impair, impair_seed=getattr(a, "seed", 0))
+    opts = ClusterOptions(
+        switch_kind=a.switch,
+        impair=impair,
+        impair_seed=getattr(a, "seed", 0),
+        keep_workdir=a.keep_logs,
+    )
     return Cluster(g, a.topology, spec, plan, opts)
 
 

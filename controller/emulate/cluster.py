@@ -326,14 +326,26 @@ class Cluster:
         return set(self.spec.switches) | set(self.gpu_agents)
 
     def wait_acks(self, timeout_s: float = ACK_TIMEOUT_S) -> int:
-        """Wait until every agent acknowledged the current epoch; the epoch."""
+        """Wait until every agent acknowledged the current epoch; the epoch. On a timeout
+        the error names the agents that did not."""
+        missing: set[str] = set()
+        epoch = 0
 
         def done() -> int:
+            nonlocal missing, epoch
             st = self.state()
+            epoch = st.epoch
             acked = {a.identity.node_id for a in st.agents if a.acked_epoch == st.epoch}
-            return st.epoch if st.epoch and self.expected_agents() <= acked else 0
+            missing = self.expected_agents() - acked
+            return st.epoch if st.epoch and not missing else 0
 
-        return wait_for("every agent's acknowledgement", done, timeout_s, self.procs.check)
+        try:
+            return wait_for("every agent's acknowledgement", done, timeout_s, self.procs.check)
+        except RuntimeError as exc:
+            raise RuntimeError(
+                f"{exc}: epoch {epoch} not acknowledged by {', '.join(sorted(missing))} "
+                "(their logs: --keep-logs)"
+            ) from None
 
     def switch_entries(self) -> dict[str, dict[str, Any]]:
         """The INA entries every switch holds, read back through P4Runtime
@@ -386,7 +398,9 @@ class Cluster:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            if not self.opts.keep_workdir:
+            if self.opts.keep_workdir:
+                print(f"logs kept in {self.workdir}", file=sys.stderr)
+            else:
                 shutil.rmtree(self.workdir, ignore_errors=True)
             return {"swept_interfaces": swept}
         finally:
