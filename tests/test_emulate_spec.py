@@ -205,3 +205,39 @@ def test_token_bucket_holds_four_ms_of_the_rate() -> None:
     )
     assert net.tbf_line("e0", 1e6).split()[-3] == "3200"  # two frames at least
     assert net.tbf_line("e0", 0.0) == ""
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["emulate", "--bytes", "2"], "outside [4, 67108864]"),
+        (["emulate", "--loss", "1.5"], "not a probability"),
+        (["emulate", "--slowdown", "nan"], "outside"),
+        (["demo", "--hold", "-1"], "outside"),
+        (["emulate", "--topology", "2tracks"], "one machine emulates at most 256"),
+        (["emulate", "--plan", "/etc/hostname"], "not a plan"),
+        (["demo", "--topology", "nope.yaml"], "does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(args: list[str], message: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run(
+        [sys.executable, "-m", "controller.cli", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr
+    # argparse shows its usage above; the problem is named on one line.
+    lines = [x for x in r.stderr.splitlines() if "error:" in x]
+    assert len(lines) == 1, r.stderr
+    if os.geteuid() == 0 or "argument" in lines[0]:
+        assert message in lines[0]
+    else:
+        assert "needs root" in lines[0]

@@ -155,8 +155,8 @@ def _setup(a: argparse.Namespace, slowdown: float) -> tuple[Any, Any, Any, list[
     if a.plan:
         try:
             plan = Plan.load(a.plan)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise InputError(f"--plan {a.plan}: not a plan ({exc})") from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise InputError(f"--plan {a.plan}: not a plan ({type(exc).__name__}: {exc})") from None
     else:
         hier = _hier_accepted()
         plan = emulation_plan(g, window=a.window, hier=hier)
