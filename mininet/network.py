@@ -11,6 +11,7 @@ every interface whose name carries the run's tag, also after a start that failed
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,27 @@ def tbf_line(intf: str, rate_bps: float) -> str:
         f"tc qdisc replace dev {intf} root tbf rate {round(rate_bps)}bit "
         f"burst {burst} limit {TBF_LIMIT_BYTES}"
     )
+
+
+def free_mgmt_subnets(count: int) -> list[tuple[str, str]]:
+    """``count`` (root IP, switch IP) pairs of /30 subnets of 10.254.0.0/16 that no address of
+    the root namespace uses (another run's management links live there too)."""
+    out = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, timeout=30
+    ).stdout
+    used = set()
+    for ip in re.findall(r"inet 10\.254\.(\d+)\.(\d+)/", out):
+        used.add((int(ip[0]), int(ip[1]) // 4))
+    pairs = []
+    for third in range(256):
+        for block in range(64):
+            if (third, block) not in used:
+                base = f"10.254.{third}.{block * 4}"
+                pairs.append((base[: base.rfind(".")] + f".{block * 4 + 1}",
+                              base[: base.rfind(".")] + f".{block * 4 + 2}"))  # fmt: skip
+                if len(pairs) == count:
+                    return pairs
+    raise RuntimeError("no free management subnet in 10.254.0.0/16")
 
 
 def root_interfaces(prefix: str) -> list[str]:
@@ -90,8 +112,8 @@ class EmulatedNetwork:
             self.hosts[n] = GpuHost(h.name)
         for f, b in spec.bridges.items():
             self.bridges[f] = NvlinkFabric(b.name, workdir=str(self.workdir))
-        for s, sw in spec.switches.items():
-            k = sw.device_id
+        mgmt = free_mgmt_subnets(len(spec.switches)) if self.switch_kind == "bmv2" else []
+        for i, (s, sw) in enumerate(spec.switches.items()):
             self.switches[s] = P4Switch(
                 sw.name,
                 device_id=sw.device_id,
@@ -101,7 +123,7 @@ class EmulatedNetwork:
                 root=str(self.root),
                 kind=self.switch_kind,
                 bmv2_json=self.bmv2_json,
-                mgmt=(f"{spec.tag}m{k}", f"10.254.{k}.1", f"10.254.{k}.2"),
+                mgmt=(f"{spec.tag}m{sw.device_id}", *mgmt[i]) if mgmt else None,
             )
         for i, ls in enumerate(spec.links):
             self._link(ls, i)

@@ -235,3 +235,26 @@ def test_demo_sigint_and_error_leave_nothing(tmp_path: Path) -> None:
     rc, out, err, tag = run(["demo", "--topology", "fig2", "--plan", str(plan)])
     assert rc == 1 and "heroserve demo: failed" in err and "Traceback" not in err
     assert_nothing_left(tag)
+
+
+def _bmv2_missing() -> str | None:
+    missing = [t for t in ("p4c-bm2-ss", "simple_switch_grpc") if shutil.which(t) is None]
+    return (
+        f"{', '.join(missing)} not on PATH (the P4 toolchain; docs/emulation.md)"
+        if missing
+        else None
+    )
+
+
+@pytest.mark.skipif(_bmv2_missing() is not None, reason=str(_bmv2_missing()))
+def test_bmv2_switch_gives_the_same_exact_allreduces(tmp_path: Path) -> None:
+    """Issue 13 must-show 4 (emulation half): BMv2 in the switches' place, same plan."""
+    plan = made_plan(tmp_path, "fig2")
+    rc, out, err, tag = run(
+        ["emulate", "--topology", "fig2", "--plan", str(plan), "--switch", "bmv2",
+         "--bytes", str(64 << 10)]
+    )  # fmt: skip
+    assert rc == 0, out + err[-3000:]
+    table = rows(out)
+    assert table[("prefill/0/0", "ina")][6] == "yes" and table[("prefill/0/0", "ring")][6] == "yes"
+    assert_nothing_left(tag)
