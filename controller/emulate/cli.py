@@ -51,6 +51,9 @@ def _bounded(kind: type, lo: float, hi: float):
 
 
 def common_args(p: argparse.ArgumentParser) -> None:
+    from agents.logs import add_log_args
+
+    add_log_args(p)
     p.add_argument(
         "--topology",
         default="testbed",
@@ -195,18 +198,10 @@ def _report_leftovers(tag: str) -> int:
     return 0
 
 
-def _setup_logging() -> None:
-    try:
-        from agents.logs import setup_logging  # type: ignore[import-not-found]
+def _setup_logging(a: argparse.Namespace) -> None:
+    from agents.logs import setup_logging
 
-        setup_logging("INFO", "text")
-    except ImportError:  # before the shared logging module: the same line format by hand
-        logging.Formatter.converter = time.gmtime
-        logging.basicConfig(
-            level=logging.INFO,
-            format="%(asctime)s.%(msecs)03dZ %(levelname)s %(name)s %(message)s",
-            datefmt="%Y-%m-%dT%H:%M:%S",
-        )
+    setup_logging(a.log_level, a.log_format)
 
 
 # -- emulate -------------------------------------------------------------------------------
@@ -263,7 +258,7 @@ def _emulate(a: argparse.Namespace) -> int:
     from controller.emulate.predict import emulated_graph, measure_hop_latency, predict
     from controller.report import _table
 
-    _setup_logging()
+    _setup_logging(a)
     g, spec, plan, notes = _setup(a, a.slowdown)
     impair = Impairments(a.loss, a.duplicate, a.reorder) or None
     eth = min((d["capacity"] for *_, d in g.edges(data=True) if d["link"] == "ethernet"), default=0)
@@ -328,7 +323,7 @@ def _emulate(a: argparse.Namespace) -> int:
 def _demo(a: argparse.Namespace) -> int:
     from controller.emulate.cluster import handle_signals
 
-    _setup_logging()
+    _setup_logging(a)
     g, spec, plan, notes = _setup(a, 1.0)
     print(f"demo {spec.tag}: topology {g.name}; links unshaped")
     for n in notes:

@@ -316,8 +316,8 @@ class Cluster:
         """The controller's Admin.GetState."""
         import grpc
 
-        from controller._gen.heroserve.v1 import control_pb2 as pb
-        from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
+        from agents.proto.heroserve.v1 import control_pb2 as pb
+        from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 
         with grpc.insecure_channel(self.controller_addr) as ch:
             return pb_grpc.AdminStub(ch).GetState(pb.GetStateRequest(), timeout=10)

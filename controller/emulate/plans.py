@@ -87,35 +87,23 @@ def ring_members(g: nx.Graph, gpus: list[str]) -> list[str]:
     return sorted(gpus, key=gpu_sort_key(g))
 
 
-def _spread(gpus: list[str], g: nx.Graph, k: int) -> list[str]:
-    """Up to ``k`` of ``gpus``, taking servers in turn (so the group spans servers)."""
-    by_server: dict[str, list[str]] = {}
-    for n in sorted(gpus, key=gpu_sort_key(g)):
-        by_server.setdefault(g.nodes[n].get("server") or n, []).append(n)
-    out: list[str] = []
-    while len(out) < k and any(by_server.values()):
-        for lst in by_server.values():
-            if lst and len(out) < k:
-                out.append(lst.pop(0))
-    return sorted(out, key=gpu_sort_key(g))
-
-
-def _role_of(g: nx.Graph, gpus: list[str]) -> str:
-    roles = {g.nodes[n].get("role", "any") for n in gpus}
-    return "decode" if roles == {"decode"} else "prefill"
+def _whole_servers(gpus: list[str], g: nx.Graph, k: int) -> list[str]:
+    """Up to ``k`` of ``gpus``, server after server (the group spans as few servers as its
+    size needs, as a tensor-parallel instance does)."""
+    return sorted(gpus, key=gpu_sort_key(g))[:k]
 
 
 def _ina_group(g: nx.Graph, free: set[str], size: int) -> tuple[str, list[str]] | None:
+    """The INA switch and GPUs (one GPU type) with the most GPUs on their own ports."""
     best: tuple[int, str, list[str]] | None = None
+    types = sorted({g.nodes[n]["gpu_type"] for n in free})
     for sw in sorted(n for n, d in g.nodes(data=True) if d["kind"] == "switch" and d.get("ina")):
-        for role in ("prefill", "decode", "any"):
+        for gpu_type in types:
             cand = [
-                n
-                for n in free
-                if own_nic_switch(g, n) == sw and g.nodes[n].get("role", "any") == role
+                n for n in free if own_nic_switch(g, n) == sw and g.nodes[n]["gpu_type"] == gpu_type
             ]
             if len(cand) >= 2 and (best is None or min(len(cand), size) > best[0]):
-                best = (min(len(cand), size), sw, _spread(cand, g, size))
+                best = (min(len(cand), size), sw, _whole_servers(cand, g, size))
     return (best[1], best[2]) if best else None
 
 
@@ -130,7 +118,8 @@ def _ring_group(g: nx.Graph, free: set[str], size: int) -> list[str] | None:
 
 
 def _hier_group(g: nx.Graph, free: set[str], per_server: int = 2) -> list[Rail] | None:
-    """Two servers with ``per_server`` free GPUs whose k-th GPUs share an INA switch."""
+    """Two servers (one GPU type) with ``per_server`` free GPUs whose k-th GPUs share an INA
+    switch."""
     picked: list[list[str]] = []
     for _, gpus in sorted(servers(g).items()):
         mine = [n for n in gpus if n in free and own_nic_switch(g, n)][:per_server]
@@ -139,6 +128,8 @@ def _hier_group(g: nx.Graph, free: set[str], per_server: int = 2) -> list[Rail] 
     for i in range(len(picked)):
         for j in range(i + 1, len(picked)):
             a, b = picked[i], picked[j]
+            if g.nodes[a[0]]["gpu_type"] != g.nodes[b[0]]["gpu_type"]:
+                continue
             sws = [own_nic_switch(g, x) for x in a]
             if all(own_nic_switch(g, y) == s for y, s in zip(b, sws, strict=True)) and all(
                 g.nodes[s].get("ina") for s in sws
@@ -194,7 +185,7 @@ def emulation_plan(
     sw, members = ina
     add(
         _group(0, members, "ina", sw, window, f"emulation: every member on {sw} by its own NIC"),
-        _role_of(g, members),
+        "prefill",
     )
     if hier:
         rails = _hier_group(g, free)
@@ -205,12 +196,12 @@ def emulation_plan(
                 r.slots = SlotRange(start=(2 + k) * window, count=window)  # after the INA group's
             gr.rails = rails
             gr.paths = {m: p for r in rails for m, p in r.paths.items()}
-            add(gr, _role_of(g, gpus))
+            add(gr, "prefill")
     ring = _ring_group(g, free, size)
     if ring is not None:
         gr = _group(0, ring, "ring", None, window, "emulation: NCCL ring inside one server")
         gr.paths = ring_pattern(Fabric(g), ring, 1e6, NetParams()).paths
-        add(gr, "decode" if _role_of(g, ring) == "decode" else "prefill")
+        add(gr, "decode")
 
     def phase(role: str) -> PhasePlan:
         gs = groups[role]

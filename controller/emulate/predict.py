@@ -7,7 +7,10 @@ switch. That latency is measured once per run with ``ping`` (:func:`measure_hop_
 and put on every Ethernet and NVLink hop of the graph the cost model prices.
 
 Both schemes move the same int32 lanes (4 bytes per element), so the prediction prices the
-message as it travels: ``dtype_bytes = ina_element_bytes = 4``.
+message as it travels (``dtype_bytes = 4`` with int32 INA lanes), and the frames as the
+emulated links count them: a token bucket charges a frame's bytes from its Ethernet header
+on (no FCS, preamble or gap), 178 per INA packet and 1,514 per full TCP segment. Everything
+else is the cost model's default (its cost mode included).
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ from typing import Any
 import networkx as nx
 
 from controller.costmodel import network as netmodel
+from controller.costmodel.hier import hier_pattern
 from controller.emulate.spec import NetworkSpec
-from controller.topology.fabric import Fabric
 
 LANE_BYTES = 4
+FRAME_HEADER_BYTES = 14 + 20 + 8 + 8  # Ethernet, IPv4, UDP, INA header: what tbf counts
+TCP_FRAME_BYTES = 1514  # a full TCP segment's frame at MTU 1500
 
 
 def measure_hop_latency(net: Any, spec: NetworkSpec, g: nx.Graph) -> dict[str, float]:
@@ -68,11 +73,13 @@ def emulated_graph(g: nx.Graph, slowdown: float, hop_latency: dict[str, float]) 
 
 
 def lane_params() -> netmodel.NetParams:
-    """NetParams pricing int32 lanes on both schemes (the defaults for everything else)."""
-    p = netmodel.NetParams()
-    names = {f.name for f in dataclasses.fields(p)}
+    """The cost model's NetParams for the emulated wire (module docstring)."""
     return dataclasses.replace(
-        p, **{k: LANE_BYTES for k in ("dtype_bytes", "ina_element_bytes") if k in names}
+        netmodel.NetParams(),
+        dtype_bytes=LANE_BYTES,
+        ina_lanes="int32",
+        ina_overhead_bytes=FRAME_HEADER_BYTES,
+        packet_bytes=TCP_FRAME_BYTES,
     )
 
 
@@ -84,15 +91,12 @@ def predict(
     emulation sends them (no NVLink relay); the ring is the cost model's own."""
     params = lane_params()
     if scheme == "ina":
-        fab = Fabric(h, relay=False)
+        fab = params.fabric(h, relay=False)
         pat = netmodel.ina_pattern(fab, members, str(switch), nbytes, params)
     elif scheme == "ring":
-        fab = Fabric(h, relay=True)
+        fab = params.fabric(h, relay=True)
         pat = netmodel.ring_pattern(fab, members, nbytes, params)
     else:
-        hier = getattr(netmodel, "hier_pattern", None)
-        if hier is None:
-            return None
-        fab = Fabric(h, relay=False)
-        pat = hier(fab, members, nbytes, params)
+        fab = params.fabric(h, relay=False)
+        pat = hier_pattern(fab, members, nbytes, params)
     return None if pat is None else pat.time(fab, nbytes)
