@@ -54,6 +54,9 @@ class GpuHost(Host):
             # PXN relays forward for their NVLink peers; replies may come back another way.
             "sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0",
             "sysctl -qw net.ipv4.conf.default.rp_filter=0",
+            # NCCL keeps its channels open and hot: a ring step that waited for its neighbour
+            # must not restart from TCP's slow start.
+            "sysctl -qw net.ipv4.tcp_slow_start_after_idle=0",
             "ip link set lo up",
         ]
         path = workdir / f"{self.name}.sh"
