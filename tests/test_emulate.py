@@ -65,9 +65,24 @@ def tag_of(first_line: str) -> str:
     return m.group(1)
 
 
+def finish(p: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """Its output; a command that overruns is interrupted (so it tears down) before the
+    test fails."""
+    try:
+        return p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.send_signal(signal.SIGINT)
+        try:
+            p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+        raise
+
+
 def run(args: list[str], timeout: float = 600) -> tuple[int, str, str, str]:
     p = start(args)
-    out, err = p.communicate(timeout=timeout)
+    out, err = finish(p, timeout)
     return p.returncode, out, err, tag_of(out.splitlines()[0]) if out else ""
 
 
@@ -174,16 +189,18 @@ def test_five_percent_loss_duplication_reordering_exact(tmp_path: Path) -> None:
 def interrupt_after(args: list[str], marker: str) -> tuple[int, str, str]:
     p = start(args)
     assert p.stdout is not None and p.stderr is not None
-    tag = tag_of(p.stdout.readline())
-    deadline = time.monotonic() + 300
-    seen = ""
-    while marker not in seen:
-        assert time.monotonic() < deadline, seen[-2000:]
-        line = p.stderr.readline() if "emulate" in args else p.stdout.readline()
-        assert line, seen[-2000:]
-        seen += line
-    p.send_signal(signal.SIGINT)
-    p.communicate(timeout=120)
+    try:
+        tag = tag_of(p.stdout.readline())
+        deadline = time.monotonic() + 300
+        seen = ""
+        while marker not in seen:
+            assert time.monotonic() < deadline, seen[-2000:]
+            line = p.stderr.readline() if "emulate" in args else p.stdout.readline()
+            assert line, seen[-2000:]
+            seen += line
+    finally:
+        p.send_signal(signal.SIGINT)
+        finish(p, 120)
     return p.returncode, seen, tag
 
 
