@@ -15,6 +15,7 @@ from controller.planner.evaluate import InstanceEval, PhaseResult, combine
 from controller.topology import testbed as make_testbed
 from controller.topology.generators import eight_tracks, two_tracks
 from controller.topology.synthetic import random_cluster
+from controller.validate import parse_plan
 from controller.workload import chatbot, default_sla, summarization
 
 MODELS = ["OPT-13B", "LLaMA-3-8B", "OPT-66B", "LLaMA-2-70B"]
@@ -31,6 +32,7 @@ def _rates(g, model, wname, sla) -> dict[str, float | None]:
             continue
         used = p.all_gpus()
         assert len(used) == len(set(used)) == p.predicted.gpus_used, f"{name}: a GPU twice"
+        assert parse_plan(p.to_json()) == p  # the shared plan checks: KV pairs, groups, paths
         out[name] = p.predicted.rate
     return out
 
@@ -215,3 +217,27 @@ def test_twin_pods_and_left_over_chains_use_every_gpu_once():
     used = p.all_gpus()
     assert len(used) == len(set(used)) == p.predicted.gpus_used
     assert p.predicted.gpus_used <= 1536
+    assert parse_plan(p.to_json()) == p
+
+
+def test_a_paper_scenario_plans_in_network_aggregation():
+    """The testbed with summarization (OPT-66B, the paper's SLA): HeroServe puts its decode
+    tensor group across both A100 servers (TP 8 > 4 GPUs a server), where hierarchical INA
+    (NVLink reduce-scatter, one INA group per rail, NVLink all-gather) beats the ring; the
+    test names the group, its rails and both times."""
+    from controller.service.policies import group_name
+
+    p = plan(make_testbed(), model_spec("OPT-66B"), summarization(), default_sla("summarization"))
+    ina = [(ph.role, gr) for ph in (p.prefill, p.decode) for gr in ph.groups if gr.scheme != "ring"]
+    assert ina, "no group aggregates in the network"
+    for role, gr in ina:
+        rails = ", ".join(
+            f"shard {r.shard} at {r.switch} ({len(r.members)} members)" for r in gr.rails
+        )
+        print(
+            f"\n{group_name(role, gr)}: {gr.scheme} {gr.allreduce_s * 1e6:.1f} us against ring "
+            f"{gr.ring_s * 1e6:.1f} us; {rails or gr.switch}; {gr.reason}"
+        )
+        assert gr.allreduce_s < gr.ring_s
+        if gr.scheme == "hier":
+            assert {r.switch for r in gr.rails} <= {"s1", "s2"} and gr.rails[0].slots.count >= 1

@@ -22,6 +22,7 @@ STYLE = {
     "distserve": ("tab:blue", "s"),
     "ds-atp": ("tab:green", "^"),
     "ds-switchml": ("tab:orange", "D"),
+    "distserve-paper": ("tab:purple", "v"),
     "exhaustive": ("tab:gray", "x"),
 }
 DASHES = ["-", "--", ":", "-."]

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from controller.planner.candidates import valid_tp
 from controller.planner.evaluate import Evaluator, combine
 from controller.planner.options import Policy, Problem
-from controller.planner.search import SearchResult, capacity_bound
+from controller.planner.search import SearchResult, capacity_bound, settle_kv
 from controller.topology.graph import gpus, servers
 from controller.units import GB
 
@@ -110,14 +110,18 @@ def colocated_search(ev: Evaluator) -> SearchResult | None:
                 continue  # cannot beat the best layout found (compute alone bounds it)
             tried += 1
             pre = ev.phase_result("prefill", tp_p, pp, [ev.prefill_instance(s) for s in pre_stages])
-            pairs = list(zip(pre_stages, dec_stages, strict=True))[: problem.options.kv_pairs_max]
-            t_f, flows = ev.kv_price(pairs)
             dec = ev.phase_result(
-                "decode", tp_d, pp, [ev.decode_instance(s, t_f) for s in dec_stages]
+                "decode", tp_d, pp, [ev.decode_instance(s, 0.0) for s in dec_stages]
             )
-            comb = combine(pre, dec, problem.sla.ttft_s, problem.options.max_gpus)
-            if comb is not None and (best is None or comb.better_than(best.combination)):
-                best = SearchResult(ev, pre, dec, comb, t_f, flows, tried)
+            comb0 = combine(pre, dec, problem.sla.ttft_s, problem.options.max_gpus)
+            if comb0 is None:
+                continue
+            settled = settle_kv(ev, pre, dec, lambda t_f, dec=dec: ev.reevaluate(dec, t_f), comb0)
+            if settled is None:
+                continue
+            comb, rd, t_f, flows = settled
+            if best is None or comb.better_than(best.combination):
+                best = SearchResult(ev, pre, rd, comb, t_f, flows, tried)
     if best is not None:
         best.candidates_tried = tried
     return best

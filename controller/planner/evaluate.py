@@ -545,24 +545,32 @@ class Evaluator:
         A decode instance's stages may be put in another order (``kv_stage_order``) so that
         each stage sits close to the prefill GPUs that hold its layers; the third value maps
         the key of every re-ordered instance (``stage_key``) to its new stages."""
-        # the best instances first, as ``combine`` deploys them
-        pres = [i.stages for i in sorted(pre.instances, key=lambda i: -i.rate)][:n_pre]
-        decs = [i.stages for i in sorted(dec.instances, key=lambda i: -i.rate)][:n_dec]
-        n = min(len(pres), self.problem.options.kv_pairs_max)
-        if n == 0 or not decs:
-            return 0.0, [], {}
         reorder: dict[tuple, list[list[str]]] = {}
         paired = []
-        for i in range(n):
-            d = decs[i % len(decs)]
+        for p, d in self.kv_pairs(pre, dec, n_pre, n_dec):
             key = stage_key(d)
             if key not in reorder:
-                best = self.kv_stage_order(pres[i], d)
+                best = self.kv_stage_order(p, d)
                 if best != d:
                     reorder[key] = best
-            paired.append((pres[i], reorder.get(key, d)))
+            paired.append((p, reorder.get(key, d)))
+        if not paired:
+            return 0.0, [], {}
         t_f, flows = self.kv_price(paired)
         return t_f, flows, reorder
+
+    def kv_pairs(
+        self, pre: PhaseResult, dec: PhaseResult, n_pre: int | None, n_dec: int | None
+    ) -> list[tuple[list[list[str]], list[list[str]]]]:
+        """The (prefill stages, decode stages) pairs whose KV transfer is priced: the best
+        ``n_pre`` and ``n_dec`` instances (as ``combine`` deploys them), prefill instance i
+        paired with decode instance i round robin, at most ``kv_pairs_max`` pairs."""
+        pres = [i.stages for i in sorted(pre.instances, key=lambda i: -i.rate)][:n_pre]
+        decs = [i.stages for i in sorted(dec.instances, key=lambda i: -i.rate)][:n_dec]
+        if not decs:
+            return []
+        n = min(len(pres), self.problem.options.kv_pairs_max)
+        return [(pres[i], decs[i % len(decs)]) for i in range(n)]
 
     def kv_price(
         self, pairs: list[tuple[list[list[str]], list[list[str]]]]

@@ -269,26 +269,56 @@ def _best_pair(
             continue  # T_f = 0 already cannot beat it; the KV transfer only lowers H
         tried += 1
         pre = po.result
-        t_f, flows, reorder = ev.kv_transfer(pre, d0.result)
-        rd = ev.reprice_decode(ev.decode_phase(d0.tp, d0.pp, d0.groups, t_f), t_f, reorder)
-        comb = combine(pre, rd, problem.sla.ttft_s, cap)
-        if comb is None:
+        settled = settle_kv(
+            ev,
+            pre,
+            d0.result,
+            lambda t_f, d0=d0: ev.decode_phase(d0.tp, d0.pp, d0.groups, t_f),
+            comb0,
+        )
+        if settled is None:
             continue
-        # price the KV transfer again between the instances actually deployed
-        t_f2, flows2, reorder2 = ev.kv_transfer(pre, rd, comb.n_prefill, comb.n_decode)
-        rd2 = ev.reprice_decode(ev.decode_phase(d0.tp, d0.pp, d0.groups, t_f2), t_f2, reorder2)
-        comb2 = combine(pre, rd2, problem.sla.ttft_s, cap)
-        if comb2 is not None and (comb2.n_prefill, comb2.n_decode) == (
-            comb.n_prefill,
-            comb.n_decode,
-        ):
-            t_f, flows, rd, comb = t_f2, flows2, rd2, comb2
+        comb, rd, t_f, flows = settled
         if best is None or comb.better_than(best[0]):
             best = (comb, pre, rd, t_f, flows, tried)
     if best is None:
         return None
     comb, pre, rd, t_f, flows, _ = best
     return comb, pre, rd, t_f, flows, tried
+
+
+def settle_kv(
+    ev: Evaluator,
+    pre: PhaseResult,
+    dec: PhaseResult,
+    price_decode: Callable[[float], PhaseResult],
+    comb: Combination,
+) -> tuple[Combination, PhaseResult, float, list] | None:
+    """The decode phase priced at the KV transfer of the instances it deploys: from the
+    deployment at T_f = 0 (``comb`` of ``pre`` and ``dec``; ``price_decode(T_f)`` prices the
+    same decode instances at another T_f), price T_f between the deployed instances (re-ordering
+    decode stages next to their layers, ``Evaluator.kv_transfer``), price decode at that T_f,
+    combine again, until the numbers deployed repeat (three rounds at most). The flows
+    returned are those of exactly the instances deployed, in their final stage order, so the
+    plan's KV transfers name its own GPUs."""
+    problem = ev.problem
+    cap = problem.options.max_gpus
+    reorder: dict[tuple, list[list[str]]] = {}
+    rd = dec
+    t_f = 0.0
+    for _ in range(3):
+        t_f, _, more = ev.kv_transfer(pre, rd, comb.n_prefill, comb.n_decode)
+        reorder.update(more)
+        rd = ev.reprice_decode(price_decode(t_f), t_f, reorder)
+        new = combine(pre, rd, problem.sla.ttft_s, cap)
+        if new is None:
+            return None
+        same = (new.n_prefill, new.n_decode) == (comb.n_prefill, comb.n_decode)
+        comb = new
+        if same:
+            break
+    t_dep, flows = ev.kv_price(ev.kv_pairs(pre, rd, comb.n_prefill, comb.n_decode))
+    return comb, rd, max(t_f, t_dep), flows
 
 
 def _class_rates(ps: PhaseSearch, space: RoleSpace, sample: int) -> tuple[list[float], list[float]]:

@@ -54,6 +54,7 @@ class CommOption:
     bottleneck: float  # bytes/s, smallest capacity among its links
     envelopes: tuple[Envelope, ...]  # per phase: undominated (K_f, lat_f) of its flows
     pipelined: bool
+    rails: tuple[tuple[int, str], ...] = ()  # hier: (shard, switch) per rail, shard order
     _works: dict[float, Work] = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
@@ -124,6 +125,7 @@ def comm_option(links: Links, fabric: Fabric, pattern: CommPattern) -> CommOptio
         bottleneck,
         tuple(envs),
         fabric.pipelined,
+        tuple(sorted((r.shard, r.switch) for r in pattern.rails)),
     )
 
 

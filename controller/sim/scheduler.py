@@ -21,7 +21,7 @@ At zero load the scheduler therefore picks the option the cost model prices fast
 
 from __future__ import annotations
 
-from controller.scheduler.online import SCHEMES, OnlineScheduler
+from controller.scheduler.online import OnlineScheduler
 from controller.sim.model import CommOption, PlanModel, StageModel
 from controller.sim.network import Links
 from controller.topology.graph import link_id
@@ -63,10 +63,9 @@ def policy_table(
     for k, opt in enumerate(stage.options):
         p = {
             "id": k,
-            # a scheduler that predates "hier" in the table format lists it as INA: it only
-            # selects and updates costs, the scheme is data to it
-            "scheme": opt.scheme if opt.scheme in SCHEMES else "ina",
+            "scheme": opt.scheme,
             "switch": opt.switch or "",
+            "rails": [{"shard": k, "switch": sw} for k, sw in opt.rails],
             "links": list(opt.link_ids),
             "cost": 0.0,
         }
