@@ -96,13 +96,16 @@ def assert_nothing_left(tag: str) -> None:
     assert tag not in ns
 
 
-def made_plan(tmp_path: Path, topology: str, *, ina_only: bool = True, slots: int = 0) -> Path:
+def made_plan(
+    tmp_path: Path, topology: str, *, ina_only: bool = True, hier: bool = False, slots: int = 0
+) -> Path:
     """The plan emulate makes itself, trimmed to its flat INA group (the runs' time goes to
-    the group the must-show is about); ``slots`` overrides its slot count."""
+    the group the must-show is about) and, with ``hier``, its hierarchical group; ``slots``
+    overrides the flat group's slot count."""
     from controller.emulate.plans import emulation_plan
     from controller.topology import resolve_topology
 
-    plan = emulation_plan(resolve_topology(topology), hier=False)
+    plan = emulation_plan(resolve_topology(topology), hier=hier)
     if ina_only:
         plan.decode.groups, plan.decode.instances = [], []
     if slots:
@@ -138,14 +141,16 @@ def rows(out: str) -> dict[tuple[str, str], list[str]]:
     return table
 
 
-def test_testbed_ina_and_ring_of_1mb_exact(tmp_path: Path) -> None:
-    plan = made_plan(tmp_path, "testbed")
+def test_testbed_ina_hier_and_ring_of_1mb_exact(tmp_path: Path) -> None:
+    plan = made_plan(tmp_path, "testbed", hier=True)
     out_json = tmp_path / "m.json"
     rc, out, err, tag = run(["emulate", "--plan", str(plan), "--json", str(out_json)], 900)
     assert rc == 0, out + err[-3000:]
     assert "scale: bandwidth / 1000" in out
     got = json.loads(out_json.read_text())
-    assert [m["scheme"] for m in got] == ["ina", "ring"]
+    # The flat INA group on s1, then the hierarchical one (two rails on s2), each beside
+    # a ring of the same GPUs.
+    assert [m["scheme"] for m in got] == ["ina", "ring", "hier", "ring"]
     for m in got:
         assert m["nbytes"] >= 1 << 20 and m["members"] == 4 and not m["error"]
         assert m["exact"], m
@@ -156,6 +161,7 @@ def test_testbed_ina_and_ring_of_1mb_exact(tmp_path: Path) -> None:
         assert m["max_error"] <= m["error_bound"]
     table = rows(out)
     assert table[("prefill/0/0", "ina")][6] == "yes" and table[("prefill/0/0", "ring")][6] == "yes"
+    assert table[("prefill/1/0", "hier")][6] == "yes"
     assert_nothing_left(tag)
 
 
