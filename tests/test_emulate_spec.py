@@ -141,6 +141,20 @@ def test_plans_the_data_plane_cannot_serve_are_refused(testbed: nx.Graph) -> Non
         check_plan(ring_only, testbed, spec)
 
 
+def test_the_planners_own_hier_plan_is_accepted(testbed: nx.Graph) -> None:
+    """`heroserve plan --workload summarization` on the testbed aggregates its decode group
+    with hierarchical INA (4 rails on s1 and s2): every rail member reaches its rail's switch
+    by its own NIC, so `heroserve emulate --plan` runs it as planned (docs/emulation.md)."""
+    from controller.models import model_spec
+    from controller.planner import plan as make_plan
+    from controller.workload import default_sla, summarization
+
+    plan = make_plan(testbed, model_spec("OPT-66B"), summarization(), default_sla("summarization"))
+    hier = [r for r in group_runs(plan) if r.group.scheme == "hier"]
+    assert hier and [r.switch for r in hier[0].group.rails] == ["s1", "s2", "s1", "s2"]
+    check_plan(plan, testbed, network_spec(testbed, 1000.0))
+
+
 def test_ring_channels_spread_traffic_between_servers_over_two_nics(testbed: nx.Graph) -> None:
     spec = network_spec(testbed, 1000.0)
     cluster = SimpleNamespace(g=testbed, spec=spec)
