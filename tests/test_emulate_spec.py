@@ -236,25 +236,41 @@ def test_token_bucket_holds_four_ms_of_the_rate() -> None:
         (["demo", "--topology", "nope.yaml"], "does not exist"),
     ],
 )
-def test_bad_input_is_one_line_and_status_2(args: list[str], message: str) -> None:
+def test_bad_input_is_one_line_and_status_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In this process (the CLI's own main; every refusal comes before anything starts)."""
     import os
+
+    from controller.cli import main
+
+    try:
+        status = main(args)
+    except SystemExit as exc:  # argparse's refusal
+        status = exc.code
+    err = capsys.readouterr().err
+    assert status == 2, err
+    assert "Traceback" not in err
+    # argparse shows its usage above; the problem is named on one line.
+    lines = [x for x in err.splitlines() if "error:" in x]
+    assert len(lines) == 1, err
+    if os.geteuid() == 0 or "argument" in lines[0]:
+        assert message in lines[0]
+    else:
+        assert "needs root" in lines[0]
+
+
+def test_bad_input_from_the_command_line_is_status_2() -> None:
+    """The same through a real process: the status reaches the shell, no traceback."""
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[1]
     r = subprocess.run(
-        [sys.executable, "-m", "controller.cli", *args],
-        cwd=root,
+        [sys.executable, "-m", "controller.cli", "emulate", "--loss", "1.5"],
+        cwd=Path(__file__).resolve().parents[1],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert r.returncode == 2, r.stderr
-    assert "Traceback" not in r.stderr
-    # argparse shows its usage above; the problem is named on one line.
-    lines = [x for x in r.stderr.splitlines() if "error:" in x]
-    assert len(lines) == 1, r.stderr
-    if os.geteuid() == 0 or "argument" in lines[0]:
-        assert message in lines[0]
-    else:
-        assert "needs root" in lines[0]
+    assert "Traceback" not in r.stderr and "not a probability" in r.stderr
