@@ -245,7 +245,13 @@ def test_demo_shows_every_agent_acknowledging_and_the_entries(tmp_path: Path) ->
     epoch = re.search(r"epoch (\d+), plan", out)
     assert epoch and {e for *_, e in acks} == {epoch.group(1)}
     assert re.search(r"INA group \d+: 128 aggregation entries, slots 0\.\.127", out), out
-    assert re.search(r"/dev/shm/heroserve-" + tag + r"-prefill\.0\.0", out), out
+    # What each GPU agent published, read back as the tuner plugin reads it: the flat
+    # group's INA on s1 beside its ring, the hierarchical group's rails on s2.
+    seg = (
+        r"/dev/shm/heroserve-" + tag + r"-prefill\.{}\.0 +\d+ bytes: group prefill/{}/0 version 1: "
+    )
+    assert re.search(seg.format(0, 0) + r"ina s1; ring\n", out), out
+    assert re.search(seg.format(1, 1) + r"hier s2:0,s2:1; ina s2; ring\n", out), out
     assert "heroserve_agents_connected 6.0" in out
     assert_nothing_left(tag)
 

@@ -274,3 +274,57 @@ def test_bad_input_from_the_command_line_is_status_2() -> None:
     )
     assert r.returncode == 2, r.stderr
     assert "Traceback" not in r.stderr and "not a probability" in r.stderr
+
+
+def test_demo_reads_what_the_gpu_agents_writer_published(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's reader against csrc's own writer (agents.gpu.policy_core), then the
+    segments a hostile or unlucky moment gives it: each named, none trusted."""
+    import os
+
+    from agents.gpu.policy_core import library_path, publish_to_shm
+    from controller.emulate.shmview import DATA_OFFSET, describe, read_segment
+
+    if not library_path().exists():
+        pytest.skip(f"{library_path()} not built (make cxx)")
+    prefix = f"emuview{os.getpid()}."
+    monkeypatch.setenv("HEROSERVE_SHM_PREFIX", prefix)
+    seg = Path("/dev/shm") / f"heroserve-{prefix}prefill.1.0"
+    policies = [
+        {"id": 0, "scheme": "hier", "links": ["a|s"], "cost": 0.0,
+         "rails": [{"shard": 0, "switch": "s2"}, {"shard": 1, "switch": "s2"}]},
+        {"id": 1, "scheme": "ina", "switch": "s2", "links": ["a|s"], "cost": 0.0},
+        {"id": 2, "scheme": "ring", "links": ["a|b"], "cost": 0.0},
+    ]  # fmt: skip
+    table = {"group_id": "prefill/1/0", "version": 3, "apply_from_seq": 0, "window_s": 0.1,
+             "gamma": 0.5, "links": [{"id": "a|s", "capacity": 5e10},
+                                     {"id": "a|b", "capacity": 2.5e10}],
+             "policies": policies}  # fmt: skip
+    try:
+        publish_to_shm("prefill/1/0", [table])
+        raw = seg.read_bytes()
+    finally:
+        seg.unlink(missing_ok=True)
+    good = tmp_path / "good"
+    good.write_bytes(raw)
+    got = read_segment(good)
+    assert (got.version, got.error, len(got.tables)) == (3, "", 1)
+    assert describe(got) == "group prefill/1/0 version 3: hier s2:0,s2:1; ina s2; ring"
+
+    def variant(name: str, data: bytes) -> str:
+        (tmp_path / name).write_bytes(data)
+        return describe(read_segment(tmp_path / name))
+
+    flipped = bytearray(raw)
+    flipped[DATA_OFFSET + 5] ^= 1
+    assert variant("flipped", bytes(flipped)) == "payload fails its checksum"
+    writing = bytearray(raw)
+    writing[24] |= 1  # the seqlock odd: a write in progress that never ends
+    assert "odd seqlock" in variant("writing", bytes(writing))
+    long = bytearray(raw)
+    long[32:40] = (1 << 40).to_bytes(8, "little")  # payload length past the segment
+    assert "outside the segment" in variant("long", bytes(long))
+    assert "shorter than its header" in variant("short", raw[:100])
+    assert "not a policy segment" in variant("other", b"X" * len(raw))
+    assert "unreadable" in describe(read_segment(tmp_path / "absent"))

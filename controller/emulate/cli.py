@@ -321,7 +321,8 @@ def _emulate(a: argparse.Namespace) -> int:
 
 # -- demo ----------------------------------------------------------------------------------
 def _demo(a: argparse.Namespace) -> int:
-    from controller.emulate.cluster import handle_signals
+    from controller.emulate.cluster import SHM_DIR, handle_signals
+    from controller.emulate.shmview import describe, read_segment
 
     _setup_logging(a)
     g, spec, plan, notes = _setup(a, 1.0)
@@ -338,7 +339,8 @@ def _demo(a: argparse.Namespace) -> int:
             print(f"  {kind:6} agent {ag.identity.node_id:10} acknowledged epoch {ag.acked_epoch}")
         print("\npolicy tables in shared memory (GPU agents -> NCCL tuner plugin):")
         for name, size in c.shm_segments():
-            print(f"  /dev/shm/{name}  {size} bytes")
+            seen = describe(read_segment(SHM_DIR / name))
+            print(f"  /dev/shm/{name}  {size} bytes: {seen}")
         for s, d in sorted(c.switch_entries().items()):
             groups: dict[int, list[int]] = {}
             for key, _act, params in d["aggregation_table"]:
