@@ -3,10 +3,10 @@
     sudo .venv/bin/python benchmarks/emulation_calibration.py [--slowdown K]
         [--bytes N,N,...] [--repeat R] [--topology testbed]
 
-Runs ``heroserve emulate`` once (one bring-up, every size) and prints, for the flat INA
-group of the plan it makes, a Markdown table: measured INA and ring times beside the cost
-model's predictions for the same emulated links, and the ratio INA/ring measured against
-predicted. Prints figures; asserts nothing.
+Runs ``heroserve emulate`` once (one bring-up, every size) and prints, for each group of the
+plan it makes that aggregates in the network (flat INA, hierarchical), a Markdown table:
+measured INA and ring times beside the cost model's predictions for the same emulated links,
+and the ratio INA/ring measured against predicted. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -42,21 +42,26 @@ def main() -> int:
     commit = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
-    group = next(m["group"] for m in got if m["scheme"] == "ina")
-    by = {(m["scheme"], m["nbytes"]): m for m in got if m["group"] == group}
-    print(f"group {group}, slowdown {a.slowdown}, {a.repeat} repeats, commit {commit}\n")
-    print("| bytes | INA meas. ms | INA pred. ms | ring meas. ms | ring pred. ms "
-          "| INA/ring meas. | INA/ring pred. | meas./pred. INA | meas./pred. ring |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
-    for nbytes in sorted({n for _, n in by}):
-        ina, ring = by.get(("ina", nbytes)), by.get(("ring", nbytes))
-        if not ina or not ring:
-            continue
-        mi, pi, mr, pr = ina["seconds"], ina["predicted_s"], ring["seconds"], ring["predicted_s"]
-        print(
-            f"| {nbytes} | {mi * 1e3:.1f} | {pi * 1e3:.1f} | {mr * 1e3:.1f} | {pr * 1e3:.1f} "
-            f"| {mi / mr:.2f} | {pi / pr:.2f} | {mi / pi:.2f} | {mr / pr:.2f} |"
-        )
+    groups = sorted({(m["group"], m["scheme"]) for m in got if m["scheme"] in ("ina", "hier")})
+    for group, scheme in groups:
+        by = {(m["scheme"], m["nbytes"]): m for m in got if m["group"] == group}
+        print(f"group {group} ({scheme}), slowdown {a.slowdown}, {a.repeat} repeats, "
+              f"commit {commit}\n")  # fmt: skip
+        print(f"| bytes | {scheme} meas. ms | {scheme} pred. ms | ring meas. ms | ring pred. ms "
+              f"| {scheme}/ring meas. | {scheme}/ring pred. | meas./pred. {scheme} "
+              "| meas./pred. ring |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|---|---|")
+        for nbytes in sorted({n for _, n in by}):
+            agg, ring = by.get((scheme, nbytes)), by.get(("ring", nbytes))
+            if not agg or not ring:
+                continue
+            mi, pi = agg["seconds"], agg["predicted_s"]
+            mr, pr = ring["seconds"], ring["predicted_s"]
+            print(
+                f"| {nbytes} | {mi * 1e3:.1f} | {pi * 1e3:.1f} | {mr * 1e3:.1f} | {pr * 1e3:.1f} "
+                f"| {mi / mr:.2f} | {pi / pr:.2f} | {mi / pi:.2f} | {mr / pr:.2f} |"
+            )
+        print()
     return 0
 
 
