@@ -300,3 +300,71 @@ def test_member_data_is_reproducible_and_bounded() -> None:
     a, b = member_data(7, 3, 100), member_data(7, 3, 100)
     assert np.array_equal(a, b) and not np.array_equal(a, member_data(7, 4, 100))
     assert a.dtype == np.float32 and float(np.max(np.abs(a))) < 1.0
+
+
+def test_the_wire_as_scapy_reads_it_window_rounds_and_a_retransmission() -> None:
+    """One member against a switch played by this test, every datagram parsed and answered
+    with scapy's INA layer (agents/ina/packet.py), independent of the library's own codec:
+    chunk c goes to aggregator c % window as that aggregator's next round (the version bit
+    alternates), nothing more than the window is outstanding, a chunk whose result is held
+    back comes again flagged as a retransmission with the same lanes, and the member's
+    result is what the switch answered."""
+    from agents.ina.packet import INA
+
+    window, n = 2, 3 * 32
+    lanes_in = np.arange(-(n // 2), n - n // 2, dtype=np.int32) * 1000
+    switch = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    switch.bind(("127.0.0.1", 0))
+    switch.settimeout(10)
+    g = InaGroup(7, 0, 1, window, *switch.getsockname())
+    # Timeouts well above what a loaded machine takes to answer, so only the held-back chunk
+    # is sent again.
+    fast = Timeouts(initial_rto_s=0.5, min_rto_s=0.3, max_rto_s=1.0, give_up_s=10.0)
+    s = InaSession.open(g, "127.0.0.1", 0, timeouts=fast)
+    got: list[np.ndarray] = []
+    member = threading.Thread(target=lambda: got.append(s.allreduce_lanes(lanes_in)))
+    member.start()
+
+    def receive() -> tuple[INA, tuple[str, int]]:
+        data, addr = switch.recvfrom(2048)
+        return INA(data), addr
+
+    def answer(pkt: INA, addr: tuple[str, int]) -> None:
+        result = pkt.copy()  # the round's fields as sent (version, generation where there is one)
+        result.is_result, result.is_retx = 1, 0
+        switch.sendto(bytes(result), addr)
+
+    def chunk(pkt: INA) -> list[int]:
+        return list(pkt.values)
+
+    try:
+        first = [receive() for _ in range(window)]  # chunks 0 and 1: the whole window
+        assert [(p.group_id, p.agg_index, p.worker_id, p.num_workers) for p, _ in first] == [
+            (7, 0, 0, 1),
+            (7, 1, 0, 1),
+        ]
+        assert [(p.version, p.is_retx, p.is_result) for p, _ in first] == [(0, 0, 0), (0, 0, 0)]
+        assert chunk(first[0][0]) == lanes_in[:32].tolist()
+        answer(*first[0])  # aggregator 0 done; aggregator 1's result is held back
+        # Chunk 2 on aggregator 0's next round, answered at once, and chunk 1 again once its
+        # timeout fires (a loaded machine may resend chunk 2 too: answered as well).
+        nxt = again = None
+        while again is None or nxt is None:
+            pkt, addr = receive()
+            if pkt.agg_index == 0:
+                nxt = nxt or pkt
+                answer(pkt, addr)
+            else:
+                again = again or pkt
+        assert (nxt.agg_index, nxt.version, nxt.is_retx) == (0, 1, 0)
+        assert chunk(nxt) == lanes_in[64:].tolist()
+        assert (again.agg_index, again.version, again.is_retx) == (1, 0, 1)
+        assert chunk(again) == lanes_in[32:64].tolist()
+        answer(again, addr)
+        member.join(timeout=10)
+        assert not member.is_alive()
+    finally:
+        switch.close()
+        s.close()
+    assert np.array_equal(got[0], lanes_in)
+    assert (s.stats.sent, s.stats.results) == (3, 3) and s.stats.retransmissions >= 1
