@@ -345,8 +345,10 @@ def _demo(a: argparse.Namespace) -> int:
             groups: dict[int, list[int]] = {}
             for key, _act, params in d["aggregation_table"]:
                 groups.setdefault(key[0], []).append(params[0])
+            # worker_port: each worker bound to its ingress port, where the data plane has it
+            bound = f", {len(d['worker_port'])} worker_port" if "worker_port" in d else ""
             print(f"\nswitch {s} ({c.net.p4runtime(s)}): {len(d['l2_forward'])} l2_forward, "
-                  f"{len(d['result_rewrite'])} result_rewrite entries")  # fmt: skip
+                  f"{len(d['result_rewrite'])} result_rewrite{bound} entries")  # fmt: skip
             for gid, slots in sorted(groups.items()):
                 ports = d["multicast_groups"].get(str(gid), [])
                 print(f"  INA group {gid}: {len(slots)} aggregation entries, slots "
