@@ -328,3 +328,22 @@ def test_demo_reads_what_the_gpu_agents_writer_published(
     assert "shorter than its header" in variant("short", raw[:100])
     assert "not a policy segment" in variant("other", b"X" * len(raw))
     assert "unreadable" in describe(read_segment(tmp_path / "absent"))
+
+
+@pytest.mark.skipif(
+    not Path("/usr/lib/python3/dist-packages/mininet").is_dir(),
+    reason="Debian's mininet package is not installed",
+)
+def test_without_a_checkout_the_emulation_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An installed wheel carries controller/ and agents/, not mininet/: one line, no
+    ModuleNotFoundError (which the CLI would read as a missing extra)."""
+    import sys
+
+    from controller.emulate import mn
+
+    monkeypatch.setattr(mn, "ROOT", tmp_path)
+    monkeypatch.delitem(sys.modules, mn.PACKAGE, raising=False)
+    with pytest.raises(InputError, match="runs from a checkout of the repository"):
+        mn.load_network_module()

@@ -63,6 +63,11 @@ def load_mininet() -> types.ModuleType:
 def load_network_module() -> Any:
     """``mininet/network.py`` of this repository (needs :func:`load_mininet` first)."""
     load_mininet()
+    # An installed wheel has no mininet/ (it packages controller/ and agents/ only).
+    if not (ROOT / "mininet" / "network.py").is_file():
+        raise InputError(
+            f"the emulation runs from a checkout of the repository: {ROOT / 'mininet'} is missing"
+        )
     if PACKAGE not in sys.modules:
         pkg = types.ModuleType(PACKAGE)
         pkg.__path__ = [str(ROOT / "mininet")]
