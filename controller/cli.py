@@ -338,6 +338,43 @@ COMMANDS["pki"] = (
 )
 
 
+# -- emulate, demo (controller/emulate/cli.py) ------------------------------------------------
+def _emulate_args(p: argparse.ArgumentParser) -> None:
+    from controller.emulate.cli import emulate_args
+
+    emulate_args(p)
+
+
+def _run_emulate(a: argparse.Namespace) -> int:
+    from controller.emulate.cli import run_emulate
+
+    return run_emulate(a)
+
+
+def _demo_args(p: argparse.ArgumentParser) -> None:
+    from controller.emulate.cli import demo_args
+
+    demo_args(p)
+
+
+def _run_demo(a: argparse.Namespace) -> int:
+    from controller.emulate.cli import run_demo
+
+    return run_demo(a)
+
+
+COMMANDS["emulate"] = (
+    "emulate the cluster (Mininet) and compare INA with ring all-reduces on real packets",
+    _emulate_args,
+    _run_emulate,
+)
+COMMANDS["demo"] = (
+    "bring up controller, switches and agents on this machine and show a plan arriving",
+    _demo_args,
+    _run_demo,
+)
+
+
 def _controller(argv: list[str]) -> int:
     from controller.service import main as controller_main
 
