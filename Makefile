@@ -42,4 +42,4 @@ format:
 	.venv/bin/ruff check --fix controller agents tests benchmarks mininet
 
 clean:
-	rm -rf $(BUILD) controller/_gen agents/_gen
+	rm -rf $(BUILD) controller/_gen agents/_gen agents/proto

@@ -7,10 +7,20 @@ benchmark applies a new plan (the INA groups' slot ranges move, so every policy 
 changes) through the Admin service and measures until every agent has acknowledged it.
 
     .venv/bin/python benchmarks/bench_control_plane.py [--agents 1 100 1000] [--rounds 5]
+        [--profile DIR]   # the controller under cProfile: DIR/controller-<agents>.prof
+        [--baseline DIR [--repeats 2]]   # also another checkout's controller, alternating
 
-Prints, per agent count: plan-to-all-acked time (median and worst over rounds) and the
-per-agent ack latency (median, p99) of the last round. Figures depend on the machine
-(and on sharing its two cores); they are not asserted anywhere.
+``--baseline DIR`` runs the controller of another checkout (e.g. ``git worktree add
+/tmp/base main``; its stubs are generated if missing) against the same agents, alternating
+with this one ``--repeats`` times, and prints the ratio of the medians: the machine is
+shared, so only figures taken in the same minutes compare.
+
+Prints, per agent count: plan-to-all-acked time (median and worst over rounds), the
+per-agent ack latency (median, p99) of the last round, how long the ApplyPlan call itself
+took (median: deriving and committing the plan, before any update is sent), and the
+controller process's CPU time per round (user + system, from /proc). Figures
+depend on the machine (and on sharing its two cores); they are not asserted anywhere:
+compare them with another checkout's in the same minutes (`--baseline DIR`).
 """
 
 from __future__ import annotations
@@ -18,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import statistics
 import subprocess
 import sys
@@ -30,8 +41,8 @@ import grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from controller._gen.heroserve.v1 import control_pb2 as pb  # noqa: E402
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc  # noqa: E402
+from agents.proto.heroserve.v1 import control_pb2 as pb  # noqa: E402
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc  # noqa: E402
 from controller.service.sample import sample_plan, save_sample_topology  # noqa: E402
 
 WORKERS = 4
@@ -70,7 +81,14 @@ async def agent(
         ready.set()
 
 
-async def run(n: int, rounds: int, port: int) -> dict[str, float]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` (Linux /proc): less sensitive than wall time
+    to what else shares the machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def run(n: int, rounds: int, port: int, pid: int) -> dict[str, float]:
     chans = [
         grpc.aio.insecure_channel(f"127.0.0.1:{port}") for _ in range(-(-n // AGENTS_PER_CHANNEL))
     ]
@@ -85,22 +103,27 @@ async def run(n: int, rounds: int, port: int) -> dict[str, float]:
     first = (await admin.GetState(pb.GetStateRequest())).epoch
     while len(acked.get(first, {})) < n:  # everyone connected and acked the initial state
         await asyncio.sleep(0.01)
-    totals, per_agent = [], []
+    totals, per_agent, applies = [], [], []
+    cpu0 = cpu_seconds(pid)
     for r in range(1, rounds + 1):
         text = plan_json(n, r)
         t0 = time.perf_counter()
         epoch = (await admin.ApplyPlan(pb.ApplyPlanRequest(plan_json=text))).epoch
+        applies.append(time.perf_counter() - t0)
         while len(acked.get(epoch, {})) < n:
             await asyncio.sleep(0.0005)
         times = sorted(t - t0 for t in acked[epoch].values())
         totals.append(times[-1])
         per_agent = times
+    cpu = (cpu_seconds(pid) - cpu0) / rounds
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     for c in chans:
         await c.close()
     return {
+        "apply_median_ms": statistics.median(applies) * 1e3,
+        "controller_cpu_ms": cpu * 1e3,
         "all_acked_median_ms": statistics.median(totals) * 1e3,
         "all_acked_worst_ms": max(totals) * 1e3,
         "agent_median_ms": statistics.median(per_agent) * 1e3,
@@ -108,14 +131,19 @@ async def run(n: int, rounds: int, port: int) -> dict[str, float]:
     }
 
 
-async def bench(n: int, rounds: int, tmp: Path) -> dict[str, float]:
+async def bench(
+    n: int, rounds: int, tmp: Path, profile: Path | None, root: Path = ROOT
+) -> dict[str, float]:
+    """One controller process (the checkout at ``root``) against ``n`` agents."""
     plan, port_file = tmp / "plan.json", tmp / "port"
     plan.write_text(plan_json(n, 0))
     topo = save_sample_topology(tmp / "topology.json", **_shape(n))  # the plan's cluster
     log = open(tmp / "controller.log", "wb")  # noqa: SIM115 - closed below
+    prof = ["-m", "cProfile", "-o", str(profile / f"controller-{n}.prof")] if profile else []
     proc = subprocess.Popen(
         [
             sys.executable,
+            *prof,
             "-m",
             "controller.service",
             "--db",
@@ -131,7 +159,8 @@ async def bench(n: int, rounds: int, tmp: Path) -> dict[str, float]:
             "--log-level",
             "WARNING",
         ],
-        cwd=ROOT,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
         stdout=subprocess.DEVNULL,
         stderr=log,
     )
@@ -143,26 +172,60 @@ async def bench(n: int, rounds: int, tmp: Path) -> dict[str, float]:
                     f"controller did not start: {(tmp / 'controller.log').read_text()}"
                 )
             await asyncio.sleep(0.05)
-        return await run(n, rounds, int(port_file.read_text()))
+        return await run(n, rounds, int(port_file.read_text()), proc.pid)
     finally:
         proc.terminate()
         proc.wait(10)
         log.close()
 
 
-async def bench_all(agents: list[int], rounds: int) -> None:
+async def bench_all(
+    agents: list[int], rounds: int, profile: Path | None, baseline: Path | None, repeats: int
+) -> None:
+    runs = [("this", ROOT)] if baseline is None else [("baseline", baseline), ("this", ROOT)]
+    label = "" if baseline is None else f"{'checkout':>9} "
     print(
-        f"{'agents':>7} {'all acked ms (median)':>22} {'(worst)':>9} "
-        f"{'agent ms (median)':>18} {'(p99)':>8}",
+        f"{label}{'agents':>7} {'all acked ms (median)':>22} {'(worst)':>9} "
+        f"{'agent ms (median)':>18} {'(p99)':>8} {'ApplyPlan ms (median)':>22} "
+        f"{'controller CPU ms/round':>24}",
         flush=True,
     )
     for n in agents:
-        with tempfile.TemporaryDirectory() as tmp:
-            res = await bench(n, rounds, Path(tmp))
-        print(
-            f"{n:>7} {res['all_acked_median_ms']:>22.1f} {res['all_acked_worst_ms']:>9.1f} "
-            f"{res['agent_median_ms']:>18.1f} {res['agent_p99_ms']:>8.1f}",
-            flush=True,
+        medians: dict[str, list[float]] = {name: [] for name, _ in runs}
+        cpus: dict[str, list[float]] = {name: [] for name, _ in runs}
+        for _ in range(repeats if baseline is not None else 1):
+            for name, root in runs:
+                with tempfile.TemporaryDirectory() as tmp:
+                    res = await bench(n, rounds, Path(tmp), profile, root)
+                medians[name].append(res["all_acked_median_ms"])
+                cpus[name].append(res["controller_cpu_ms"])
+                tag = "" if baseline is None else f"{name:>9} "
+                print(
+                    f"{tag}{n:>7} {res['all_acked_median_ms']:>22.1f} "
+                    f"{res['all_acked_worst_ms']:>9.1f} {res['agent_median_ms']:>18.1f} "
+                    f"{res['agent_p99_ms']:>8.1f} {res['apply_median_ms']:>22.1f} "
+                    f"{res['controller_cpu_ms']:>24.1f}",
+                    flush=True,
+                )
+        if baseline is not None:
+            ratio = statistics.median(medians["this"]) / statistics.median(medians["baseline"])
+            cpu = statistics.median(cpus["this"]) / statistics.median(cpus["baseline"])
+            print(
+                f"{'ratio':>9} {n:>7} this / baseline: all acked (median) {ratio:.2f}, "
+                f"controller CPU {cpu:.2f}"
+            )
+
+
+def _prepare_baseline(root: Path) -> None:
+    if not (root / "controller" / "service").is_dir():
+        raise SystemExit(f"bench_control_plane: --baseline {root} is not a checkout")
+    if not (root / "controller" / "_gen").is_dir():
+        subprocess.run(
+            [sys.executable, "-m", "controller.build_proto"],
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root)},
+            check=True,
+            stdout=subprocess.DEVNULL,
         )
 
 
@@ -170,12 +233,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--agents", type=int, nargs="+", default=[1, 100, 1000])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--profile", type=Path, help="write the controller's cProfile data here")
+    ap.add_argument("--baseline", type=Path, help="another checkout to compare with")
+    ap.add_argument("--repeats", type=int, default=2, help="alternations with --baseline")
     args = ap.parse_args(argv)
-    if args.rounds < 1 or any(n < 1 for n in args.agents):
-        print("bench_control_plane: --rounds and --agents must be >= 1", file=sys.stderr)
+    if args.rounds < 1 or args.repeats < 1 or any(n < 1 for n in args.agents):
+        print("bench_control_plane: --rounds, --repeats, --agents must be >= 1", file=sys.stderr)
         return 2
+    if args.baseline is not None:
+        _prepare_baseline(args.baseline.resolve())
     logging.basicConfig(level=logging.ERROR)
-    asyncio.run(bench_all(args.agents, args.rounds))
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    baseline = args.baseline.resolve() if args.baseline is not None else None
+    asyncio.run(bench_all(args.agents, args.rounds, args.profile, baseline, args.repeats))
     return 0
 
 

@@ -13,11 +13,19 @@ request life of arrivals at 1200 servers; a point of the evaluation, 30 lives, i
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 
 from controller.evaluation.scenarios import scenario
 from controller.planner import PlannerOptions, plan
 from controller.sim import SimOptions, Simulator, build_model, make_requests
+
+
+def cpu_s() -> float:
+    """CPU seconds of this process: the figure to compare on a shared machine, where wall
+    time moves with everyone else's load."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def bench(name: str, requests: int, servers: int | None, rate_per_gpu: float | None) -> None:
@@ -32,12 +40,15 @@ def bench(name: str, requests: int, servers: int | None, rate_per_gpu: float | N
     rpg = rate_per_gpu or 0.7 * p.predicted.rate_per_gpu  # near the simulated max rate
     rate = rpg * model.gpus_used
     reqs = make_requests(s.load(), rate, requests, seed=0)
+    c0 = cpu_s()
     res = Simulator(model, SimOptions()).run(reqs)
+    cpu = cpu_s() - c0
     lives = requests / rate / s.life_s()
     print(
         f"{name} on {g.name} ({model.gpus_used} GPUs used): {requests} requests at "
         f"{rpg:.4g} req/s/GPU ({lives:.1f} request lives of arrivals) -> {res.wall_s:.2f} s "
-        f"wall, {res.requests_per_wall_s:,.0f} requests/s, {res.events:,} events "
+        f"wall ({cpu:.2f} s CPU, {requests / cpu:,.0f} requests per CPU s), "
+        f"{res.requests_per_wall_s:,.0f} requests/s, {res.events:,} events "
         f"({res.events / res.wall_s:,.0f} events/s), {res.duration_s:.0f} s simulated, "
         f"attainment {res.attainment:.1%}; planning {t_plan:.1f} s, pricing the plan "
         f"{t_build:.2f} s",

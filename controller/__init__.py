@@ -1,3 +1,5 @@
 """HeroServe controller: cluster model, cost model, planners, simulator and control plane."""
 
-__version__ = "0.1.0"
+from agents import __version__
+
+__all__ = ["__version__"]

@@ -1,9 +1,11 @@
-"""Generate the Python gRPC stubs of ``proto/**/*.proto`` into ``controller/_gen/``.
+"""Generate the Python gRPC stubs of ``proto/**/*.proto`` into ``agents/proto/``.
 
 Run as ``python -m controller.build_proto`` (``make proto``). The generated modules are
-importable as ``controller._gen.heroserve.v1.control_pb2`` (and ``..._pb2_grpc``): protoc
+importable as ``agents.proto.heroserve.v1.control_pb2`` (and ``..._pb2_grpc``): protoc
 writes absolute imports (``from heroserve.v1 import control_pb2``), which this script
-rewrites to relative ones so that ``_gen`` need not be on ``sys.path``.
+rewrites to relative ones so that ``agents/proto`` need not be on ``sys.path``. They live
+under ``agents/`` because the agents and the controller both import them, and an agent is
+installed without the controller (docs/install.md).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "proto"
-OUT_DIR = ROOT / "controller" / "_gen"
+OUT_DIR = ROOT / "agents" / "proto"
 
 # "from heroserve.v1 import control_pb2 as ..." -> "from . import control_pb2 as ..."
 _ABS_IMPORT = re.compile(r"^from (heroserve(?:\.\w+)*) import (\w+_pb2)", re.MULTILINE)
@@ -31,8 +33,8 @@ def _relative(module_pkg: str, target_pkg: str) -> str:
     return "." * (ups + 1) + ".".join(there[common:])
 
 
-def _fix_imports(path: Path) -> None:
-    pkg = ".".join(path.relative_to(OUT_DIR).parent.parts)
+def _fix_imports(path: Path, out_dir: Path) -> None:
+    pkg = ".".join(path.relative_to(out_dir).parent.parts)
     text = path.read_text()
     fixed = _ABS_IMPORT.sub(
         lambda m: f"from {_relative(pkg, m.group(1))} import {m.group(2)}", text
@@ -70,7 +72,7 @@ def build(proto_dir: Path = PROTO_DIR, out_dir: Path = OUT_DIR) -> list[Path]:
         if not init.exists():
             init.write_text("")
     for p in generated:
-        _fix_imports(p)
+        _fix_imports(p, out_dir)
     return generated
 
 

@@ -231,48 +231,16 @@ class Plan:
         return out
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> Plan:
-        def slots(x: dict[str, Any] | None) -> SlotRange | None:
-            return SlotRange(**x) if x else None
+    def from_dict(d: Any, source: str = "plan") -> Plan:
+        """The plan of a parsed plan document, checked by the schema derived from these
+        dataclasses (controller/validate_plan.py); raises controller.errors.InputError."""
+        from controller.validate_plan import validate_plan_dict
 
-        def group(g: dict[str, Any]) -> Group:
-            rails = [Rail(**{**r, "slots": slots(r.get("slots"))}) for r in g.get("rails", [])]
-            return Group(**{**g, "slots": slots(g.get("slots")), "rails": rails})
-
-        def phase(p: dict[str, Any]) -> PhasePlan:
-            groups = [group(g) for g in p["groups"]]
-            instances = [Instance(**i) for i in p["instances"]]
-            return PhasePlan(**{**p, "groups": groups, "instances": instances})
-
-        return Plan(
-            planner=d["planner"],
-            topology=d["topology"],
-            model=d["model"],
-            workload=d["workload"],
-            sla=dict(d["sla"]),
-            prefill=phase(d["prefill"]),
-            decode=phase(d["decode"]),
-            kv_transfer=[KVTransfer(**k) for k in d["kv_transfer"]],
-            predicted=Predicted(**d["predicted"]),
-            notes=list(d.get("notes", [])),
-            options=dict(d.get("options", {})),
-            layout=d.get("layout", "disaggregated"),
-            colocated=_colocated(d.get("colocated")),
-        )
+        return validate_plan_dict(d, source)
 
     @staticmethod
     def load(path: str | Path) -> Plan:
-        return Plan.from_dict(json.loads(Path(path).read_text()))
+        """Read and check a plan file (bounded size, strict JSON, the schema)."""
+        from controller.validate_plan import load_plan
 
-
-def _colocated(d: dict[str, Any] | None) -> ColocatedPlan | None:
-    if not d:
-        return None
-    return ColocatedPlan(
-        **{
-            **d,
-            "nodes": [ColocatedNode(**n) for n in d["nodes"]],
-            "flows": [FlowEdge(**f) for f in d.get("flows", [])],
-            "replicas": [Replica(**r) for r in d.get("replicas", [])],
-        }
-    )
+        return load_plan(path)

@@ -24,7 +24,8 @@ def _table(rows: list[list[str]]) -> str:
 
 
 def comparison_table(plans: dict[str, Plan], reference: str = "heroserve") -> str:
-    """One row per planner: parallelism, instances, predicted latencies and rates."""
+    """One row per planner: parallelism, instances, predicted latencies, H (Eq. 1's total
+    SLA-meeting rate), H per GPU used, and the reference planner's H over this one's."""
     ref = plans.get(reference)
     rows = [
         [
@@ -35,18 +36,14 @@ def comparison_table(plans: dict[str, Plan], reference: str = "heroserve") -> st
             "TTFT",
             "TPOT",
             "KV xfer",
-            "rate r/s",
-            "rate/GPU",
-            f"{reference}/this",
+            "H r/s",
+            "H/GPU",
+            f"H {reference}/this",
         ]
     ]
     for name, p in plans.items():
         pr = p.predicted
-        ratio = (
-            f"{ref.predicted.rate_per_gpu / pr.rate_per_gpu:.2f}x"
-            if ref and pr.rate_per_gpu > 0
-            else "-"
-        )
+        ratio = f"{ref.predicted.rate / pr.rate:.2f}x" if ref and pr.rate > 0 else "-"
         rows.append(
             [
                 name,

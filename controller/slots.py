@@ -14,6 +14,11 @@ from dataclasses import dataclass
 
 from controller.store import Store
 
+# The aggregation table's slot index and the INA header's agg_index are 16 bits
+# (p4/heroserve_ina.p4, docs/dataplane.md): a switch cannot address more slots than this,
+# whatever its inventory says (issue 10 item 7: 2^32 - 1 was accepted).
+MAX_SLOTS = 1 << 16
+
 
 class SlotError(Exception):
     """A request the pool cannot satisfy (no room, bad count, unknown switch)."""
@@ -41,8 +46,11 @@ class SlotPool:
 
         Shrinking below an existing allocation is refused: the owner must free it first.
         """
-        if capacity < 0:
-            raise SlotError(f"switch {switch!r}: capacity {capacity} is negative")
+        if not 0 <= capacity <= MAX_SLOTS:
+            raise SlotError(
+                f"switch {switch!r}: capacity {capacity} is not in 0..{MAX_SLOTS} "
+                "(the slot index is 16 bits)"
+            )
         with self._store.transaction() as db:
             top = db.execute(
                 "SELECT MAX(start + count) FROM slot_allocs WHERE switch = ?", (switch,)
@@ -94,8 +102,10 @@ class SlotPool:
         lowest free range that fits (first fit) is taken. Raises :class:`SlotError` when
         no range fits.
         """
-        if count <= 0:
-            raise SlotError(f"switch {switch!r}, owner {owner!r}: slot count {count} must be > 0")
+        if not 0 < count <= MAX_SLOTS:
+            raise SlotError(
+                f"switch {switch!r}, owner {owner!r}: slot count {count} is not in 1..{MAX_SLOTS}"
+            )
         with self._store.transaction() as db:
             row = db.execute(
                 "SELECT capacity FROM slot_pools WHERE switch = ?", (switch,)
@@ -141,13 +151,38 @@ class SlotPool:
         return cur.rowcount > 0
 
     def check(self, switch: str) -> None:
-        """Assert the pool invariant of ``switch`` (inside capacity, no overlap)."""
+        """Raise :class:`SlotError` naming the problem when the pool of ``switch`` breaks its
+        invariant: capacity within MAX_SLOTS, every range inside it, no two ranges overlap."""
         capacity = self.capacity(switch) or 0
-        prev_end = 0
+        if not 0 <= capacity <= MAX_SLOTS:
+            raise SlotError(f"switch {switch!r}: capacity {capacity} is not in 0..{MAX_SLOTS}")
+        prev: Allocation | None = None
         for a in self.allocations(switch):
-            if a.start < prev_end or a.count <= 0 or a.end > capacity:
-                raise SlotError(f"switch {switch!r}: allocation {a} breaks the pool invariant")
-            prev_end = a.end
+            if not (isinstance(a.start, int) and isinstance(a.count, int)):
+                raise SlotError(f"switch {switch!r}: allocation of {a.owner!r} is not integers")
+            if a.count <= 0 or a.start < 0 or a.end > capacity:
+                raise SlotError(
+                    f"switch {switch!r}: {a.owner!r} holds slots [{a.start}, {a.end}) outside "
+                    f"the pool [0, {capacity})"
+                )
+            if prev is not None and a.start < prev.end:
+                raise SlotError(
+                    f"switch {switch!r}: {a.owner!r} [{a.start}, {a.end}) overlaps "
+                    f"{prev.owner!r} [{prev.start}, {prev.end})"
+                )
+            prev = a if prev is None or a.end > prev.end else prev
+
+    def check_all(self) -> None:
+        """:meth:`check` every switch, and refuse allocations on a switch with no pool."""
+        with self._store.transaction() as db:
+            orphans = db.execute(
+                "SELECT DISTINCT switch FROM slot_allocs WHERE switch NOT IN "
+                "(SELECT switch FROM slot_pools)"
+            ).fetchall()
+        if orphans:
+            raise SlotError(f"switch {orphans[0][0]!r}: allocations without a slot pool")
+        for sw in self.switches():
+            self.check(sw)
 
 
 def _fit(taken: list[tuple[int, int]], capacity: int, count: int, prefer: int | None) -> int | None:

@@ -3,8 +3,16 @@
 Tables: ``meta`` (topology name, current epoch, current plan id), ``plans`` (every plan
 applied, by content hash), ``agents`` (registry: identity, inventory, acknowledged epoch),
 ``slot_pools`` / ``slot_allocs`` (aggregator slots per switch, see :mod:`controller.slots`),
-``group_ids`` (numeric INA group id of each group name) and ``table_versions`` (version of
-each GPU policy table, bumped when its content changes).
+``group_ids`` (numeric INA group id of each group name), ``table_versions`` (version of
+each GPU policy table, bumped when its content changes), ``table_floors`` (versions GPU
+agents said they hold, which a new version must exceed) and ``group_seq`` (the highest
+collective sequence number a group's members reported).
+
+Everything read back is checked (:meth:`Store.verify`): a database is data from disk, so a
+garbage epoch, plan, group id or sequence number is refused with a :class:`StoreError`
+naming it, never served or turned into a traceback. ``meta.generation`` names the database
+(created with it, never changed): agents that see a new generation know the controller lost
+its state (docs/control-plane.md).
 
 The database runs in WAL mode; every public method is one transaction, so a crash between
 calls leaves a consistent state. One connection is shared by the gRPC worker threads under
@@ -14,6 +22,8 @@ a lock (SQLite serialises writers anyway).
 from __future__ import annotations
 
 import hashlib
+import json
+import secrets
 import sqlite3
 import threading
 import time
@@ -23,6 +33,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SCHEMA_VERSION = 1
+
+# The INA header's group_id is 16 bits and 0 means "none" (docs/dataplane.md).
+MAX_GROUP_ID = (1 << 16) - 1
+# Collective sequence numbers and table versions are counters that start at 0 and grow by
+# one per collective (per table change): 2^53 is 285 years at a million collectives per
+# second, is exact in a JSON double, and leaves room for apply_from_seq = last + 1 + margin
+# in SQLite's signed 64-bit integers. Anything above is a lie (issue 10 item 1).
+MAX_SEQ = 1 << 53
+MAX_EPOCH = 1 << 53
+# apply_from_seq = last_seq + 1 + margin, the margin far below MAX_SEQ.
+MAX_APPLY_FROM = 2 * MAX_SEQ
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -44,7 +65,16 @@ CREATE TABLE IF NOT EXISTS table_versions (
     apply_from_seq INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS group_seq (group_id TEXT PRIMARY KEY, last_seq INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS table_floors (group_id TEXT PRIMARY KEY, version INTEGER NOT NULL);
 """
+
+
+class StoreError(Exception):
+    """The database holds something the controller cannot serve (names it)."""
+
+
+class GroupIdsExhausted(StoreError):
+    """Every INA group id (1..MAX_GROUP_ID) is taken by a live group."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +118,10 @@ class Store:
                 (str(SCHEMA_VERSION),),
             )
             db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('epoch', '0')")
+            db.execute(
+                "INSERT OR IGNORE INTO meta(key, value) VALUES ('generation', ?)",
+                (secrets.token_hex(8),),
+            )
 
     def close(self) -> None:
         with self._lock:
@@ -135,16 +169,23 @@ class Store:
     def topology(self, name: str) -> None:
         self.set_meta("topology", name)
 
+    @property
+    def generation(self) -> str:
+        """The database's identity, created with it (docs/control-plane.md)."""
+        return self.get_meta("generation", "") or ""
+
     # --- epochs -----------------------------------------------------------------------
 
     def epoch(self) -> int:
-        """The last epoch issued (0: none yet)."""
-        return int(self.get_meta("epoch", "0") or 0)
+        """The last epoch issued (0: none yet). Raises :class:`StoreError` on garbage."""
+        return _bounded_int(self.get_meta("epoch", "0"), MAX_EPOCH, "meta.epoch")
 
     def next_epoch(self) -> int:
         """Issue and persist a new epoch, one above the last; never reused after restart."""
         with self.transaction() as db:
-            e = int(db.execute("SELECT value FROM meta WHERE key='epoch'").fetchone()[0]) + 1
+            e = self.epoch() + 1
+            if e > MAX_EPOCH:
+                raise StoreError(f"meta.epoch: no epoch above {MAX_EPOCH}")
             db.execute("UPDATE meta SET value = ? WHERE key = 'epoch'", (str(e),))
         return e
 
@@ -162,13 +203,26 @@ class Store:
         return pid
 
     def current_plan(self) -> tuple[str, str] | None:
-        """``(plan_id, plan_json)`` of the current plan, or None before the first."""
+        """``(plan_id, plan_json)`` of the current plan, or None before the first. Raises
+        :class:`StoreError` when ``meta.plan_id`` names a plan the database does not hold."""
         pid = self.get_meta("plan_id")
         if not pid:
             return None
         with self._lock:
             row = self._db.execute("SELECT json FROM plans WHERE plan_id = ?", (pid,)).fetchone()
-        return (pid, row[0]) if row else None
+        if row is None:
+            raise StoreError(f"meta.plan_id {pid[:40]!r} names no stored plan")
+        if not isinstance(row[0], str):
+            raise StoreError(f"plan {pid[:40]!r}: stored JSON is not text")
+        return pid, row[0]
+
+    def plan_epoch(self, plan_id: str) -> int | None:
+        """The epoch at which ``plan_id`` was last made current, None if it never was."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT epoch FROM plans WHERE plan_id = ?", (plan_id,)
+            ).fetchone()
+        return None if row is None else _bounded_int(row[0], MAX_EPOCH, f"plans[{plan_id}].epoch")
 
     # --- agents -----------------------------------------------------------------------
 
@@ -202,6 +256,10 @@ class Store:
             ).fetchall()
         return [AgentRecord(*r) for r in rows]
 
+    def agent_count(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM agents").fetchone()[0])
+
     def touch_agent(self, node_id: str) -> None:
         with self.transaction() as db:
             db.execute("UPDATE agents SET last_seen = ? WHERE node_id = ?", (time.time(), node_id))
@@ -222,21 +280,38 @@ class Store:
             ).fetchone()
         return int(row[0]) if row else 0
 
+    def ack_many(self, acks: dict[str, int]) -> None:
+        """:meth:`ack` for several agents in one transaction (the controller batches acks)."""
+        now = time.time()
+        with self.transaction() as db:
+            db.executemany(
+                "UPDATE agents SET acked_epoch = MAX(acked_epoch, ?), last_seen = ? "
+                "WHERE node_id = ?",
+                [(epoch, now, node) for node, epoch in acks.items()],
+            )
+
     # --- INA group ids ----------------------------------------------------------------
 
-    def group_id(self, name: str) -> int:
+    def group_id(self, name: str, live: frozenset[str] | set[str] = frozenset()) -> int:
         """The numeric INA group id of group ``name``: assigned once (lowest unused id from
-        1), then stable across plans and restarts."""
+        1), then stable across plans and restarts. Ids are 16 bits (:data:`MAX_GROUP_ID`);
+        when all are taken, the ids of groups not in ``live`` (the plan being applied) are
+        reclaimed, never earlier: a dropped group's packets may still be in flight, so its
+        id is not handed to another group while others are free. Raises
+        :class:`GroupIdsExhausted` when every id belongs to a live group."""
         with self.transaction() as db:
             row = db.execute("SELECT id FROM group_ids WHERE name = ?", (name,)).fetchone()
             if row:
                 return int(row[0])
-            used = [r[0] for r in db.execute("SELECT id FROM group_ids ORDER BY id")]
-            gid = 1
-            for u in used:
-                if u != gid:
-                    break
-                gid += 1
+            gid = _lowest_free(db)
+            if gid > MAX_GROUP_ID:
+                stale = [n for (n,) in db.execute("SELECT name FROM group_ids") if n not in live]
+                db.executemany("DELETE FROM group_ids WHERE name = ?", [(n,) for n in stale])
+                gid = _lowest_free(db)
+            if gid > MAX_GROUP_ID:
+                raise GroupIdsExhausted(
+                    f"no free INA group id for {name}: all {MAX_GROUP_ID} are in use"
+                )
             db.execute("INSERT INTO group_ids(name, id) VALUES (?, ?)", (name, gid))
         return gid
 
@@ -245,14 +320,19 @@ class Store:
     def table_version(self, group_id: str, digest: str, apply_from_seq: int = 0) -> int:
         """Version of the policy table of ``group_id`` whose content hashes to ``digest``:
         unchanged content keeps its version (and apply_from_seq), changed content gets
-        version + 1, applying from collective sequence number ``apply_from_seq``."""
+        version + 1, applying from collective sequence number ``apply_from_seq``. A version
+        at or below the group's floor (:meth:`raise_table_floor`: what its members hold
+        from a controller that lost its database) is replaced by floor + 1."""
         with self.transaction() as db:
             row = db.execute(
                 "SELECT version, digest FROM table_versions WHERE group_id = ?", (group_id,)
             ).fetchone()
-            if row and row[1] == digest:
+            floor = self.table_floor(group_id)
+            if row and row[1] == digest and int(row[0]) > floor:
                 return int(row[0])
-            version = int(row[0]) + 1 if row else 1
+            version = max(int(row[0]) if row else 0, floor) + 1
+            if version > MAX_SEQ:
+                raise StoreError(f"table {group_id}: no version above {MAX_SEQ}")
             db.execute(
                 "INSERT OR REPLACE INTO table_versions(group_id, version, digest, apply_from_seq)"
                 " VALUES (?,?,?,?)",
@@ -268,10 +348,43 @@ class Store:
             ).fetchone()
         return int(row[0]) if row else 0
 
+    def table_floor(self, group_id: str) -> int:
+        """The highest version the members of ``group_id`` said they hold (0: none)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT version FROM table_floors WHERE group_id = ?", (group_id,)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def raise_table_floor(self, group_id: str, version: int) -> bool:
+        """Record that a member holds ``version`` of ``group_id``'s table (bounded by the
+        caller); True when that raised the floor."""
+        if not 0 <= version <= MAX_SEQ:
+            raise ValueError(f"table version {version} out of [0, {MAX_SEQ}]")
+        with self.transaction() as db:
+            if version <= self.table_floor(group_id):
+                return False
+            db.execute(
+                "INSERT OR REPLACE INTO table_floors(group_id, version) VALUES (?, ?)",
+                (group_id, version),
+            )
+        return True
+
+    def current_table_version(self, group_id: str) -> int:
+        """Version of ``group_id``'s current table (0: none yet)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT version FROM table_versions WHERE group_id = ?", (group_id,)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
     # --- collective sequence numbers reported by GPU agents ---------------------------
 
     def note_seq(self, group_id: str, seq: int) -> None:
-        """Remember the highest collective sequence number reported for ``group_id``."""
+        """Remember the highest collective sequence number reported for ``group_id``
+        (the caller checked that the reporter is a member; ``seq`` <= :data:`MAX_SEQ`)."""
+        if not 0 <= seq <= MAX_SEQ:
+            raise ValueError(f"sequence number {seq} out of [0, {MAX_SEQ}]")
         with self.transaction() as db:
             db.execute(
                 "INSERT INTO group_seq(group_id, last_seq) VALUES (?, ?) ON CONFLICT(group_id) "
@@ -285,3 +398,61 @@ class Store:
                 "SELECT last_seq FROM group_seq WHERE group_id = ?", (group_id,)
             ).fetchone()
         return int(row[0]) if row else None
+
+    # --- integrity --------------------------------------------------------------------
+
+    def verify(self) -> None:
+        """Check what a restart reads back (epoch, current plan, group ids, sequence numbers,
+        table versions); raise :class:`StoreError` naming the first problem. The slot pool
+        has its own check (:meth:`controller.slots.SlotPool.check_all`)."""
+        with self._lock:
+            epoch = self.epoch()
+            cur = self.current_plan()
+            if cur is not None:
+                pid, text = cur
+                try:
+                    json.loads(text)
+                except ValueError as exc:
+                    raise StoreError(f"plan {pid}: stored JSON does not parse ({exc})") from None
+                if plan_id_of(text) != pid:
+                    raise StoreError(f"plan {pid}: stored JSON does not hash to its id")
+                applied = self.plan_epoch(pid)
+                if applied is not None and applied > epoch:
+                    raise StoreError(
+                        f"plan {pid} was applied at epoch {applied}, above meta.epoch {epoch}"
+                    )
+            for name, gid in self._db.execute("SELECT name, id FROM group_ids"):
+                if not isinstance(gid, int) or not 1 <= gid <= MAX_GROUP_ID:
+                    raise StoreError(f"group_ids[{name!r}] = {gid!r} is not in 1..{MAX_GROUP_ID}")
+            for table, col in (
+                ("group_seq", "last_seq"),
+                ("table_versions", "version"),
+                ("table_versions", "apply_from_seq"),
+                ("table_floors", "version"),
+            ):
+                for name, value in self._db.execute(f"SELECT group_id, {col} FROM {table}"):
+                    bound = MAX_APPLY_FROM if col == "apply_from_seq" else MAX_SEQ
+                    if not isinstance(value, int) or not 0 <= value <= bound:
+                        raise StoreError(
+                            f"{table}[{name!r}].{col} = {value!r} is not in 0..{bound}"
+                        )
+
+
+def _bounded_int(value: object, bound: int, what: str) -> int:
+    """``value`` (text or integer from SQLite) as an int in [0, bound], else StoreError."""
+    try:
+        out = int(str(value).strip()) if isinstance(value, str) else value
+    except ValueError:
+        raise StoreError(f"{what} = {str(value)[:40]!r} is not an integer") from None
+    if isinstance(out, bool) or not isinstance(out, int) or not 0 <= out <= bound:
+        raise StoreError(f"{what} = {str(value)[:40]!r} is not in 0..{bound}")
+    return out
+
+
+def _lowest_free(db: sqlite3.Connection) -> int:
+    gid = 1
+    for (used,) in db.execute("SELECT id FROM group_ids ORDER BY id"):
+        if used != gid:
+            break
+        gid += 1
+    return gid

@@ -65,7 +65,7 @@ def _links(extra=""):
         (["--planner", "magic"], "unknown planner"),
     ],
 )
-def test_bad_input_exits_2_with_one_line(tmp_path, args, message):
+def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, message):
     files = {
         "{bad_edge}": _write(tmp_path, "a.yaml", _links("\n  - {a: ghost, b: sw, gbps: 100}")),
         "{negative}": _write(tmp_path, "b.yaml", _links().replace("gbps: 100}", "gbps: -100}", 1)),
@@ -76,13 +76,83 @@ def test_bad_input_exits_2_with_one_line(tmp_path, args, message):
         ),
     }
     args = [files.get(x, x) for x in args]
+    assert main(["plan", "--quiet", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err, err
+
+
+def test_the_installed_command_answers_bad_input_in_one_line(tmp_path):
+    """A spot check through a real process (the rest run in-process: a process start costs
+    several seconds on a busy 2-core machine)."""
+    bad = _write(tmp_path, "a.yaml", _links("\n  - {a: ghost, b: sw, gbps: 100}"))
     r = subprocess.run(
-        [sys.executable, "-m", "controller.cli", "plan", "--quiet", *args],
+        [sys.executable, "-m", "controller.cli", "plan", "--quiet", "--topology", bad],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert r.returncode == 2, r.stderr
-    assert "Traceback" not in r.stderr
-    lines = [x for x in r.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1 and message in lines[0], r.stderr
+    assert r.stderr == f"heroserve: error: {bad}: links[4].a: unknown node 'ghost'\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--seed", "-1"], "argument --seed: must be non-negative, got -1"),
+        (["--seed", "4294967296"], "argument --seed: must be at most 4294967295"),
+        (["--json", "{missing}/p.json"], "argument --json: directory '{missing}' does not exist"),
+        (["--json", "{tmp}"], "argument --json: '{tmp}' is a directory, not a file"),
+        (["--sla-ttft", "nan"], "argument --sla-ttft: must be a finite number, got nan"),
+        (["--sla-tpot", "inf"], "argument --sla-tpot: must be a finite number, got inf"),
+        (["--sla-tpot", "0"], "argument --sla-tpot: must be positive, got 0"),
+        (["--max-candi", "0.5"], "argument --max-candi: must be an integer, got 0.5"),
+        (["--prefill-par", "4096x1"], "TP and PP must be in 1..1024"),
+        (["--topology", "{typo}"], "links[0].latncy_us: unknown key (did you mean latency_us?)"),
+        (["--workload", "{nan_trace}"], "line 2: arrival_s: must be a finite number, got nan"),
+    ],
+)
+def test_bad_arguments_exit_2_in_one_line_before_any_planning(tmp_path, capsys, args, message):
+    subs = {
+        "{missing}": str(tmp_path / "missing"),
+        "{tmp}": str(tmp_path),
+        "{typo}": _write(
+            tmp_path, "t.yaml", _links().replace("gbps: 100}", "gbps: 100, latncy_us: 3}", 1)
+        ),
+        "{nan_trace}": _write(tmp_path, "w.csv", "input_tokens,output_tokens,arrival_s\n3,4,nan\n"),
+    }
+
+    def sub(x: str) -> str:
+        for k, v in subs.items():
+            x = x.replace(k, v)
+        return x
+
+    assert main(["plan", "--quiet", "--planner", "heroserve", *map(sub, args)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and sub(message) in err, err
+
+
+def test_validate_names_what_it_read(tmp_path, capsys):
+    topo = _write(tmp_path, "t.yaml", _links())
+    assert main(["validate", topo]) == 0
+    assert capsys.readouterr().out == f"{topo}: valid topology (4 GPUs, 7 nodes, 8 links)\n"
+    plan = tmp_path / "p.json"
+    assert main(["plan", "--quiet", "--planner", "heroserve", "--model", "OPT-13B",
+                 "--topology", topo, "--json", str(plan)]) == 0  # fmt: skip
+    capsys.readouterr()
+    # the plan names its cluster "t" (the file's name), which only the file resolves
+    assert main(["validate", str(plan)]) == 2
+    assert "plan's topology 't' cannot be resolved" in capsys.readouterr().err
+    assert main(["validate", str(plan), "--topology", topo]) == 0
+    out = capsys.readouterr().out
+    p = json.loads(plan.read_text())  # what the planner chose is the planner's business
+    n = sum(len(s) for ph in ("prefill", "decode") for i in p[ph]["instances"] for s in i["stages"])
+    assert out.startswith(f"{plan}: valid plan by heroserve ({n} GPUs, prefill ")
+    assert out.endswith("fits topology t\n")
+    trace = _write(tmp_path, "w.csv", "input_tokens,output_tokens\n3,4\n5,6\n")
+    assert main(["validate", trace]) == 0
+    assert (
+        "valid trace (2 requests, mean input 4.0 and output 5.0 tokens" in capsys.readouterr().out
+    )
+    # the same plan against a cluster without its GPUs
+    assert main(["validate", str(plan), "--topology", "fig2"]) == 2
+    assert "GPU 'a-gpu0' is not in topology 'fig2'" in capsys.readouterr().err

@@ -3,6 +3,8 @@ with backoff and resynchronise, the epoch continues, slot allocations are intact
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import socket
 import subprocess
@@ -15,9 +17,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from controller._gen.heroserve.v1 import control_pb2 as pb
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
-from controller.service.agent import AgentClient, Backoff, PolicyState
+from agents.client import AgentClient, Backoff, PolicyState
+from agents.proto.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service.sample import sample_plan, sample_topology, save_sample_topology
 from controller.slots import SlotPool
 from controller.store import Store
@@ -148,7 +150,9 @@ def test_controller_restart(tmp_path: Path) -> None:
         time.sleep(1.0)
         assert sw.client.connects == 1 and gpu.client.connects == 1
 
-        proc = start(db, port, log, None)  # no --plan: the stored one is served
+        # The same command line again (--plan v1) while the database holds v2, applied through
+        # Admin: the database is the truth, v2 stays (issue 10 item 6: v1 used to come back).
+        proc = start(db, port, log, plan)
         wait_for("reconnected", lambda: sw.client.connects == 2 and gpu.client.connects == 2)
         # Full state again, at the same epoch (it continues, never restarts from 0).
         wait_for("resynchronised", lambda: len(sw.states) >= 3 and len(gpu.states) >= 3)
@@ -163,6 +167,7 @@ def test_controller_restart(tmp_path: Path) -> None:
         wait_for("epoch 3 applied", lambda: sw.epoch == 3 and gpu.epoch == 3)
         text = log.read_text()
         assert "restored plan" in text
+        assert "superseded it: serving" in text
     finally:
         sw.stop()
         gpu.stop()
@@ -195,3 +200,159 @@ def test_agent_waits_for_the_first_plan(tmp_path: Path) -> None:
     finally:
         gpu.stop()
         srv.stop()
+
+
+# --- a controller that lost its database (issue 10 item 4) --------------------------------
+
+
+def _server(db: Path, listen: str = "127.0.0.1:0"):  # noqa: ANN202
+    from controller.service.core import Options
+    from controller.service.server import ControllerServer, ThreadedServer
+
+    opts = Options(apply_margin=5, telemetry_interval_s=0.2)
+    return ThreadedServer(
+        ControllerServer(Store(db), listen, options=opts, topology=sample_topology())
+    )
+
+
+def _apply(srv, reverse: bool = False) -> int:  # noqa: ANN001
+    p = sample_plan(ina_groups=1, ring_groups=0, workers=4)
+    if reverse:  # same group, members in another order: new table content, a new version
+        p.prefill.groups[0].gpus.reverse()
+    return srv.call(lambda: srv.server.core.apply_plan(p.to_json()))[0]
+
+
+def _versions_up_to_3(srv) -> None:  # noqa: ANN001
+    for reverse in (False, True, False):
+        _apply(srv, reverse)
+    assert srv.server.core.state.table_by_name["prefill/0/0"].version == 3
+
+
+def test_python_agent_gets_versions_above_what_it_held(tmp_path: Path) -> None:
+    a = _server(tmp_path / "a.db")
+    port = a.port
+    _versions_up_to_3(a)
+    gpu = Agent(
+        port,
+        pb.NodeIdentity(node_id="p0", kind=pb.NODE_KIND_GPU),
+        pb.GpuInventory(gpus=[pb.GpuInfo(gpu_id="p0-g1")]),
+    )
+    b = None
+    try:
+        wait_for("epoch 3", lambda: gpu.epoch == 3)
+        gen_a = gpu.client.state.generation
+        assert gen_a == a.server.core.generation
+        a.stop()
+        # The database is gone: a new controller on the same address, a different plan.
+        b = _server(tmp_path / "b.db", f"127.0.0.1:{port}")
+        assert b.server.core.generation != gen_a
+        assert _apply(b, reverse=True) == 1  # B's own count, and its own version 1
+        # The agent told B it holds version 3 of generation A: B re-issues the table above it.
+        wait_for("resync", lambda: gpu.client.state.generation == b.server.core.generation)
+        wait_for("epoch 2 of B", lambda: gpu.epoch == 2)
+        t = gpu.client.state.tables["prefill/0/0"]
+        # B's content (members reversed: the ring fallback goes p0-g0 -> s1 -> p0-g3).
+        assert t.version == 4 and list(t.policies[1].paths["p0-g0"].nodes) == [
+            "p0-g0",
+            "s1",
+            "p0-g3",
+        ]
+        assert b.server.core.store.table_floor("prefill/0/0") == 3
+        wait_for("ack", lambda: b.server.core.store.agent("p0").acked_epoch == 2)
+        # From then on B counts as usual.
+        assert _apply(b) == 3
+        wait_for("epoch 3 of B", lambda: gpu.epoch == 3)
+        assert gpu.client.state.tables["prefill/0/0"].version == 5
+    finally:
+        gpu.stop()
+        if b is not None:
+            b.stop()
+
+
+def test_gpu_agent_never_acks_a_table_it_ignores(tmp_path: Path) -> None:
+    """The C++ daemon after the controller lost its database: it used to keep its higher old
+    version silently and acknowledge the new controller's epochs (issue 10 item 4)."""
+    from test_gpu_agent_e2e import AGENT, PLUGIN, ROOT, Proc, agent_env, segment, start_agent
+
+    if not (AGENT.exists() and PLUGIN.exists()):
+        pytest.skip("C++ GPU agent not built (make cxx)")
+    prefix = f"pytest{os.getpid()}r{time.monotonic_ns() % 1000000}."
+    a = _server(tmp_path / "a.db")
+    port = a.port
+    _versions_up_to_3(a)
+    agent = start_agent(tmp_path, prefix, f"127.0.0.1:{port}")
+    driver = b = None
+
+    def acked(srv, epoch: int) -> bool:  # noqa: ANN001
+        rec = srv.server.core.store.agent("p0")
+        return rec is not None and rec.acked_epoch >= epoch
+
+    def newest() -> dict:
+        raw = segment(prefix).read_bytes()
+        doc, _ = json.JSONDecoder().raw_decode(
+            raw[raw.index(b'{"tables":') :].decode("utf-8", errors="replace")
+        )
+        return doc["tables"][-1]
+
+    try:
+        wait_for(f"ack of epoch 3\n{agent.text()}", lambda: acked(a, 3), timeout=15)
+        driver = Proc(
+            [sys.executable, "-m", "agents.gpu.tuner_driver", str(PLUGIN), "--ranks", "2"],
+            {**agent_env(prefix), "PYTHONPATH": str(ROOT)},
+            tmp_path / "driver.log",
+            stdin=True,
+        )
+        first = driver.ask("run 20 1048576")
+        assert {c[1] for c in first["choices"]} == {3}
+        a.stop()
+        b = _server(tmp_path / "b.db", f"127.0.0.1:{port}")
+        assert _apply(b, reverse=True) == 1
+        # B learns version 3 and sequence 19 from the registration and re-issues the table
+        # as version 4 from collective 19 + 1 + 5 = 25; the agent acks only what it applied.
+        wait_for(f"ack of B's epoch 2\n{agent.text()}", lambda: acked(b, 2), timeout=15)
+        t = newest()
+        assert t["version"] == 4 and t["apply_from_seq"] == 25
+        assert t["policies"][1]["paths"]["p0-g0"] == ["p0-g0", "s1", "p0-g3"]  # B's content
+        assert "controller generation changed" in agent.text()
+        assert "is below version 3 already published: refused" in agent.text()
+        # The plugin, running all along, switches to B's table at the announced collective.
+        second = driver.ask("run 10 1048576")
+        assert second["agree"], second
+        assert [(c[0], c[1]) for c in second["choices"]] == [
+            (s, 3 if s < 25 else 4) for s in range(20, 30)
+        ]
+        assert _apply(b) == 3
+        wait_for("ack of B's epoch 3", lambda: acked(b, 3), timeout=15)
+        assert newest()["version"] == 5
+    finally:
+        if driver is not None:
+            driver.stop()
+        assert agent.stop() == 0, agent.text()
+        if b is not None:
+            b.stop()
+        for f in Path("/dev/shm").glob(f"heroserve-{prefix}*"):
+            f.unlink()
+
+
+def test_startup_plan_applies_only_what_the_database_never_held(tmp_path: Path) -> None:
+    """docs/control-plane.md "Restart": the database is the truth (issue 10 item 6)."""
+    from controller.service.core import Controller
+
+    db, topo = tmp_path / "c.db", sample_topology()
+    v1, v2, v3 = (sample_plan(tag=t).to_json() for t in ("v1", "v2", "v3"))
+    c = Controller(Store(db), topology=topo)
+    first = c.apply_startup_plan(v1)
+    assert first.endswith("applied at epoch 1 (the database held no plan)")
+    _, pid2 = c.apply_plan(v2)  # through Admin
+    c.store.close()
+    c = Controller(Store(db), topology=topo)  # restarted with the same --plan v1
+    msg = c.apply_startup_plan(v1)
+    assert "was applied at epoch 1 and plan " + pid2 + " superseded it" in msg
+    assert (c.epoch, c.state.plan_id) == (2, pid2)
+    assert c.apply_startup_plan(v2) == (
+        f"--plan {pid2} is the plan the database holds (epoch 2): unchanged"
+    )
+    assert c.epoch == 2
+    msg = c.apply_startup_plan(v3)  # a plan the database never held: applied
+    assert msg.endswith(f"applied at epoch 3 (the database held plan {pid2})")
+    assert c.epoch == 3

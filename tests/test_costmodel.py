@@ -13,64 +13,197 @@ from controller.costmodel.compute import (
 from controller.costmodel.kvcache import kv_shares
 from controller.costmodel.network import T_AGG_S, NetParams, flow_times, ina_pattern, ring_pattern
 from controller.costmodel.queueing import max_rate_within, pk_queue_delay
+from controller.errors import InputError
 from controller.models import model_spec
 from controller.topology import fig2
 from controller.topology import testbed as make_testbed
-from controller.topology.fabric import Fabric
 
 MB = 1e6
 ETH = 12.5e9  # 100 Gb/s in bytes/s
 
 
-def test_fig2_ina_collection_homogeneous_vs_nvlink():
-    """Paper Fig. 2: 1 MB collected over two Ethernet hops ~160 us; NVLink + one hop ~90 us."""
+NV = 300e9  # A100 NVLink per direction (600 GB/s is the total over both directions)
+PAPER = NetParams(cost_mode="paper")
+# the paper counts the message's own bytes: 16-bit lanes, no packet headers
+PAPER_BYTES = NetParams(cost_mode="paper", ina_lanes="fp16", ina_overhead_bytes=0)
+PIPE_BYTES = NetParams(ina_lanes="fp16", ina_overhead_bytes=0)
+
+
+def test_fig2_paper_mode_160_and_90_us():
+    """Paper Fig. 2 in its own (store-and-forward) mode: 1 MB collected over two Ethernet
+    hops ~160 us; over NVLink and one Ethernet hop ~90 us."""
     g = fig2()
-    fp16 = NetParams(ina_element_bytes=2)  # the paper counts the message's own bytes
-    homo = ina_pattern(Fabric(g, relay=False), ["gn2", "gn3"], "S1", MB, fp16)
-    het = ina_pattern(Fabric(g, relay=True), ["gn2", "gn3"], "S2", MB, fp16)
-    t_homo = max(flow_times(Fabric(g, relay=False), [(p, MB) for p in homo.paths.values()]))
-    t_het = max(flow_times(Fabric(g), [(p, MB) for p in het.paths.values()]))
+    homo_f, het_f = PAPER.fabric(g, relay=False), PAPER.fabric(g)
+    homo = ina_pattern(homo_f, ["gn2", "gn3"], "S1", MB, PAPER_BYTES)
+    het = ina_pattern(het_f, ["gn2", "gn3"], "S2", MB, PAPER_BYTES)
+    t_homo = max(flow_times(homo_f, [(p, MB) for p in homo.paths.values()]))
+    t_het = max(flow_times(het_f, [(p, MB) for p in het.paths.values()]))
     assert t_homo == pytest.approx(160e-6, rel=0.15)
     assert t_het == pytest.approx(90e-6, rel=0.15)
-    # hand-worked: 2 x (1 MB / 12.5 GB/s + 2 us) and 2 x (1 MB / 600 GB/s + 0.5 us) + 80 + 2 us
-    assert t_homo == pytest.approx(2 * (MB / ETH + 2e-6))
-    assert t_het == pytest.approx(2 * (MB / 600e9 + 0.5e-6) + MB / ETH + 2e-6)
+    # hand-worked: 2 x (1 MB / 12.5 GB/s + 2 us) = 164 us; gn2 relays through gn1's NIC:
+    # 2 x (1 MB / 300 GB/s + 0.5 us) + 80 + 2 us = 89.667 us
+    assert t_homo == pytest.approx(164e-6)
+    assert t_het == pytest.approx(2 * (MB / NV + 0.5e-6) + MB / ETH + 2e-6)
+    assert t_het == pytest.approx(89.6667e-6, rel=1e-5)
     assert het.paths["gn2"] == ["gn2", "A-nvsw", "gn1", "S2"]
-    # Eq. 8: T_ina = T_col + T_agg + T_dis (+ one host round)
-    assert het.time(Fabric(g), MB) == pytest.approx(2 * t_het + T_AGG_S + fp16.ina_host_s)
+    # Eq. 8 as written: T_ina = T_col + T_agg + T_dis (+ one host round), T_dis = T_col
+    assert het.time(het_f, MB) == pytest.approx(2 * t_het + T_AGG_S + PAPER_BYTES.ina_host_s)
+    assert het.time(het_f, MB) == pytest.approx(184.3333e-6, rel=1e-5)
+
+
+def test_fig2_pipelined_mode():
+    """Fig. 2 with packet-by-packet forwarding (4096-byte RoCE packets): a route costs its
+    slowest hop's D / B plus its latencies plus one packet per extra hop, so the relay's gain
+    is the latency of one Ethernet hop, not a whole store-and-forward copy of the message."""
+    g = fig2()
+    homo_f, het_f = NetParams().fabric(g, relay=False), NetParams().fabric(g)
+    # gn3 -> S2 -> S1: 1 MB / 12.5 GB/s + 2 x 2 us + 4096 B / 12.5 GB/s = 84.32768 us
+    t_homo = max(flow_times(homo_f, [(["gn3", "S2", "S1"], MB), (["gn2", "S1"], MB)]))
+    assert t_homo == pytest.approx(84.32768e-6, rel=1e-9)
+    # gn2 -> A-nvsw -> gn1 -> S2: 80 us + (0.5 + 0.5 + 2) us + 4096 B x 2 / 300 GB/s
+    t_het = flow_times(het_f, [(["gn2", "A-nvsw", "gn1", "S2"], MB)])[0]
+    assert t_het == pytest.approx(80e-6 + 3e-6 + 4096 * 2 / NV, rel=1e-12)
+    assert t_het == pytest.approx(83.0273067e-6, rel=1e-8)
+
+
+def test_two_hop_pipelined_flow_hand_worked():
+    """A flow over two equal Ethernet hops, alone and with a second flow on its first hop.
+    Alone: D / B + 2 latencies + one 4096-byte packet on the extra hop (paper: 2 D / B)."""
+    g = fig2()
+    pipe, paper = NetParams().fabric(g), PAPER.fabric(g)
+    path = ["gn3", "S2", "S1"]
+    # 1 MB: 80 us + 4 us + 0.32768 us = 84.32768 us; paper 2 x 82 = 164 us
+    assert pipe.path_time(path, MB) == pytest.approx(84.32768e-6, rel=1e-12)
+    assert paper.path_time(path, MB) == pytest.approx(164e-6, rel=1e-12)
+    # gn1 also sends 1 MB into S2 over its own link: no shared link, nothing changes
+    both = flow_times(pipe, [(path, MB), (["gn1", "S2", "S1"], MB)])
+    # ...but S2 -> S1 carries both megabytes: 2 MB / 12.5 GB/s = 160 us is the slowest hop
+    assert both == pytest.approx([164.32768e-6, 164.32768e-6], rel=1e-12)
+    # paper: (80 + 2) + (160 + 2) = 244 us
+    assert flow_times(paper, [(path, MB), (["gn1", "S2", "S1"], MB)])[0] == pytest.approx(244e-6)
 
 
 def test_flows_of_one_collective_share_a_link():
     g = fig2()
-    f = Fabric(g)
-    path = ["gn1", "S2"]
-    alone = flow_times(f, [(path, MB)])[0]
-    both = flow_times(f, [(path, MB), (["gn2", "A-nvsw", "gn1", "S2"], MB)])
-    assert alone == pytest.approx(MB / ETH + 2e-6)
-    assert both[0] == pytest.approx(2 * MB / ETH + 2e-6)  # the NIC carries both megabytes
+    relay = ["gn2", "A-nvsw", "gn1", "S2"]
+    for params in (NetParams(), PAPER):
+        f = params.fabric(g)
+        alone = flow_times(f, [(["gn1", "S2"], MB)])[0]
+        both = flow_times(f, [(["gn1", "S2"], MB), (relay, MB)])
+        assert alone == pytest.approx(MB / ETH + 2e-6)
+        assert both[0] == pytest.approx(2 * MB / ETH + 2e-6)  # the NIC carries both megabytes
+    # the relayed flow: pipelined its slowest hop is the shared NIC (160 us) + 3 us latency +
+    # 4096 B on each NVLink hop; paper: 2 x (3.333 + 0.5) + 162 us
+    assert flow_times(NetParams().fabric(g), [(["gn1", "S2"], MB), (relay, MB)])[1] == (
+        pytest.approx(160e-6 + 3e-6 + 4096 * 2 / NV, rel=1e-12)
+    )
+    assert flow_times(PAPER.fabric(g), [(["gn1", "S2"], MB), (relay, MB)])[1] == (
+        pytest.approx(2 * (MB / NV + 0.5e-6) + 162e-6, rel=1e-12)
+    )
+
+
+def test_overlapped_ina_hand_worked():
+    """Pipelined INA: members stream up and the switch streams the sum back on full-duplex
+    links, so T_ina = the most loaded link (up or down) + the longest round trip's latency +
+    T_agg + the host overhead, instead of T_col + T_agg + T_dis."""
+    g = fig2()
+    f = NetParams().fabric(g)
+    # 16-bit lanes without headers (1 wire byte per byte), 128-byte packets: gn2 relays via
+    # gn1's NIC, gn3 uses its own. Every link up and down carries 1 MB: slowest 80 us.
+    # gn2's round trip: 6 hops, 2 x 3 us + 128 B x (4 / 300 GB/s + 1 / 12.5 GB/s) = 6.011947 us;
+    # gn3's: 4 us + 128 B / 12.5 GB/s. T = 80 + 6.011947 + 1 (T_agg) + 4 (host) = 91.011947 us
+    het = ina_pattern(f, ["gn2", "gn3"], "S2", MB, PIPE_BYTES)
+    assert het.paths == {"gn2": ["gn2", "A-nvsw", "gn1", "S2"], "gn3": ["gn3", "S2"]}
+    rtt = 6e-6 + 128 * (4 / NV + 1 / ETH)
+    assert het.time(f, MB) == pytest.approx(MB / ETH + rtt + T_AGG_S + 4e-6, rel=1e-12)
+    assert het.time(f, MB) == pytest.approx(91.011947e-6, rel=1e-7)
+    # the same routes in paper mode: each round trip store and forward, 2 x 89.667 + 5 us
+    assert ina_pattern(PAPER.fabric(g), ["gn2", "gn3"], "S2", MB, PAPER_BYTES).time(
+        PAPER.fabric(g), MB
+    ) == pytest.approx(184.3333e-6, rel=1e-5)
+    # the project's default lanes: int32 (4 bytes per FP16 element) in 202-byte frames of 128
+    # payload bytes: 1 MB of FP16 is 2 x 202 / 128 = 3.15625 MB on the wire, 252.5 us; the
+    # round trip's packet terms use 202 bytes: 6 us + 202 B x (4 / 300 + 1 / 12.5) GB/s^-1
+    d = NetParams()
+    assert d.ina_wire_ratio == pytest.approx(3.15625)
+    t = ina_pattern(f, ["gn2", "gn3"], "S2", MB, d).time(f, MB)
+    assert t == pytest.approx(3.15625 * MB / ETH + 6e-6 + 202 * (4 / NV + 1 / ETH) + 5e-6)
+    assert t == pytest.approx(263.518853e-6, rel=1e-8)
+
+
+def test_lane_formats():
+    # bytes on the wire per byte of FP16 message, with the 74 bytes of headers and framing
+    # of each 128-byte INA payload: int32 2 x 202/128; int16 (2 + 1/32) / 2 x 202/128
+    assert NetParams(ina_lanes="int32").ina_wire_ratio == pytest.approx(2 * 202 / 128)
+    assert NetParams(ina_lanes="int16").ina_wire_ratio == pytest.approx(2.03125 / 2 * 202 / 128)
+    assert NetParams(ina_lanes="fp16").ina_wire_ratio == pytest.approx(202 / 128)
+    assert NetParams().plan_options() == {"cost_mode": "pipelined", "ina_lanes": "int32"}
+    assert NetParams.from_plan_options({}) == NetParams()
+    assert NetParams.from_plan_options({"cost_mode": "paper"}).cost_mode == "paper"
+    for bad, needle in (
+        ({"ina_lanes": "int8"}, "INA lanes must be one of int32, int16, fp16"),
+        ({"cost_mode": "fast"}, "cost mode must be one of pipelined, paper"),
+        ({"cost_mode": 3}, "plan option cost_mode must be a string"),
+    ):
+        with pytest.raises(InputError, match=needle):
+            NetParams.from_plan_options(bad)
 
 
 def test_ring_inside_a_server_hand_worked():
-    """4 A100s on one NVLink fabric: 2(P-1) = 6 steps of D/4 over two 600 GB/s hops."""
+    """4 A100s on one NVLink fabric (300 GB/s per direction): 2(P-1) = 6 steps of D/4."""
     g = make_testbed()
-    f = Fabric(g)
     members = [f"srv0-gpu{i}" for i in range(4)]
     d = 4 * MB
+    # paper: each step two store-and-forward NVLink hops + NCCL's 1.9 us: 6 x 9.5667 us
+    f = PAPER.fabric(g)
+    step = 2 * (MB / NV + 0.5e-6) + 1.9e-6
+    assert ring_pattern(f, members, d, PAPER).time(f, d) == pytest.approx(6 * step)
+    # pipelined (NCCL's model): 6 x D/4 / 300 GB/s = 20 us of bandwidth, plus the chain of
+    # 6 NVLink hops, each 1 us of latency + 4096 B / 300 GB/s + 1.9 us: 37.48192 us
+    f = NetParams().fabric(g)
     r = ring_pattern(f, members, d, NetParams())
-    step = 2 * (MB / 600e9 + 0.5e-6) + NetParams().ring_step_nvlink_s
-    assert r.time(f, d) == pytest.approx(6 * step)
+    assert r.time(f, d) == pytest.approx(20e-6 + 6 * (1e-6 + 4096 / NV + 1.9e-6), rel=1e-12)
+    assert r.time(f, d) == pytest.approx(37.48192e-6, rel=1e-6)
 
 
 def test_ring_across_servers_uses_one_channel_per_nic_pair():
-    """2 + 2 GPUs on two servers: two channels, each carrying D/4/2 over Ethernet; both cross
+    """2 + 2 V100s on two servers: two channels, each carrying D/4/2 over Ethernet; both cross
     the same access switch because GPU i of both servers share a track."""
     g = make_testbed()
-    f = Fabric(g)
     members = ["srv2-gpu0", "srv2-gpu1", "srv3-gpu0", "srv3-gpu1"]
     d = 8 * MB
-    r = ring_pattern(f, members, d, NetParams())
+    f = PAPER.fabric(g)
+    r = ring_pattern(f, members, d, PAPER)
     cross = 2 * (d / 4 / 2 / ETH + 2e-6)  # gpu -> switch -> gpu, each hop loaded with D/8
-    assert r.time(f, d) == pytest.approx(6 * (cross + NetParams().ring_step_net_s))
+    assert r.time(f, d) == pytest.approx(6 * (cross + 4e-6))
+    # pipelined: 6 x 1 MB / 12.5 GB/s = 480 us; chain of 2(N-1) = 2 network hops (4 us +
+    # 4096 B / 12.5 GB/s + NCCL's 4 us) and 2(P-N) = 4 NVLink hops (1 us + 4096 B / 150 GB/s +
+    # 1.9 us): 480 + 2 x 8.32768 + 4 x 2.927307 = 508.364587 us
+    f = NetParams().fabric(g)
+    r = ring_pattern(f, members, d, NetParams())
+    want = 480e-6 + 2 * (4e-6 + 4096 / ETH + 4e-6) + 4 * (1e-6 + 4096 / 150e9 + 1.9e-6)
+    assert r.time(f, d) == pytest.approx(want, rel=1e-12)
+    assert r.time(f, d) == pytest.approx(508.364587e-6, rel=1e-8)
+
+
+@pytest.mark.parametrize("mode", ["pipelined", "paper"])
+def test_latency_matrix_is_the_best_route(mode):
+    """pair_times (min-plus over exits and switch paths, by levels when pipelined) equals the
+    cheapest of every candidate route, priced alone, at sizes below and above a packet."""
+    from controller.costmodel.pairs import pair_times
+    from controller.topology.generators import tracks
+
+    g = tracks(12, 4, 2, 6, 2, name="t")
+    f = NetParams(cost_mode=mode).fabric(g)
+    gpus = sorted(n for n, d in g.nodes(data=True) if d.get("kind") == "gpu")[::3]
+    for nbytes in (0.0, 1000.0, 1e6):
+        d = pair_times(f, gpus, nbytes)
+        for i, a in enumerate(gpus):
+            for j, b in enumerate(gpus):
+                want = (
+                    0.0 if a == b else min(f.path_time(p, nbytes) for p in f.routes_between(a, b))
+                )
+                assert d[i, j] == pytest.approx(want, rel=1e-12, abs=1e-18), (a, b, nbytes)
 
 
 def test_compute_equations_hand_worked():
@@ -141,3 +274,200 @@ def test_rail_routes_are_routes_between_filtered_by_nccl_rules():
         else:
             assert rail_routes(fab, a, b) == [fab.nvlink_path(a, b)]
     assert rail_routes(fab, gpus[0], gpus[0]) == [[gpus[0]]]
+
+
+# -- hierarchical INA ----------------------------------------------------------------------
+FIG2_ALL = ["gn1", "gn2", "gn3", "gn4"]
+
+
+def test_hier_ina_two_servers_of_two_gpus_hand_worked():
+    """Fig. 2's cluster, all four GPUs (servers A = gn1, gn2 and B = gn3, gn4; gn1, gn3 on S2,
+    gn2, gn4 on S1), 1 MB, 16-bit lanes without headers (1 wire byte per byte), pipelined:
+    (a) reduce-scatter in each server: m - 1 = 1 ring step, each GPU sends D/2 to its peer
+        over gpu -> nvsw -> gpu: 0.5 MB / 300 GB/s = 1.6667 us, plus one NVLink hop of
+        chain latency: 1 us + 4096 B / 300 GB/s + NCCL's 1.9 us = 2.913653 us; 4.580320 us;
+    (b) rail 0 = {gn1, gn3} aggregates shard 0 at S2, rail 1 = {gn2, gn4} shard 1 at S1, each
+        over its own NICs: every link up and down carries 0.5 MB: 40 us, plus a round trip
+        of 2 x 2 us + 128 B / 12.5 GB/s = 4.01024 us, plus T_agg 1 us and host 4 us:
+        49.01024 us;
+    (c) all-gather: the reduce-scatter's ring again, 4.580320 us.
+    Total 58.17088 us."""
+    from controller.costmodel.hier import hier_pattern
+
+    g = fig2()
+    f = PIPE_BYTES.fabric(g)
+    h = hier_pattern(f, FIG2_ALL, MB, PIPE_BYTES)
+    assert h is not None and h.scheme == "hier" and h.switch is None
+    rails = [(r.switch, r.shard, r.shards, r.members, r.paths) for r in h.rails]
+    assert rails == [
+        ("S2", 0, 2, ["gn1", "gn3"], {"gn1": ["gn1", "S2"], "gn3": ["gn3", "S2"]}),
+        ("S1", 1, 2, ["gn2", "gn4"], {"gn2": ["gn2", "S1"], "gn4": ["gn4", "S1"]}),
+    ]
+    assert h.paths == {"gn1": ["gn1", "S2"], "gn3": ["gn3", "S2"], "gn2": ["gn2", "S1"],
+                       "gn4": ["gn4", "S1"]}  # fmt: skip
+    rs, ina, ag = (c.time(MB) for c in h.compiled(f))
+    assert rs == pytest.approx(MB / 2 / NV + 1e-6 + 4096 / NV + 1.9e-6, rel=1e-12)
+    assert rs == pytest.approx(4.580320e-6, rel=1e-6)
+    assert ina == pytest.approx(MB / 2 / ETH + 4e-6 + 128 / ETH + 5e-6, rel=1e-12)
+    assert ina == pytest.approx(49.01024e-6, rel=1e-9)
+    assert ag == rs
+    assert h.time(f, MB) == pytest.approx(58.17088e-6, rel=1e-6)
+    # the paper's mode, same routes: (a) one store-and-forward step 2 x (1.6667 + 0.5) us +
+    # 1.9 us = 6.2333 us; (b) each member's round trip 2 x (40 + 2) us + 5 us = 89 us;
+    # (c) 6.2333 us: 101.4667 us
+    fp = PAPER_BYTES.fabric(g)
+    hp = hier_pattern(fp, FIG2_ALL, MB, PAPER_BYTES)
+    assert [c.time(MB) for c in hp.compiled(fp)] == pytest.approx(
+        [2 * (MB / 2 / NV + 0.5e-6) + 1.9e-6, 2 * (MB / 2 / ETH + 2e-6) + 5e-6,
+         2 * (MB / 2 / NV + 0.5e-6) + 1.9e-6], rel=1e-12,
+    )  # fmt: skip
+    assert hp.time(fp, MB) == pytest.approx(101.4667e-6, rel=1e-5)
+
+
+def test_hier_rails_share_links_when_they_share_a_switch():
+    """S1 cannot aggregate: both rails go to S2, at once. Rail 0 takes gn1's and gn3's own
+    links; for rail 1, gn2 and gn4 can relay through gn1's / gn3's NIC or cross S1 -> S2, and
+    every choice puts two half-megabyte shards on one link: 1 MB / 12.5 GB/s = 80 us. The
+    phase lasts as long as its slowest rail: 80 us + rail 1's longest round trip (gn2 over
+    S1: 4 hops, 8 us + 3 x 128 B / 12.5 GB/s) + 5 us = 93.03072 us."""
+    from controller.costmodel.hier import hier_pattern
+
+    g = fig2()
+    g.nodes["S1"]["ina"] = False
+    f = PIPE_BYTES.fabric(g)
+    h = hier_pattern(f, FIG2_ALL, MB, PIPE_BYTES)
+    assert [r.switch for r in h.rails] == ["S2", "S2"]
+    assert h.rails[1].paths["gn2"] == ["gn2", "S1", "S2"]
+    ina = h.compiled(f)[1]
+    assert max(ina.slopes) * MB == pytest.approx(MB / ETH, rel=1e-12)  # two shards on a link
+    assert max(dict(ina.loads).values()) == pytest.approx(1.0)  # both rails' shares
+    assert ina.time(MB) == pytest.approx(MB / ETH + 8e-6 + 3 * 128 / ETH + 5e-6, rel=1e-12)
+    assert ina.time(MB) == pytest.approx(93.03072e-6, rel=1e-9)
+
+
+def test_hier_ina_on_the_testbed_rails_follow_the_tracks():
+    """2 servers x 2 A100s of the testbed: GPU 0 of both on s1, GPU 1 on s2; each rail
+    aggregates at its own track's switch over its own NICs."""
+    from controller.costmodel.hier import hier_pattern
+
+    g = make_testbed()
+    f = NetParams().fabric(g)
+    members = ["srv0-gpu0", "srv0-gpu1", "srv1-gpu0", "srv1-gpu1"]
+    h = hier_pattern(f, members, MB, NetParams())
+    assert [(r.switch, r.members) for r in h.rails] == [
+        ("s1", ["srv0-gpu0", "srv1-gpu0"]),
+        ("s2", ["srv0-gpu1", "srv1-gpu1"]),
+    ]
+    # int32 lanes: a shard is 0.5 MB x 3.15625 on each NIC link, up and down
+    ina = h.compiled(f)[1]
+    assert max(ina.slopes) * MB == pytest.approx(0.5 * 3.15625 * MB / ETH, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "members,why",
+    [
+        (["srv0-gpu0", "srv0-gpu1"], "one server"),
+        (["srv0-gpu0", "srv1-gpu0"], "one member per server: flat INA"),
+        (["srv0-gpu0", "srv0-gpu1", "srv1-gpu0"], "2 and 1 members"),
+    ],
+)
+def test_hier_ina_none_where_it_does_not_apply(members, why):
+    from controller.costmodel.hier import hier_pattern
+
+    f = NetParams().fabric(make_testbed())
+    assert hier_pattern(f, members, MB, NetParams()) is None, why
+
+
+def test_hier_ina_none_without_a_common_ina_switch():
+    from controller.costmodel.hier import hier_pattern
+
+    g = fig2()
+    for s in ("S1", "S2"):
+        g.nodes[s]["ina"] = False
+    assert hier_pattern(NetParams().fabric(g), FIG2_ALL, MB, NetParams()) is None
+    # S2 cannot aggregate and no relay: rail 0 (gn1, gn3) reaches only S2 first, which both
+    # share, so nothing above it is a candidate; rail 1 (gn2, gn4, on S1) could use S1
+    g = fig2()
+    g.nodes["S2"]["ina"] = False
+    assert hier_pattern(NetParams().fabric(g, relay=False), FIG2_ALL, MB, NetParams()) is None
+    # with relay every GPU reaches both switches first: both rails aggregate at S1
+    h = hier_pattern(NetParams().fabric(g), FIG2_ALL, MB, NetParams())
+    assert [r.switch for r in h.rails] == ["S1", "S1"]
+
+
+def test_hier_on_the_plans_rails_prices_like_hier_pattern():
+    from controller.costmodel.hier import hier_on_rails, hier_pattern
+
+    g = fig2()
+    f = NetParams().fabric(g)
+    h = hier_pattern(f, FIG2_ALL, MB, NetParams())
+    rails = [(r.switch, r.shard, r.members, r.paths) for r in h.rails]
+    again = hier_on_rails(f, FIG2_ALL, rails, NetParams())
+    for nbytes in (1e3, MB, 3e7):
+        assert again.time(f, nbytes) == pytest.approx(h.time(f, nbytes), rel=1e-12)
+    # rails that do not fit the group
+    assert hier_on_rails(f, FIG2_ALL, rails[:1], NetParams()) is None
+    swapped = [(s, k, ["gn1", "gn2"], p) for s, k, _, p in rails]
+    assert hier_on_rails(f, FIG2_ALL, swapped, NetParams()) is None
+    assert hier_on_rails(f, FIG2_ALL, [(*rails[0][:3], {}), rails[1]], NetParams()) is None
+
+
+@pytest.mark.parametrize("mode", ["pipelined", "paper"])
+def test_incremental_route_loads_equal_a_full_repricing(mode):
+    """choose_routes' incremental loads (add, move, trial) give every flow the time
+    flow_times gives the same routes from scratch, after any sequence of moves."""
+    import random
+
+    from controller.costmodel.network import _Loads
+    from controller.topology.generators import tracks
+
+    g = tracks(12, 4, 2, 6, 2, name="t")
+    f = NetParams(cost_mode=mode).fabric(g)
+    gpus = sorted(n for n, d in g.nodes(data=True) if d.get("kind") == "gpu")
+    rnd = random.Random(7)
+    options, sizes = [], []
+    for _ in range(12):
+        a, b = rnd.sample(gpus, 2)
+        options.append(f.routes_between(a, b))
+        sizes.append(rnd.choice([1e4, 1e6, 3e6]))
+    state = _Loads(f)
+    chosen = [rnd.choice(o) for o in options]
+    for p, nb in zip(chosen, sizes, strict=True):
+        state.add(p, nb)
+    for _ in range(200):
+        k = rnd.randrange(len(options))
+        new = rnd.choice(options[k])
+        extra = rnd.choice(options[rnd.randrange(len(options))])
+        want_trial = max(flow_times(f, [*zip(chosen, sizes, strict=True), (extra, 2e6)]))
+        assert state.trial(extra, 2e6) == pytest.approx(want_trial, rel=1e-9)
+        state.move(k, new)
+        chosen[k] = new
+        want = flow_times(f, list(zip(chosen, sizes, strict=True)))
+        assert state.times == pytest.approx(want, rel=1e-9)
+
+
+def test_kv_transfer_hand_worked_both_modes():
+    """gn1 sends two 1 MB KV shares, to gn3 over [gn1, S2, gn3] (A) and to gn4 over
+    [gn1, S2, S1, gn4] (B); gn2 sends 1 MB to gn4 over [gn2, S1, gn4] (C), all at once.
+    Pipelined, gn1's shares stream together: its NIC link and S1 -> gn4 carry 2 MB (160 us);
+    A = 160 + 4 + 0.32768 (one 4096-byte packet on its second hop) = 164.32768 us,
+    B = 160 + 6 + 2 x 0.32768 = 166.65536 us, C = 164.32768 us: T_f = 166.65536 us.
+    Paper (Eq. 15): gn1's shares one after the other, each with its own bytes and gn2's:
+    A = 2 x 82 = 164 us; B = 82 + 82 + (160 + 2, C shares S1 -> gn4) = 326 us; gn1 = 490 us;
+    gn2: C = 82 + 162 = 244 us. T_f = 490 us (counting gn1's other share on its own NIC as
+    well would have made it 650 us)."""
+    from controller.costmodel.kvcache import kv_time
+
+    g = fig2()
+    shares = [
+        ("gn1", ["gn1", "S2", "gn3"], MB),
+        ("gn1", ["gn1", "S2", "S1", "gn4"], MB),
+        ("gn2", ["gn2", "S1", "gn4"], MB),
+    ]
+    pkt = 4096 / ETH
+    t_f, times = kv_time(NetParams().fabric(g), shares)
+    assert times == pytest.approx([164e-6 + pkt, 166e-6 + 2 * pkt, 164e-6 + pkt], rel=1e-12)
+    assert t_f == pytest.approx(166.65536e-6, rel=1e-9)
+    t_f, times = kv_time(PAPER.fabric(g), shares)
+    assert times == pytest.approx([164e-6, 326e-6, 244e-6], rel=1e-12)
+    assert t_f == pytest.approx(490e-6, rel=1e-12)

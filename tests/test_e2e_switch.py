@@ -19,8 +19,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from controller._gen.heroserve.v1 import control_pb2 as pb
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
+from agents.proto.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service.sample import sample_plan, save_sample_topology
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -435,7 +435,7 @@ _DESIRED = """
 import json
 from agents.switch.main import parse_port
 from agents.switch.tables import AggregationTable, L2Forward, MulticastGroups, ResultRewrite
-from controller._gen.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2 as pb
 
 a = pb.InaAssignment(group_id=7, switch="s1", slots=pb.SlotRange(start=100, count=3),
                      worker_count=3, multicast_group_id=7)

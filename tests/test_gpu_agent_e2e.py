@@ -32,8 +32,8 @@ pytestmark = pytest.mark.skipif(
     not (AGENT.exists() and PLUGIN.exists()), reason="C++ GPU agent not built (make cxx)"
 )
 
-pb = pytest.importorskip("controller._gen.heroserve.v1.control_pb2")
-pb_grpc = pytest.importorskip("controller._gen.heroserve.v1.control_pb2_grpc")
+pb = pytest.importorskip("agents.proto.heroserve.v1.control_pb2")
+pb_grpc = pytest.importorskip("agents.proto.heroserve.v1.control_pb2_grpc")
 
 
 def _wait(pred, timeout: float = 15.0, what: str = "condition"):  # noqa: ANN001, ANN202
@@ -146,7 +146,7 @@ def agent_env(prefix: str) -> dict[str, str]:
 
 
 def start_agent(tmp_path: Path, prefix: str, controller_addr: str, *extra: str) -> Proc:
-    args = [str(AGENT), "--controller", controller_addr, "--node-id", "srv-p0"]
+    args = [str(AGENT), "--controller", controller_addr, "--node-id", "p0"]
     args += ["--gpu", "p0-g1:0", "--telemetry-interval", "0.2", *extra]
     return Proc(args, agent_env(prefix), tmp_path / "agent.log")
 
@@ -156,7 +156,7 @@ def segment(prefix: str) -> Path:
 
 
 def acked(srv, epoch: int) -> bool:  # noqa: ANN001
-    rec = srv.server.core.store.agent("srv-p0")
+    rec = srv.server.core.store.agent("p0")
     return rec is not None and rec.acked_epoch >= epoch
 
 

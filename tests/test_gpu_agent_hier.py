@@ -23,8 +23,8 @@ import grpc
 import pytest
 from test_gpu_agent_e2e import AGENT, PLUGIN, ROOT, Proc, _wait  # tests/ is on sys.path
 
-pb = pytest.importorskip("controller._gen.heroserve.v1.control_pb2")
-pb_grpc = pytest.importorskip("controller._gen.heroserve.v1.control_pb2_grpc")
+pb = pytest.importorskip("agents.proto.heroserve.v1.control_pb2")
+pb_grpc = pytest.importorskip("agents.proto.heroserve.v1.control_pb2_grpc")
 
 pytestmark = [
     pytest.mark.skipif(

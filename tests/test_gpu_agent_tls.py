@@ -15,7 +15,7 @@ from test_gpu_agent_e2e import AGENT, PLUGIN, Proc, _wait, acked, agent_env, seg
 pytestmark = pytest.mark.skipif(
     not (AGENT.exists() and PLUGIN.exists()), reason="C++ GPU agent not built (make cxx)"
 )
-pb = pytest.importorskip("controller._gen.heroserve.v1.control_pb2")
+pb = pytest.importorskip("agents.proto.heroserve.v1.control_pb2")
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +33,8 @@ def prefix() -> Iterator[str]:
 
 @pytest.fixture
 def srv(tmp_path: Path, ca: CA) -> Iterator:
-    from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
-    from controller.service.agent import ClientTls, channel
+    from agents.client import ClientTls, channel
+    from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
     from controller.service.sample import sample_plan, sample_topology
     from controller.service.server import ControllerServer, ThreadedServer, Tls
     from controller.store import Store
@@ -63,7 +63,7 @@ def srv(tmp_path: Path, ca: CA) -> Iterator:
 
 
 def start(tmp_path: Path, prefix: str, port: int, ca_pem: str, cert: tuple[str, str]) -> Proc:
-    args = [str(AGENT), "--controller", f"127.0.0.1:{port}", "--node-id", "srv-p0"]
+    args = [str(AGENT), "--controller", f"127.0.0.1:{port}", "--node-id", "p0"]
     args += ["--gpu", "p0-g1", "--tls-ca", ca_pem, "--tls-cert", cert[0], "--tls-key", cert[1]]
     return Proc(args, agent_env(prefix), tmp_path / "agent.log")
 
@@ -71,7 +71,7 @@ def start(tmp_path: Path, prefix: str, port: int, ca_pem: str, cert: tuple[str, 
 def test_agent_with_signed_certificate_gets_its_table(srv, ca: CA, tmp_path: Path, prefix: str):
     ca_pem = tmp_path / "ca.pem"
     ca_pem.write_bytes(ca.pem)
-    agent = start(tmp_path, prefix, srv.port, str(ca_pem), ca.issue("srv-p0").write(tmp_path, "a"))
+    agent = start(tmp_path, prefix, srv.port, str(ca_pem), ca.issue("p0").write(tmp_path, "a"))
     try:
         _wait(lambda: acked(srv, 1), what=f"ack over TLS\n{agent.text()}")
         assert segment(prefix).exists()
@@ -85,7 +85,7 @@ def test_certificate_from_another_ca_is_refused_and_retried(
 ):
     ca_pem = tmp_path / "ca.pem"
     ca_pem.write_bytes(ca.pem)
-    rogue = CA("rogue CA").issue("srv-p0").write(tmp_path, "rogue")
+    rogue = CA("rogue CA").issue("p0").write(tmp_path, "rogue")
     agent = start(tmp_path, prefix, srv.port, str(ca_pem), rogue)
     try:
         _wait(lambda: agent.text().count("cannot register") >= 2, what="refusals")

@@ -1,8 +1,9 @@
 """Online scheduler (DESIGN.md §8): hand-worked numbers, versions, and the shared vectors.
 
-The shared vector file is checked three ways: the committed file still matches what the
-Python reference produces, and the C++ core (through the ctypes binding) reproduces its
-choices exactly and its costs within 1e-9 relative.
+The shared vector files are checked three ways: the committed files still match what the
+Python reference produces, and the C++ core (through the ctypes binding) reproduces their
+choices exactly and their costs within 1e-9 relative. The hierarchical-INA file
+(online_scheduler_hier.json) needs a core that knows scheme "hier" (issue 9).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import copy
 import importlib.util
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,7 @@ import pytest
 from controller.scheduler.online import OnlineScheduler, TableError, parse_table, sharing_ratio
 
 VECTORS = Path(__file__).parent / "vectors" / "online_scheduler.json"
+VECTORS_HIER = VECTORS.with_name("online_scheduler_hier.json")
 GBPS = 1e9 / 8
 
 
@@ -240,6 +243,14 @@ def test_vector_file_matches_reference() -> None:
     assert len(data["cases"]) >= 5
     for case in data["cases"]:
         _replay(OnlineScheduler, case)
+    hier = json.loads(VECTORS_HIER.read_text())["cases"]
+    assert {c["name"] for c in hier} == {"hier_crossover_hand", "hier_0_3p", "hier_1_8p"}
+    for case in hier:
+        _replay(OnlineScheduler, case)
+    # The hand case's crossover (gen_online_scheduler.hier_table): flat INA at 64 KiB, hier at
+    # 1 MiB, then the ring once the observed load sits on the switches' links.
+    hand = next(c for c in hier if c["name"] == "hier_crossover_hand")
+    assert [e.get("choice") for e in hand["expect"]] == [None, 1, 0, None, 2, 2]
 
 
 def test_vector_generator_is_reproducible(tmp_path) -> None:
@@ -249,8 +260,10 @@ def test_vector_generator_is_reproducible(tmp_path) -> None:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     mod.OUT = tmp_path / "v.json"
+    mod.OUT_HIER = tmp_path / "h.json"
     mod.main()
     assert json.loads(mod.OUT.read_text()) == json.loads(VECTORS.read_text())
+    assert json.loads(mod.OUT_HIER.read_text()) == json.loads(VECTORS_HIER.read_text())
 
 
 def test_cpp_core_matches_vectors() -> None:
@@ -263,3 +276,59 @@ def test_cpp_core_matches_vectors() -> None:
     data = json.loads(VECTORS.read_text())
     for case in data["cases"]:
         _replay(PolicyCore, copy.deepcopy(case))
+
+
+def test_cpp_core_matches_hier_vectors() -> None:
+    from agents.gpu.policy_core import CoreError, CoreUnavailable, PolicyCore
+
+    try:
+        core = PolicyCore()
+    except CoreUnavailable as exc:
+        pytest.skip(f"C++ policy core not built: {exc}")
+    cases = json.loads(VECTORS_HIER.read_text())["cases"]
+    try:
+        core.install(copy.deepcopy(cases[0]["events"][0]["install"]))
+    except CoreError as exc:
+        if "scheme must be ina, ring or nvls" in str(exc):
+            pytest.skip(f"the C++ core predates scheme hier: {exc}")
+        raise
+    for case in cases:
+        _replay(PolicyCore, copy.deepcopy(case))
+
+
+def _hier(**policy: object) -> dict:
+    t = table()
+    t["policies"][0] = {
+        "id": 0,
+        "scheme": "hier",
+        "switch": "",
+        "rails": [{"shard": 0, "switch": "s1"}, {"shard": 1, "switch": "s2"}],
+        "links": ["g0|s1", "g1|s1"],
+        "cost": 0.0,
+        **policy,
+    }
+    return t
+
+
+def test_hier_policy_rules() -> None:
+    p = parse_table(_hier()).policies[0]
+    assert (p.scheme, p.switch, p.rails) == ("hier", "", ((0, "s1"), (1, "s2")))
+    for bad, message in (
+        (_hier(switch="s1"), "policy 0: a hier policy's switch must be empty"),
+        (_hier(rails=[]), "policy 0: a hier policy needs a non-empty rails list"),
+        (_hier(rails=[{"shard": 1, "switch": "s2"}]), "rails[0].shard is 1: rails must list"),
+        (_hier(rails=[{"shard": 0, "switch": ""}]), "rails[0].switch must be a non-empty"),
+        (_hier(rails=[{"shard": -1, "switch": "s"}]), "rails[0].shard must be a uint32"),
+        (_hier(rails=[{"shard": k, "switch": "s"} for k in range(65)]), "more than 64 rails"),
+        (_hier(scheme="ina", switch="s1"), "policy 0: rails are for hier policies only"),
+        (_hier(paths={"g0": ["g0"] * 65}), "the path of g0 has more than 64 nodes"),
+        (_hier(paths={"g0": "s1"}), "paths values must be lists"),
+    ):
+        with pytest.raises(TableError, match=re.escape(message)):
+            parse_table(bad)
+    many = table()
+    many["policies"] = [
+        {"id": i, "scheme": "ring", "links": ["g0|g1"], "cost": 0.0} for i in range(257)
+    ]
+    with pytest.raises(TableError, match="policies lists 257 policies, more than 256"):
+        parse_table(many)

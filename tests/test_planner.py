@@ -2,6 +2,7 @@
 
 import pytest
 
+from controller.costmodel.network import ina_pattern
 from controller.errors import InputError
 from controller.models import model_spec
 from controller.plan import Plan
@@ -80,25 +81,32 @@ def test_plan_json_round_trip(plans, tmp_path):
     assert q == p
 
 
-def test_cross_server_groups_take_nvlink_assisted_ina_when_cheaper():
-    """A decode group spanning srv2 and srv3: at small messages INA wins, and HeroServe's INA
-    routes relay over NVLink, beating the Ethernet-only routes of the homogeneous baselines."""
+def test_cross_server_groups_take_ina_when_cheaper():
+    """A decode group of 2 + 2 GPUs across srv2 and srv3: at a small message (batch 4) an INA
+    scheme beats the ring (hierarchical INA the best), NVLink-assisted flat INA routes beat the
+    Ethernet-only routes of the homogeneous baselines, and at a large message the ring wins."""
     g = make_testbed()
     problem = Problem(g, OPT66, chatbot(), default_sla("chatbot"))
     ev = Evaluator(problem, HEROSERVE)
     members = ["srv2-gpu0", "srv2-gpu1", "srv3-gpu0", "srv3-gpu1"]
     small = 4 * OPT66.hidden * 2  # a decode batch of 4
     ge = ev.group(members, small)
-    best = ge.ina[0]
-    assert best.time(ev.ina_fabric, small) < ge.ring.time(ev.ring_fabric, small)
-    assert any("srv2-nvsw" in p or "srv3-nvsw" in p for p in best.paths.values())
-    from controller.planner.baselines import DS_SWITCHML
-
-    homo = Evaluator(problem, DS_SWITCHML).group(members, small).ina[0]
-    assert best.time(ev.ina_fabric, small) < homo.time(ev.ina_fabric, small)
+    ring = ge.ring.time(ev.ring_fabric, small)
+    assert ge.hier is not None
+    hier = ge.hier.time(ev.ina_fabric, small)
+    relay = ina_pattern(ev.ina_fabric, members, "s1", small, ev.net)
+    homo = ina_pattern(ev.eth_fabric, members, "s1", small, ev.net)
+    flat = relay.time(ev.ina_fabric, small)
+    assert hier < flat < homo.time(ev.ina_fabric, small)
+    assert flat < ring
+    assert any("srv2-nvsw" in p or "srv3-nvsw" in p for p in relay.paths.values())
+    assert ev.allreduce_time(members, small) == pytest.approx(hier)
+    # flat INA cannot beat hier here, so the evaluator did not route it (its bound says so)
+    assert ev.ina_bound(members, "s1", small) >= hier and not ge.ina
     # at a large message the ring wins and the plan would say so
     big = 256 * OPT66.hidden * 2
-    assert ge.ring.time(ev.ring_fabric, big) < best.time(ev.ina_fabric, big)
+    assert ge.ring.time(ev.ring_fabric, big) < ge.hier.time(ev.ina_fabric, big)
+    assert ev.allreduce_time(members, big) == pytest.approx(ge.ring.time(ev.ring_fabric, big))
 
 
 def test_forced_parallelism_and_reasons():

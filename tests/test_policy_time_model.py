@@ -25,7 +25,7 @@ from test_gpu_agent_e2e import (  # tests/ is on sys.path: the agent e2e helpers
 )
 from test_online_scheduler_sim import shared_uplink_cluster, shared_uplink_plan
 
-from controller._gen.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2 as pb
 from controller.models import model_spec
 from controller.planner import plan as make_plan
 from controller.scheduler.online import OnlineScheduler, parse_table
@@ -63,39 +63,44 @@ def build_tables(tmp_path: Path, plan, cluster) -> dict[str, pb.PolicyTable]:  #
 
 def test_ina_group_hand_worked(tmp_path: Path) -> None:
     # Shared-uplink plan, decode group {d0-gpu0, d1-gpu0}: P = 2, every link 12.5e9 B/s
-    # (B) with 2 us latency, D_ref = 48 tokens * 5120 * 2 B = 491 520 B.
-    # INA on c1 (policy 0): each member's 2-hop route carries 4/2 = 2 bytes (int32 lanes) per
-    # byte: a flow takes 2 (2D / B + 2 us); 2 rounds (up, down) + T_agg 1 us + host 4 us:
-    #   t(D) = 8 D / B + 13 us  ->  latency_s = 13 us, bandwidth = B / 8 = 1.5625e9 B/s.
-    # Fallback ring through c1 (policy 1): each member sends D/2 over 4 hops to the other:
-    # a step takes 4 (D / (2B) + 2 us) + 4 us (NCCL step); 2(P-1) = 2 steps:
-    #   t(D) = 4 D / B + 24 us  ->  latency_s = 24 us, bandwidth = B / 4 = 3.125e9 B/s.
+    # (B) with 2 us latency, D_ref = 48 tokens * 5120 * 2 B = 491 520 B. The plan records no
+    # cost options, so the defaults: pipelined, int32 lanes.
+    # INA on c1 (policy 0): int32 lanes in 202-byte frames of 128 payload bytes put
+    # 2 x 202/128 = 3.15625 bytes on every link of both 2-hop routes, up and down, per byte.
+    # Collection and distribution overlap: the slowest link (3.15625 D / B) + the longest
+    # round trip (4 hops: 8 us + one 202-byte packet on 3 of them, 48.48 ns) + T_agg 1 us +
+    # host 4 us:
+    #   t(D) = 3.15625 D / B + 13.04848 us -> latency_s = 13.04848 us, bandwidth = B / 3.15625.
+    # Fallback ring through c1 (policy 1): each member sends D/2 over 4 hops to the other, its
+    # own directed links: a step takes D / (2B) + 8 us + 3 packets of 4096 B (0.98304 us) +
+    # NCCL's 4 us step; 2(P-1) = 2 steps:
+    #   t(D) = D / B + 25.96608 us -> latency_s = 25.96608 us, bandwidth = B = 12.5e9 B/s.
     g, p = shared_uplink_cluster(), shared_uplink_plan()
     t = build_tables(tmp_path, p, g)["decode/0/0"]
     ina, ring = t.policies
     assert (ina.scheme, ring.scheme) == (pb.SCHEME_INA, pb.SCHEME_RING)
-    assert ina.latency_s == pytest.approx(13e-6, rel=1e-12)
-    assert ina.bandwidth == pytest.approx(12.5e9 / 8, rel=1e-9)
-    assert ring.latency_s == pytest.approx(24e-6, rel=1e-12)
-    assert ring.bandwidth == pytest.approx(12.5e9 / 4, rel=1e-9)
-    # The same cost model as the simulator's option for INA on c1 (327.5728 us at D_ref).
+    assert ina.latency_s == pytest.approx(13.04848e-6, rel=1e-12)
+    assert ina.bandwidth == pytest.approx(12.5e9 / 3.15625, rel=1e-9)
+    assert ring.latency_s == pytest.approx(25.96608e-6, rel=1e-12)
+    assert ring.bandwidth == pytest.approx(12.5e9, rel=1e-9)
+    # The same cost model as the simulator's option for INA on c1 (137.15728 us at D_ref).
     m = build_model(p, g, chatbot())
     ref = 48 * 5120 * 2
-    assert ina.latency_s + ref / ina.bandwidth == pytest.approx(
-        m.decode[0].stages[0].options[0].time(ref), rel=1e-9
-    )
-    # Crossover 13 + 8 D / B = 24 + 4 D / B at D = 11 us * B / 4 = 34 375 B: INA below,
-    # the fallback ring above (it halves the bytes on the wire: no int32 widening).
-    for nbytes, want in ((4096, 0), (30_000, 0), (40_000, 1), (ref, 1)):
+    sim_ina = m.decode[0].stages[0].options[0].time(ref)
+    assert ina.latency_s + ref / ina.bandwidth == pytest.approx(sim_ina, rel=1e-9)
+    assert sim_ina == pytest.approx(137.15728e-6, rel=1e-9)
+    # Crossover 13.04848 + 3.15625 D / B = 25.96608 + D / B at D = 12.9176 us * B / 2.15625
+    # = 74 887 B: INA below, the fallback ring above.
+    for nbytes, want in ((4096, 0), (30_000, 0), (74_000, 0), (76_000, 1), (ref, 1)):
         assert OnlineScheduler(table_json(t)).select(nbytes) == want, nbytes
     s = OnlineScheduler(table_json(t))
     s.select(ref)
-    assert s.last_cost == pytest.approx((24e-6 + 4 * ref / 12.5e9) / 0.05, rel=1e-9)
+    assert s.last_cost == pytest.approx((25.96608e-6 + ref / 12.5e9) / 0.05, rel=1e-9)
 
 
 def test_planned_ring_is_priced_like_the_planner(tmp_path: Path) -> None:
-    # The testbed plan: its decode groups are NVLink rings inside one server. The table's
-    # time model at D_ref must give the planner's own all-reduce time for the group.
+    # The testbed plan: the table's time model of every planned ring at D_ref must give the
+    # planner's own all-reduce time for the group; groups of one GPU get no table.
     g = make_testbed()
     p = make_plan(g, model_spec("OPT-66B"), chatbot(), default_sla("chatbot"))
     c = Controller(Store(tmp_path / "c.db"))  # resolves the plan's topology by name
@@ -103,14 +108,23 @@ def test_planned_ring_is_priced_like_the_planner(tmp_path: Path) -> None:
     tables = {t.group_id: t for t in c.state.tables}
     timer = policies.PolicyTimer.for_plan(p, g)
     assert timer is not None
-    ref = timer.ref["decode"]
-    assert ref == max(1, p.decode.batch_size) * model_spec("OPT-66B").hidden * 2
-    for gr in p.decode.groups:
-        pol = tables[f"decode/{gr.instance}/{gr.stage}"].policies[0]
-        assert gr.scheme == "ring" and pol.latency_s > 0.0 and pol.bandwidth > 0.0
-        assert pol.latency_s + ref / pol.bandwidth == pytest.approx(gr.allreduce_s, rel=1e-9)
-    assert p.prefill.tp == 1  # TP = 1: no all-reduce, so no table at all
-    assert sorted(tables) == sorted(f"decode/{gr.instance}/{gr.stage}" for gr in p.decode.groups)
+    assert timer.ref["decode"] == max(1, p.decode.batch_size) * model_spec("OPT-66B").hidden * 2
+    rings, want = 0, []
+    for role, phase in (("prefill", p.prefill), ("decode", p.decode)):
+        ref = timer.ref[role]
+        for gr in phase.groups:
+            if len(gr.gpus) < 2:  # TP = 1: no all-reduce, so no table at all
+                continue
+            want.append(f"{role}/{gr.instance}/{gr.stage}")
+            pol = tables[want[-1]].policies[0]
+            if gr.scheme == "ring":
+                rings += 1
+                assert pol.latency_s > 0.0 and pol.bandwidth > 0.0
+                assert pol.latency_s + ref / pol.bandwidth == pytest.approx(
+                    gr.allreduce_s, rel=1e-9
+                )
+    assert rings > 0
+    assert sorted(tables) == sorted(want)
 
 
 def test_unpriceable_plan_leaves_the_fields_out(

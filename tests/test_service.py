@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,9 +13,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from controller._gen.heroserve.v1 import control_pb2 as pb
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
-from controller.service.agent import PolicyState
+from agents.client import PolicyState
+from agents.proto.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service.sample import sample_plan, sample_topology
 from controller.service.server import ControllerServer, ThreadedServer, main
 from controller.store import Store
@@ -207,7 +208,8 @@ def test_telemetry(srv: ThreadedServer, chan: grpc.Channel) -> None:
         )
         == 10
     )
-    assert reg.get_sample_value("heroserve_link_utilisation", {"link": "s1|p0-g1"}) == 0.25
+    # The label is the canonical (sorted) link id of the cluster, whatever order was sent.
+    assert reg.get_sample_value("heroserve_link_utilisation_ratio", {"link": "p0-g1|s1"}) == 0.25
     # The utilisation reaches the tables sent afterwards.
     st = Stream(stub, GPU, session)
     (t,) = st.next().gpu_policy.tables
@@ -320,7 +322,9 @@ def test_cli_refuses_bad_configuration(tmp_path: Path, capsys: pytest.CaptureFix
     assert err.count("\n") == 1 and "--topology" in err
     (tmp_path / "bad.json").write_text("{")
     assert main(["--db", db, "--plan", str(tmp_path / "bad.json")]) == 2
-    assert "not a valid Plan" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith(f"heroserve controller: {tmp_path / 'bad.json'}: not valid JSON (")
+    assert err.count("\n") == 1
 
 
 def test_link_capacities_from_topology(tmp_path: Path) -> None:
@@ -348,11 +352,16 @@ def test_link_capacities_from_topology(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def testbed_plan(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """``heroserve plan --json PATH`` with every default (topology testbed), the plan only."""
+    """``heroserve plan --json PATH`` on the testbed with the paper's roles (prefill on the
+    A100 servers, decode on the V100 servers), the plan only, with the parallelism the tests
+    below rely on (prefill TP1xPP4, decode TP4xPP2, TP inside a server) forced: the planner's
+    own choice follows the cost model."""
     from controller.cli import main as cli
 
     path = tmp_path_factory.mktemp("plan") / "plan.json"
-    assert cli(["plan", "--planner", "heroserve", "--quiet", "--json", str(path)]) == 0
+    args = ["--prefill-par", "1x4", "--decode-par", "4x2", "--quiet", "--json", str(path)]
+    args += ["--topology", "testbed-paper"]
+    assert cli(["plan", "--planner", "heroserve", *args]) == 0
     return path.read_text()
 
 
@@ -381,7 +390,7 @@ def test_tp1_groups_get_no_table_and_the_others_valid_ones(
 
     plan = Plan.from_dict(json.loads(testbed_plan))
     # The default plan: prefill TP1xPP4 (four groups of one GPU), decode TP4 groups.
-    assert plan.topology == "testbed" and (plan.prefill.tp, plan.prefill.pp) == (1, 4)
+    assert plan.topology == "testbed-paper" and (plan.prefill.tp, plan.prefill.pp) == (1, 4)
     assert [len(g.gpus) for g in plan.prefill.groups] == [1, 1, 1, 1]
     assert plan.decode.tp == 4 and plan.decode.groups
     g = testbed()
@@ -394,15 +403,16 @@ def test_tp1_groups_get_no_table_and_the_others_valid_ones(
         assert state is not None
         want = {f"decode/{gr.instance}/{gr.stage}" for gr in plan.decode.groups}
         assert sorted(t.group_id for t in state.tables) == sorted(want)
-        nvlink = gpu_spec(plan.decode.gpu_type).nvlink_bw
+        nvlink = gpu_spec(plan.decode.gpu_type).nvlink_bw / 2  # per direction
         for t in state.tables:
             parsed = parse_table(table_json(t))  # what every GPU agent runs
             assert parsed.group_id == t.group_id and parsed.version == 1
             for lk in t.links:
                 a, b = lk.id.split("|")
                 assert lk.capacity == g.edges[a, b]["capacity"] > 0
-            # The decode groups are NVLink rings inside one V100 server: 300 GB/s per GPU.
-            assert {lk.capacity for lk in t.links} == {nvlink} == {300e9}
+            # The decode groups are NVLink rings inside one V100 server: 150 GB/s per GPU and
+            # direction (300 GB/s over both).
+            assert {lk.capacity for lk in t.links} == {nvlink} == {150e9}
             assert len(t.links) == 4
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             # A prefill GPU (TP=1) gets no table at all; a decode GPU gets its group's.
@@ -510,9 +520,514 @@ def test_a_table_the_validator_refuses_is_a_plan_error(srv: ThreadedServer, chan
     p = sample_plan()
     p.decode.groups[0].paths["d0-g0"] = ["d0-g0", "s9", "d0-g1"]  # a switch the cluster lacks
     assert refused(p) == (
-        "group decode/0/0: link d0-g0|s9 is not in topology 'sample' (its capacity is unknown)"
+        "decode.groups[0].paths: hop d0-g0 - s9 of d0-g0's path is not a link of 'sample'"
     )
     p = sample_plan(workers=1, ring_groups=0)
     assert refused(p) == "group prefill/0/0: INA with one GPU (TP=1 has no all-reduce)"
     core = srv.server.core
     assert core.epoch == 0 and core.state is None and core.pool.allocations("s1") == []
+
+
+# --- hierarchical INA (issue 9): rails on their switches, three kinds of policy -------------
+
+
+def hier_plan(model: str = "none"):  # noqa: ANN201
+    """A hand-made testbed plan: prefill instance 0 is one hierarchical group over two A100
+    servers x two GPUs (rail 0 = the GPU 0s on s1, rail 1 = the GPU 1s on s2); decode is
+    TP=1 (no table)."""
+    from controller.plan import Group, Instance, Rail
+
+    p = sample_plan(ina_groups=0, ring_groups=0)
+    p.topology, p.model = "testbed", model
+    gpus = ["srv0-gpu0", "srv0-gpu1", "srv1-gpu0", "srv1-gpu1"]
+    rails = [
+        Rail(sw, k, 2, [f"srv0-gpu{k}", f"srv1-gpu{k}"], None, {
+            f"srv{s}-gpu{k}": [f"srv{s}-gpu{k}", sw] for s in (0, 1)
+        })
+        for k, sw in enumerate(("s1", "s2"))
+    ]  # fmt: skip
+    g = Group(0, 0, gpus, "hier", None, None, {}, 1e-4, 2e-4, 3e-4, "hand-made", rails, 1e-4)
+    p.prefill.tp, p.prefill.instances, p.prefill.groups = 4, [Instance([gpus])], [g]
+    p.decode.tp, p.decode.instances = 1, [Instance([["srv2-gpu0"]])]
+    p.decode.groups = [Group(0, 0, ["srv2-gpu0"], "ring", None, None, {}, 0.0, None, 0.0, "TP=1")]
+    return p
+
+
+def test_hier_group_gets_rails_and_three_policies(tmp_path: Path) -> None:
+    from controller.scheduler.online import parse_table
+    from controller.service.core import Controller
+    from controller.service.policies import table_json
+
+    c = Controller(Store(tmp_path / "c.db"))
+    c.apply_plan(hier_plan().to_json())
+    aggs = {a.group_name: a for a in c.state.assignments}
+    assert sorted(aggs) == ["prefill/0/0/flat", "prefill/0/0/rail0", "prefill/0/0/rail1"]
+    got = {
+        n: (a.switch, a.group_id, a.multicast_group_id, a.slots.start, a.slots.count,
+            [(m.worker_id, m.gpu) for m in a.members])
+        for n, a in aggs.items()
+    }  # fmt: skip
+    # Rails first (ids and slots in name order), the optional flat alternative last; every
+    # member of a rail reaches its switch over its own NIC, and every GPU reaches s1 (own NIC
+    # or an NVLink relay to a peer's), so the flat alternative sits on s1.
+    assert got == {
+        "prefill/0/0/rail0": ("s1", 1, 1, 0, 16, [(0, "srv0-gpu0"), (1, "srv1-gpu0")]),
+        "prefill/0/0/rail1": ("s2", 2, 2, 0, 16, [(0, "srv0-gpu1"), (1, "srv1-gpu1")]),
+        "prefill/0/0/flat": (
+            "s1", 3, 3, 16, 16,
+            [(0, "srv0-gpu0"), (1, "srv0-gpu1"), (2, "srv1-gpu0"), (3, "srv1-gpu1")],
+        ),
+    }  # fmt: skip
+    (t,) = c.state.tables
+    assert t.group_id == "prefill/0/0"
+    hier, flat, ring = t.policies
+    assert (hier.id, hier.scheme, hier.switch) == (0, pb.SCHEME_HIER, "")
+    assert [(r.shard, r.switch) for r in hier.rails] == [(0, "s1"), (1, "s2")]
+    assert {g: list(r.nodes) for g, r in hier.paths.items()} == {
+        "srv0-gpu0": ["srv0-gpu0", "s1"],
+        "srv1-gpu0": ["srv1-gpu0", "s1"],
+        "srv0-gpu1": ["srv0-gpu1", "s2"],
+        "srv1-gpu1": ["srv1-gpu1", "s2"],
+    }
+    # The reduce-scatter and all-gather inside each server run over its NVSwitch.
+    assert list(hier.links) == sorted(
+        [f"s{k + 1}|srv{s}-gpu{k}" for s in (0, 1) for k in (0, 1)]
+        + [f"srv{s}-gpu{k}|srv{s}-nvsw" for s in (0, 1) for k in (0, 1)]
+    )
+    assert (flat.id, flat.scheme, flat.switch, list(flat.rails)) == (1, pb.SCHEME_INA, "s1", [])
+    assert all(list(r.nodes)[-1] == "s1" for r in flat.paths.values())
+    assert (ring.id, ring.scheme, ring.switch) == (2, pb.SCHEME_RING, "")
+    parsed = parse_table(table_json(t))  # what the GPU agents run
+    assert [p.scheme for p in parsed.policies] == ["hier", "ina", "ring"]
+    # The agents: server srv0 gets the table and its GPUs' three aggregation groups; each
+    # switch its own groups.
+    srv0 = c.node_state(pb.NodeIdentity(node_id="srv0", kind=pb.NODE_KIND_GPU))
+    assert list(srv0.tables) == ["prefill/0/0"] and sorted(srv0.gpu_ina) == [1, 2, 3]
+    s2 = c.node_state(pb.NodeIdentity(node_id="s2", kind=pb.NODE_KIND_SWITCH))
+    assert [a.group_name for a in s2.switch_groups.values()] == ["prefill/0/0/rail1"]
+    srv2 = c.node_state(pb.NodeIdentity(node_id="srv2", kind=pb.NODE_KIND_GPU))
+    assert not srv2.tables and not srv2.gpu_ina  # TP=1 decode
+
+
+def test_hier_alternative_left_out_when_its_slots_do_not_fit(tmp_path: Path) -> None:
+    from controller.service.core import Controller, Options
+
+    # 16 slots per switch: each rail fits, the flat alternative on s1 does not.
+    c = Controller(Store(tmp_path / "c.db"), Options(default_slots=16))
+    c.apply_plan(hier_plan().to_json())
+    assert sorted(a.group_name for a in c.state.assignments) == [
+        "prefill/0/0/rail0",
+        "prefill/0/0/rail1",
+    ]
+    (t,) = c.state.tables
+    assert [(p.id, p.scheme) for p in t.policies] == [(0, pb.SCHEME_HIER), (1, pb.SCHEME_RING)]
+    c.pool.check_all()
+
+
+def test_hier_table_is_priced_by_the_cost_model(tmp_path: Path) -> None:
+    """Every policy of a hierarchical group's table carries Eq. 16's time model: hier priced
+    on the plan's own rails as the planner prices them (costmodel.hier.hier_on_rails), flat
+    INA and the ring as for any group; so at D_ref t_c = latency_s + D_ref / bandwidth."""
+    from controller.costmodel.hier import hier_on_rails
+    from controller.service import policies
+    from controller.service.core import Controller
+    from controller.topology import testbed
+
+    p = hier_plan(model="OPT-66B")
+    p.workload, p.sla = "chatbot", {"ttft_s": 2.5, "tpot_s": 0.15}
+    c = Controller(Store(tmp_path / "c.db"))
+    c.apply_plan(p.to_json())
+    (t,) = c.state.tables
+    assert [q.scheme for q in t.policies] == [pb.SCHEME_HIER, pb.SCHEME_INA, pb.SCHEME_RING]
+    assert all(q.latency_s > 0 and q.bandwidth > 0 for q in t.policies)
+    timer = policies.PolicyTimer.for_plan(p, testbed())
+    assert timer is not None
+    ref = timer.ref["prefill"]
+    g = p.prefill.groups[0]
+    rails = [(r.switch, r.shard, r.members, r.paths) for r in g.rails]
+    want = hier_on_rails(timer.ev.ina_fabric, g.gpus, rails, timer.ev.net)
+    assert want is not None
+    hier = t.policies[0]
+    assert hier.latency_s == pytest.approx(want.time(timer.ev.ina_fabric, 0.0), rel=1e-12)
+    assert hier.latency_s + ref / hier.bandwidth == pytest.approx(
+        want.time(timer.ev.ina_fabric, ref), rel=1e-9
+    )
+
+
+def test_hier_table_is_priced_whole_or_not_at_all(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """A policy the cost model cannot price (here: rails it refuses) leaves the time model
+    out of every policy of its table, not only its own: an unpriced policy has no latency
+    term and would win every small message against priced ones."""
+    import controller.costmodel.hier as hier
+    from controller.service.core import Controller
+
+    monkeypatch.setattr(hier, "hier_on_rails", lambda *a, **k: None)
+    p = hier_plan(model="OPT-66B")
+    p.workload, p.sla = "chatbot", {"ttft_s": 2.5, "tpot_s": 0.15}
+    c = Controller(Store(tmp_path / "c.db"))
+    c.apply_plan(p.to_json())
+    (t,) = c.state.tables
+    assert len(t.policies) == 3
+    assert all((q.latency_s, q.bandwidth) == (0.0, 0.0) for q in t.policies)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda g: g.rails.pop(), "rails must hold shards 0..0 once each"),
+        (
+            lambda g: (setattr(g.rails[0], "members", ["srv0-gpu0"]), g.rails[0].paths.popitem()),
+            "group prefill/0/0: rail 0 has 1 member(s)",
+        ),
+        (
+            lambda g: (
+                g.rails[1].members.append("srv0-gpu0"),
+                g.rails[1].paths.update({"srv0-gpu0": ["srv0-gpu0", "s2"]}),
+            ),
+            "group prefill/0/0: srv0-gpu0 is in rails 0 and 1",
+        ),
+        (
+            lambda g: (
+                setattr(g.rails[0], "switch", "s9"),
+                g.rails[0].paths.update({m: [m, "s9"] for m in g.rails[0].members}),
+            ),
+            "prefill.groups[0].rails[0].switch: 's9' is not a switch of topology 'testbed'",
+        ),
+        (
+            lambda g: g.rails[0].paths.update({"srv0-gpu0": ["srv0-gpu0", "s2"]}),
+            "rails[0].paths.srv0-gpu0: never reaches the aggregation switch 's1'",
+        ),
+        (lambda g: setattr(g, "rails", []), "plan: prefill.groups[0].rails: a hier group needs"),
+    ],
+)
+def test_bad_hier_groups_are_refused(tmp_path: Path, edit, message: str) -> None:  # noqa: ANN001
+    from controller.service.core import Controller, RequestError
+    from controller.service.policies import PlanError
+
+    p = hier_plan()
+    edit(p.prefill.groups[0])
+    c = Controller(Store(tmp_path / "c.db"))
+    with pytest.raises((PlanError, RequestError), match=re.escape(message)):
+        c.apply_plan(p.to_json())
+    assert c.epoch == 0 and c.pool.switches() == []
+
+
+# --- issue 10 items 1 and 2: an agent speaks only for what the plan gives it ---------------
+
+
+@pytest.fixture
+def two_groups(tmp_path: Path) -> Iterator[ThreadedServer]:
+    s = ThreadedServer(
+        ControllerServer(
+            Store(tmp_path / "c.db"), "127.0.0.1:0", topology=sample_topology(ina_groups=2)
+        )
+    )
+    s.call(lambda: s.server.core.apply_plan(sample_plan(ina_groups=2).to_json()))
+    yield s
+    s.stop()
+
+
+def _gpu_agent(stub: pb_grpc.ControlStub, node: str, *gpus: str) -> tuple[pb.NodeIdentity, str]:
+    ident = pb.NodeIdentity(node_id=node, kind=pb.NODE_KIND_GPU)
+    req = pb.RegisterRequest(
+        identity=ident, gpu=pb.GpuInventory(gpus=[pb.GpuInfo(gpu_id=g) for g in gpus])
+    )
+    return ident, stub.Register(req, timeout=5).session_id
+
+
+def _report(ident: pb.NodeIdentity, session: str, **kw) -> pb.TelemetryReport:  # noqa: ANN003
+    return pb.TelemetryReport(identity=ident, session_id=session, window_s=0.1, **kw)
+
+
+def test_last_seq_only_for_the_senders_groups_and_bounded(two_groups: ThreadedServer) -> None:
+    """issue 10 item 1: 2^62 for another agent's group froze it; 2^63 - 1 broke ApplyPlan
+    with OverflowError (and survived restarts)."""
+    core = two_groups.server.core
+    with grpc.insecure_channel(f"127.0.0.1:{two_groups.port}") as ch:
+        stub = pb_grpc.ControlStub(ch)
+        ident, session = _gpu_agent(stub, "p0", "p0-g0", "p0-g1")
+        other = pb.PolicySelection(
+            group_id="prefill/1/0", policy_id=0, selections=1, last_seq=2**62
+        )
+        rep = _report(ident, session, selections=[other])
+        assert code_of(stub.ReportTelemetry, rep) == grpc.StatusCode.PERMISSION_DENIED
+        huge = pb.PolicySelection(
+            group_id="prefill/0/0", policy_id=0, selections=1, last_seq=2**63 - 1
+        )
+        rep = _report(ident, session, selections=[huge])
+        assert code_of(stub.ReportTelemetry, rep) == grpc.StatusCode.INVALID_ARGUMENT
+        bad_policy = pb.PolicySelection(group_id="prefill/0/0", policy_id=7, selections=1)
+        rep = _report(ident, session, selections=[bad_policy])
+        assert code_of(stub.ReportTelemetry, rep) == grpc.StatusCode.INVALID_ARGUMENT
+        assert core.store.last_seq("prefill/1/0") is None
+        assert core.store.last_seq("prefill/0/0") is None
+        # A member's real report is taken; a new plan then applies from it, never from a lie.
+        ok = pb.PolicySelection(group_id="prefill/0/0", policy_id=1, selections=3, last_seq=41)
+        assert stub.ReportTelemetry(_report(ident, session, selections=[ok])).accepted == 1
+        p = sample_plan(ina_groups=2)
+        for g in p.prefill.groups:
+            g.gpus.reverse()  # every table changes
+        epoch, _ = two_groups.call(lambda: core.apply_plan(p.to_json()))
+        assert epoch == 2
+        froms = {t.group_id: t.apply_from_seq for t in core.state.tables}
+        assert froms == {"prefill/0/0": 41 + 1 + 1024, "prefill/1/0": 0, "decode/0/0": 0}
+        reg = core.metrics.registry
+        assert (
+            reg.get_sample_value("heroserve_denied_requests_total", {"rpc": "ReportTelemetry"}) == 1
+        )
+        assert (
+            reg.get_sample_value("heroserve_invalid_requests_total", {"rpc": "ReportTelemetry"})
+            == 2
+        )
+
+
+def test_bogus_groups_leave_no_rows_and_floods_are_refused(two_groups: ThreadedServer) -> None:
+    """issue 10 item 2: 20,000 bogus group ids became 20,000 permanent rows; 50,000 link ids
+    became 50,000 Prometheus series."""
+    core = two_groups.server.core
+    reg = core.metrics.registry
+    series = len(list(reg.collect()))
+    with grpc.insecure_channel(f"127.0.0.1:{two_groups.port}") as ch:
+        stub = pb_grpc.ControlStub(ch)
+        ident, session = _gpu_agent(stub, "p0", "p0-g0")
+        flood = [
+            pb.PolicySelection(group_id=f"x/{i}/0", selections=1, last_seq=5) for i in range(20_000)
+        ]
+        rep = _report(ident, session, selections=flood)
+        assert code_of(stub.ReportTelemetry, rep) == grpc.StatusCode.INVALID_ARGUMENT
+        links = [pb.LinkUtilisation(link_id=f"p0-g0|n{i}", utilisation=0.1) for i in range(50_000)]
+        rep = _report(ident, session, links=links)
+        assert code_of(stub.ReportTelemetry, rep) == grpc.StatusCode.INVALID_ARGUMENT
+        # Under the limits, groups the plan does not have are dropped and counted...
+        some = flood[:4000]
+        assert stub.ReportTelemetry(_report(ident, session, selections=some)).accepted == 0
+        dropped = {"reason": "unknown_group"}
+        assert reg.get_sample_value("heroserve_telemetry_records_dropped_total", dropped) == 4000
+        # ...and links must be the cluster's and the sender's own.
+        for lid, code in (
+            ("p0-g0|n1", grpc.StatusCode.INVALID_ARGUMENT),  # not in the topology
+            ("p1-g0|s1", grpc.StatusCode.PERMISSION_DENIED),  # p1's link
+        ):
+            rep = _report(ident, session, links=[pb.LinkUtilisation(link_id=lid, utilisation=0.5)])
+            assert code_of(stub.ReportTelemetry, rep) == code, lid
+    with core.store.transaction() as db:
+        assert db.execute("SELECT COUNT(*) FROM group_seq").fetchone()[0] == 0
+    assert len(list(reg.collect())) == series
+    assert core.utilisation == {}
+    assert reg.get_sample_value("heroserve_link_utilisation_ratio", {"link": "p1-g0|s1"}) is None
+
+
+def test_gpus_and_identity_are_bound_to_the_topology(two_groups: ThreadedServer) -> None:
+    """issue 10 item 2: registering node B's GPUs returned B's tables and INA groups."""
+    with grpc.insecure_channel(f"127.0.0.1:{two_groups.port}") as ch:
+        stub = pb_grpc.ControlStub(ch)
+        for node, gpus, why in (
+            ("p0", ("p1-g0",), "GPU 'p1-g0' belongs to 'p1', not to 'p0'"),
+            ("p0", ("zz-g0",), "GPU 'zz-g0' is not in topology 'sample'"),
+            (
+                "intruder",
+                ("p0-g0",),
+                "node 'intruder' is neither a server nor a GPU of topology 'sample'",
+            ),
+            ("p0-g0", ("p0-g1",), "GPU 'p0-g1' belongs to 'p0', not to 'p0-g0'"),
+        ):
+            with pytest.raises(grpc.RpcError) as ei:
+                _gpu_agent(stub, node, *gpus)
+            assert ei.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert ei.value.details() == why
+        sw = pb.RegisterRequest(identity=pb.NodeIdentity(node_id="p0", kind=pb.NODE_KIND_SWITCH))
+        sw.switch_inventory.device_id = 1
+        assert code_of(stub.Register, sw) == grpc.StatusCode.PERMISSION_DENIED
+        # A switch has no groups to report selections for.
+        sess = register(stub, SW)
+        sel = pb.PolicySelection(group_id="prefill/0/0", policy_id=0, selections=1)
+        rep = _report(SW, sess, selections=[sel])
+        assert code_of(stub.ReportTelemetry, rep) == grpc.StatusCode.PERMISSION_DENIED
+        # issue 10 item 7: the slot index is 16 bits, whatever the switch says.
+        big = pb.RegisterRequest(identity=SW, switch_inventory=switch_inventory(2**32 - 1))
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.Register(big, timeout=5)
+        assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "aggregator_slots 4294967295 above 65536" in ei.value.details()
+        # The server p0 receives its own GPUs' tables, whatever it claims.
+        ident, session = _gpu_agent(stub, "p0", "p0-g2")
+        st = Stream(stub, ident, session)
+        upd = st.next()
+        st.close()
+        assert [t.group_id for t in upd.gpu_policy.tables] == ["prefill/0/0"]
+        assert [a.group_name for a in upd.gpu_policy.ina] == ["prefill/0/0"]
+
+
+def test_claims_made_before_any_cluster_are_filtered_by_the_plan(tmp_path: Path) -> None:
+    from controller.service.core import Controller
+
+    c = Controller(Store(tmp_path / "c.db"))  # no --topology, no plan: nothing to check yet
+    req = pb.RegisterRequest(identity=pb.NodeIdentity(node_id="srv2", kind=pb.NODE_KIND_GPU))
+    req.gpu.gpus.add(gpu_id="srv0-gpu0")  # another server's GPU
+    c.register(req)
+    c.apply_plan(hier_plan().to_json())
+    mine = c.node_state(pb.NodeIdentity(node_id="srv2", kind=pb.NODE_KIND_GPU))
+    assert not mine.tables and not mine.gpu_ina
+    theirs = c.node_state(pb.NodeIdentity(node_id="srv0", kind=pb.NODE_KIND_GPU))
+    assert list(theirs.tables) == ["prefill/0/0"]
+
+
+def test_metrics_follow_prometheus_conventions(two_groups: ThreadedServer) -> None:
+    core = two_groups.server.core
+    reg = core.metrics.registry
+    names = {m.name for m in reg.collect()}
+    # Counters are exposed with _total; units are suffixed; build_info is 1.
+    assert {
+        "heroserve_build_info",
+        "heroserve_agent_acked_epoch",
+        "heroserve_link_utilisation_ratio",
+        "heroserve_policy_selected_bytes",
+        "heroserve_plan_apply_seconds",
+    } <= names
+    (info,) = [s for m in reg.collect() if m.name == "heroserve_build_info" for s in m.samples]
+    assert info.value == 1 and set(info.labels) == {"version", "python", "grpc"}
+    with grpc.insecure_channel(f"127.0.0.1:{two_groups.port}") as ch:
+        stub = pb_grpc.ControlStub(ch)
+        ident, session = _gpu_agent(stub, "p0", "p0-g0")
+        stub.Ack(pb.AckRequest(identity=ident, session_id=session, epoch=1, ok=True))
+    assert reg.get_sample_value("heroserve_agent_acked_epoch", {"agent": "p0"}) == 1
+    assert reg.get_sample_value("heroserve_plan_apply_seconds_count") == 1
+    assert reg.get_sample_value("heroserve_aggregator_slots_allocated", {"switch": "s1"}) == 16
+
+
+# --- issue 10 items 4, 9, 10: bad input gets one line and exit 2, or the proper status ------
+
+
+def _one_line(capsys: pytest.CaptureFixture) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("heroserve controller: "), err
+    return err.strip()
+
+
+def test_cli_bad_ports_files_and_databases(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from controller.service.core import Controller
+    from controller.service.sample import save_sample_topology
+
+    plan = tmp_path / "plan.json"
+    sample_plan().save(plan)
+    topo = save_sample_topology(tmp_path / "topology.json")
+    db = str(tmp_path / "c.db")
+    base = ["--db", db, "--plan", str(plan), "--topology", str(topo)]
+
+    def refused(*args: str) -> str:
+        assert main([*base, *args]) == 2
+        return _one_line(capsys)
+
+    assert "port 99999 is not in 0..65535" in refused("--listen", "127.0.0.1:99999")
+    assert "port is not in 0..65535" in refused("--listen", "[::1]:70000")
+    with pytest.raises(SystemExit) as ei:
+        main([*base, "--metrics-port", "99999"])
+    assert ei.value.code == 2
+    assert "--metrics-port: 99999 is not in 1..65535" in _one_line(capsys)
+    assert "--window-s nan is not in" in refused("--window-s", "nan")
+    assert "--default-slots 4294967295 is not in 1..65536" in refused(
+        "--default-slots", str(2**32 - 1)
+    )
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_bytes(b"-----BEGIN CERTIFICATE-----\nnot base64 at all\n")
+    tls = ["--tls-cert", str(garbage), "--tls-key", str(garbage), "--tls-ca", str(garbage)]
+    assert "--tls-cert: not a PEM certificate" in refused(*tls)
+    binary = tmp_path / "plan.bin"
+    binary.write_bytes(bytes(range(256)) * 8)
+    assert main(["--db", db, "--plan", str(binary)]) == 2
+    assert _one_line(capsys).endswith(f"{binary}: not UTF-8 text (byte 128)")
+    # Databases holding what a controller cannot serve (issue 10 items 7, 9).
+    c = Controller(Store(db), topology=sample_topology())
+    c.apply_plan(sample_plan(ina_groups=1).to_json())
+    c.store.close()
+    with Store(db).transaction() as conn:  # four groups on slot 0
+        for owner in ("x", "y", "z"):
+            conn.execute("INSERT INTO slot_allocs VALUES ('s1', ?, 0, 8)", (owner,))
+    assert main(["--db", db, "--topology", str(topo)]) == 2
+    err = _one_line(capsys)
+    assert "slot pool: switch 's1': 'x' [0, 8) overlaps 'prefill/0/0' [0, 8)" in err
+    with Store(db).transaction() as conn:
+        conn.execute("DELETE FROM slot_allocs WHERE owner IN ('x', 'y', 'z')")
+        conn.execute("UPDATE meta SET value = 'NaN' WHERE key = 'epoch'")
+    assert main(["--db", db, "--topology", str(topo)]) == 2
+    assert "meta.epoch = 'NaN' is not an integer" in _one_line(capsys)
+    with Store(db).transaction() as conn:
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'epoch'")
+        conn.execute("UPDATE plans SET json = '[1, 2'")
+    assert main(["--db", db, "--topology", str(topo)]) == 2
+    assert "stored JSON does not parse" in _one_line(capsys)
+    (tmp_path / "not.db").write_bytes(b"this is not sqlite" * 100)
+    assert main(["--db", str(tmp_path / "not.db"), "--plan", str(plan)]) == 2
+    assert "file is not a database" in _one_line(capsys)
+
+
+def _g0(d: dict) -> dict:
+    return d["prefill"]["groups"][0]
+
+
+def _both(d: dict, role: str, k: int, gpu: str) -> None:
+    """Replace GPU k of the role's first instance and group alike (the schema requires a
+    group to hold its stage's GPUs)."""
+    d[role]["instances"][0]["stages"][0][k] = gpu
+    g = d[role]["groups"][0]
+    old = g["gpus"][k]
+    g["gpus"][k] = gpu
+    g["paths"][gpu] = [gpu, *g["paths"].pop(old)[1:]]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: _g0(d).update(gpus="abc"), "plan: prefill.groups[0].gpus: must be a list"),
+        (lambda d: _g0(d).update(paths=[1]), "groups[0].paths: must be a mapping, got a list"),
+        (lambda d: _g0(d)["gpus"].append(7), "prefill.groups[0].gpus[4]: must be a node id, got 7"),
+        (lambda d: _g0(d).update(slots={"start": 0}), "groups[0].slots: missing 'count'"),
+        (lambda d: _g0(d).update(scheme="magic"), "scheme: must be one of ina, ring, hier"),
+        (lambda d: _g0(d).update(rails=[{"switch": 1}]), "rails[0].switch: must be a node id"),
+        (lambda d: d.update(extra=1), "plan: extra: unknown key"),
+        (lambda d: d["sla"].update(ttft_s="fast"), "plan: sla.ttft_s: must be a number"),
+        (lambda d: _g0(d).update(instance=2**70), "instance: must be at most 9007199254740992"),
+        (lambda d: _g0(d).update(slots={"start": 0, "count": 2**20}), "must be at most 65536"),
+        (lambda d: _both(d, "prefill", 1, "p0-g0"), "GPU 'p0-g0' is used twice"),
+        (lambda d: _both(d, "decode", 0, "p0-g0"), "GPU 'p0-g0' is used twice"),
+        (lambda d: _both(d, "decode", 1, "zz"), "GPU 'zz' is not in topology 'sample'"),
+        (lambda d: _g0(d)["paths"].update({"p0-g0": ["p0-g0", "|", "s1"]}), "'|' is not a node"),
+    ],
+)
+def test_malformed_apply_plan_bodies(
+    srv: ThreadedServer, chan: grpc.Channel, edit, message: str
+) -> None:  # noqa: ANN001
+    d = json.loads(sample_plan().to_json())
+    edit(d)
+    admin = pb_grpc.AdminStub(chan)
+    with pytest.raises(grpc.RpcError) as ei:
+        admin.ApplyPlan(pb.ApplyPlanRequest(plan_json=json.dumps(d)), timeout=10)
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert message in ei.value.details()
+    assert "Traceback" not in ei.value.details() and "Error(" not in ei.value.details()
+    assert srv.server.core.epoch == 0
+
+
+def test_oversized_messages_are_refused_before_parsing(chan: grpc.Channel) -> None:
+    admin = pb_grpc.AdminStub(chan)
+    from controller.service.planinput import MAX_PLAN_BYTES
+
+    huge = pb.ApplyPlanRequest(plan_json="x" * (MAX_PLAN_BYTES + 8192))
+    assert code_of(admin.ApplyPlan, huge, timeout=30) == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_canonical_json_is_the_plans_own(testbed_plan: str) -> None:
+    """The plan id hashes Plan.to_json(indent=None); the controller makes that text from the
+    checked input instead of serialising the Plan again: both must be the same bytes, also
+    for input that leaves optional fields out."""
+    from controller.service.planinput import parse_plan_canonical
+
+    sparse = json.loads(sample_plan().to_json())
+    del sparse["notes"], sparse["options"], sparse["prefill"]["instances"][0]["batch"]
+    del sparse["prefill"]["groups"][0]["rails"], sparse["prefill"]["groups"][0]["hier_s"]
+    for text in (testbed_plan, hier_plan().to_json(), sample_plan(ina_groups=3).to_json()):
+        plan, canonical = parse_plan_canonical(text)
+        assert canonical == plan.to_json(indent=None)
+    plan, canonical = parse_plan_canonical(json.dumps(sparse))
+    assert canonical == plan.to_json(indent=None) == sample_plan().to_json(indent=None)

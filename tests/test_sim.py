@@ -10,12 +10,13 @@ import pytest
 
 from controller.cli import main
 from controller.costmodel.compute import decode_layer_time
+from controller.costmodel.network import NetParams
 from controller.models import model_spec
-from controller.planner import PLANNERS, Problem, plan
+from controller.planner import PLANNERS, PlannerOptions, Problem, plan
 from controller.planner.evaluate import Evaluator
-from controller.sim import Simulator, build_model, make_requests, simulate
+from controller.sim import SimOptions, Simulator, build_model, make_requests, simulate
 from controller.sim.model import comm_option
-from controller.sim.network import Activity, FluidNetwork, Links
+from controller.sim.network import Activity, FluidNetwork, Links, Work
 from controller.topology import fig2
 from controller.topology import testbed as make_testbed
 from controller.topology.graph import add_link, add_switch
@@ -46,8 +47,8 @@ def _run(starts):
         t, _, kind, payload = heapq.heappop(events)
         if kind == "start":
             k, nbytes = payload
-            flows = (((e, lk.inv_bw[e]),), 0.0)
-            a = Activity(0.0, 1.0, nbytes, (flows,), ((lk.inv_bw[e], 0.0),), 1.0, None,
+            work = Work.single([(((e, lk.inv_bw[e]),), 0.0)], pipelined=True)
+            a = Activity(0.0, nbytes, work, 1.0, None,
                          lambda now, k=k: done.__setitem__(k, now), (e,))  # fmt: skip
             net.start(a, t)
         else:
@@ -79,20 +80,22 @@ def _chain(hops: int) -> tuple[Links, list[int]]:
     return lk, lk.path_links(names)
 
 
-def _run_busy_share(hops: int, n: int, tolerance: float = 0.0) -> list[float]:
+def _run_busy_share(
+    hops: int, n: int, tolerance: float = 0.0, pipelined: bool = False
+) -> list[float]:
     """n transfers of 1 GB start at 0 on the same ``hops``-hop path; each weighs by its
-    busy share (weight None); store-and-forward: alone one takes ``hops`` seconds."""
+    busy share (weight None). Store and forward, alone one takes ``hops`` seconds;
+    pipelined, 1 s (its slowest hop)."""
     lk, path = _chain(hops)
     events: list = []
     seq = itertools.count()
     net = FluidNetwork(lk, events, lambda: next(seq), tolerance)
     done: list[float] = []
     per_byte = {e: 1.0 for e in path}
-    k = sum(lk.inv_bw[e] for e in path)
-    flows = ((tuple((e, lk.inv_bw[e]) for e in path), 0.0),)
+    work = Work.single([(tuple((e, lk.inv_bw[e]) for e in path), 0.0)], pipelined)
     for _ in range(n):
-        a = Activity(0.0, 1.0, 1e9, flows, ((k, 0.0),), None, (per_byte, 1e9), done.append,
-                     tuple(path), ("kv", 0, 0))  # fmt: skip
+        a = Activity(0.0, 1e9, work, None, (per_byte, 1e9), done.append, tuple(path),
+                     ("kv", 0, 0))  # fmt: skip
         net.start(a, 0.0)
     net.run_until_idle()
     return done
@@ -106,6 +109,33 @@ def test_busy_share_weights_hand_worked():
     assert _run_busy_share(3, 3) == pytest.approx([3.0] * 3)
     # six ask for 2x the capacity: stretch 2 on every hop, 6 s each
     assert _run_busy_share(3, 6) == pytest.approx([6.0] * 6)
+    # pipelined: alone the slowest hop, 1 s, busy all the time on every hop (weight 1)...
+    assert _run_busy_share(3, 1, pipelined=True) == pytest.approx([1.0])
+    # ...so three share every hop three ways: stretch 3, 3 s each
+    assert _run_busy_share(3, 3, pipelined=True) == pytest.approx([3.0] * 3)
+
+
+@pytest.mark.parametrize("pipelined,want", [(True, [2.0, 2.0]), (False, [2.3, 1.5])])
+def test_most_stretched_hop_sets_a_pipelined_rate(pipelined, want):
+    """Transfer A (1 GB over hops 1 and 2) and B (1 GB over hop 2 only) start together.
+    Pipelined: each keeps its hops busy all the time (weight 1), hop 2 carries both
+    (stretch 2), and A's rate is set by its most stretched hop: max(1 x 1, 1 x 2) = 2 s, B
+    2 s. Store and forward: A alone takes 2 s and weighs 1/2 per hop, B 1 s and weight 1:
+    stretch 1.5 on hop 2, A = 1 + 1.5 = 2.5 s, B = 1.5 s; when B ends A has 1 - 1.5/2.5 = 0.4
+    of 2 s left: it ends at 2.3 s."""
+    lk, path = _chain(2)
+    e1, e2 = path
+    events: list = []
+    seq = itertools.count()
+    net = FluidNetwork(lk, events, lambda: next(seq))
+    done: dict[str, float] = {}
+    for name, links in (("A", (e1, e2)), ("B", (e2,))):
+        work = Work.single([(tuple((e, lk.inv_bw[e]) for e in links), 0.0)], pipelined)
+        a = Activity(0.0, 1e9, work, None, ({e: 1.0 for e in links}, 1e9),
+                     lambda t, name=name: done.__setitem__(name, t), links)  # fmt: skip
+        net.start(a, 0.0)
+    net.run_until_idle()
+    assert [done["A"], done["B"]] == pytest.approx(want)
 
 
 def test_rerate_tolerance_bounds_the_error_and_the_work():
@@ -121,7 +151,8 @@ def test_rerate_tolerance_bounds_the_error_and_the_work():
     seq = itertools.count()
     net = FluidNetwork(lk, events, lambda: next(seq), 0.02)
     e = path[0]
-    acts = [Activity(0.0, 1.0, 1.0, (), (), 1.0, None, lambda t: None, (e,)) for _ in range(50)]
+    idle = Work.single((), pipelined=True)
+    acts = [Activity(0.0, 1.0, idle, 1.0, None, lambda t: None, (e,)) for _ in range(50)]
     for a in acts:
         net.start(a, 0.0)
         assert abs(lk.stretch[e] - max(1.0, lk.load[e])) <= 0.02 * lk.stretch[e] + 1e-12
@@ -133,14 +164,16 @@ def test_rerate_tolerance_bounds_the_error_and_the_work():
         FluidNetwork(lk, events, lambda: next(seq), 1.5)
 
 
+@pytest.mark.parametrize("mode", ["pipelined", "paper"])
 @pytest.mark.parametrize("make,members", [
     (make_testbed, ["srv2-gpu0", "srv3-gpu0", "srv2-gpu1", "srv3-gpu1"]),
     (make_testbed, ["srv2-gpu0", "srv2-gpu1", "srv2-gpu2", "srv2-gpu3"]),
     (fig2, ["gn2", "gn3"]),
 ])  # fmt: skip
-def test_comm_options_price_like_the_cost_model(make, members):
+def test_comm_options_price_like_the_cost_model(make, members, mode):
     g = make()
-    problem = Problem(g, model_spec("OPT-66B"), chatbot(), default_sla("chatbot"))
+    opts = PlannerOptions(net=NetParams(cost_mode=mode))
+    problem = Problem(g, model_spec("OPT-66B"), chatbot(), default_sla("chatbot"), opts)
     ev = Evaluator(problem, PLANNERS["heroserve"][0])
     lk = Links(g)
     for nbytes in (1e4, 1e6, 3e7):
@@ -231,10 +264,10 @@ def test_cli_simulate_per_gpu_rate_and_online_scheduler(plan_file, capsys):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--rate", "0"], "rate must be positive"),
-    (["--rate", "-2"], "rate must be positive"),
-    (["--rate", "abc"], "is not a float"),
-    (["--rate", "1", "--topology", "fig2"], "not in cluster"),
+    (["--rate", "0"], "--rate: must be positive"),
+    (["--rate", "-2"], "--rate: must be positive"),
+    (["--rate", "abc"], "is not a number"),
+    (["--rate", "1", "--topology", "fig2"], "not in topology"),
     (["--rate", "1", "--requests", "0"], "must be positive"),
     (["--rate", "1", "--workload", "nope"], "unknown workload"),
 ])  # fmt: skip
@@ -263,8 +296,11 @@ def test_whole_pass_decode_steps_equal_stage_by_stage(tb_plan, monkeypatch):
     """A decode step run through every stage at once (a permutation flow shop) gives the same
     schedule as stage by stage: every request's times agree, at low load and in overload
     (preemptions included)."""
-    g, p = tb_plan
+    g = tb_plan[0]
     w = chatbot()
+    # decode in 2 pipeline stages, so that a whole pass differs from stage by stage
+    p = plan(g, model_spec("OPT-66B"), w, default_sla("chatbot"), PlannerOptions(decode_par=(4, 2)))
+    assert p.decode.pp == 2
     for factor in (0.5, 2.0):
         reqs = make_requests(w, factor * p.predicted.rate, 400, seed=2)
         whole = Simulator(build_model(p, g, w)).run(reqs)
@@ -280,3 +316,92 @@ def test_whole_pass_decode_steps_equal_stage_by_stage(tb_plan, monkeypatch):
         assert whole.policy_use == staged.policy_use  # every stage iteration counted
         assert whole.allreduce_throughput_Bps == pytest.approx(staged.allreduce_throughput_Bps)
         assert whole.link_util == pytest.approx(staged.link_util)
+
+
+def test_hier_group_offers_hier_ring_and_flat_ina():
+    """The plan's hierarchical INA first, then the ring and flat INA at each switch, each
+    priced like the cost model; the online scheduler runs with the three kinds."""
+    from test_sim_validation import HIER_DECODE, hier_plan
+
+    from controller.costmodel.hier import hier_on_rails
+
+    g = make_testbed()
+    p = hier_plan(g)
+    m = build_model(p, g, chatbot())
+    opts = m.decode[0].stages[0].options
+    assert [o.use_key for o in opts] == ["hier", "ring", "ina:s1", "ina:s2"]
+    ev = m.evaluator
+    rails = [(r.switch, r.shard, r.members, r.paths) for r in p.decode.groups[0].rails]
+    pattern = hier_on_rails(ev.ina_fabric, HIER_DECODE, rails, ev.net)
+    for nbytes in (1e3, 1e6, 3e7):
+        assert opts[0].time(nbytes) == pytest.approx(pattern.time(ev.ina_fabric, nbytes), rel=1e-12)
+    # its links: the NVLink edges of both servers (reduce-scatter, all-gather) and the rails'
+    # NIC links, each way
+    assert {"srv2-gpu0|srv2-nvsw", "s1|srv2-gpu0", "s2|srv3-gpu1"} <= set(opts[0].link_ids)
+    r = Simulator(m, SimOptions(online_scheduler=True)).run(
+        make_requests(chatbot(), 4.0, 300, seed=1, cv=4.0)
+    )
+    assert r.finished == 300 and r.policy_use
+
+
+def test_plan_with_rails_that_do_not_fit_is_refused():
+    from test_sim_validation import hier_plan
+
+    from controller.errors import InputError
+
+    g = make_testbed()
+    p = hier_plan(g)
+    p.decode.groups[0].rails[1].members = ["srv2-gpu0", "srv3-gpu1"]  # srv2-gpu0 twice
+    with pytest.raises(InputError, match="rails that do not fit"):
+        build_model(p, g, chatbot())
+    p = hier_plan(g)
+    p.decode.groups[0].rails[0].paths["srv2-gpu0"] = ["srv2-gpu0", "s2"]  # no such link
+    with pytest.raises(InputError, match="uses link srv2-gpu0-s2"):
+        build_model(p, g, chatbot())
+
+
+def test_iteration_weights_never_exceed_the_risky_bound(monkeypatch):
+    """The risky-link marking bounds an iteration's weight on a link with its compute
+    (C1 W / TP per token and layer) as well as its all-reduces; every iteration actually
+    started, at any batch, weighs no more than that bound on each of its links."""
+    from controller.sim.network import FluidNetwork
+
+    # decode TP8 over both V100 servers: its rings cross the NICs the KV transfers arrive on
+    g = make_testbed(fixed_roles=True)
+    opts = PlannerOptions(prefill_par=(1, 4), decode_par=(8, 1))
+    p = plan(g, model_spec("OPT-66B"), chatbot(), default_sla("chatbot"), opts)
+    m = build_model(p, g, chatbot())
+    inv = m.links.inv_bw
+    stages = {id(st): (inst, st) for inst in m.prefill + m.decode for st in inst.stages}
+    seen = []
+    start = FluidNetwork.start
+
+    def checked(self, a, now):
+        start(self, a, now)
+        if isinstance(a.chan, tuple) and a.chan[0] == "it":
+            inst, st = stages[a.chan[1]]
+            floor = st.layers * inst.decode_terms[1] / (m.message_bytes(1.0) * st.allreduces)
+            bound = st.options[a.chan[2]].peak_shares(inv, floor)
+            for e, w in a.loads:
+                assert w <= bound[e] * (1 + 1e-9), (st.group_id, e, w, bound[e])
+                seen.append(w)
+
+    monkeypatch.setattr(FluidNetwork, "start", checked)
+    r = Simulator(m).run(make_requests(chatbot(), 3 * p.predicted.rate, 300, seed=4))
+    assert r.finished == 300 and seen  # iterations did run as activities on risky links
+
+
+def test_single_link_flows_price_only_the_stretched_ones_exactly():
+    """A part of one-link flows (a pipelined KV transfer) is priced from its envelope alone and
+    its stretched flows only; that is the maximum over every flow, whatever the stretch."""
+    import random
+
+    rnd = random.Random(3)
+    for _ in range(200):
+        flows = [(((e, rnd.uniform(1e-9, 1e-6)),), rnd.uniform(0, 1e-5)) for e in range(12)]
+        work = Work.single(flows, pipelined=True)
+        assert work.singles is not None
+        stretch = [rnd.choice([1.0, 1.0, 1.0, rnd.uniform(1.0, 5.0)]) for _ in range(12)]
+        scale = rnd.uniform(1, 1e4)
+        want = max(k * stretch[e] * scale + lat for ((e, k),), lat in flows)
+        assert work.time(0.5, scale, work.sums(stretch)) == pytest.approx(0.5 + want, rel=1e-12)

@@ -5,21 +5,23 @@ rate."""
 import numpy as np
 import pytest
 
+from controller.costmodel.network import NetParams
 from controller.evaluation.sweep import max_rates
 from controller.models import model_spec
-from controller.planner import plan
+from controller.planner import PlannerOptions, plan
 from controller.planner.grouping import PodGroups
 from controller.sim import SimOptions, Simulator, build_model, make_requests
+from controller.sim.model import planned_pattern
 from controller.topology import testbed as make_testbed
 from controller.topology.graph import scale_bandwidth
-from controller.workload import Request, Workload, chatbot, default_sla
+from controller.workload import Request, Workload, chatbot, default_sla, summarization
 
 IN, OUT = 161, 338
 
 
 @pytest.fixture(scope="module")
 def tb():
-    g = make_testbed()
+    g = make_testbed(fixed_roles=True)
     return g, plan(g, model_spec("OPT-66B"), chatbot(), default_sla("chatbot"))
 
 
@@ -28,16 +30,47 @@ def _one_pod(stages_list):
     return [PodGroups(None, [x for grp in groups for x in grp], groups)]
 
 
-def test_low_load_matches_the_cost_model(tb):
+def _as_planned(m) -> None:
+    """Make the model's evaluator price each group with the scheme its plan chose: the
+    evaluator takes the cheapest scheme at every message size, the simulator runs the plan's
+    (``planned_pattern``), and a lone request's batch of 1 is not the size the plan chose at."""
+    ev = m.evaluator
+    groups = {tuple(gr.gpus): gr for ph in (m.plan.prefill, m.plan.decode) for gr in ph.groups}
+
+    def allreduce_time(members, nbytes):
+        planned = planned_pattern(ev, list(members), nbytes, groups.get(tuple(members)))
+        return 0.0 if planned is None else planned[0].time(planned[1], nbytes)
+
+    ev.allreduce_time = allreduce_time
+
+
+@pytest.mark.parametrize(
+    "mode,kind,n_in,n_out",
+    [
+        ("pipelined", "chatbot", IN, OUT),
+        ("paper", "chatbot", IN, OUT),
+        ("pipelined", "summarization", 1641, 65),
+        ("paper", "summarization", 1641, 65),
+    ],
+)
+def test_low_load_matches_the_cost_model(mode, kind, n_in, n_out):
     """Requests 1000 s apart (each alone in the cluster), all of the mean length: TTFT is the
     prefill instance's serve time (Eqs. 3, 5-12), the KV transfer T_f (Eqs. 14-15), each
     decode step Eq. 13 plus its all-reduces at batch 1, all within 5% of the evaluator's own
-    figures; TPOT = step + T_f / (out - 1) (the transfer spread over the tokens)."""
-    g, p = tb
-    fixed = Workload("fixed", np.full(10, IN), np.full(10, OUT))
+    figures, in either cost mode (the plan records it; the simulator prices as it says) and
+    for both workloads' mean requests; TPOT = step + T_f / (out - 1) (the transfer spread
+    over the tokens)."""
+    g = make_testbed(fixed_roles=True)
+    opts = PlannerOptions(net=NetParams(cost_mode=mode))
+    load = chatbot() if kind == "chatbot" else summarization()
+    p = plan(g, model_spec("OPT-66B"), load, default_sla(kind), opts)
+    assert p.options["cost_mode"] == mode
+    fixed = Workload("fixed", np.full(10, n_in), np.full(10, n_out))
     m = build_model(p, g, fixed)
+    assert m.pipelined == (mode == "pipelined") and m.evaluator.net.cost_mode == mode
     ev = m.evaluator
-    reqs = [Request(1000.0 * i, IN, OUT) for i in range(4)]
+    _as_planned(m)
+    reqs = [Request(1000.0 * i, n_in, n_out) for i in range(4)]
     r = Simulator(m).run(reqs)
     assert r.finished == 4
     pre_stages = [s.gpus for s in m.prefill[0].stages]
@@ -45,21 +78,21 @@ def test_low_load_matches_the_cost_model(tb):
     want_ttft = ev.prefill_instance(pre_stages).serve_s
     pre = ev.prefill_phase(p.prefill.tp, p.prefill.pp, _one_pod([pre_stages]))
     dec = ev.decode_phase(p.decode.tp, p.decode.pp, _one_pod([dec_stages]), 0.0)
-    want_tf, _ = ev.kv_transfer(pre, dec, 1, 1)
+    want_tf, _, _ = ev.kv_transfer(pre, dec, 1, 1)
     want_step = ev.decode_step(dec_stages, 1)[0]
     pr = r.per_request
     ttft = np.array(pr["ttft_s"])
     tf = np.array(pr["kv_done_s"]) - np.array(pr["first_token_s"])
-    step = (np.array(pr["finish_s"]) - np.array(pr["kv_done_s"])) / (OUT - 1)
+    step = (np.array(pr["finish_s"]) - np.array(pr["kv_done_s"])) / (n_out - 1)
     tpot = np.array(pr["tpot_s"])
-    print(f"TTFT sim {ttft.mean() * 1e3:.2f} ms vs model {want_ttft * 1e3:.2f} ms; "
+    print(f"{mode} {kind}: TTFT sim {ttft.mean() * 1e3:.2f} ms vs model {want_ttft * 1e3:.2f} ms; "
           f"T_f {tf.mean() * 1e3:.2f} vs {want_tf * 1e3:.2f} ms; decode step "
           f"{step.mean() * 1e3:.2f} vs {want_step * 1e3:.2f} ms; TPOT {tpot.mean() * 1e3:.2f} vs "
-          f"{(want_step + want_tf / (OUT - 1)) * 1e3:.2f} ms")  # fmt: skip
+          f"{(want_step + want_tf / (n_out - 1)) * 1e3:.2f} ms")  # fmt: skip
     assert ttft == pytest.approx(want_ttft, rel=0.05)
     assert tf == pytest.approx(want_tf, rel=0.05)
     assert step == pytest.approx(want_step, rel=0.05)
-    assert tpot == pytest.approx(want_step + want_tf / (OUT - 1), rel=0.05)
+    assert tpot == pytest.approx(want_step + want_tf / (n_out - 1), rel=0.05)
 
 
 @pytest.mark.parametrize("rate,cv", [(2.0, 1.0), (8.0, 1.0), (3.0, 4.0)])
@@ -123,3 +156,61 @@ def test_doubling_every_link_never_lowers_the_max_rate(tb):
     print({k: (b.lo, b.hi) for k, b in br.items()})
     assert br["1x"].lo > 0
     assert br["2x"].lo >= br["1x"].lo
+
+
+# -- hierarchical INA ----------------------------------------------------------------------
+HIER_DECODE = ["srv2-gpu0", "srv2-gpu1", "srv3-gpu0", "srv3-gpu1"]
+
+
+def hier_plan(g, mode: str = "pipelined"):
+    """A hand-made testbed plan whose decode group (TP4 over two V100 servers, two GPUs on
+    each) runs hierarchical INA: rail 0 (GPU 0 of both) at s1, rail 1 (GPU 1) at s2, with
+    the routes ``hier_pattern`` chooses; prefill is one TP4 ring inside srv0."""
+    from controller.costmodel.hier import hier_pattern
+    from controller.plan import Group, Instance, PhasePlan, Plan, Predicted, Rail, SlotRange
+
+    net = NetParams(cost_mode=mode)
+    h = hier_pattern(net.fabric(g), HIER_DECODE, 48 * 5120 * 2, net)
+    rails = [
+        Rail(r.switch, r.shard, r.shards, r.members, SlotRange(8 * r.shard, 8), r.paths)
+        for r in h.rails
+    ]
+    pre_gpus = [f"srv0-gpu{i}" for i in range(4)]
+    pre = PhasePlan(
+        "prefill", 4, 1, "A100-40GB", [Instance([pre_gpus])],
+        [Group(0, 0, pre_gpus, "ring", None, None, {}, 0.0, None, 0.0, "NVLink ring")],
+        0.0, 0.0, 1, 0.0,
+    )  # fmt: skip
+    dec = PhasePlan(
+        "decode", 4, 1, "V100-32GB", [Instance([HIER_DECODE])],
+        [Group(0, 0, HIER_DECODE, "hier", None, None, dict(h.paths), 0.0, None, 0.0,
+               "hierarchical INA", rails)],
+        0.0, 0.0, 48, 0.0,
+    )  # fmt: skip
+    return Plan(
+        "heroserve", "testbed", "OPT-13B", "chatbot",
+        {"ttft_s": 2.5, "tpot_s": 0.15, "attainment": 0.9}, pre, dec, [],
+        Predicted(0.1, 0.05, 0.01, 10.0, 1.0, 8), options=net.plan_options(),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["pipelined", "paper"])
+def test_low_load_hier_plan_matches_the_cost_model(mode):
+    """A hierarchical-INA decode group: each decode step's all-reduces are the three phases of
+    ``hier_pattern`` (reduce-scatter, INA per rail, all-gather); alone, the simulator's step
+    is the evaluator's with that pattern, in both cost modes."""
+    g = make_testbed()
+    p = hier_plan(g, mode)
+    fixed = Workload("fixed", np.full(10, IN), np.full(10, OUT))
+    m = build_model(p, g, fixed)
+    st = m.decode[0].stages[0]
+    assert st.options[0].scheme == "hier" and len(st.options[0].phases) == 3
+    _as_planned(m)
+    r = Simulator(m).run([Request(1000.0 * i, IN, OUT) for i in range(3)])
+    assert r.finished == 3 and set(r.policy_use) >= {"hier"}
+    want_step = m.evaluator.decode_step([HIER_DECODE], 1)[0]
+    pr = r.per_request
+    step = (np.array(pr["finish_s"]) - np.array(pr["kv_done_s"])) / (OUT - 1)
+    print(f"{mode}: hier decode step sim {step.mean() * 1e3:.3f} vs model {want_step * 1e3:.3f} ms")
+    assert step == pytest.approx(want_step, rel=1e-6)
+    assert r.ina_throughput_Bps > 0  # hierarchical INA aggregates in switches

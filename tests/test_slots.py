@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.slots import Allocation, SlotError, SlotPool
+from controller.slots import MAX_SLOTS, Allocation, SlotError, SlotPool
 from controller.store import Store
 
 
@@ -48,12 +48,12 @@ def test_bad_requests(tmp_path: Path) -> None:
     with pytest.raises(SlotError, match="no slot pool"):
         pool.allocate("nope", "g", 1)
     pool.set_capacity("s1", 4)
-    with pytest.raises(SlotError, match="must be > 0"):
+    with pytest.raises(SlotError, match="slot count 0 is not in 1..65536"):
         pool.allocate("s1", "g", 0)
     pool.allocate("s1", "g", 4)
     with pytest.raises(SlotError, match="below allocated"):
         pool.set_capacity("s1", 3)
-    with pytest.raises(SlotError, match="negative"):
+    with pytest.raises(SlotError, match="capacity -1 is not in 0..65536"):
         pool.set_capacity("s1", -1)
 
 
@@ -110,3 +110,37 @@ def test_ten_thousand_operations_across_restarts(tmp_path: Path) -> None:
         assert pool.allocations(sw) == []
         # Nothing leaked: the whole switch is one free range again.
         assert pool.allocate(sw, "all", capacity[sw]) == Allocation(0, capacity[sw], "all")
+
+
+def test_pool_size_fits_the_16_bit_slot_index(tmp_path: Path) -> None:
+    """issue 10 item 7: a switch saying it has 2^32 - 1 slots got a group of 10^9."""
+    _, pool = _pool(tmp_path / "c.db")
+    pool.set_capacity("s1", MAX_SLOTS)
+    with pytest.raises(SlotError, match="capacity 4294967295 is not in 0..65536"):
+        pool.set_capacity("s1", 2**32 - 1)
+    with pytest.raises(SlotError, match="slot count 1000000000 is not in 1..65536"):
+        pool.allocate("s1", "g", 10**9)
+    assert pool.allocate("s1", "g", MAX_SLOTS) == Allocation(0, MAX_SLOTS, "g")
+
+
+def test_check_names_overlaps_and_ranges_outside_the_pool(tmp_path: Path) -> None:
+    """issue 10 item 7: a database with four groups on slot 0 was served."""
+    store, pool = _pool(tmp_path / "c.db")
+    pool.set_capacity("s1", 16)
+    pool.allocate("s1", "a", 4)
+    pool.check_all()
+    with store.transaction() as db:  # what a corrupt database holds
+        for owner in ("b", "c", "d"):
+            db.execute("INSERT INTO slot_allocs VALUES ('s1', ?, 0, 4)", (owner,))
+    with pytest.raises(SlotError, match=r"'b' \[0, 4\) overlaps 'a' \[0, 4\)"):
+        pool.check_all()
+    with store.transaction() as db:
+        db.execute("DELETE FROM slot_allocs WHERE owner IN ('b', 'c', 'd')")
+        db.execute("INSERT INTO slot_allocs VALUES ('s1', 'e', 14, 4)")
+    with pytest.raises(SlotError, match=r"'e' holds slots \[14, 18\) outside the pool \[0, 16\)"):
+        pool.check_all()
+    with store.transaction() as db:
+        db.execute("DELETE FROM slot_allocs WHERE owner = 'e'")
+        db.execute("INSERT INTO slot_allocs VALUES ('s9', 'f', 0, 1)")
+    with pytest.raises(SlotError, match="'s9': allocations without a slot pool"):
+        pool.check_all()

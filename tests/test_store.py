@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
 import pytest
 
-from controller.store import Store, plan_id_of
+from controller.store import (
+    MAX_GROUP_ID,
+    MAX_SEQ,
+    GroupIdsExhausted,
+    Store,
+    StoreError,
+    plan_id_of,
+)
 
 
 def test_epochs_increase_and_survive_reopen(tmp_path: Path) -> None:
@@ -80,3 +88,81 @@ def test_failed_transaction_rolls_back(tmp_path: Path) -> None:
             db.execute("UPDATE meta SET value = '99' WHERE key = 'epoch'")
             raise RuntimeError("boom")
     assert s.epoch() == 0
+
+
+def test_generation_names_the_database(tmp_path: Path) -> None:
+    a = Store(tmp_path / "a.db")
+    gen = a.generation
+    assert len(gen) == 16 and gen != Store(tmp_path / "b.db").generation
+    a.close()
+    assert Store(tmp_path / "a.db").generation == gen  # stable across restarts
+
+
+def _poke(db: Path, sql: str, *args: object) -> None:
+    with sqlite3.connect(db) as c:
+        c.execute(sql, args)
+
+
+@pytest.mark.parametrize(
+    ("sql", "args", "message"),
+    [
+        ("UPDATE meta SET value = 'abc' WHERE key = 'epoch'", (), "meta.epoch = 'abc' is not an"),
+        ("UPDATE meta SET value = '-3' WHERE key = 'epoch'", (), "meta.epoch = '-3' is not in"),
+        ("INSERT INTO meta VALUES ('plan_id', 'deadbeef')", (), "names no stored plan"),
+        ("INSERT INTO group_ids VALUES ('x', 70000)", (), "group_ids['x'] = 70000 is not in"),
+        # issue 10 item 1: a poisoned sequence number used to survive restarts
+        ("INSERT INTO group_seq VALUES ('g', ?)", (2**63 - 1,), "group_seq['g'].last_seq"),
+        ("INSERT INTO table_versions VALUES ('g', 'x', 'd', 0)", (), "table_versions['g'].version"),
+    ],
+)
+def test_verify_names_what_is_wrong(tmp_path: Path, sql: str, args: tuple, message: str) -> None:
+    db = tmp_path / "c.db"
+    Store(db).close()
+    _poke(db, sql, *args)
+    with pytest.raises(StoreError, match=re.escape(message)):
+        Store(db).verify()
+
+
+def test_verify_refuses_a_garbage_plan(tmp_path: Path) -> None:
+    db = tmp_path / "c.db"
+    s = Store(db)
+    pid = s.save_plan('{"a": 1}', epoch=s.next_epoch())
+    s.verify()
+    s.close()
+    _poke(db, "UPDATE plans SET json = '{not json' WHERE plan_id = ?", pid)
+    with pytest.raises(StoreError, match=f"plan {pid}: stored JSON does not parse"):
+        Store(db).verify()
+
+
+def test_group_ids_are_16_bits_and_reclaimed_only_when_full(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c.db")
+    with s.transaction() as db:  # 65,534 groups already hold ids 1..65534
+        db.executemany(
+            "INSERT INTO group_ids(name, id) VALUES (?, ?)",
+            ((f"g{i}", i) for i in range(1, MAX_GROUP_ID)),
+        )
+    assert s.group_id("new", live={"new"}) == MAX_GROUP_ID  # the last free one
+    # Full: ids of groups not in the plan being applied are reclaimed, lowest first...
+    live = {f"g{i}" for i in range(3, MAX_GROUP_ID)} | {"new", "newer"}
+    assert s.group_id("newer", live) == 1
+    assert s.group_id("g2") == 2 and s.group_id("g5") == 5  # g2 lost its id, got it back
+    # ...and when every id is live, the plan is refused.
+    with pytest.raises(GroupIdsExhausted, match="all 65535 are in use"):
+        s.group_id("one-too-many", live={f"g{i}" for i in range(MAX_GROUP_ID)} | {"new", "newer"})
+
+
+def test_sequence_numbers_are_bounded(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c.db")
+    s.note_seq("g", MAX_SEQ)
+    with pytest.raises(ValueError, match="out of"):
+        s.note_seq("g", MAX_SEQ + 1)
+    assert s.last_seq("g") == MAX_SEQ
+
+
+def test_table_floor_lifts_new_versions(tmp_path: Path) -> None:
+    s = Store(tmp_path / "c.db")
+    assert s.table_version("g", "aaa") == 1
+    assert s.raise_table_floor("g", 7) and not s.raise_table_floor("g", 5)
+    assert s.table_version("g", "aaa") == 8  # same content, but agents hold 7: above it
+    assert s.table_version("g", "aaa") == 8
+    assert s.table_version("g", "bbb") == 9

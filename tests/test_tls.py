@@ -10,9 +10,9 @@ import grpc
 import pytest
 from pki import CA  # tests/ is on sys.path (no tests/__init__.py): the shared test PKI
 
-from controller._gen.heroserve.v1 import control_pb2 as pb
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
-from controller.service.agent import ClientTls, channel
+from agents.client import ClientTls, channel
+from agents.proto.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service.sample import sample_plan, sample_topology
 from controller.service.server import ControllerServer, ThreadedServer, Tls, UsageError
 from controller.store import Store
@@ -32,7 +32,10 @@ def srv(tmp_path: Path, ca: CA) -> Iterator[ThreadedServer]:
     store = Store(tmp_path / "c.db")
     s = ThreadedServer(
         ControllerServer(
-            store, "127.0.0.1:0", tls=Tls(cert.cert, cert.key, ca.pem), topology=sample_topology()
+            store,
+            "127.0.0.1:0",
+            tls=Tls(cert.cert, cert.key, ca.pem),
+            topology=sample_topology(switches=("s1", "s2")),
         )
     )
     s.call(lambda: s.server.core.apply_plan(sample_plan().to_json()))
@@ -92,7 +95,7 @@ def test_agent_speaks_only_for_its_node(srv: ThreadedServer, ca: CA) -> None:
             _register(ch, S2)
         assert ei.value.code() == grpc.StatusCode.PERMISSION_DENIED
         rep = pb.TelemetryReport(identity=S2, session_id=session2, window_s=1.0)
-        rep.links.add(link_id="s2|x", utilisation=0.9)
+        rep.links.add(link_id="s1|s2", utilisation=0.9)
         with pytest.raises(grpc.RpcError) as ei:
             stub.ReportTelemetry(rep, timeout=5)
         assert ei.value.code() == grpc.StatusCode.PERMISSION_DENIED
@@ -119,6 +122,11 @@ def test_non_loopback_listen_needs_tls(
     cert = ca.issue("controller", server=True)
     ControllerServer(store, "0.0.0.0:50051", tls=Tls(cert.cert, cert.key, ca.pem))
     with caplog.at_level(logging.WARNING, logger="heroserve.controller"):
-        ControllerServer(store, "0.0.0.0:50051", insecure_listen_any=True)
-        ControllerServer(store, "[::1]:0")
-    assert "INSECURE" in caplog.text and "insecure (no TLS)" in caplog.text
+        # Said when it starts listening (a controller failing before says only why).
+        for srv in (
+            ControllerServer(store, "0.0.0.0:0", insecure_listen_any=True),
+            ControllerServer(store, "127.0.0.1:0"),
+        ):
+            ThreadedServer(srv).stop()
+    assert "INSECURE: listening on 0.0.0.0:0" in caplog.text
+    assert "insecure (no TLS): listening on loopback 127.0.0.1:0" in caplog.text

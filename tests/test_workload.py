@@ -47,19 +47,62 @@ def test_csv_json_and_sharegpt_traces(tmp_path):
     assert list(w.inputs) == [11] and list(w.outputs) == [2]  # ceil(chars / 4)
 
 
+def _share(*turns):
+    return json.dumps([{"id": "x", "conversations": list(turns)}])
+
+
 @pytest.mark.parametrize(
     ("name", "text", "message"),
     [
         ("a.csv", "input_tokens\n3\n", "needs columns"),
-        ("b.csv", "input_tokens,output_tokens\n3,-1\n", "positive integer"),
+        ("b.csv", "input_tokens,output_tokens\n3,-1\n", "line 2: output_tokens: must be positive"),
         ("c.json", "{not json", "not valid JSON"),
         ("d.json", "[]", "non-empty JSON list"),
+        # issue 10 items 9, 10: non-numeric and NaN arrivals, malformed ShareGPT conversations
+        ("e.csv", "input_tokens,output_tokens,arrival_s\n3,4,soon\n", "arrival_s: 'soon' is not"),
+        ("f.csv", "input_tokens,output_tokens,arrival_s\n3,4,nan\n", "arrival_s: must be a finite"),
+        (
+            "g.csv",
+            "input_tokens,output_tokens,arrival_s\n3,4,1\n3,4,\n",
+            "line 3: arrival_s missing",
+        ),
+        ("h.csv", "input_tokens,output_tokens,arival_s\n3,4,1\n", "did you mean arrival_s?"),
+        ("i.csv", "input_tokens,output_tokens\n3,4,5\n", "line 2: 3 cells, header has 2"),
+        ("j.csv", "input_tokens,output_tokens\n1000000000000,4\n", "must be at most 1048576"),
+        ("k.csv", "input_tokens,output_tokens\n2.5,4\n", "must be an integer, got 2.5"),
+        (
+            "l.json",
+            '[{"input_tokens": 3, "output_tokens": 4, "arrival_s": NaN}]',
+            "must be a finite",
+        ),
+        ("m.json", '[{"input_tokens": 3, "output_tokens": "4"}]', "[0].output_tokens: must be an"),
+        ("n.json", '[{"input_tokens": 3, "output_tokens": 4, "extra": 1}]', "[0].extra: unknown"),
+        ("o.json", '[{"conversation": []}]', "[0].conversation: unknown key (did you mean conv"),
+        ("p.json", '[{"conversations": "hi"}]', "[0].conversations: must be a list of turns"),
+        ("q.json", _share({"from": "human"}), "[0].conversations[0]: missing 'value'"),
+        ("r.json", _share({"from": "human", "value": 5}), "conversations[0].value: must be a str"),
+        ("s.json", _share("hi"), "conversations[0]: a turn must be a mapping"),
+        ("t.json", _share({"from": "human", "value": "hi"}), "no requests found"),
+        ("u.json", '[{"input_tokens": 3, "output_tokens": 4}, 7]', "[1]: must be a request"),
     ],
 )
 def test_bad_traces_name_the_problem(tmp_path, name, text, message):
     (tmp_path / name).write_text(text)
-    with pytest.raises(InputError, match=message):
+    with pytest.raises(InputError) as e:
         load_trace(tmp_path / name)
+    assert str(e.value).startswith(str(tmp_path / name)) and message in str(e.value)
+
+
+def test_sharegpt_ignores_other_keys_and_unpaired_turns(tmp_path):
+    text = _share(
+        {"from": "system", "value": "be brief", "markdown": None},
+        {"from": "human", "value": "x" * 9},
+        {"from": "gpt", "value": "y" * 4},
+        {"from": "human", "value": "unanswered"},
+    )
+    (tmp_path / "s.json").write_text(text)
+    w = load_trace(tmp_path / "s.json")
+    assert list(w.inputs) == [3] and list(w.outputs) == [1] and w.arrivals is None
 
 
 def test_sla_defaults_and_validation():

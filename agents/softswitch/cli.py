@@ -18,19 +18,24 @@ import sys
 import threading
 from pathlib import Path
 
+from agents.cliutil import DefaultsHelpFormatter
+from agents.logs import add_log_args, setup_logging
+
 ENV = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
+log = logging.getLogger("heroserve.softswitch")
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="heroserve softswitch",
         description="Executable model of p4/heroserve_ina.p4 with a P4Runtime server.",
+        formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument(
         "--p4runtime",
         default="127.0.0.1:9559",
         metavar="ADDR",
-        help="host:port of the P4Runtime gRPC server (default 127.0.0.1:9559)",
+        help="host:port of the P4Runtime gRPC server",
     )
     p.add_argument(
         "--interface",
@@ -40,14 +45,14 @@ def _parser() -> argparse.ArgumentParser:
         metavar="[PORT@]NAME",
         help="switch port: interface NAME as port PORT (bare names are numbered from 1)",
     )
-    p.add_argument("--device-id", type=int, default=1, help="P4Runtime device id (default 1)")
+    p.add_argument("--device-id", type=int, default=1, help="P4Runtime device id")
     p.add_argument(
         "--p4info",
         type=Path,
         default=None,
         help="load this P4Info at start, so frames are forwarded before a controller connects",
     )
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    add_log_args(p)
     return p
 
 
@@ -67,9 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
-    logging.basicConfig(
-        level=args.log_level, format="%(asctime)s softswitch %(levelname)s %(message)s"
-    )
+    setup_logging(args.log_level, args.log_format)
     host, sep, port = args.p4runtime.rpartition(":")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
         return _fail(f"--p4runtime {args.p4runtime!r} is not host:port")
@@ -118,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"cannot serve P4Runtime on {args.p4runtime}: {e}")
     io.start()
     if host not in ("127.0.0.1", "localhost", "::1", "[::1]"):
-        logging.warning("P4Runtime served without TLS on %s", args.p4runtime)
-    logging.info(
+        log.warning("P4Runtime served without TLS on %s", args.p4runtime)
+    log.info(
         "device %d: P4Runtime on %s:%d, ports %s",
         args.device_id,
         host,
@@ -135,5 +138,5 @@ def main(argv: list[str] | None = None) -> int:
     stop.wait()
     server.stop(grace=1).wait()
     io.close()
-    logging.info("stopped")
+    log.info("stopped")
     return 0

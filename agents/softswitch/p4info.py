@@ -13,10 +13,12 @@ from pathlib import Path
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
+from agents.resources import shipped
+
 from .pipeline import InaPipeline
 from .tables import InvalidArgument
 
-P4INFO_PATH = Path(__file__).resolve().parents[2] / "p4" / "heroserve_ina.p4info.txtpb"
+P4INFO_PATH = shipped("p4/heroserve_ina.p4info.txtpb")
 
 
 def load_p4info(path: Path = P4INFO_PATH) -> p4info_pb2.P4Info:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from agents.client import AgentClient, Backoff, ClientTls, PolicyState
+from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.switch.counters import InaCounters, PortCounters
 from agents.switch.p4rt import SwitchConnection, SwitchError
 from agents.switch.tables import (
@@ -23,8 +25,6 @@ from agents.switch.tables import (
     PortInfo,
     ResultRewrite,
 )
-from controller._gen.heroserve.v1 import control_pb2 as pb
-from controller.service.agent import AgentClient, Backoff, ClientTls, PolicyState
 
 log = logging.getLogger("heroserve.switch")
 

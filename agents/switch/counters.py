@@ -15,9 +15,9 @@ import p4runtime_sh.shell as sh
 from p4.v1 import p4runtime_pb2
 from p4runtime_sh.context import P4Type
 
+from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.switch.p4rt import SwitchConnection
 from agents.switch.tables import PortInfo
-from controller._gen.heroserve.v1 import control_pb2 as pb
 
 
 def _read_counter(conn: SwitchConnection, name: str) -> dict[int, tuple[int, int]]:

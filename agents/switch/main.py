@@ -21,6 +21,11 @@ import signal  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from agents import __version__  # noqa: E402
+from agents.client import add_tls_args  # noqa: E402
+from agents.cliutil import DefaultsHelpFormatter, missing_dependency  # noqa: E402
+from agents.logs import add_log_args, setup_logging  # noqa: E402
+
 log = logging.getLogger("heroserve.switch")
 
 
@@ -60,7 +65,11 @@ def parse_port(spec: str) -> "PortInfo":  # noqa: F821, UP037 - imported lazily 
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="heroserve-switch-agent", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="heroserve-switch-agent",
+        description=__doc__.split("\n")[0],
+        formatter_class=DefaultsHelpFormatter,
+    )
     p.add_argument("--switch", required=True, help="P4Runtime address of the switch HOST:PORT")
     p.add_argument("--controller", required=True, help="controller address HOST:PORT")
     p.add_argument("--device-id", type=int, required=True, help="P4Runtime device id")
@@ -70,11 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device-config", help="device config (BMv2 JSON); default empty")
     p.add_argument("--slots", type=int, default=1024, help="aggregator slots of the program")
     p.add_argument("--telemetry-interval", type=float, default=1.0, help="seconds")
-    p.add_argument("--tls-cert", help="client certificate (PEM) for the controller")
-    p.add_argument("--tls-key", help="client private key (PEM)")
-    p.add_argument("--tls-ca", help="CA of the controller's certificate (PEM)")
-    p.add_argument("--tls-server-name", help="name expected in the controller's certificate")
-    p.add_argument("--log-level", default="INFO")
+    add_tls_args(p, "this switch (heroserve pki issue DIR --name NODE)")
+    add_log_args(p)
+    p.add_argument("--version", action="version", version=f"heroserve-switch-agent {__version__}")
     return p
 
 
@@ -83,15 +90,15 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s switch-agent %(levelname)s %(message)s",
-    )
+    setup_logging(args.log_level, args.log_format)
     try:
         agent = _build(args)
     except UsageError as exc:
         print(f"heroserve-switch-agent: {exc}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as exc:  # p4runtime-shell is installed apart (docs/install.md)
+        install = "pip install 'heroserve[switch]', then pip install --no-deps p4runtime-shell"
+        return missing_dependency(exc, "heroserve-switch-agent", install)
 
     def _stop(*_: object) -> None:
         agent.stop()
@@ -103,9 +110,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _build(args: argparse.Namespace):  # noqa: ANN202 - SwitchAgent, imported lazily
+    from agents.client import tls_from_args
     from agents.switch.agent import SwitchAgent
     from agents.switch.p4rt import DEFAULT_P4INFO, SwitchConnection, SwitchError, load_p4info
-    from controller.service.agent import ClientTls
 
     if not 0 <= args.device_id < 2**64:
         raise UsageError(f"--device-id {args.device_id} is not a uint64")
@@ -131,16 +138,10 @@ def _build(args: argparse.Namespace):  # noqa: ANN202 - SwitchAgent, imported la
             config = Path(args.device_config).read_bytes()
         except OSError as exc:
             raise UsageError(f"cannot read --device-config: {exc}") from exc
-    tls = None
-    files = [args.tls_cert, args.tls_key, args.tls_ca]
-    if any(files):
-        if not all(files):
-            raise UsageError("mutual TLS needs all of --tls-cert, --tls-key and --tls-ca")
-        try:
-            cert, key, ca = (Path(f).read_bytes() for f in files)
-        except OSError as exc:
-            raise UsageError(f"cannot read TLS file: {exc}") from exc
-        tls = ClientTls(cert, key, ca, args.tls_server_name)
+    try:
+        tls = tls_from_args(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     conn = SwitchConnection(args.switch, args.device_id, p4info, config)
     return SwitchAgent(
         args.node_id or f"s{args.device_id}",

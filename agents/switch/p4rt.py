@@ -23,10 +23,11 @@ from p4.v1 import p4runtime_pb2
 from p4runtime_sh.global_options import global_options
 from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException
 
+from agents.resources import shipped
+
 log = logging.getLogger("heroserve.switch")
 
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_P4INFO = REPO / "p4" / "heroserve_ina.p4info.txtpb"
+DEFAULT_P4INFO = shipped("p4/heroserve_ina.p4info.txtpb")
 WRITE_BATCH = 256  # updates per Write RPC
 
 # p4runtime-shell prints every message it builds when verbose (its interactive default).

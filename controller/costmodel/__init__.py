@@ -6,7 +6,9 @@
 | Eq. 6 (pipeline hop) | ``controller.planner.evaluate.pipeline_hop_time`` |
 | Eqs. 7-10 (INA) | ``network.ina_pattern`` |
 | Eq. 11 (ring) | ``network.ring_pattern`` |
+| hierarchical INA (DESIGN.md §5) | ``hier.hier_pattern``, ``hier.hier_on_rails`` |
+| latency matrix (Alg. 2 lines 1-3) | ``pairs.pair_times`` |
 | Eqs. 12-13 (compute) | ``compute.prefill_layer_time``, ``compute.decode_layer_time`` |
-| Eqs. 14-15 (KV transfer) | ``kvcache.kv_transfer`` |
+| Eqs. 14-15 (KV transfer) | ``kvcache.kv_shares``, ``kvcache.kv_route``, ``kvcache.kv_time`` |
 | P-K queueing | ``queueing.pk_queue_delay``, ``queueing.max_rate_within`` |
 """

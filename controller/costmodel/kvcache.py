@@ -2,16 +2,24 @@
 
 A prefill GPU holds the KV cache of its stage's layers and its tensor shard of the KV heads;
 it goes to the decode GPUs that hold overlapping layers and shards (when prefill and decode
-TP/PP differ, shards map by overlap). Each prefill GPU sends its transfers one after the
-other (Eq. 15 sums them); all prefill GPUs send at once, so flows share links; T_f is the
-slowest prefill GPU (Eq. 14)."""
+TP/PP differ, shards map by overlap); T_f is the slowest prefill GPU (Eq. 14). All prefill
+GPUs send at once, so their flows share links (``kv_time``):
+
+* pipelined: a prefill GPU posts its shares together and they stream at once (RDMA writes to
+  several peers interleave on the NIC), every share of every GPU on the links at once; a GPU
+  takes as long as its slowest share, each priced with all the bytes on its links, so a GPU
+  whose shares leave through one NIC takes at least its bytes over that NIC;
+* paper: Eq. 15 as written, a GPU's shares one after the other, their times summed; a share
+  shares its links with the other GPUs' shares, not with its own GPU's other shares (which
+  do not run at the same time)."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controller.costmodel.network import path_time, rail_routes
+from controller.costmodel.network import flow_times, path_time, rail_routes
 from controller.models.specs import ModelSpec
 from controller.topology.fabric import Fabric, Path
 
@@ -64,3 +72,52 @@ def kv_route(fabric: Fabric, src: str, dst: str, nbytes: float) -> Path:
     if nv is not None:
         return nv
     return min(rail_routes(fabric, src, dst), key=lambda p: path_time(fabric, p, nbytes))
+
+
+def kv_share_terms(
+    fabric: Fabric, shares: Sequence[tuple[str, Path, float]]
+) -> list[tuple[str, list[tuple[tuple[str, str], float]], float]]:
+    """Each share (prefill GPU, route, bytes) as (its GPU, [(link, bytes counted on it)],
+    fixed seconds): the bytes a share is priced with on each of its links in the fabric's
+    mode (module docstring): every share's (pipelined), or every other GPU's plus its own
+    (paper, Eq. 15)."""
+    total: dict[tuple[str, str], float] = defaultdict(float)
+    own: dict[tuple[str, tuple[str, str]], float] = defaultdict(float)
+    edges = []
+    for src, route, nb in shares:
+        es = list(zip(route, route[1:], strict=False))
+        edges.append(es)
+        for e in es:
+            total[e] += nb
+            own[(src, e)] += nb
+    out = []
+    for (src, _, nb), es in zip(shares, edges, strict=True):
+        if fabric.pipelined:
+            counted = [(e, total[e]) for e in es]
+        else:
+            counted = [(e, total[e] - own[(src, e)] + nb) for e in es]
+        out.append((src, counted, fabric.fixed_s(es)))
+    return out
+
+
+def kv_time(fabric: Fabric, shares: Sequence[tuple[str, Path, float]]) -> tuple[float, list[float]]:
+    """T_f (Eq. 14) of KV shares (prefill GPU, route, bytes) sent at once, and each share's
+    time: pipelined, a GPU's shares stream together (its time is the slowest); paper, one
+    after the other (Eq. 15, summed). O(total hops)."""
+    if not shares:
+        return 0.0, []
+    table = fabric.link_table
+    if fabric.pipelined:
+        times = flow_times(fabric, [(r, nb) for _, r, nb in shares])
+    else:
+        times = [
+            sum(b * table[e][0] for e, b in counted) + fixed
+            for _, counted, fixed in kv_share_terms(fabric, shares)
+        ]
+    per_src: dict[str, float] = {}
+    for (src, _, _), t in zip(shares, times, strict=True):
+        if fabric.pipelined:
+            per_src[src] = max(per_src.get(src, 0.0), t)
+        else:
+            per_src[src] = per_src.get(src, 0.0) + t
+    return max(per_src.values()), times

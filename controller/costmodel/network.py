@@ -1,124 +1,305 @@
 """Communication costs (DESIGN.md §5, paper Eqs. 6-11). Units: bytes, seconds.
 
-Flows of one collective share links: a link that several flows cross in the same direction is
-priced at the sum of their bytes over its available bandwidth. A path costs
-``sum_e (load(e) / B(e) + latency(e))`` (store and forward).
+A collective is a :class:`CommPattern`: one or more sequential :class:`Phase` s, each a set of
+flows (a route and the share of the message it carries) that run at once and share links, in
+``rounds`` rounds. Flows of one phase that cross a link in the same direction are priced at
+the sum of their bytes (the shared-link rule). How a loaded path is priced is the fabric's
+cost mode (``controller.topology.fabric``): pipelined (the default) or the paper's store and
+forward. Routes are chosen once for a reference message size; ``CommPattern.time`` then
+prices the same routes for any size, which is what the planner's batch search and the
+simulator need: with every load proportional to the message, each flow's time is affine in
+it, so a phase is compiled once per fabric (:func:`compile_phase`) into per-flow slopes and
+intercepts that both the cost model and the simulator evaluate.
 
-A collective is described by a :class:`CommPattern`: its flows (each a path and the share of
-the message it carries) and how many rounds it takes. Routes are chosen once for a reference
-message size; ``CommPattern.time`` then prices the same routes for any size, which is what the
-planner's batch search and the simulator need.
+Schemes: ``ring`` (Eq. 11, NCCL's ring), ``ina`` (Eqs. 8-10, flat in-network aggregation),
+``hier`` (hierarchical INA: NVLink reduce-scatter, INA per rail, NVLink all-gather; see
+``hier.py``). docs/costmodel.md gives every formula and parameter source.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from controller.topology.fabric import Fabric, Path
+import networkx as nx
 
-T_AGG_S = 1e-6  # aggregation inside the switch, Eq. 8 (paper: about 1 us)
+from controller.errors import InputError
+from controller.topology.fabric import COST_MODES, PIPELINED, ROCE_MTU_BYTES, Edge, Fabric, Path
+
+T_AGG_S = 1e-6  # aggregation inside the switch, Eq. 8 (paper: about 1 us, its refs [42, 43])
+
+# The INA packet of the project's P4 program (p4/heroserve_ina.p4, docs/dataplane.md): a
+# 128-byte vector behind Ethernet (14), IPv4 (20), UDP (8) and the INA header (8), plus on the
+# wire the FCS (4), preamble and start delimiter (8) and the inter-frame gap (12).
+INA_PAYLOAD_BYTES = 128
+INA_OVERHEAD_BYTES = 14 + 20 + 8 + 8 + 4 + 8 + 12
+
+
+@dataclass(frozen=True)
+class LaneFormat:
+    """How the switch aggregates one FP16 element: ``element_bytes`` on the wire plus
+    ``scale_bytes`` per element for a block's shared scale."""
+
+    name: str
+    element_bytes: int
+    scale_bytes: float
+    source: str
+
+
+INA_LANES: dict[str, LaneFormat] = {
+    lane.name: lane
+    for lane in (
+        # SwitchML (NSDI'21): floats scaled to 32-bit fixed point, the switch adds integers;
+        # the project's P4 program aggregates 32 int32 lanes per packet.
+        LaneFormat("int32", 4, 0.0, "SwitchML fixed point; p4/heroserve_ina.p4"),
+        # Block-scaled 16-bit integers: one 8-bit shared scale per block of 32 elements, the
+        # block of the OCP Microscaling (MX) formats v1.0.
+        LaneFormat("int16", 2, 1.0 / 32, "block-scaled int16, OCP MX block of 32"),
+        # FPISA (NSDI'22): floating-point addition in a Tofino pipeline, 16-bit lanes.
+        LaneFormat("fp16", 2, 0.0, "FPISA 16-bit floating-point lanes"),
+    )
+}
+DEFAULT_INA_LANES = "int32"  # what p4/heroserve_ina.p4 aggregates
 
 
 @dataclass(frozen=True)
 class NetParams:
-    """Latency terms of the alpha-beta model that are not link latencies, and wire formats."""
+    """Cost-mode, wire-format and latency terms of the network model (docs/costmodel.md)."""
 
-    ring_step_net_s: float = 4e-6  # NCCL proxy/protocol overhead of a ring step over the network
-    ring_step_nvlink_s: float = 1e-6  # same for a step that stays on NVLink
-    ina_host_s: float = 4e-6  # host overhead of one INA round (one synchronisation, like a step)
-    ina_element_bytes: int = 4  # int32 lanes on the wire (the P4 program aggregates int32)
+    cost_mode: str = PIPELINED  # "pipelined" or "paper" (store and forward, the paper's Eq. 10)
+    ina_lanes: str = DEFAULT_INA_LANES  # "int32", "int16" or "fp16" (INA_LANES)
+    # NCCL's per-hop latency of a ring step, LL128 protocol (src/graph/tuning.cc, hwLat):
+    ring_step_net_s: float = 4.0e-6  # over the network
+    ring_step_nvlink_s: float = 1.9e-6  # on NVLink
+    ina_host_s: float = 4e-6  # host overhead of one INA all-reduce (one synchronisation, as a step)
     dtype_bytes: int = 2  # FP16 activations
+    packet_bytes: float = ROCE_MTU_BYTES  # a pipelined hop's packet for RDMA flows (ring, KV)
+    ina_payload_bytes: int = INA_PAYLOAD_BYTES  # vector bytes per INA packet
+    ina_overhead_bytes: int = INA_OVERHEAD_BYTES  # headers and framing per INA packet
+
+    def __post_init__(self) -> None:
+        if self.cost_mode not in COST_MODES:
+            raise InputError(
+                f"cost mode must be one of {', '.join(COST_MODES)}, got {self.cost_mode!r}"
+            )
+        if self.ina_lanes not in INA_LANES:
+            raise InputError(
+                f"INA lanes must be one of {', '.join(INA_LANES)}, got {self.ina_lanes!r}"
+            )
+        for name in ("ring_step_net_s", "ring_step_nvlink_s", "ina_host_s", "ina_overhead_bytes"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
+                raise InputError(f"{name} must be a finite number >= 0, got {v!r}")
+        for name in ("dtype_bytes", "packet_bytes", "ina_payload_bytes"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+                raise InputError(f"{name} must be a finite number > 0, got {v!r}")
+
+    @property
+    def lane(self) -> LaneFormat:
+        return INA_LANES[self.ina_lanes]
+
+    @property
+    def ina_frame_bytes(self) -> float:
+        """An INA packet on the wire: the packet a pipelined hop serialises for INA flows."""
+        return self.ina_payload_bytes + self.ina_overhead_bytes
+
+    @property
+    def ina_wire_ratio(self) -> float:
+        """Bytes on the wire per byte of message for INA: lane width plus block scale over the
+        message's element size, times the packet's headers and framing over its payload."""
+        lane = self.lane
+        per_element = (lane.element_bytes + lane.scale_bytes) / self.dtype_bytes
+        return per_element * self.ina_frame_bytes / self.ina_payload_bytes
+
+    def fabric(self, g: nx.Graph, *, relay: bool = True) -> Fabric:
+        """The routes and prices of ``g`` in this cost mode."""
+        return Fabric(g, relay=relay, cost_mode=self.cost_mode, packet_bytes=self.packet_bytes)
+
+    def plan_options(self) -> dict[str, Any]:
+        """What a plan records (``Plan.options``) so that it is simulated as it was priced."""
+        return {"cost_mode": self.cost_mode, "ina_lanes": self.ina_lanes}
+
+    @classmethod
+    def from_plan_options(cls, options: Mapping[str, Any] | None) -> NetParams:
+        """NetParams from a plan's ``options`` (keys ``cost_mode``, ``ina_lanes``; missing:
+        the defaults). A plan file is input: a bad value raises InputError naming it."""
+        if options is None:
+            return cls()
+        if not isinstance(options, Mapping):
+            raise InputError(f"plan options must be a mapping, got {type(options).__name__}")
+        kw = {}
+        for key in ("cost_mode", "ina_lanes"):
+            if key in options:
+                v = options[key]
+                if not isinstance(v, str):
+                    raise InputError(f"plan option {key} must be a string, got {v!r}")
+                kw[key] = v
+        return cls(**kw)
 
 
-def flow_times(fabric: Fabric, flows: Sequence[tuple[Path, float]]) -> list[float]:
+# -- flows and their prices --------------------------------------------------------------
+def _edges(path: Sequence[str]) -> list[Edge]:
+    return list(zip(path, path[1:], strict=False))
+
+
+def flow_times(
+    fabric: Fabric, flows: Sequence[tuple[Path, float]], packet_bytes: float | None = None
+) -> list[float]:
     """Time of each flow (path, bytes) when all run at once and share links (Eq. 10 with the
-    shared-link rule). O(total hops)."""
+    shared-link rule), in the fabric's cost mode. O(total hops)."""
     table = fabric.link_table
-    load: dict[tuple[str, str], float] = defaultdict(float)
-    for path, nbytes in flows:
-        for e in zip(path, path[1:], strict=False):
+    load: dict[Edge, float] = defaultdict(float)
+    edges = [_edges(p) for p, _ in flows]
+    for es, (_, nbytes) in zip(edges, flows, strict=True):
+        for e in es:
             load[e] += nbytes
-    out = []
-    for path, _ in flows:
-        t = 0.0
-        for e in zip(path, path[1:], strict=False):
-            inv_bw, lat = table[e]
-            t += load[e] * inv_bw + lat
-        out.append(t)
-    return out
+    return [
+        fabric.combine([load[e] * table[e][0] for e in es]) + fabric.fixed_s(es, packet_bytes)
+        for es in edges
+    ]
 
 
 def path_time(fabric: Fabric, path: Path, nbytes: float) -> float:
-    """One flow alone: sum over hops of D / B(e) + latency(e) (``flow_times`` of one flow)."""
-    table = fabric.link_table
-    t = 0.0
-    for e in zip(path, path[1:], strict=False):
-        inv_bw, lat = table[e]
-        t += nbytes * inv_bw + lat
-    return t
+    """One flow alone (``flow_times`` of one flow): ``Fabric.path_time``."""
+    return fabric.path_time(path, nbytes)
 
 
 class _Loads:
     """Link loads of a set of flows with each flow's time kept current, so that trying one
-    more route costs O(its hops + flows sharing them) instead of re-pricing every flow."""
+    more route costs O(its hops + the flows sharing them) instead of re-pricing every flow.
+    Store and forward, a sharer's time moves by the bytes times 1/B; pipelined, adding load
+    can only raise a sharer's slowest hop, and removing it re-prices only the sharers whose
+    slowest hop it was."""
 
-    def __init__(self, fabric: Fabric) -> None:
+    def __init__(self, fabric: Fabric, packet_bytes: float | None = None) -> None:
+        self.fabric = fabric
+        self.pipe = fabric.pipelined
+        self.pkt = packet_bytes
         self.table = fabric.link_table
-        self.load: dict[tuple[str, str], float] = defaultdict(float)
-        self.on_edge: dict[tuple[str, str], list[int]] = defaultdict(list)
-        self.edges: list[list[tuple[str, str]]] = []
+        self.load: dict[Edge, float] = defaultdict(float)
+        self.on_edge: dict[Edge, list[int]] = defaultdict(list)
+        self.hops: list[list[tuple[Edge, float]]] = []  # per flow: (link, 1 / B)
         self.nbytes: list[float] = []
+        self.fixed: list[float] = []
         self.times: list[float] = []
+        self._shapes = fabric.memo.setdefault(("shape", packet_bytes), {})
 
-    def _time(self, edges: list[tuple[str, str]]) -> float:
-        t = 0.0
-        for e in edges:
-            inv_bw, lat = self.table[e]
-            t += self.load[e] * inv_bw + lat
-        return t
+    def _shape(self, path: Path) -> tuple[list[tuple[Edge, float]], float]:
+        """A route's (link, 1 / B) hops and fixed part, kept per route object on the fabric
+        (candidate routes are built once and tried again and again)."""
+        hit = self._shapes.get(id(path))
+        if hit is None or hit[0] is not path:
+            edges = _edges(path)
+            hops = [(e, self.table[e][0]) for e in edges]
+            hit = self._shapes[id(path)] = (path, hops, self.fabric.fixed_s(edges, self.pkt))
+        return hit[1], hit[2]
+
+    def _time(self, k: int) -> float:
+        load = self.load
+        if self.pipe:
+            worst = 0.0
+            for e, inv in self.hops[k]:
+                x = load[e] * inv
+                if x > worst:
+                    worst = x
+            return worst + self.fixed[k]
+        return sum(load[e] * inv for e, inv in self.hops[k]) + self.fixed[k]
 
     def trial(self, path: Path, nbytes: float) -> float:
         """Slowest flow if a flow of ``nbytes`` on ``path`` joined."""
-        delta: dict[int, float] = defaultdict(float)
-        own = 0.0
-        for e in zip(path, path[1:], strict=False):
-            inv_bw, lat = self.table[e]
-            own += (self.load[e] + nbytes) * inv_bw + lat
-            for i in self.on_edge[e]:
-                delta[i] += nbytes * inv_bw
-        worst = max(self.times, default=0.0)
-        for i, d in delta.items():
-            worst = max(worst, self.times[i] + d)
-        return max(worst, own)
+        hops, fixed = self._shape(path)
+        load, times, on_edge = self.load, self.times, self.on_edge
+        worst = max(times, default=0.0)
+        if self.pipe:  # a sharer's slowest hop may become this one
+            own = 0.0
+            for e, inv in hops:
+                x = (load[e] + nbytes) * inv
+                if x > own:
+                    own = x
+                for i in on_edge[e]:
+                    t = x + self.fixed[i]
+                    if t > worst:
+                        worst = t
+            own += fixed
+        else:  # a sharer's sum grows by this flow's bytes on each shared hop
+            own = fixed
+            delta: dict[int, float] = defaultdict(float)
+            for e, inv in hops:
+                own += (load[e] + nbytes) * inv
+                for i in on_edge[e]:
+                    delta[i] += nbytes * inv
+            for i, d in delta.items():
+                if times[i] + d > worst:
+                    worst = times[i] + d
+        return own if own > worst else worst
 
-    def _place(self, k: int, edges: list[tuple[str, str]], sign: float) -> None:
-        nb = self.nbytes[k] * sign
-        for e in edges:
-            self.load[e] += nb
-            if sign < 0:
-                self.on_edge[e].remove(k)
-            for i in self.on_edge[e]:
-                self.times[i] += nb * self.table[e][0]
-            if sign > 0:
-                self.on_edge[e].append(k)
+    def _put(self, k: int) -> None:
+        nb, fixed, times = self.nbytes[k], self.fixed, self.times
+        load, on_edge = self.load, self.on_edge
+        own = 0.0
+        if self.pipe:
+            for e, inv in self.hops[k]:
+                le = load[e] = load[e] + nb
+                x = le * inv
+                if x > own:
+                    own = x
+                sharers = on_edge[e]
+                for i in sharers:
+                    if x + fixed[i] > times[i]:
+                        times[i] = x + fixed[i]
+                sharers.append(k)
+        else:
+            for e, inv in self.hops[k]:
+                le = load[e] = load[e] + nb
+                own += le * inv
+                sharers = on_edge[e]
+                for i in sharers:
+                    times[i] += nb * inv
+                sharers.append(k)
+        times[k] = own + fixed[k]
+
+    def _take(self, k: int) -> None:
+        nb, fixed, times = self.nbytes[k], self.fixed, self.times
+        load, on_edge = self.load, self.on_edge
+        if not self.pipe:
+            for e, inv in self.hops[k]:
+                sharers = on_edge[e]
+                sharers.remove(k)
+                for i in sharers:
+                    times[i] -= nb * inv
+                load[e] -= nb
+            return
+        stale: list[int] = []
+        for e, inv in self.hops[k]:
+            sharers = on_edge[e]
+            sharers.remove(k)
+            x = load[e] * inv
+            for i in sharers:  # sharers whose slowest hop this was
+                if times[i] <= (x + fixed[i]) * (1 + 1e-12):
+                    stale.append(i)
+            load[e] -= nb
+        for i in stale:
+            times[i] = self._time(i)
 
     def add(self, path: Path, nbytes: float) -> int:
-        k = len(self.edges)
-        self.edges.append(list(zip(path, path[1:], strict=False)))
+        k = len(self.hops)
+        hops, fixed = self._shape(path)
+        self.hops.append(hops)
         self.nbytes.append(nbytes)
+        self.fixed.append(fixed)
         self.times.append(0.0)
-        self._place(k, self.edges[k], 1.0)
-        self.times[k] = self._time(self.edges[k])
+        self._put(k)
         return k
 
     def move(self, k: int, path: Path) -> None:
         """Re-route flow ``k``."""
-        self._place(k, self.edges[k], -1.0)
-        self.edges[k] = list(zip(path, path[1:], strict=False))
-        self._place(k, self.edges[k], 1.0)
-        self.times[k] = self._time(self.edges[k])
+        self._take(k)
+        self.hops[k], self.fixed[k] = self._shape(path)
+        self._put(k)
 
     def worst(self) -> float:
         return max(self.times, default=0.0)
@@ -130,6 +311,7 @@ def choose_routes(
     nbytes: Sequence[float],
     sweeps: int = 2,
     background: Sequence[tuple[Path, float]] = (),
+    packet_bytes: float | None = None,
 ) -> tuple[list[Path], float]:
     """Pick one route per flow so that the slowest flow finishes first.
 
@@ -139,7 +321,7 @@ def choose_routes(
     O(sweeps * F * R * (hops + sharing flows)) for F flows with R candidate routes."""
     if any(len(o) == 0 for o in options):
         raise ValueError("a flow has no route")
-    state = _Loads(fabric)
+    state = _Loads(fabric, packet_bytes)
     for p, b in background:
         state.add(p, b)
     base = len(background)
@@ -168,57 +350,206 @@ def choose_routes(
     return chosen, state.worst()
 
 
+# -- collectives -------------------------------------------------------------------------
+# A chain term: (hops, flow indices, per-hop overhead): a pipelined phase's latency is what one
+# chunk accumulates along ``hops`` hops of the kind those flows are (module docs of Phase).
+Chain = tuple[tuple[float, tuple[int, ...], float], ...]
+
+
+@dataclass
+class Phase:
+    """Flows that run at once, ``rounds`` times in a row.
+
+    ``flows``: (route, bytes on it per byte of message). Not ``duplex``: a round lasts as
+    long as its slowest flow plus ``per_round_s``; pipelined, a phase with a ``chain`` is
+    instead NCCL's pipelined ring, ``rounds`` times the slowest flow's bytes-over-bandwidth
+    plus the latency a chunk accumulates along the chain (each term: hops x (the slowest
+    latency among those flows + the per-hop overhead)), as NCCL's tuning model prices it.
+    ``duplex`` (INA): each flow goes up to a switch and its result comes back down the same
+    route (full duplex, so both ways carry the share); the flows of a ``group`` (one
+    aggregation: all of them when ``groups`` is empty) finish together. Paper mode prices
+    each flow's round trip store and forward (T_col + T_dis, Eq. 8); pipelined, a group is
+    one stream: its most loaded link, up or down, plus its longest round trip's latency.
+    ``fixed_s`` is paid once (T_agg and the host overhead for INA); ``packet_bytes`` is the
+    packet a pipelined hop serialises (None: the fabric's)."""
+
+    flows: list[tuple[Path, float]]
+    rounds: float = 1.0
+    per_round_s: float = 0.0
+    fixed_s: float = 0.0
+    duplex: bool = False
+    groups: tuple[tuple[int, ...], ...] = ()
+    packet_bytes: float | None = None
+    chain: Chain = ()
+
+
+@dataclass(frozen=True)
+class CompiledPhase:
+    """A phase priced on one fabric: ``time(D) = rounds * max_f (D * combine(k_f) + lat_f) +
+    const_s``, with ``terms`` the (link, seconds per byte of message) of each flow, combined by
+    the fabric's mode (max pipelined, sum store and forward)."""
+
+    rounds: float
+    flows: tuple[tuple[tuple[tuple[Edge, float], ...], float], ...]
+    const_s: float
+    slopes: tuple[float, ...]  # combine(k_f) per flow
+    loads: tuple[tuple[Edge, float], ...]  # bytes on each link per byte of message, per round
+
+    def time(self, nbytes: float) -> float:
+        worst = 0.0
+        for (_, lat), k in zip(self.flows, self.slopes, strict=True):
+            t = nbytes * k + lat
+            if t > worst:
+                worst = t
+        return self.rounds * worst + self.const_s if self.flows else self.const_s
+
+
+def compile_phase(fabric: Fabric, phase: Phase) -> CompiledPhase:
+    """Price ``phase`` on ``fabric`` (loads per byte of message, the mode's combination)."""
+    table = fabric.link_table
+    load: dict[Edge, float] = defaultdict(float)
+    edges = []
+    for path, share in phase.flows:
+        es = _edges(path)
+        if phase.duplex:
+            es = es + [(v, u) for u, v in reversed(es)]  # the result's way back
+        edges.append(es)
+        for e in es:
+            load[e] += share
+    pkt = phase.packet_bytes
+    out: list[tuple[tuple[tuple[Edge, float], ...], float]] = []
+    const = phase.fixed_s + phase.rounds * phase.per_round_s
+
+    def terms(es: list[Edge]) -> tuple[tuple[Edge, float], ...]:
+        return tuple((e, load[e] * table[e][0]) for e in es)
+
+    if phase.duplex and fabric.pipelined:
+        groups = phase.groups or (tuple(range(len(edges))),)
+        for grp in groups:
+            links: dict[Edge, None] = {}
+            for i in grp:
+                links.update(dict.fromkeys(edges[i]))
+            lat = max(fabric.fixed_s(edges[i], pkt) for i in grp)
+            out.append((terms(list(links)), lat))
+    elif phase.chain and fabric.pipelined:
+        lats = [fabric.fixed_s(es, pkt) for es in edges]
+        out = [(terms(es), 0.0) for es in edges]
+        const = phase.fixed_s + sum(
+            hops * (max((lats[i] for i in idx), default=0.0) + step)
+            for hops, idx, step in phase.chain
+        )
+    else:
+        out = [(terms(es), fabric.fixed_s(es, pkt)) for es in edges]
+    slopes = tuple(fabric.combine([k for _, k in t]) for t, _ in out)
+    return CompiledPhase(float(phase.rounds), tuple(out), const, slopes, tuple(load.items()))
+
+
+@dataclass
+class RailPattern:
+    """One rail of a hierarchical-INA group (``Plan.Group.rails`` without the slots): the
+    members (one per server) that hold shard ``shard`` of ``shards`` after the intra-server
+    reduce-scatter, the switch that aggregates it, and each member's route to the switch."""
+
+    switch: str
+    shard: int
+    shards: int
+    members: list[str]
+    paths: dict[str, Path]
+
+
 @dataclass
 class CommPattern:
-    """A collective as flows over fixed routes.
+    """A collective as sequential phases of flows over fixed routes.
 
-    ``time(D) = rounds * (slowest flow at share * D  +  per_round_s)  +  fixed_s``."""
+    ``time(D) = sum over phases`` (see :class:`Phase`). ``paths`` maps each member to the
+    route the plan records (INA and hier: to its switch; ring: to its successor); ``rails``
+    are a hier pattern's per-rail aggregations."""
 
-    scheme: str  # "ina" or "ring"
-    flows: list[tuple[Path, float]]  # (route, bytes on it per byte of message)
-    rounds: float
-    per_round_s: float
-    fixed_s: float
+    scheme: str  # "ring", "ina" or "hier"
+    phases: list[Phase]
     switch: str | None = None
-    paths: dict[str, Path] = field(default_factory=dict)  # member -> its route, for the plan
+    paths: dict[str, Path] = field(default_factory=dict)
+    rails: list[RailPattern] = field(default_factory=list)
+    _compiled: tuple[Fabric, list[CompiledPhase]] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    @classmethod
+    def one_phase(
+        cls,
+        scheme: str,
+        flows: list[tuple[Path, float]],
+        rounds: float,
+        per_round_s: float,
+        fixed_s: float = 0.0,
+        switch: str | None = None,
+        paths: dict[str, Path] | None = None,
+    ) -> CommPattern:
+        """Rounds of concurrent flows (a round: the slowest flow plus ``per_round_s``)."""
+        return cls(scheme, [Phase(flows, rounds, per_round_s, fixed_s)], switch, paths or {})
+
+    @property
+    def flows(self) -> list[tuple[Path, float]]:
+        """Every flow of every phase."""
+        return [f for ph in self.phases for f in ph.flows]
+
+    def compiled(self, fabric: Fabric) -> list[CompiledPhase]:
+        """The phases priced on ``fabric`` (kept for the last fabric asked)."""
+        hit = self._compiled
+        if hit is None or hit[0] is not fabric:
+            hit = self._compiled = (fabric, [compile_phase(fabric, ph) for ph in self.phases])
+        return hit[1]
 
     def time(self, fabric: Fabric, nbytes: float) -> float:
-        if not self.flows:
-            return 0.0
-        slowest = max(flow_times(fabric, [(p, s * nbytes) for p, s in self.flows]))
-        return self.rounds * (slowest + self.per_round_s) + self.fixed_s
+        return sum(c.time(nbytes) for c in self.compiled(fabric))
 
     def max_path_latency(self, fabric: Fabric) -> float:
         table = fabric.link_table
         return max(
-            (sum(table[e][1] for e in zip(p, p[1:], strict=False)) for p, _ in self.flows),
+            (sum(table[e][1] for e in _edges(p)) for p, _ in self.flows),
             default=0.0,
         )
+
+
+def ina_on_routes(
+    routes: Mapping[str, Path], switch: str, params: NetParams, members: Sequence[str] = ()
+) -> CommPattern:
+    """Flat INA over given routes (member -> its route up to ``switch``): every member streams
+    its vector, as ``params``' lanes on the wire, up its route, and the switch streams the sum
+    back down it (Eqs. 8-10; overlapped when pipelined)."""
+    order = list(members) or list(routes)
+    flows = [(list(routes[m]), params.ina_wire_ratio) for m in order]
+    phase = Phase(
+        flows,
+        1.0,
+        0.0,
+        T_AGG_S + params.ina_host_s,
+        duplex=True,
+        packet_bytes=params.ina_frame_bytes,
+    )
+    return CommPattern("ina", [phase], switch, {m: list(routes[m]) for m in order})
 
 
 def ina_pattern(
     fabric: Fabric, members: Sequence[str], switch: str, nbytes: float, params: NetParams
 ) -> CommPattern | None:
-    """INA all-reduce at ``switch`` (Eqs. 8-10): every member sends its vector, as
-    ``ina_element_bytes`` int32 lanes per FP16 element, to the switch over its cheapest route
-    given the other members' flows (routes may relay over NVLink when ``fabric.relay``); the
-    result returns the same way (full duplex, so T_dis = T_col).
-    T_ina = T_col + T_agg + T_dis (+ one host synchronisation). None if a member cannot reach
-    the switch."""
-    wire = params.ina_element_bytes / params.dtype_bytes
+    """INA all-reduce at ``switch`` (Eqs. 8-10): every member sends its vector to the switch
+    over its cheapest route given the other members' flows (routes may relay over NVLink when
+    ``fabric.relay``); the result returns the same way (full duplex). Paper mode: T_ina = T_col
+    + T_agg + T_dis (+ one host synchronisation); pipelined: collection and distribution
+    overlap (``Phase``). None if a member cannot reach the switch."""
+    wire = params.ina_wire_ratio
     options = [fabric.routes_to_switch(m, switch) for m in members]
     if any(not o for o in options):
         return None
-    routes, _ = choose_routes(fabric, options, [nbytes * wire] * len(members), sweeps=1)
-    return CommPattern(
-        "ina",
-        [(r, wire) for r in routes],
-        2,
-        0.0,
-        T_AGG_S + params.ina_host_s,
-        switch,
-        dict(zip(members, routes, strict=True)),
+    routes, _ = choose_routes(
+        fabric,
+        options,
+        [nbytes * wire] * len(members),
+        sweeps=1,
+        packet_bytes=params.ina_frame_bytes,
     )
+    return ina_on_routes(dict(zip(members, routes, strict=True)), switch, params, members)
 
 
 def ring_order(fabric: Fabric, members: Sequence[str]) -> list[str]:
@@ -230,7 +561,15 @@ def ring_order(fabric: Fabric, members: Sequence[str]) -> list[str]:
 def rail_routes(fabric: Fabric, src: str, dst: str) -> list[Path]:
     """NCCL's routes for one inter-server channel: leave through the source GPU's own NIC or,
     with PXN, through an NVLink peer's NIC on the destination's rail; arrive at the destination
-    GPU's own NIC."""
+    GPU's own NIC. Built once per pair (``Fabric.memo``; shared, read-only lists)."""
+    key = ("rail", src, dst)
+    hit = fabric.memo.get(key)
+    if hit is None:
+        hit = fabric.memo[key] = _rail_routes(fabric, src, dst)
+    return hit  # type: ignore[return-value]
+
+
+def _rail_routes(fabric: Fabric, src: str, dst: str) -> list[Path]:
     if src == dst or fabric.nvlink_path(src, dst) is not None:
         return fabric.routes_between(src, dst)
     own = [f for f in fabric.exits(dst) if len(f) == 2]  # dst's own NICs: [dst, switch]
@@ -246,18 +585,27 @@ def rail_routes(fabric: Fabric, src: str, dst: str) -> list[Path]:
     return keep or fabric.routes_between(src, dst)
 
 
+def local_path(fabric: Fabric, u: str, v: str) -> Path:
+    """The route between two GPUs of one server: NVLink (or PCIe), else the shortest route."""
+    return fabric.nvlink_path(u, v) or min(fabric.routes_between(u, v), key=len)
+
+
 def ring_pattern(
     fabric: Fabric, members: Sequence[str], nbytes: float, params: NetParams
 ) -> CommPattern:
-    """Ring all-reduce (Eq. 11 as an alpha-beta model): 2(P-1) steps; in each, every GPU sends
-    D/P bytes to its successor, and a step lasts as long as its slowest flow plus the per-step
-    latency. Between servers NCCL runs one channel per NIC pair (as many as the smaller side
+    """Ring all-reduce (Eq. 11): 2(P-1) steps; in each, every GPU sends D/P bytes to its
+    successor. Between servers NCCL runs one channel per NIC pair (as many as the smaller side
     has members), each over its cheapest route (PXN may relay over NVLink), so the D/P bytes
-    crossing from one server to the next are spread over those NICs."""
+    crossing from one server to the next are spread over those NICs.
+
+    Paper mode: each step lasts as long as its slowest flow plus the per-step latency.
+    Pipelined (NCCL's own tuning model): 2(P-1) times the slowest flow's bytes over bandwidth,
+    plus the latency a chunk accumulates going round: 2(N-1) network hops and 2(P-N) NVLink
+    hops for N servers, each hop its route's latency plus NCCL's per-hop overhead."""
     order = ring_order(fabric, members)
     p = len(order)
     if p == 1:
-        return CommPattern("ring", [], 0, 0.0, 0.0, None, {})
+        return CommPattern("ring", [], None, {})
     g = fabric.g
     blocks: list[list[str]] = []
     for n in order:
@@ -268,18 +616,17 @@ def ring_pattern(
     share = 1.0 / p
     intra: list[tuple[Path, float]] = []
     paths: dict[str, Path] = {}
-
-    def local(u: str, v: str) -> Path:
-        return fabric.nvlink_path(u, v) or min(fabric.routes_between(u, v), key=len)
-
     for b in blocks:
         for u, v in zip(b, b[1:], strict=False):
-            paths[u] = local(u, v)
+            paths[u] = local_path(fabric, u, v)
             intra.append((paths[u], share))
+    steps = 2 * (p - 1)
     if len(blocks) == 1:
-        paths[order[-1]] = local(order[-1], order[0])
+        paths[order[-1]] = local_path(fabric, order[-1], order[0])
         intra.append((paths[order[-1]], share))
-        return CommPattern("ring", intra, 2 * (p - 1), params.ring_step_nvlink_s, 0.0, None, paths)
+        chain = ((float(steps), tuple(range(len(intra))), params.ring_step_nvlink_s),)
+        phase = Phase(intra, steps, params.ring_step_nvlink_s, chain=chain)
+        return CommPattern("ring", [phase], None, paths)
     channels = min(len(b) for b in blocks)
     options, sizes = [], []
     for i, b in enumerate(blocks):
@@ -292,8 +639,15 @@ def ring_pattern(
     )
     for i, b in enumerate(blocks):  # the plan's ring edge from a server's last GPU onwards
         nxt = blocks[(i + 1) % len(blocks)][0]
-        paths[b[-1]] = min(
-            rail_routes(fabric, b[-1], nxt), key=lambda q: path_time(fabric, q, nbytes * share)
+        paths[b[-1]] = list(
+            min(rail_routes(fabric, b[-1], nxt), key=lambda q: fabric.path_time(q, nbytes * share))
         )
     flows = intra + [(r, share / channels) for r in cross]
-    return CommPattern("ring", flows, 2 * (p - 1), params.ring_step_net_s, 0.0, None, paths)
+    n_servers = len(blocks)
+    net_hops = 2 * (n_servers - 1)
+    chain = (
+        (float(steps - net_hops), tuple(range(len(intra))), params.ring_step_nvlink_s),
+        (float(net_hops), tuple(range(len(intra), len(flows))), params.ring_step_net_s),
+    )
+    phase = Phase(flows, steps, params.ring_step_net_s, chain=chain)
+    return CommPattern("ring", [phase], None, paths)

@@ -7,21 +7,34 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from controller.errors import InputError
-from controller.sim.cli import _number, _Parser
+from controller.schema_limits import MAX_SERVERS, MAX_SIM_REQUESTS, MAX_WORKERS
+from controller.validate_args import (
+    OneLineParser,
+    bounded,
+    make_dir,
+    output_dir,
+    report_error,
+    seed,
+)
 
 
 def parser() -> argparse.ArgumentParser:
     from controller.evaluation.scenarios import SCENARIOS
 
-    p = _Parser(prog="heroserve evaluate", description=__doc__)
+    p = OneLineParser(
+        prog="heroserve evaluate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--scenario", required=True, help=" | ".join(SCENARIOS))
-    p.add_argument("--out", default=None, help="output folder (default: eval/<scenario>)")
+    p.add_argument(
+        "--out", type=output_dir, default=None, help="output folder (default: eval/<scenario>)"
+    )
     p.add_argument(
         "--workers",
-        type=_number(int, "--workers"),
+        type=bounded(int, 1, MAX_WORKERS),
         default=os.cpu_count() or 1,
         help="simulation processes (default: every core)",
     )
@@ -33,14 +46,14 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--requests",
-        type=_number(int, "--requests"),
+        type=bounded(int, 1, MAX_SIM_REQUESTS),
         default=None,
         help="requests per simulation point (default: those arriving in 30 request lives "
         "at the point's rate, at least 2000)",
     )
     p.add_argument(
         "--servers",
-        type=_number(int, "--servers"),
+        type=bounded(int, 1, MAX_SERVERS),
         default=None,
         help="track scenarios: servers in the cluster (default 1200)",
     )
@@ -49,11 +62,11 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="comma-separated planners (default: heroserve and the 3 baselines)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
     p.add_argument(
         "--online-scheduler",
         action="store_true",
-        help="HeroServe's points run its online scheduler (DESIGN §8)",
+        help="HeroServe's points run its online scheduler (docs/policy-table.md)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
@@ -71,10 +84,15 @@ def run(argv: Sequence[str]) -> int:
         unit = 6 if s.topology == "2tracks" else 16
         if s.servers % unit:
             raise InputError(f"--servers must be a multiple of {unit} for {s.topology}")
-    out = Path(a.out or f"eval/{s.name}")
-    say = progress_printer(a.quiet) or (lambda m: None)
-    with Runner(a.workers, a.ray, say) as runner:
-        summary = evaluate(s, out, runner, say, a.seed, a.online_scheduler)
+    out = make_dir(a.out or f"eval/{s.name}", "--out")
+    line = progress_printer(a.quiet)
+    say = line or (lambda m: None)
+    try:
+        with Runner(a.workers, a.ray, say) as runner:
+            summary = evaluate(s, out, runner, say, a.seed, a.online_scheduler)
+    finally:
+        if line is not None:
+            line.close()
     print((out / "notes.md").read_text())
     print(
         f"written to {out}/: max_rate.csv attainment.csv attainment.png latency.csv "
@@ -87,8 +105,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         return run(argv)
     except InputError as e:
-        print(f"heroserve evaluate: error: {e}", file=sys.stderr)
-        return 2
+        return report_error("heroserve evaluate", e)
     except KeyboardInterrupt:
         print("heroserve evaluate: interrupted", file=sys.stderr)
         return 130

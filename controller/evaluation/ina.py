@@ -31,13 +31,11 @@ def aggregation_throughput(model: PlanModel, nbytes: float) -> dict[str, float]:
     stages = [st for inst in model.prefill + model.decode for st in inst.stages if st.options]
     for st in stages:
         opt = st.options[0]
-        n_ina += opt.scheme == "ina"
+        n_ina += opt.scheme != "ring"
         a = Activity(
-            opt.rounds * opt.per_round_s + opt.fixed_s,
-            opt.rounds,
+            opt.const_s,
             nbytes,
-            opt.flows,
-            opt.envelope,
+            opt.work(1.0),
             None,
             (opt.bytes_per_byte, nbytes),  # its links' load: each busy share of its time
             finish.append,

@@ -138,7 +138,10 @@ def evaluate(
         )
     _write_csv(out / "latency.csv", lat_rows)
     if lat_rows:
-        plots.latency_bars(lat_rows, f"{s.name}: latency", out / "latency.png")
+        sla = s.sla()
+        plots.latency_bars(
+            lat_rows, f"{s.name}: latency", out / "latency.png", (sla.ttft_s, sla.tpot_s)
+        )
 
     # 4. aggregation throughput against message size (Fig. 9)
     from controller.evaluation.sweep import _model_for

@@ -19,7 +19,7 @@ from controller.topology import testbed
 from controller.topology.generators import tracks
 from controller.workload import SLA, Workload, chatbot, default_sla, summarization
 
-PLANNERS = ["heroserve", "distserve", "ds-atp", "ds-switchml"]
+PLANNERS = ["heroserve", "distserve", "ds-atp", "ds-switchml", "distserve-paper"]
 LIVES = 30  # request lives of arrivals per simulation point (Scenario.requests_at)
 MIN_REQUESTS = 2000
 

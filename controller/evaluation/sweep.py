@@ -137,8 +137,8 @@ class Runner:
         self.batch_done += 1
         if self.progress:
             self.progress(
-                f"[{time.perf_counter() - self.t0:7.1f}s] {what}: {self.batch_done}/{total} "
-                f"({self.done} simulations so far, {self.workers} worker(s))"
+                f"{what}: {self.batch_done}/{total} simulations "
+                f"({self.done} so far, {self.workers} worker(s))"
             )
 
     def close(self) -> None:
@@ -221,10 +221,9 @@ def max_rates(
 
 
 def progress_printer(quiet: bool = False) -> Callable[[str], None] | None:
+    """One updating progress line on stderr (controller/progress.py), None when quiet."""
     if quiet:
         return None
+    from controller.progress import ProgressLine
 
-    def say(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
-    return say
+    return ProgressLine()

@@ -15,6 +15,8 @@ from controller.models.specs import ModelSpec
 from controller.plan import Plan
 from controller.planner.assemble import build_plan
 from controller.planner.baselines import DISTSERVE, DS_ATP, DS_SWITCHML, packed_grouper
+from controller.planner.distserve_paper import DISTSERVE_PAPER
+from controller.planner.distserve_paper import search as distserve_paper_search
 from controller.planner.exhaustive import POLICY as EXHAUSTIVE
 from controller.planner.exhaustive import exhaustive_grouper
 from controller.planner.heroserve import POLICY as HEROSERVE
@@ -24,14 +26,21 @@ from controller.planner.search import search
 from controller.workload.generators import Workload
 from controller.workload.sla import SLA
 
-PLANNERS: dict[str, tuple[Policy, Callable]] = {
-    "heroserve": (HEROSERVE, heroserve_grouper),
-    "distserve": (DISTSERVE, packed_grouper),
-    "ds-atp": (DS_ATP, packed_grouper),
-    "ds-switchml": (DS_SWITCHML, packed_grouper),
-    "exhaustive": (EXHAUSTIVE, exhaustive_grouper),
+# Each planner: its policy (what it may use) and its groupings, every one priced for every
+# candidate, the best kept. HeroServe also prices the baselines' packed grouping, so its
+# candidates contain theirs (with more schemes and routes allowed on each group).
+PLANNERS: dict[str, tuple[Policy, tuple[Callable, ...]]] = {
+    "heroserve": (HEROSERVE, (heroserve_grouper, packed_grouper)),
+    "distserve": (DISTSERVE, (packed_grouper,)),
+    "ds-atp": (DS_ATP, (packed_grouper,)),
+    "ds-switchml": (DS_SWITCHML, (packed_grouper,)),
+    "exhaustive": (EXHAUSTIVE, (exhaustive_grouper,)),
+    "distserve-paper": (DISTSERVE_PAPER, ()),
 }
-BASELINES = ["distserve", "ds-atp", "ds-switchml"]
+# Planners whose search is not the common one (``search.search``).
+SEARCHES: dict[str, Callable] = {"distserve-paper": distserve_paper_search}
+# The paper's baselines in HeroServe's search space, then DistServe's own placement.
+BASELINES = ["distserve", "ds-atp", "ds-switchml", "distserve-paper"]
 
 
 def plan(
@@ -46,9 +55,9 @@ def plan(
     """Plan a disaggregated deployment of ``model`` on ``cluster`` with the named planner."""
     if planner not in PLANNERS:
         raise InputError(f"unknown planner {planner!r}; known: {', '.join(PLANNERS)}")
-    policy, grouper = PLANNERS[planner]
+    policy, groupers = PLANNERS[planner]
     problem = Problem(cluster, model, workload, sla, options or PlannerOptions(), progress)
-    result = search(problem, policy, grouper)
+    result = SEARCHES.get(planner, search)(problem, policy, groupers)
     return build_plan(result, planner, str(cluster.name), workload.name)
 
 

@@ -6,24 +6,35 @@ KV-transfer pairs and the predicted figures."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from controller.costmodel.network import CommPattern
-from controller.plan import Group, Instance, KVTransfer, PhasePlan, Plan, Predicted, SlotRange
-from controller.planner.evaluate import Evaluator, InstanceEval, PhaseResult, combine
-from controller.planner.grouping import PodGroups
+from controller.plan import (
+    Group,
+    Instance,
+    KVTransfer,
+    PhasePlan,
+    Plan,
+    Predicted,
+    Rail,
+    SlotRange,
+)
+from controller.planner.evaluate import Evaluator, GroupEval, InstanceEval, PhaseResult, combine
 from controller.planner.search import SearchResult
-from controller.topology.fabric import Fabric
+from controller.topology.fabric import Fabric, Path
 from controller.topology.graph import DEFAULT_AGGREGATOR_SLOTS, DEFAULT_SLOT_BYTES
 
 
-def window_slots(ev: Evaluator, pattern: CommPattern, fabric: Fabric) -> int:
-    """Aggregator slots a group keeps in flight: its bandwidth-delay product in slots,
-    ceil(B * RTT / slot_bytes), with B the slowest first hop and RTT twice the longest route's
-    latency (SwitchML sizes its pool the same way)."""
-    sw = ev.g.nodes[pattern.switch]
+def window_slots(ev: Evaluator, switch: str, paths: Sequence[Path], fabric: Fabric) -> int:
+    """Aggregator slots an aggregation keeps in flight at ``switch``: its bandwidth-delay
+    product in slots, ceil(B * RTT / slot_bytes), with B the slowest first hop of its members'
+    ``paths`` and RTT twice the longest path's latency (SwitchML sizes its pool the same way)."""
+    sw = ev.g.nodes[switch]
     slot_bytes = sw.get("slot_bytes", DEFAULT_SLOT_BYTES)
-    bw = min(1.0 / fabric.link_table[(p[0], p[1])][0] for p, _ in pattern.flows)
-    rtt = 2 * pattern.max_path_latency(fabric)
+    table = fabric.link_table
+    bw = min(1.0 / table[(p[0], p[1])][0] for p in paths)
+    rtt = 2 * max(sum(table[e][1] for e in zip(p, p[1:], strict=False)) for p in paths)
     return max(
         1,
         min(sw.get("aggregator_slots", DEFAULT_AGGREGATOR_SLOTS), math.ceil(bw * rtt / slot_bytes)),
@@ -51,78 +62,151 @@ class SlotPool:
         self.free[switch] -= n
         return r
 
+    def take_all(self, wants: Sequence[tuple[str, int]]) -> list[SlotRange] | None:
+        """One range per (switch, count), all or none (a hierarchical group's rails)."""
+        need: dict[str, int] = {}
+        for sw, n in wants:
+            need[sw] = need.get(sw, 0) + n
+        if any(self.free[sw] < n for sw, n in need.items()):
+            return None
+        return [self.take(sw, n) for sw, n in wants]  # type: ignore[misc]
+
 
 def _phase_message(ev: Evaluator, res: PhaseResult, inst: InstanceEval) -> float:
     return ev.prefill_bytes() if res.role == "prefill" else ev.activation_bytes(max(1, inst.batch))
 
 
+def _us(t: float) -> str:
+    return f"{t * 1e6:.1f} us"
+
+
+@dataclass
+class _Wanted:
+    """One group of an instance in use, with its schemes priced at the phase's message."""
+
+    instance: int
+    stage: int
+    members: list[str]
+    ge: GroupEval
+    nbytes: float
+    ring_s: float
+    ina_s: float | None  # the cheapest flat INA
+    hier_s: float | None
+
+    @property
+    def gain(self) -> float:
+        best = min(t for t in (self.ina_s, self.hier_s, math.inf) if t is not None)
+        return self.ring_s - best
+
+
 def _decide(
     ev: Evaluator, res: PhaseResult, n_used: int, slots: SlotPool, forced: set
 ) -> list[Group]:
-    """Scheme, switch and slots for each group of the instances in use."""
-    groups = []
+    """Scheme, switch(es) and slots for each group of the instances in use: the fastest
+    scheme at the phase's message size that gets its aggregator slots (Alg. 2 line 7), the
+    groups that gain most over the ring claiming slots first."""
     used = sorted(res.instances, key=lambda i: -i.rate)[:n_used]
     wanted = []
     for k, inst in enumerate(used):
         nbytes = _phase_message(ev, res, inst)
         for s, members in enumerate(inst.stages):
             ge = ev.group(members, nbytes)
-            ring_s = ge.ring.time(ev.ring_fabric, nbytes)
+            ring_s = ge.ring.time(ev.ring_fabric, nbytes) if len(members) > 1 else 0.0
             ina_s = ge.ina[0].time(ev.ina_fabric, nbytes) if ge.ina else None
-            wanted.append((k, s, members, ge, nbytes, ring_s, ina_s))
-    # groups that gain most from INA claim slots first
-    order = sorted(range(len(wanted)), key=lambda i: -(wanted[i][5] - (wanted[i][6] or math.inf)))
+            hier_s = ge.hier.time(ev.ina_fabric, nbytes) if ge.hier else None
+            wanted.append(_Wanted(k, s, list(members), ge, nbytes, ring_s, ina_s, hier_s))
+    order = sorted(range(len(wanted)), key=lambda i: -wanted[i].gain)
     decided: dict[int, Group] = {}
     for i in order:
-        k, s, members, ge, nbytes, ring_s, ina_s = wanted[i]
-        choice, reason, rng_, pattern = None, "", None, ge.ring
-        if len(members) == 1:
-            reason = "TP=1: no all-reduce"
-        elif ina_s is None:
-            reason = ge.ina_note
-        elif ina_s >= ring_s:
-            reason = f"ring {ring_s * 1e6:.1f} us <= INA {ina_s * 1e6:.1f} us at {ge.ina[0].switch}"
-        elif tuple(members) in forced:
-            reason = "no aggregator slots left on any candidate switch"
+        decided[i] = _decide_group(ev, wanted[i], slots, forced)
+    return [decided[i] for i in range(len(wanted))]
+
+
+def _decide_group(ev: Evaluator, w: _Wanted, slots: SlotPool, forced: set) -> Group:
+    ge, nbytes, fab = w.ge, w.nbytes, ev.ina_fabric
+    group = Group(
+        instance=w.instance,
+        stage=w.stage,
+        gpus=w.members,
+        scheme="ring",
+        switch=None,
+        slots=None,
+        paths={m: list(p) for m, p in ge.ring.paths.items()},
+        allreduce_s=w.ring_s,
+        ina_s=w.ina_s,
+        ring_s=w.ring_s,
+        reason="",
+        hier_s=w.hier_s,
+    )
+    if len(w.members) == 1:
+        group.reason = "TP=1: no all-reduce"
+        return group
+    # every scheme faster than the ring, fastest first
+    faster: list[tuple[float, str, CommPattern]] = []
+    if w.hier_s is not None and w.hier_s < w.ring_s:
+        faster.append((w.hier_s, "hier", ge.hier))  # type: ignore[arg-type]
+    for p in ge.ina:
+        t = p.time(fab, nbytes)
+        if t < w.ring_s:
+            faster.append((t, "ina", p))
+    faster.sort(key=lambda x: (x[0], x[1]))
+    if not faster:
+        alts = [f"hier {_us(w.hier_s)}"] if w.hier_s is not None else []
+        if w.ina_s is not None:
+            alts.append(f"INA {_us(w.ina_s)} at {ge.ina[0].switch}")
+        group.reason = (
+            f"ring {_us(w.ring_s)} <= " + ", ".join(alts) if alts else ge.ina_note or "ring only"
+        )
+        return group
+    if tuple(w.members) in forced:
+        group.reason = "no aggregator slots left on any candidate switch"
+        return group
+    for t, scheme, p in faster:
+        if scheme == "hier":
+            wants = [
+                (r.switch, window_slots(ev, r.switch, list(r.paths.values()), fab)) for r in p.rails
+            ]
+            ranges = slots.take_all(wants)
+            if ranges is None:
+                continue
+            group.rails = [
+                Rail(
+                    r.switch,
+                    r.shard,
+                    r.shards,
+                    list(r.members),
+                    rg,
+                    {m: list(q) for m, q in r.paths.items()},
+                )
+                for r, rg in zip(p.rails, ranges, strict=True)
+            ]
+            switches = ",".join(sorted({r.switch for r in p.rails}))
+            group.reason = (
+                f"hier {_us(t)} < ring {_us(w.ring_s)} ({len(p.rails)} rails on {switches}, "
+                f"{sum(rg.count for rg in ranges)} slots)"
+            )
         else:
-            for p in ge.ina:
-                t = p.time(ev.ina_fabric, nbytes)
-                if t >= ring_s:
-                    break
-                w = window_slots(ev, p, ev.ina_fabric)
-                rng_ = slots.take(p.switch, w, partial=ev.policy.ina == "async")
-                if rng_ is not None:
-                    choice, pattern = p, p
-                    relay = any(
-                        ev.g.nodes[n]["kind"] == "nvswitch" for q in p.paths.values() for n in q
-                    )
-                    how = "NVLink-assisted" if relay else "Ethernet-only"
-                    reason = (
-                        f"INA {t * 1e6:.1f} us < ring {ring_s * 1e6:.1f} us "
-                        f"({how} routes to {p.switch}, {rng_.count} slots)"
-                    )
-                    break
-            if choice is None:
-                reason = "no aggregator slots left on any candidate switch"
-                forced.add(tuple(members))
-        chosen_s = (
-            (choice.time(ev.ina_fabric, nbytes) if choice else ring_s) if len(members) > 1 else 0.0
-        )
-        decided[i] = Group(
-            instance=k,
-            stage=s,
-            gpus=list(members),
-            scheme="ina" if choice else "ring",
-            switch=choice.switch if choice else None,
-            slots=rng_ if choice else None,
-            paths={m: list(p) for m, p in pattern.paths.items()},
-            allreduce_s=chosen_s,
-            ina_s=ina_s,
-            ring_s=ring_s if len(members) > 1 else 0.0,
-            reason=reason,
-        )
-    groups = [decided[i] for i in range(len(wanted))]
-    return groups
+            rng = slots.take(
+                p.switch,
+                window_slots(ev, p.switch, list(p.paths.values()), fab),
+                partial=ev.policy.ina == "async",
+            )
+            if rng is None:
+                continue
+            relay = any(ev.g.nodes[n]["kind"] == "nvswitch" for q in p.paths.values() for n in q)
+            how = "NVLink-assisted" if relay else "Ethernet-only"
+            group.switch, group.slots = p.switch, rng
+            group.reason = (
+                f"INA {_us(t)} < ring {_us(w.ring_s)} ({how} routes to {p.switch}, "
+                f"{rng.count} slots)"
+            )
+        group.scheme = scheme  # type: ignore[assignment]
+        group.paths = {m: list(q) for m, q in p.paths.items()}
+        group.allreduce_s = t
+        return group
+    group.reason = "no aggregator slots left on any candidate switch"
+    forced.add(tuple(w.members))
+    return group
 
 
 def _phase_plan(ev: Evaluator, res: PhaseResult, n_used: int, groups: list[Group]) -> PhasePlan:
@@ -133,18 +217,20 @@ def _phase_plan(ev: Evaluator, res: PhaseResult, n_used: int, groups: list[Group
         tp=res.tp,
         pp=res.pp,
         gpu_type=res.gpu_type,
-        instances=[Instance(stages=[list(s) for s in i.stages]) for i in used],
+        instances=[
+            Instance(
+                stages=[list(s) for s in i.stages],
+                batch=i.batch if res.role == "decode" else 0,
+                rate=i.rate,
+            )
+            for i in used
+        ],
         groups=groups,
         comm_s=sum(i.comm_s for i in used) / n,
         compute_s=sum(i.compute_s for i in used) / n,
         batch_size=min((i.batch for i in used), default=0),
         rate_per_instance=sum(i.rate for i in used) / n,
     )
-
-
-def _one_pod(res: PhaseResult) -> PodGroups:
-    groups = [s for i in res.groups for s in i]
-    return PodGroups(None, [x for grp in groups for x in grp], groups)
 
 
 def build_plan(result: SearchResult, planner: str, topology: str, workload: str) -> Plan:
@@ -159,9 +245,9 @@ def build_plan(result: SearchResult, planner: str, topology: str, workload: str)
     notes = []
     if forced:  # some groups lost INA to the slot limit: price them as rings again
         notes.append(f"{len(forced)} group(s) fell back to ring: aggregator slots exhausted")
-        pre = ev.prefill_phase(pre.tp, pre.pp, [_one_pod(pre)])
-        dec = ev.decode_phase(dec.tp, dec.pp, [_one_pod(dec)], result.t_f)
-        comb = combine(pre, dec, problem.sla.ttft_s) or comb
+        pre = ev.reevaluate(pre, 0.0)
+        dec = ev.reevaluate(dec, result.t_f)
+        comb = combine(pre, dec, problem.sla.ttft_s, problem.options.max_gpus) or comb
     pred = Predicted(
         ttft_s=comb.ttft_s,
         tpot_s=comb.tpot_s,
@@ -171,6 +257,8 @@ def build_plan(result: SearchResult, planner: str, topology: str, workload: str)
         gpus_used=comb.gpus_used,
     )
     kv = [KVTransfer(f.src, f.dst, f.nbytes, list(f.path), f.time_s) for f in result.kv_flows]
+    if result.split is not None:
+        notes.append(f"role split {result.split.label}, the best of {result.splits_priced} priced")
     notes.append(f"{result.candidates_tried} candidate pair(s) priced with KV transfer")
     return Plan(
         planner=planner,
@@ -183,4 +271,6 @@ def build_plan(result: SearchResult, planner: str, topology: str, workload: str)
         kv_transfer=kv,
         predicted=pred,
         notes=notes,
+        # the simulator and the controller price the plan the same way
+        options={**problem.options.net.plan_options(), "tpot_mode": problem.options.tpot_mode},
     )

@@ -47,4 +47,8 @@ DS_ATP = Policy(
 def packed_grouper(
     ev: Evaluator, role: str, pool: list[str], tp: int, pp: int, nbytes: float
 ) -> list[PodGroups]:
-    return by_pods(ev.g, pool, tp, pp, lambda pod: packed_groups(ev.g, pod, tp), ev.problem.say)
+    tag = ("packed", tp)
+    cache = ev.grouping_cache(tag)
+    return by_pods(
+        ev.g, pool, tp, pp, lambda pod: packed_groups(ev.g, pod, tp), ev.problem.say, cache, tag
+    )

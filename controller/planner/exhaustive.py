@@ -26,6 +26,8 @@ POLICY = Policy(
     ina_relay=True,
     ina_cross_server_only=False,
     prefer_intra_server=False,
+    hier=True,
+    colocated_layouts=True,
 )
 
 

@@ -27,6 +27,15 @@ class PlannerOptions:
     exhaustive_limit: int = 20000  # most groupings the exhaustive planner enumerates per phase
     prefill_par: tuple[int, int] | None = None  # force (TP, PP) for prefill
     decode_par: tuple[int, int] | None = None  # force (TP, PP) for decode
+    max_gpus: int | None = None  # plan for at most this many GPUs (None: the whole cluster)
+    max_splits: int = 64  # role splits priced one by one; beyond, around the balance point
+    class_sample: int = 48  # servers per class whose rates place the balance point
+    # "amortized": T_f paid once per request, spread over its output tokens (DistServe's and
+    # the simulator's TPOT); "eq4": added to every token, as the paper's Eq. 4 is written
+    tpot_mode: Literal["amortized", "eq4"] = "amortized"
+    # an upper bound, not a deployment: every all-reduce the policy may aggregate in the
+    # network costs nothing (docs/fidelity.md's free-INA bound)
+    free_ina: bool = False
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,9 @@ class Policy:
     ina_relay: bool  # INA routes may relay over NVLink (heterogeneous, HeroServe)
     ina_cross_server_only: bool  # baselines keep NCCL's NVLink ring inside a server
     prefer_intra_server: bool  # DistServe: TP inside a server where it fits
+    hier: bool = False  # hierarchical INA (NVLink reduce-scatter, INA per rail, all-gather)
+    # also price DistServe's low-affinity layouts (a prefill and a decode stage per node)
+    colocated_layouts: bool = False
 
 
 @dataclass

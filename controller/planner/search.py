@@ -1,25 +1,50 @@
-"""Alg. 1 (scalability-oriented offline planner) as a search shared by every planner:
-list (TP, PP) candidates, group the GPUs of each phase for each candidate (the planner's own
-grouping), evaluate prefill and decode concurrently, then combine candidate pairs with their
-KV-transfer time and keep the highest per-GPU rate that meets the SLA.
+"""Alg. 1 (scalability-oriented offline planner) as a search shared by every planner, in the
+style of DistServe's: list candidates, evaluate each, pick.
 
-Pairs are visited best upper bound first (the rate with T_f = 0), and the search stops once no
-remaining pair's bound beats the best plan found, so the KV transfer is priced for few pairs."""
+1. **Role splits** (``roles.py``): which servers prefill and which decode. Every split is
+   priced when there are at most ``max_splits``; otherwise the splits around the balance
+   point of a per-class linear model (each class's rate per server in each role).
+2. **Phases**: for each split and role, the (TP, PP) candidates of Alg. 1 line 2. Each gets a
+   cheap upper bound on its capacity (compute alone: no communication, the fastest GPU type,
+   the most memory); candidates are grouped (the planner's own grouping, Alg. 2) and priced
+   in decreasing order of that bound, and the search stops at the first candidate whose bound
+   cannot beat the best capacity found (branch and bound). Phase results are cached per pool,
+   so splits that share a prefill or a decode pool price it once.
+3. **Pairs**: the prefill and decode candidates of a split are combined (Eq. 1: H, the
+   total SLA-meeting rate, with the fewest GPUs at equal H) best upper bound first (T_f = 0),
+   each with its KV transfer priced (Eqs. 14-15), until no remaining pair's bound beats the
+   best plan found.
+
+The result is the split, the pair of phases and the combination with the highest H.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
+from controller.costmodel.compute import decode_layer_time, prefill_layer_time
+from controller.costmodel.queueing import max_rate_within
 from controller.errors import InputError
+from controller.models.gpus import gpu_spec
 from controller.planner.candidates import tp_pp_candidates
-from controller.planner.evaluate import Combination, Evaluator, PhaseResult, combine, role_gpus
+from controller.planner.evaluate import Combination, Evaluator, PhaseResult, combine
 from controller.planner.grouping import PodGroups
 from controller.planner.options import Policy, Problem
+from controller.planner.roles import (
+    RoleSpace,
+    Split,
+    balanced_splits,
+    exhaustive_splits,
+    role_space,
+)
+from controller.units import GB
 
 # A grouper turns a pool of GPUs into TP-sized groups for one phase.
 Grouper = Callable[[Evaluator, str, list[str], int, int, float], list[PodGroups]]
+ROLES = ("prefill", "decode")
 
 
 @dataclass
@@ -31,30 +56,25 @@ class SearchResult:
     t_f: float
     kv_flows: list
     candidates_tried: int
+    split: Split | None = None
+    splits_priced: int = 0
 
 
-def _phase_groups(
-    ev: Evaluator,
-    role: str,
-    cands: list[tuple[int, int]],
-    grouper: Grouper,
-    nbytes_of: Callable[[int, int], float],
-) -> dict[tuple[int, int], list]:
-    out = {}
-    for k, (tp, pp) in enumerate(cands, start=1):
-        pool = ev.pool(role, tp, pp)
-        if len(pool) < tp * pp:  # Alg. 1 lines 7-8
-            continue
-        ev.problem.say(f"  {role}: candidate {k}/{len(cands)} TP={tp} PP={pp} ({len(pool)} GPUs)")
-        out[(tp, pp)] = grouper(ev, role, pool, tp, pp, nbytes_of(tp, pp))
-    return out
+@dataclass
+class PhaseOption:
+    """One (TP, PP) candidate of one role on one pool, grouped and priced at T_f = 0."""
+
+    tp: int
+    pp: int
+    groups: list[PodGroups]
+    result: PhaseResult
 
 
-def decode_ref_bytes(ev: Evaluator, tp: int, pp: int) -> float:
+def decode_ref_bytes(ev: Evaluator, pool: Sequence[str], tp: int, pp: int) -> float:
     """Reference all-reduce size for grouping decode GPUs: the batch the KV memory allows,
     capped by ``max_batch`` (the batch search later re-prices the same routes)."""
     ctx = ev.problem.workload.mean_kv_tokens
-    gp = ev.pool("decode", tp, pp)  # never empty: candidates come from pools that fit
+    gp = ev.fit(pool, tp, pp)
     room = ev.kv_room_bytes(gp, tp, pp) if gp else 0.0
     b = max(
         1, min(ev.problem.options.max_batch, int(room * tp / (ctx * ev.model.kv_bytes_per_token())))
@@ -62,99 +82,376 @@ def decode_ref_bytes(ev: Evaluator, tp: int, pp: int) -> float:
     return ev.activation_bytes(b)
 
 
-def search(problem: Problem, policy: Policy, grouper: Grouper) -> SearchResult:
-    ev = Evaluator(problem, policy)
-    model, opts = problem.model, problem.options
-    g = problem.cluster
-    pools = {r: role_gpus(problem, r) for r in ("prefill", "decode")}
-    for role, pool in pools.items():
-        if not pool:
-            raise InputError(f"the cluster has no GPU that can serve {role}")
-    cands = {}
-    for role, pool in pools.items():
-        mem = [g.nodes[x]["memory_gb"] for x in pool]
-        max_tp = None
-        if policy.prefer_intra_server:
-            per_server = max(
-                sum(1 for y in pool if g.nodes[y]["server"] == g.nodes[x]["server"]) for x in pool
-            )
-            max_tp = per_server
-        forced = opts.prefill_par if role == "prefill" else opts.decode_par
-        if forced is not None:
-            c = [forced] if forced in tp_pp_candidates(model, mem, opts.r_frac, 10**6) else []
-            if not c:
-                raise InputError(
-                    f"{role} TP={forced[0]} PP={forced[1]} is not feasible: TP must "
-                    f"split the heads, PP the layers, and the shards must fit"
-                )
-        else:
-            c = tp_pp_candidates(model, mem, opts.r_frac, opts.max_candi, max_tp)
-        if not c and max_tp is not None and forced is None:  # DistServe spans servers only
-            c = tp_pp_candidates(model, mem, opts.r_frac, opts.max_candi)  # when it must
-        if not c:
-            total = sum(mem)
-            raise InputError(
-                f"{model.name} ({model.param_bytes / 1e9:.0f} GB of weights) does not fit in the "
-                f"{len(pool)} {role} GPUs ({total:.0f} GB, {opts.r_frac:.0%} usable)"
-            )
-        cands[role] = c
-    problem.say(
-        f"{policy.name}: {len(cands['prefill'])} prefill and {len(cands['decode'])} "
-        f"decode (TP, PP) candidates"
+def candidates_for(
+    problem: Problem, policy: Policy, role: str, pool: Sequence[str]
+) -> list[tuple[int, int]]:
+    """(TP, PP) candidates for ``pool`` (Alg. 1 line 2). DistServe-like policies keep TP
+    inside a server where that fits; HeroServe takes the union of that list and the
+    unrestricted one, so its candidates contain every baseline's."""
+    g, model, opts = problem.cluster, problem.model, problem.options
+    forced = opts.prefill_par if role == "prefill" else opts.decode_par
+    mem = [g.nodes[x]["memory_gb"] for x in pool]
+    if forced is not None:
+        return [forced] if forced in tp_pp_candidates(model, mem, opts.r_frac, 10**6) else []
+    per_server: dict[str, int] = {}
+    for x in pool:
+        s = g.nodes[x].get("server") or x
+        per_server[s] = per_server.get(s, 0) + 1
+    max_tp = max(per_server.values(), default=0)
+    local = tp_pp_candidates(model, mem, opts.r_frac, opts.max_candi, max_tp)
+    if policy.prefer_intra_server:
+        return local or tp_pp_candidates(model, mem, opts.r_frac, opts.max_candi)
+    out = tp_pp_candidates(model, mem, opts.r_frac, opts.max_candi)
+    return sorted(set(out) | set(local), key=lambda c: (c[0] * c[1], c[1]))
+
+
+def capacity_bound(ev: Evaluator, role: str, pool: Sequence[str], tp: int, pp: int) -> float:
+    """An upper bound on the phase's capacity (requests/s) on ``pool`` with (TP, PP):
+    as many instances as the GPUs allow, each computing on the fastest GPU type of the
+    pool with no communication (an all-reduce, hop or KV transfer only adds time)."""
+    problem = ev.problem
+    model = problem.model
+    need = model.param_bytes / (tp * pp * problem.options.r_frac)
+    kinds = [(mem, t, k) for (mem, t), k in ev.pool_summary(pool).items() if mem * GB >= need]
+    n = sum(k for _, _, k in kinds) // (tp * pp)
+    if n == 0:
+        return 0.0
+    fastest = max({t for _, t, _ in kinds}, key=lambda t: gpu_spec(t).fp16_flops)
+    co = ev.coeffs(fastest)
+    if role == "prefill":
+        layer = prefill_layer_time(co, model, tp, ev.mean_in, ev.mean_in2)
+        serve = model.layers * layer
+        return n * max_rate_within(problem.sla.ttft_s, serve, serve / pp)
+    most = max(mem for mem, _, _ in kinds) * GB * problem.options.r_frac
+    room = most - model.param_bytes / (tp * pp)
+    ctx = problem.workload.mean_kv_tokens
+    b_max = min(
+        problem.options.max_batch,
+        int(room * tp / (ctx * model.kv_bytes_per_token())) if room > 0 else 0,
     )
-    with ThreadPoolExecutor(max_workers=2) as pool_ex:  # Alg. 1: the two phases concurrently
-        fut_p = pool_ex.submit(
-            _phase_groups,
+
+    def step(b: int) -> float:
+        return model.layers * decode_layer_time(co, model, tp, b, b * ctx)
+
+    if b_max < 1 or step(1) > problem.sla.tpot_s:
+        return 0.0
+    lo, hi = 1, b_max
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if step(mid) <= problem.sla.tpot_s:
+            lo = mid
+        else:
+            hi = mid - 1
+    return n * lo / (step(lo) / pp * ev.mean_out)
+
+
+class PhaseSearch:
+    """Prices the phases of one planner: per role, pool and candidate, a cheap capacity
+    bound and, on demand, the grouped and priced phase; both cached."""
+
+    def __init__(self, ev: Evaluator, policy: Policy, groupers: Sequence[Grouper]) -> None:
+        self.ev = ev
+        self.policy = policy
+        self.groupers = tuple(groupers)
+        self.problem = ev.problem
+        self._cache: dict[tuple, PhaseOption | None] = {}
+        self._bounds: dict[tuple, list[tuple[float, int, int]]] = {}
+        self._groupings: dict[tuple, list[PodGroups]] = {}
+        self.n_priced = 0  # candidates grouped and priced
+
+    # -- bounds ----------------------------------------------------------------------------
+    def capacity_bound(self, role: str, pool: Sequence[str], tp: int, pp: int) -> float:
+        return capacity_bound(self.ev, role, pool, tp, pp)
+
+    def bounds(self, role: str, pool: Sequence[str]) -> list[tuple[float, int, int]]:
+        """(capacity bound, TP, PP) of every candidate of ``role`` on ``pool`` with a
+        positive bound, highest first; cached per (role, pool)."""
+        key = (role, frozenset(pool))
+        hit = self._bounds.get(key)
+        if hit is None:
+            cands = candidates_for(self.problem, self.policy, role, pool)
+            hit = sorted(
+                (b, tp, pp)
+                for tp, pp in cands
+                if (b := self.capacity_bound(role, pool, tp, pp)) > 0
+            )
+            hit.sort(key=lambda b: (-b[0], b[1] * b[2], b[2]))
+            self._bounds[key] = hit
+        return hit
+
+    # -- phases ----------------------------------------------------------------------------
+    def most_capacity(self, role: str, pool: Sequence[str]) -> PhaseOption | None:
+        """The candidate with the most capacity on ``pool`` (T_f = 0 for decode), by branch
+        and bound over the candidates' capacity bounds."""
+        best: PhaseOption | None = None
+        for bound, tp, pp in self.bounds(role, pool):
+            if best is not None and bound <= best.result.capacity * (1 + 1e-9):
+                break
+            opt = self.priced(role, pool, tp, pp)
+            if opt is not None and (best is None or opt.result.capacity > best.result.capacity):
+                best = opt
+        return best
+
+    def priced(self, role: str, pool: Sequence[str], tp: int, pp: int) -> PhaseOption | None:
+        """Candidate (TP, PP) of ``role`` on ``pool`` grouped and priced (T_f = 0 for decode);
+        None when it serves nothing. Cached."""
+        key = (role, frozenset(pool), tp, pp)
+        if key not in self._cache:
+            self._cache[key] = self._price(role, pool, tp, pp)
+        return self._cache[key]
+
+    def _price(self, role: str, pool: Sequence[str], tp: int, pp: int) -> PhaseOption | None:
+        """Group ``pool`` with each of the planner's groupings and price the phase; the
+        grouping with the most capacity is kept."""
+        ev = self.ev
+        fit = ev.fit(pool, tp, pp)
+        if len(fit) < tp * pp:  # Alg. 1 lines 7-8
+            return None
+        if role == "prefill":
+            nbytes = ev.prefill_bytes()
+        else:  # one reference size per power of two: groupings are shared between PPs
+            nbytes = 2.0 ** round(math.log2(decode_ref_bytes(ev, pool, tp, pp)))
+        best: PhaseOption | None = None
+        for grouper in self.groupers:
+            gkey = (grouper, role, frozenset(fit), tp, pp, nbytes)
+            groups = self._groupings.get(gkey)
+            if groups is None:
+                self.problem.say(f"  {role}: TP={tp} PP={pp} on {len(fit)} GPUs")
+                groups = grouper(ev, role, fit, tp, pp, nbytes)
+                self._groupings[gkey] = groups
+            self.n_priced += 1
+            if role == "prefill":
+                res = ev.prefill_phase(tp, pp, groups)
+            else:
+                res = ev.decode_phase(tp, pp, groups, 0.0)
+            if res.capacity > 0 and (best is None or res.capacity > best.result.capacity):
+                best = PhaseOption(tp, pp, groups, res)
+        return best
+
+
+def split_bound(ps: PhaseSearch, split: Split) -> float:
+    """An upper bound on H for ``split``: the best min(prefill bound, decode bound)."""
+    pb = ps.bounds("prefill", split.prefill)
+    db = ps.bounds("decode", split.decode)
+    if not pb or not db:
+        return 0.0
+    return min(pb[0][0], db[0][0])
+
+
+def _best_pair(
+    ps: PhaseSearch, split: Split, floor: float
+) -> tuple[Combination, PhaseResult, PhaseResult, float, list, int] | None:
+    """The best prefill/decode pair of one split, with its KV transfer priced. Pairs are
+    visited in decreasing order of min(prefill bound, decode bound) and priced on demand;
+    the visit stops at the first pair whose bound cannot beat ``floor`` (the best H of
+    earlier splits) or the best pair found (branch and bound: every bound is an upper bound
+    on the H the pair can reach, its KV transfer included)."""
+    ev, problem = ps.ev, ps.problem
+    cap = problem.options.max_gpus
+    pb = ps.bounds("prefill", split.prefill)
+    db = ps.bounds("decode", split.decode)
+    pairs = sorted(
+        ((min(bp, bd), i, j) for i, (bp, _, _) in enumerate(pb) for j, (bd, _, _) in enumerate(db)),
+        key=lambda x: (-x[0], x[1], x[2]),
+    )
+    best = None
+    tried = 0
+    for bound, i, j in pairs:
+        beat = max(floor, best[0].rate if best is not None else 0.0)
+        if bound <= beat * (1 + 1e-9):
+            break
+        po = ps.priced("prefill", split.prefill, pb[i][1], pb[i][2])
+        d0 = ps.priced("decode", split.decode, db[j][1], db[j][2])
+        if po is None or d0 is None:
+            continue
+        comb0 = combine(po.result, d0.result, problem.sla.ttft_s, cap)
+        if comb0 is None or comb0.rate <= beat * (1 + 1e-9):
+            continue  # T_f = 0 already cannot beat it; the KV transfer only lowers H
+        tried += 1
+        pre = po.result
+        settled = settle_kv(
             ev,
-            "prefill",
-            cands["prefill"],
-            grouper,
-            lambda tp, pp: ev.prefill_bytes(),
+            pre,
+            d0.result,
+            lambda t_f, d0=d0: ev.decode_phase(d0.tp, d0.pp, d0.groups, t_f),
+            comb0,
         )
-        fut_d = pool_ex.submit(
-            _phase_groups,
-            ev,
-            "decode",
-            cands["decode"],
-            grouper,
-            lambda tp, pp: decode_ref_bytes(ev, tp, pp),
-        )
-        pre_groups, dec_groups = fut_p.result(), fut_d.result()
-    pre = {c: ev.prefill_phase(c[0], c[1], grp) for c, grp in pre_groups.items()}
-    dec0 = {c: ev.decode_phase(c[0], c[1], grp, 0.0) for c, grp in dec_groups.items()}
-    bounds = []
-    for cp, rp in pre.items():
-        for cd, rd in dec0.items():
-            comb = combine(rp, rd, problem.sla.ttft_s)
-            if comb is not None:
-                bounds.append((comb.rate_per_gpu, cp, cd))
-    bounds.sort(key=lambda b: (-b[0], b[1], b[2]))
+        if settled is None:
+            continue
+        comb, rd, t_f, flows = settled
+        if best is None or comb.better_than(best[0]):
+            best = (comb, pre, rd, t_f, flows, tried)
+    if best is None:
+        return None
+    comb, pre, rd, t_f, flows, _ = best
+    return comb, pre, rd, t_f, flows, tried
+
+
+def settle_kv(
+    ev: Evaluator,
+    pre: PhaseResult,
+    dec: PhaseResult,
+    price_decode: Callable[[float], PhaseResult],
+    comb: Combination,
+) -> tuple[Combination, PhaseResult, float, list] | None:
+    """The decode phase priced at the KV transfer of the instances it deploys: from the
+    deployment at T_f = 0 (``comb`` of ``pre`` and ``dec``; ``price_decode(T_f)`` prices the
+    same decode instances at another T_f), price T_f between the deployed instances (re-ordering
+    decode stages next to their layers, ``Evaluator.kv_transfer``), price decode at that T_f,
+    combine again, until the numbers deployed repeat (three rounds at most). The flows
+    returned are those of exactly the instances deployed, in their final stage order, so the
+    plan's KV transfers name its own GPUs."""
+    problem = ev.problem
+    cap = problem.options.max_gpus
+    reorder: dict[tuple, list[list[str]]] = {}
+    rd = dec
+    t_f = 0.0
+    for _ in range(3):
+        t_f, _, more = ev.kv_transfer(pre, rd, comb.n_prefill, comb.n_decode)
+        reorder.update(more)
+        rd = ev.reprice_decode(price_decode(t_f), t_f, reorder)
+        new = combine(pre, rd, problem.sla.ttft_s, cap)
+        if new is None:
+            return None
+        same = (new.n_prefill, new.n_decode) == (comb.n_prefill, comb.n_decode)
+        comb = new
+        if same:
+            break
+    t_dep, flows = ev.kv_price(ev.kv_pairs(pre, rd, comb.n_prefill, comb.n_decode))
+    return comb, rd, max(t_f, t_dep), flows
+
+
+def _class_rates(ps: PhaseSearch, space: RoleSpace, sample: int) -> tuple[list[float], list[float]]:
+    """Per class, the rate one of its servers adds in each role: the best candidate priced on
+    up to ``sample`` servers of every class at once in that role (fixed-role GPUs included),
+    its instance rates shared out over the servers of their GPUs. A sample rather than the
+    whole class: on a rail cluster a class is hundreds of twin servers, whose per-server rate
+    a few dozen of them already show (what it misses is the left-over GPUs of the last
+    instance, a fraction of a percent at that size)."""
+    rates: dict[str, list[float]] = {}
+    g = ps.ev.g
+    picked = [k.servers[:sample] for k in space.classes]
+    cls_of = {s: c for c, ss in enumerate(picked) for s in ss}
+    everyone = [x for ss in picked for s in ss for x in space.free[s]]
+    for role in ROLES:
+        fixed = space.fixed_prefill if role == "prefill" else space.fixed_decode
+        per = [0.0] * len(space.classes)
+        top = ps.most_capacity(role, [*fixed, *everyone])
+        if top is not None:
+            for inst in top.result.instances:
+                members = [x for st in inst.stages for x in st]
+                for x in members:
+                    c = cls_of.get(g.nodes[x].get("server") or x)
+                    if c is not None:
+                        per[c] += inst.rate / len(members)
+        rates[role] = [
+            per[c] * len(space.free[ss[0]]) / sum(len(space.free[s]) for s in ss)
+            for c, ss in enumerate(picked)
+        ]
+    return rates["prefill"], rates["decode"]
+
+
+def search(problem: Problem, policy: Policy, groupers: Sequence[Grouper]) -> SearchResult:
+    ev = Evaluator(problem, policy)
+    ps = PhaseSearch(ev, policy, groupers)
+    opts = problem.options
+    space = role_space(problem.cluster)
+    if not space.classes and not (space.fixed_prefill and space.fixed_decode):
+        raise InputError("the cluster needs GPUs for both prefill and decode")
+    if space.n_splits <= opts.max_splits:
+        splits = exhaustive_splits(space)
+        how = f"all {len(splits)} role splits"
+    else:
+        p_rate, d_rate = _class_rates(ps, space, opts.class_sample)
+        splits = balanced_splits(space, p_rate, d_rate)
+        how = f"{len(splits)} role splits around the balance point of {space.n_splits}"
+    problem.say(f"{policy.name}: {how}")
+    bounded = sorted(
+        ((split_bound(ps, sp), k, sp) for k, sp in enumerate(splits, start=1)),
+        key=lambda x: (-x[0], x[1]),
+    )
+    feasible_anywhere = {
+        "prefill": any(ps.bounds("prefill", sp.prefill) for sp in splits),
+        "decode": any(ps.bounds("decode", sp.decode) for sp in splits),
+    }
     best: SearchResult | None = None
     tried = 0
-    for bound, cp, cd in bounds:
-        if best is not None and bound <= best.combination.rate_per_gpu:
+    for bound, k, split in bounded:
+        if bound <= 0:
             break
-        tried += 1
-        t_f, flows = ev.kv_transfer(pre[cp], dec0[cd])
-        rd = ev.decode_phase(cd[0], cd[1], dec_groups[cd], t_f)
-        comb = combine(pre[cp], rd, problem.sla.ttft_s)
-        if comb is None:
+        floor = best.combination.rate if best is not None else 0.0
+        if bound <= floor * (1 + 1e-9):
+            break  # no remaining split can beat the best plan
+        found = _best_pair(ps, split, floor)
+        if found is None:
             continue
-        # price the KV transfer again between the instances actually deployed
-        t_f2, flows2 = ev.kv_transfer(pre[cp], rd, comb.n_prefill, comb.n_decode)
-        rd2 = ev.decode_phase(cd[0], cd[1], dec_groups[cd], t_f2)
-        comb2 = combine(pre[cp], rd2, problem.sla.ttft_s)
-        if comb2 is not None and (comb2.n_prefill, comb2.n_decode) == (
-            comb.n_prefill,
-            comb.n_decode,
-        ):
-            t_f, flows, rd, comb = t_f2, flows2, rd2, comb2
-        if best is None or comb.rate_per_gpu > best.combination.rate_per_gpu + 1e-15:
-            best = SearchResult(ev, pre[cp], rd, comb, t_f, flows, tried)
+        comb, pre, rd, t_f, flows, n = found
+        tried += n
+        if best is None or comb.better_than(best.combination):
+            best = SearchResult(ev, pre, rd, comb, t_f, flows, tried, split, k)
+            problem.say(
+                f"  split {k}/{len(splits)} ({split.label}): H {comb.rate:.3f} req/s "
+                f"on {comb.gpus_used} GPUs"
+            )
+    # DistServe's low-affinity layouts, priced by this planner, where the role splits were
+    # all priced too (on a cluster of hundreds of servers they cost more than the rest of
+    # the search and the rail network's own splits beat them)
+    if policy.colocated_layouts and space.n_splits <= opts.max_splits:
+        from controller.planner.distserve_paper import colocated_search
+
+        co = colocated_search(ev)
+        if co is not None and (best is None or co.combination.better_than(best.combination)):
+            problem.say(f"  DistServe low-affinity layout: H {co.combination.rate:.3f} req/s")
+            co.candidates_tried += tried
+            return co
     if best is None:
-        raise InputError(
-            f"no deployment of {model.name} meets the SLA (TTFT {problem.sla.ttft_s} s, "
-            f"TPOT {problem.sla.tpot_s} s) on this cluster with {policy.name}"
-        )
+        _explain_infeasible(problem, policy, space, feasible_anywhere)
     best.candidates_tried = tried
+    best.splits_priced = len(splits)
     return best
+
+
+def _explain_infeasible(
+    problem: Problem, policy: Policy, space: RoleSpace, feasible: dict[str, bool]
+) -> NoReturn:
+    model, opts, g = problem.model, problem.options, problem.cluster
+    every = [*space.fixed_prefill, *space.fixed_decode] + [
+        x for c in space.classes for s in c.servers for x in space.free[s]
+    ]
+    mem = [g.nodes[x]["memory_gb"] for x in every]
+    usable = sum(mem) * GB * opts.r_frac
+    if not tp_pp_candidates(model, mem, opts.r_frac, opts.max_candi) or (
+        usable < 2 * model.param_bytes
+    ):
+        raise InputError(
+            f"{model.name} ({model.param_bytes / 1e9:.0f} GB of weights) does not fit: one "
+            f"prefill and one decode instance need {2 * model.param_bytes / 1e9:.0f} GB, the "
+            f"{len(every)} GPUs hold {sum(mem):.0f} GB ({opts.r_frac:.0%} usable)"
+        )
+    if opts.max_gpus is not None:
+        need = _min_gpus_two_instances(problem, every)
+        if opts.max_gpus < need:
+            raise InputError(
+                f"--gpus {opts.max_gpus} is below the {need} GPUs {model.name} needs for one "
+                f"prefill and one decode instance"
+            )
+    for role in ROLES:
+        forced = opts.prefill_par if role == "prefill" else opts.decode_par
+        if forced is not None and not feasible[role]:
+            raise InputError(
+                f"{role} TP={forced[0]} PP={forced[1]} is not feasible: TP must split the "
+                f"heads, PP the layers, and the shards must fit"
+            )
+    raise InputError(
+        f"no deployment of {model.name} meets the SLA (TTFT {problem.sla.ttft_s} s, "
+        f"TPOT {problem.sla.tpot_s} s) on this cluster with {policy.name}"
+    )
+
+
+def _min_gpus_two_instances(problem: Problem, pool: Sequence[str]) -> int:
+    """GPUs of the smallest prefill instance plus the smallest decode instance that fit."""
+    g, model, opts = problem.cluster, problem.model, problem.options
+    mem = [g.nodes[x]["memory_gb"] for x in pool]
+    cands = tp_pp_candidates(model, mem, opts.r_frac, 10**6)
+    smallest = min((tp * pp for tp, pp in cands), default=math.inf)
+    return int(2 * smallest) if smallest < math.inf else 0

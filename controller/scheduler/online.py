@@ -1,4 +1,5 @@
-"""Online scheduler: pick INA, ring or NVLS and the route for every all-reduce (DESIGN.md §8).
+"""Online scheduler: pick INA, hierarchical INA, ring or NVLS and the route for every
+all-reduce (DESIGN.md §8).
 
 This is the reference implementation of paper section III-D (Eqs. 16-18). The C++ policy core
 (``csrc/src/policy.cc``) mirrors it operation for operation, in IEEE double, so both give the
@@ -49,7 +50,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMES = ("ina", "ring", "nvls")
+SCHEMES = ("ina", "ring", "nvls", "hier")
+# Bounds on one table (docs/policy-table.md), the same in the C++ core: a table comes from the
+# wire or shared memory, so its size is bounded before anything loops over it.
+MAX_POLICIES = 256  # the plugin's per-policy counters (csrc shm kMaxPolicies)
+MAX_LINKS = 4096
+MAX_PATH_MEMBERS = 4096
+MAX_PATH_HOPS = 64
+MAX_RAILS = 64
 
 
 class TableError(ValueError):
@@ -69,6 +77,7 @@ class Policy:
     cost: float  # b_c when the table takes effect
     latency_s: float = 0.0  # s, the policy's time for 0 bytes
     bandwidth: float = 0.0  # bytes/s, effective; parse_table sets the bottleneck when absent
+    rails: tuple[tuple[int, str], ...] = ()  # hier: (shard, switch) per rail, in shard order
 
 
 @dataclass(frozen=True)
@@ -122,6 +131,55 @@ def _utilisation_vector(
     return out
 
 
+def _rails(raw: Any, scheme: str, switch: str, pid: int) -> tuple[tuple[int, str], ...]:
+    """A hier policy's rails: a non-empty list of {shard, switch}, shards 0..n-1 in order,
+    and no switch of its own; any other scheme has none."""
+    if not isinstance(raw, list):
+        raise TableError(f"policy {pid}: rails must be a list")
+    if scheme != "hier":
+        if raw:
+            raise TableError(f"policy {pid}: rails are for hier policies only")
+        return ()
+    if switch:
+        raise TableError(
+            f"policy {pid}: a hier policy's switch must be empty (its rails name them)"
+        )
+    if not raw:
+        raise TableError(f"policy {pid}: a hier policy needs a non-empty rails list")
+    if len(raw) > MAX_RAILS:
+        raise TableError(f"policy {pid}: more than {MAX_RAILS} rails")
+    out: list[tuple[int, str]] = []
+    for k, r in enumerate(raw):
+        shard = r.get("shard") if isinstance(r, Mapping) else None
+        sw = r.get("switch") if isinstance(r, Mapping) else None
+        if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < 2**32:
+            raise TableError(f"policy {pid}: rails[{k}].shard must be a uint32")
+        if shard != k:
+            raise TableError(
+                f"policy {pid}: rails[{k}].shard is {shard}: rails must list shards 0, 1, ... "
+                "in order"
+            )
+        if not isinstance(sw, str) or not sw:
+            raise TableError(f"policy {pid}: rails[{k}].switch must be a non-empty string")
+        out.append((shard, sw))
+    return tuple(out)
+
+
+def _check_paths(paths: Any, pid: int) -> None:
+    """Routes are informational to the scheduler, but bounded: a map GPU id -> node list."""
+    if not isinstance(paths, Mapping):
+        raise TableError(f"policy {pid}: paths must be a map")
+    if len(paths) > MAX_PATH_MEMBERS:
+        raise TableError(f"policy {pid}: paths names more than {MAX_PATH_MEMBERS} members")
+    for gpu, route in paths.items():
+        if not isinstance(route, list):
+            raise TableError(f"policy {pid}: paths values must be lists")
+        if len(route) > MAX_PATH_HOPS:
+            raise TableError(f"policy {pid}: the path of {gpu} has more than {MAX_PATH_HOPS} nodes")
+        if not all(isinstance(n, str) for n in route):
+            raise TableError(f"policy {pid}: path nodes must be strings")
+
+
 def parse_table(data: Mapping[str, Any]) -> PolicyTable:
     """Validate a table in the JSON form of docs/policy-table.md; raise :class:`TableError`."""
     if not isinstance(data, Mapping):
@@ -143,6 +201,8 @@ def parse_table(data: Mapping[str, Any]) -> PolicyTable:
     links = data["links"]
     if not isinstance(links, list) or not links:
         raise TableError("links must be a non-empty list")
+    if len(links) > MAX_LINKS:
+        raise TableError(f"links lists {len(links)} links, more than {MAX_LINKS}")
     link_ids: list[str] = []
     caps: list[float] = []
     for i, link in enumerate(links):
@@ -162,6 +222,8 @@ def parse_table(data: Mapping[str, Any]) -> PolicyTable:
     raw_policies = data["policies"]
     if not isinstance(raw_policies, list) or not raw_policies:
         raise TableError("policies must be a non-empty list")
+    if len(raw_policies) > MAX_POLICIES:
+        raise TableError(f"policies lists {len(raw_policies)} policies, more than {MAX_POLICIES}")
     policies: list[Policy] = []
     for i, p in enumerate(raw_policies):
         if not isinstance(p, Mapping):
@@ -180,6 +242,8 @@ def parse_table(data: Mapping[str, Any]) -> PolicyTable:
         switch = p.get("switch", "")
         if not isinstance(switch, str):
             raise TableError(f"policy {pid}: switch must be a string")
+        rails = _rails(p.get("rails", []), scheme, switch, pid)
+        _check_paths(p.get("paths", {}), pid)
         plinks = p["links"]
         if not isinstance(plinks, list) or not plinks:
             raise TableError(f"policy {pid}: links must be a non-empty list")
@@ -208,7 +272,7 @@ def parse_table(data: Mapping[str, Any]) -> PolicyTable:
             if bandwidth <= 0.0:
                 raise TableError(f"policy {pid}: bandwidth must be > 0, got {bandwidth}")
         policies.append(
-            Policy(pid, scheme, switch, tuple(idx), bottleneck, cost, latency, bandwidth)
+            Policy(pid, scheme, switch, tuple(idx), bottleneck, cost, latency, bandwidth, rails)
         )
     util = _utilisation_vector(data.get("utilisation", {}), index, "utilisation", strict=True)
     return PolicyTable(

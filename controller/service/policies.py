@@ -1,16 +1,21 @@
 """Turn a :class:`~controller.plan.Plan` into the per-agent policy messages (DESIGN.md §6, §9).
 
-* INA groups (scheme ``ina``) become :class:`InaAssignment` messages for their aggregation
-  switch: numeric group id (stable, from the store), slot range (from the slot pool,
-  honouring the planner's range when free), worker ids (index in the group's GPU list),
-  the switch port towards each worker (next hop of the worker's path, looked up in the
-  switch's registered ports) and a multicast group (numbered like the group).
+* Aggregation groups (:class:`AggSpec`) become :class:`InaAssignment` messages for their
+  switch: a flat INA group (scheme ``ina``) is one, named like its group; a hierarchical
+  group (scheme ``hier``) is one per rail, ``"<group>/rail<k>"`` for shard k, on the rail's
+  switch with the rail's members; a hierarchical group also gets ``"<group>/flat"``, flat INA
+  on a switch every member reaches, as the online scheduler's alternative (installed only
+  when its slots fit). Each gets a numeric group id (stable, from the store), a slot range
+  (from the slot pool, honouring the planner's range when free), worker ids (index in its
+  member list), the switch port towards each worker (next hop of the worker's route, looked
+  up in the switch's registered ports) and a multicast group (numbered like the group).
 * Every group with an all-reduce (two GPUs or more) becomes a :class:`PolicyTable`
   (docs/policy-table.md) for the GPU agents of its members: policy 0 is the planned scheme
   with the planned paths; an INA group also gets policy 1, a ring through the same switch
-  (member i -> switch -> member i+1), so the online scheduler (Eqs. 16-18) has a fallback
-  when the switch's links are loaded. Initial costs b_c are 0. A group of one GPU (TP=1)
-  has no all-reduce and gets no table: NCCL's defaults stand for it.
+  (member i -> switch -> member i+1); a hierarchical group gets policy 1, flat INA on the
+  ``/flat`` group's switch (when installed), and then NCCL's ring, so the online scheduler
+  (Eqs. 16-18) has alternatives when links are loaded. Initial costs b_c are 0. A group of
+  one GPU (TP=1) has no all-reduce and gets no table: NCCL's defaults stand for it.
 * Link capacities come from the plan's cluster graph (:func:`resolve_cluster`: the
   controller's ``--topology``, else the plan's ``topology`` resolved as ``heroserve plan
   --topology`` resolves it); a plan whose cluster the controller cannot get is refused
@@ -23,7 +28,10 @@
   message the planner priced the group at, so before any traffic the policy the cost model
   prices fastest at D_ref wins (ties: the planned one). That needs the plan's model and
   workload besides the cluster; when the controller cannot resolve them (a hand-made plan)
-  the tables leave both fields out and Eq. 16 uses the bottleneck capacity.
+  the tables leave both fields out and Eq. 16 uses the bottleneck capacity. A hier policy is
+  priced on the plan's own rails (``costmodel.hier.hier_on_rails``). A table is priced whole
+  or not at all: when one policy cannot be priced, every policy leaves the fields out (mixing
+  priced and unpriced policies would favour whichever is unpriced at small messages).
 """
 
 from __future__ import annotations
@@ -35,17 +43,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from controller._gen.heroserve.v1 import control_pb2 as pb
-from controller.plan import Group, Plan
+from agents.proto.heroserve.v1 import control_pb2 as pb
+from controller.plan import Group, Plan, SlotRange
 from controller.scheduler.online import TableError, parse_table
-from controller.slots import SlotPool
-from controller.store import Store
+from controller.service.binding import LIMITS, ClusterIndex
+from controller.slots import MAX_SLOTS, SlotError, SlotPool
+from controller.store import GroupIdsExhausted, Store
 
 if TYPE_CHECKING:
     import networkx as nx
 
-    from controller.costmodel.network import CommPattern
+    from controller.costmodel.network import CommPattern, NetParams
     from controller.planner.evaluate import Evaluator
+    from controller.topology.fabric import Fabric
 
 log = logging.getLogger("heroserve.controller")
 
@@ -53,6 +63,8 @@ DEFAULT_SLOTS_PER_GROUP = 16
 # Collective sequence numbers a new table version waits before it applies, beyond the
 # highest one any member reported: every member must receive the table before that.
 DEFAULT_APPLY_MARGIN = 1024
+MAX_WORKERS = 32  # the switch's bitmap of workers seen (p4/heroserve_ina.p4)
+MAX_INDEX = 1 << 20  # instance and stage numbers: far above any cluster's instance count
 
 
 class PlanError(ValueError):
@@ -67,6 +79,16 @@ class TopologyUnavailable(PlanError):
 def group_name(role: str, group: Group) -> str:
     """``"<role>/<instance>/<stage>"`` (docs/policy-table.md)."""
     return f"{role}/{group.instance}/{group.stage}"
+
+
+def rail_name(group: str, shard: int) -> str:
+    """Aggregation group of a hierarchical group's rail for shard ``shard``."""
+    return f"{group}/rail{shard}"
+
+
+def flat_name(group: str) -> str:
+    """Aggregation group of a hierarchical group's flat-INA alternative."""
+    return f"{group}/flat"
 
 
 def link_id(a: str, b: str) -> str:
@@ -123,20 +145,28 @@ class PlanState:
 
     plan_id: str
     epoch: int
-    assignments: list[pb.InaAssignment]  # every INA group, all switches
-    tables: list[pb.PolicyTable]  # every group
-    members: dict[str, list[str]]  # group name -> GPU ids
-    by_gpu: dict[str, set[str]] = field(default_factory=dict)  # GPU id -> group names
+    assignments: list[pb.InaAssignment]  # every aggregation group, all switches
+    tables: list[pb.PolicyTable]  # every group with an all-reduce
+    members: dict[str, list[str]]  # table (group) name -> GPU ids
+    agg_paths: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # agg name -> routes
+    cluster: ClusterIndex | None = None  # who may speak for what (controller.service.binding)
+    by_gpu: dict[str, set[str]] = field(default_factory=dict)  # GPU id -> table names
+    ina_by_gpu: dict[str, set[str]] = field(default_factory=dict)  # GPU id -> agg names
     table_by_name: dict[str, pb.PolicyTable] = field(default_factory=dict)
     ina_by_name: dict[str, pb.InaAssignment] = field(default_factory=dict)
+    policy_ids: dict[str, frozenset[int]] = field(default_factory=dict)  # table -> policy ids
 
     def __post_init__(self) -> None:
         # Index once per plan: every agent's stream looks its groups up here.
         self.table_by_name = {t.group_id: t for t in self.tables}
         self.ina_by_name = {a.group_name: a for a in self.assignments}
+        self.policy_ids = {t.group_id: frozenset(p.id for p in t.policies) for t in self.tables}
         for name, gpus in self.members.items():
             for g in gpus:
                 self.by_gpu.setdefault(g, set()).add(name)
+        for a in self.assignments:
+            for m in a.members:
+                self.ina_by_gpu.setdefault(m.gpu, set()).add(a.group_name)
 
 
 def _role_groups(plan: Plan) -> Iterable[tuple[str, str, Group]]:
@@ -151,33 +181,144 @@ def _groups(plan: Plan) -> Iterable[tuple[str, Group]]:
 
 
 def validate(plan: Plan) -> None:
-    """Raise :class:`PlanError` naming the first group the controller cannot serve."""
-    seen: set[str] = set()
+    """Raise :class:`PlanError` naming the first group the controller cannot serve. The plan
+    schema (:func:`controller.validate_plan.validate_plan_dict`) has checked its shape (types,
+    every GPU used once, groups matching instances, paths starting at their member, slot
+    ranges); this checks what serving it needs: the scheme, INA worker counts and routes to
+    the switch, node names usable in link ids, and whole rails for hierarchical groups."""
     for name, g in _groups(plan):
-        if name in seen:
-            raise PlanError(f"group {name}: appears twice")
-        seen.add(name)
+        if not (0 <= g.instance < MAX_INDEX and 0 <= g.stage < MAX_INDEX):
+            raise PlanError(f"group {name}: instance and stage must be in 0..{MAX_INDEX - 1}")
         if not g.gpus:
             raise PlanError(f"group {name}: no GPUs")
-        if len(set(g.gpus)) != len(g.gpus):
-            raise PlanError(f"group {name}: a GPU is listed twice")
-        if g.scheme not in ("ina", "ring"):
+        for n in g.gpus:
+            _check_name(name, n)
+        if g.scheme not in ("ina", "ring", "hier"):
             raise PlanError(f"group {name}: unknown scheme {g.scheme!r}")
         if g.scheme == "ina":
             if not g.switch:
                 raise PlanError(f"group {name}: INA without an aggregation switch")
             if not has_allreduce(g):
                 raise PlanError(f"group {name}: INA with one GPU (TP=1 has no all-reduce)")
-            if len(g.gpus) > 32:
-                raise PlanError(f"group {name}: {len(g.gpus)} workers, INA allows 32")
-            if g.slots is not None and (g.slots.count <= 0 or g.slots.start < 0):
-                raise PlanError(f"group {name}: bad slot range {g.slots}")
-            for gpu in g.gpus:
-                path = g.paths.get(gpu)
-                if not path or path[0] != gpu or g.switch not in path:
-                    raise PlanError(
-                        f"group {name}: path of {gpu} must start at it and reach {g.switch}"
+            _check_agg(name, g.switch, g.gpus, g.paths, g.slots)
+        if g.scheme == "hier":
+            _check_rails(name, g)
+
+
+def _check_name(group: str, node: str) -> None:
+    if not node or len(node) > LIMITS.name_chars or not node.isprintable() or "|" in node:
+        raise PlanError(f"group {group}: {node[:40]!r} is not a node name")
+
+
+def _check_agg(
+    name: str,
+    switch: str,
+    members: list[str],
+    paths: dict[str, list[str]],
+    slots: SlotRange | None,
+) -> None:
+    """One aggregation group: worker count, routes to the switch, slot range."""
+    _check_name(name, switch)
+    if len(members) > MAX_WORKERS:
+        raise PlanError(f"group {name}: {len(members)} workers, INA allows {MAX_WORKERS}")
+    if slots is not None and not (0 < slots.count <= MAX_SLOTS and 0 <= slots.start < MAX_SLOTS):
+        raise PlanError(f"group {name}: slot range {slots} is outside 0..{MAX_SLOTS}")
+    for gpu in members:
+        path = paths.get(gpu)
+        if not path or path[0] != gpu or switch not in path:
+            raise PlanError(f"group {name}: path of {gpu} must start at it and reach {switch}")
+        for n in path:
+            _check_name(name, n)
+
+
+def _check_rails(name: str, g: Group) -> None:
+    """A hierarchical group: one rail per shard, each GPU in exactly one rail, two or more
+    members per rail (one member per server: a rail of one has nothing to aggregate)."""
+    if not has_allreduce(g):
+        raise PlanError(f"group {name}: hierarchical INA with one GPU (TP=1 has no all-reduce)")
+    if not g.rails:
+        raise PlanError(f"group {name}: hierarchical INA without rails")
+    shards = sorted(r.shard for r in g.rails)
+    if shards != list(range(len(g.rails))) or any(r.shards != len(g.rails) for r in g.rails):
+        raise PlanError(
+            f"group {name}: rails must hold shards 0..{len(g.rails) - 1} once each, "
+            f"each saying shards = {len(g.rails)}"
+        )
+    placed: dict[str, int] = {}
+    for r in g.rails:
+        if len(r.members) < 2:
+            raise PlanError(f"group {name}: rail {r.shard} has {len(r.members)} member(s)")
+        for m in r.members:
+            if m not in g.gpus:
+                raise PlanError(f"group {name}: rail {r.shard} member {m!r} is not in the group")
+            if m in placed:
+                raise PlanError(f"group {name}: {m} is in rails {placed[m]} and {r.shard}")
+            placed[m] = r.shard
+        _check_agg(rail_name(name, r.shard), r.switch, r.members, r.paths, r.slots)
+    missing = [m for m in g.gpus if m not in placed]
+    if missing:
+        raise PlanError(f"group {name}: {missing[0]} is in no rail")
+
+
+def check_cluster(plan: Plan, cluster: nx.Graph) -> None:
+    """Raise :class:`PlanError` when the plan does not fit ``cluster``: a GPU or switch it
+    lacks, a switch that cannot aggregate, a hop that is not a link, a GPU used in a role its
+    topology reserves for the other (the one plan-on-topology check of every command,
+    :func:`controller.validate_plan.check_plan_on_topology`)."""
+    from controller.errors import InputError
+    from controller.validate_plan import check_plan_on_topology
+
+    try:
+        check_plan_on_topology(plan, cluster)
+    except InputError as exc:
+        raise PlanError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class AggSpec:
+    """One aggregation group to install on a switch: worker i is ``members[i]``."""
+
+    name: str  # "<group>", "<group>/rail<k>" or "<group>/flat"
+    table: str  # the group (policy table) it serves
+    switch: str
+    members: tuple[str, ...]
+    paths: dict[str, list[str]]  # member -> route to the switch (results return the same way)
+    slots: SlotRange | None  # the planner's range, honoured when free
+    optional: bool = False  # an alternative: left out when its slots do not fit
+
+
+def aggregation_groups(plan: Plan, alternatives: Alternatives | None = None) -> list[AggSpec]:
+    """Every aggregation group of ``plan``: flat INA groups, the rails of hierarchical ones
+    and (with ``alternatives``) their flat-INA alternative."""
+    out: list[AggSpec] = []
+    for role, name, g in _role_groups(plan):
+        if g.scheme == "ina":
+            assert g.switch is not None
+            sw = g.switch
+            paths = {m: g.paths[m][: g.paths[m].index(sw) + 1] for m in g.gpus}
+            out.append(AggSpec(name, name, sw, tuple(g.gpus), paths, g.slots))
+        elif g.scheme == "hier":
+            for r in sorted(g.rails, key=lambda r: r.shard):
+                paths = {m: r.paths[m][: r.paths[m].index(r.switch) + 1] for m in r.members}
+                out.append(
+                    AggSpec(
+                        rail_name(name, r.shard), name, r.switch, tuple(r.members), paths, r.slots
                     )
+                )
+            flat = alternatives.flat(role, g) if alternatives is not None else None
+            if flat is not None and flat.switch is not None:
+                out.append(
+                    AggSpec(
+                        flat_name(name),
+                        name,
+                        flat.switch,
+                        tuple(g.gpus),
+                        {m: list(flat.paths[m]) for m in g.gpus},
+                        None,
+                        optional=True,
+                    )
+                )
+    return out
 
 
 def allocate(
@@ -186,28 +327,42 @@ def allocate(
     pool: SlotPool,
     default_capacity: int,
     slots_per_group: int = DEFAULT_SLOTS_PER_GROUP,
+    specs: list[AggSpec] | None = None,
 ) -> dict[str, tuple[int, int, int]]:
-    """Allocate slots for every INA group of ``plan`` and free those of groups it dropped.
+    """Allocate slots for every aggregation group of ``plan`` (``specs``, default
+    :func:`aggregation_groups` without alternatives) and free those of groups it dropped.
 
-    Runs inside the caller's store transaction when there is one (all or nothing).
-    Returns group name -> (group id, slot start, slot count).
+    Runs inside the caller's store transaction when there is one (all or nothing), except
+    that an optional group (an alternative) whose slots do not fit is left out. Returns
+    aggregation group name -> (group id, slot start, slot count).
     """
-    wanted = {name: g for name, g in _groups(plan) if g.scheme == "ina"}
+    if specs is None:
+        specs = aggregation_groups(plan)
+    wanted = {s.name: s for s in specs}
+    live = frozenset(wanted)
     out: dict[str, tuple[int, int, int]] = {}
     with store.transaction():
         for sw in pool.switches():
             for a in pool.allocations(sw):
-                g = wanted.get(a.owner)
-                if g is None or g.switch != sw:
+                spec = wanted.get(a.owner)
+                if spec is None or spec.switch != sw:
                     pool.free(sw, a.owner)
-        for name, g in sorted(wanted.items()):
-            assert g.switch is not None
-            if pool.capacity(g.switch) is None:
-                pool.set_capacity(g.switch, default_capacity)
-            count = g.slots.count if g.slots else slots_per_group
-            prefer = g.slots.start if g.slots else None
-            a = pool.allocate(g.switch, name, count, prefer_start=prefer)
-            out[name] = (store.group_id(name), a.start, a.count)
+        for name, spec in sorted(wanted.items(), key=lambda kv: (kv[1].optional, kv[0])):
+            if pool.capacity(spec.switch) is None:
+                pool.set_capacity(spec.switch, default_capacity)
+            count = spec.slots.count if spec.slots else slots_per_group
+            prefer = spec.slots.start if spec.slots else None
+            try:
+                a = pool.allocate(spec.switch, name, count, prefer_start=prefer)
+            except SlotError as exc:
+                if not spec.optional:
+                    raise
+                log.info("alternative %s left out: %s", name, exc)
+                continue
+            try:
+                out[name] = (store.group_id(name, live), a.start, a.count)
+            except GroupIdsExhausted as exc:
+                raise SlotError(str(exc)) from exc
     return out
 
 
@@ -235,6 +390,7 @@ class PolicyTimer:
         """The timer for ``plan`` on ``cluster`` (the graph :func:`resolve_cluster` gave: the
         controller resolves it once per plan, for capacities and prices alike), or None when
         the plan's model or workload cannot be had (a hand-made plan)."""
+        from controller.costmodel.network import NetParams
         from controller.errors import InputError
         from controller.models import model_spec
         from controller.planner import PLANNERS, PlannerOptions, Problem
@@ -248,7 +404,7 @@ class PolicyTimer:
                 model_spec(plan.model),
                 resolve_workload(plan.workload),
                 SLA(plan.sla["ttft_s"], plan.sla["tpot_s"], plan.sla.get("attainment", 0.9)),
-                PlannerOptions(),
+                PlannerOptions(net=NetParams.from_plan_options(plan.options)),  # as priced
             )
         except (InputError, OSError, KeyError, ValueError) as exc:
             log.info(
@@ -271,24 +427,30 @@ class PolicyTimer:
         self, role: str, g: Group, scheme: int, paths: dict[str, list[str]]
     ) -> CommPattern | None:
         """The cost-model pattern of one policy of group ``g``; None when it is not priced
-        (TP=1, or routes the cluster does not have)."""
-        from controller.costmodel.network import T_AGG_S, CommPattern, ring_pattern
+        (TP=1, routes the cluster does not have, or rails that do not fit the group)."""
+        from controller.costmodel.hier import hier_on_rails
+        from controller.costmodel.network import CommPattern, ina_on_routes, ring_pattern
 
         ev, net = self.ev, self.ev.net
         if len(g.gpus) < 2 or not self._routes_exist(paths):
             return None
         if scheme == pb.SCHEME_INA:
-            wire = net.ina_element_bytes / net.dtype_bytes
-            flows = [(list(paths[m]), wire) for m in g.gpus]
-            return CommPattern("ina", flows, 2, 0.0, T_AGG_S + net.ina_host_s, g.switch, paths)
-        if g.scheme == "ring":  # the planned NCCL ring: the planner's own pattern
+            # INA at the switch the routes end at: the planned one, or a hierarchical
+            # group's flat alternative
+            return ina_on_routes(paths, next(iter(paths.values()))[-1], net, g.gpus)
+        if scheme == pb.SCHEME_HIER:  # the plan's own rails, priced as the planner prices them
+            rails = [(r.switch, r.shard, r.members, r.paths) for r in g.rails]
+            return hier_on_rails(ev.ina_fabric, g.gpus, rails, net)
+        if g.scheme in ("ring", "hier"):  # NCCL's ring: the planner's own pattern
             if any(m not in ev.g for m in g.gpus):
                 return None
             return ring_pattern(ev.ring_fabric, g.gpus, self.ref[role], net)
         # the fallback ring through an INA group's switch
         n = len(g.gpus)
         flows = [(list(paths[m]), 1.0 / n) for m in g.gpus]
-        return CommPattern("ring", flows, 2 * (n - 1), net.ring_step_net_s, 0.0, None, paths)
+        return CommPattern.one_phase(
+            "ring", flows, 2 * (n - 1), net.ring_step_net_s, 0.0, None, paths
+        )
 
     def fields(
         self, role: str, g: Group, scheme: int, paths: dict[str, list[str]]
@@ -297,7 +459,8 @@ class PolicyTimer:
         pat = self.pattern(role, g, scheme, paths)
         if pat is None:
             return 0.0, 0.0
-        fab = self.ev.ina_fabric if scheme == pb.SCHEME_INA else self.ev.ring_fabric
+        ina = scheme in (pb.SCHEME_INA, pb.SCHEME_HIER)
+        fab = self.ev.ina_fabric if ina else self.ev.ring_fabric
         ref = self.ref[role]
         t0 = pat.time(fab, 0.0)
         slope = pat.time(fab, ref) - t0
@@ -307,7 +470,85 @@ class PolicyTimer:
         return t0, bandwidth
 
 
-_SCHEME_NAMES = {pb.SCHEME_INA: "ina", pb.SCHEME_RING: "ring", pb.SCHEME_NVLS: "nvls"}
+class Alternatives:
+    """Routes of the policies a hierarchical group gets besides its planned one: flat INA on
+    an INA-capable switch every member reaches first (the cheapest at the group's reference
+    message, ties to the lowest name) and NCCL's ring, both as the cost model routes them
+    (``ina_pattern``, ``ring_pattern``; the planner's fabrics and parameters when the plan can
+    be priced, else the cluster with NVLink relays and default parameters)."""
+
+    def __init__(self, cluster: nx.Graph, timer: PolicyTimer | None = None) -> None:
+        self.cluster = cluster
+        self.timer = timer
+        self._fabrics: tuple[Fabric, Fabric, NetParams, dict[str, float]] | None = None
+        self._flat: dict[tuple[str, ...], CommPattern | None] = {}
+        self._ring: dict[tuple[str, ...], CommPattern] = {}
+
+    def _setup(self) -> tuple[Fabric, Fabric, NetParams, dict[str, float]]:
+        """The fabrics, built on first use: only hierarchical groups need them."""
+        if self._fabrics is None:
+            from controller.costmodel.network import NetParams
+            from controller.topology.fabric import Fabric
+
+            ev = getattr(self.timer, "ev", None)
+            if ev is not None and ev.g is self.cluster:
+                ref = dict(self.timer.ref)  # type: ignore[union-attr]
+                self._fabrics = (ev.ina_fabric, ev.ring_fabric, ev.net, ref)
+            else:
+                fab = Fabric(self.cluster)
+                ref = {"prefill": float(1 << 20), "decode": float(1 << 20)}
+                self._fabrics = (fab, fab, NetParams(), ref)
+        return self._fabrics
+
+    @property
+    def ina_fabric(self) -> Fabric:
+        return self._setup()[0]
+
+    @property
+    def ring_fabric(self) -> Fabric:
+        return self._setup()[1]
+
+    @property
+    def net(self) -> NetParams:
+        return self._setup()[2]
+
+    @property
+    def ref(self) -> dict[str, float]:
+        return self._setup()[3]
+
+    def flat(self, role: str, g: Group) -> CommPattern | None:
+        from controller.costmodel.network import ina_pattern
+
+        key = tuple(g.gpus)
+        if key not in self._flat:
+            fab = self.ina_fabric
+            reach = [{e[-1] for e in fab.exits(m)} for m in g.gpus]
+            common = sorted(s for s in set.intersection(*reach) if fab.g.nodes[s].get("ina", False))
+            best: CommPattern | None = None
+            best_t = math.inf
+            for s in common:
+                pat = ina_pattern(fab, g.gpus, s, self.ref[role], self.net)
+                t = pat.time(fab, self.ref[role]) if pat is not None else math.inf
+                if pat is not None and t < best_t:
+                    best, best_t = pat, t
+            self._flat[key] = best
+        return self._flat[key]
+
+    def ring(self, role: str, g: Group) -> CommPattern:
+        from controller.costmodel.network import ring_pattern
+
+        key = tuple(g.gpus)
+        if key not in self._ring:
+            self._ring[key] = ring_pattern(self.ring_fabric, g.gpus, self.ref[role], self.net)
+        return self._ring[key]
+
+
+_SCHEME_NAMES = {
+    pb.SCHEME_INA: "ina",
+    pb.SCHEME_RING: "ring",
+    pb.SCHEME_NVLS: "nvls",
+    pb.SCHEME_HIER: "hier",
+}
 
 
 def table_json(t: pb.PolicyTable) -> dict:
@@ -326,6 +567,8 @@ def table_json(t: pb.PolicyTable) -> dict:
         }
         if p.bandwidth != 0.0:
             q["bandwidth"] = p.bandwidth
+        if p.rails:
+            q["rails"] = [{"shard": r.shard, "switch": r.switch} for r in p.rails]
         pols.append(q)
     return {
         "group_id": t.group_id,
@@ -346,6 +589,22 @@ def check_table(t: pb.PolicyTable) -> None:
         parse_table(table_json(t))
     except TableError as exc:
         raise PlanError(f"group {t.group_id}: invalid policy table: {exc}") from exc
+
+
+# Digests of table contents that passed check_table: the validator is a pure function of
+# the content (version and apply_from_seq come from the store and are in range), so a table
+# the previous plan already had is not validated again. Bounded: cleared when full.
+_VALIDATED: set[str] = set()
+_VALIDATED_MAX = 1 << 16
+
+
+def _check_once(t: pb.PolicyTable, digest: str) -> None:
+    if digest in _VALIDATED:
+        return
+    check_table(t)
+    if len(_VALIDATED) >= _VALIDATED_MAX:
+        _VALIDATED.clear()
+    _VALIDATED.add(digest)
 
 
 def _table_digest(t: pb.PolicyTable) -> str:
@@ -370,52 +629,71 @@ def build(
     gamma: float,
     apply_from: Callable[[str], int],
     timer: PolicyTimer | None = None,
+    specs: list[AggSpec] | None = None,
+    alternatives: Alternatives | None = None,
+    index: ClusterIndex | None = None,
 ) -> PlanState:
     """Messages for every group of ``plan`` on ``cluster`` (:func:`resolve_cluster`), whose
-    links give the tables' capacities (bytes/s); ``apply_from(group)`` gives the
-    apply_from_seq of a new table version; ``timer`` prices the policies for Eq. 16 (None: no
-    latency_s / bandwidth). Groups of one GPU get no table. Raises :class:`PlanError` when a
-    table names a link the cluster lacks or would not pass :func:`check_table`."""
+    links give the tables' capacities (bytes/s); ``slots`` from :func:`allocate` for ``specs``
+    (default :func:`aggregation_groups`); ``apply_from(group)`` gives the apply_from_seq of a
+    new table version; ``timer`` prices the policies for Eq. 16 (None: no latency_s /
+    bandwidth); ``alternatives`` routes a hierarchical group's other policies (default: from
+    ``cluster`` and ``timer``). Groups of one GPU get no table. Raises :class:`PlanError` when
+    a table names a link the cluster lacks or would not pass :func:`check_table`."""
+    if specs is None:
+        specs = aggregation_groups(plan)
     caps = {link_id(a, b): float(d["capacity"]) for a, b, d in cluster.edges(data=True)}
     assignments: list[pb.InaAssignment] = []
+    agg_paths: dict[str, dict[str, list[str]]] = {}
+    installed: dict[str, AggSpec] = {}
+    for spec in specs:
+        if spec.name not in slots:
+            continue  # an alternative whose slots did not fit
+        gid, start, count = slots[spec.name]
+        a = pb.InaAssignment(
+            group_id=gid,
+            group_name=spec.name,
+            switch=spec.switch,
+            slots=pb.SlotRange(start=start, count=count),
+            worker_count=len(spec.members),
+            multicast_group_id=gid,
+        )
+        for w, gpu in enumerate(spec.members):
+            a.members.add(worker_id=w, gpu=gpu)
+        assignments.append(a)
+        agg_paths[spec.name] = spec.paths
+        installed[spec.name] = spec
     tables: list[pb.PolicyTable] = []
     members: dict[str, list[str]] = {}
     for role, name, g in _role_groups(plan):
-        policies: list[pb.Policy] = []
-        if g.scheme == "ina":
-            assert g.switch is not None
-            gid, start, count = slots[name]
-            a = pb.InaAssignment(
-                group_id=gid,
-                group_name=name,
-                switch=g.switch,
-                slots=pb.SlotRange(start=start, count=count),
-                worker_count=len(g.gpus),
-                multicast_group_id=gid,
-            )
-            for w, gpu in enumerate(g.gpus):
-                a.members.add(worker_id=w, gpu=gpu)
-            assignments.append(a)
         if not has_allreduce(g):
             continue  # TP=1: no all-reduce, no table (docs/policy-table.md)
         members[name] = list(g.gpus)
+        policies: list[pb.Policy] = []
         if g.scheme == "ina":
             assert g.switch is not None
-            to_switch = {gpu: g.paths[gpu][: g.paths[gpu].index(g.switch) + 1] for gpu in g.gpus}
+            to_switch = installed[name].paths
             policies.append(_policy(0, pb.SCHEME_INA, g.switch, to_switch))
             ring = {
                 gpu: to_switch[gpu] + to_switch[g.gpus[(i + 1) % len(g.gpus)]][-2::-1]
                 for i, gpu in enumerate(g.gpus)
             }
             policies.append(_policy(1, pb.SCHEME_RING, "", ring))
+        elif g.scheme == "hier":
+            if alternatives is None:
+                alternatives = Alternatives(cluster, timer)
+            policies.append(_hier_policy(name, g, alternatives))
+            flat = installed.get(flat_name(name))
+            if flat is not None:
+                policies.append(_policy(len(policies), pb.SCHEME_INA, flat.switch, flat.paths))
+            ring_paths = {m: list(r) for m, r in alternatives.ring(role, g).paths.items()}
+            policies.append(_policy(len(policies), pb.SCHEME_RING, "", ring_paths))
         else:
             policies.append(
                 _policy(0, pb.SCHEME_RING, "", {k: list(v) for k, v in g.paths.items()})
             )
         if timer is not None:
-            for pol in policies:
-                paths = {gpu: list(r.nodes) for gpu, r in pol.paths.items()}
-                pol.latency_s, pol.bandwidth = timer.fields(role, g, pol.scheme, paths)
+            _price(timer, role, g, policies)
         t = pb.PolicyTable(group_id=name, window_s=window_s, gamma=gamma)
         t.policies.extend(policies)
         for lid in sorted({lk for p in policies for lk in p.links}):
@@ -428,9 +706,61 @@ def build(
         digest = _table_digest(t)
         t.version = store.table_version(name, digest, apply_from(name))
         t.apply_from_seq = store.table_apply_from(name)
-        check_table(t)
+        _check_once(t, digest)
         tables.append(t)
-    return PlanState(plan_id, epoch, assignments, tables, members)
+    return PlanState(
+        plan_id,
+        epoch,
+        assignments,
+        tables,
+        members,
+        agg_paths=agg_paths,
+        cluster=index if index is not None else ClusterIndex.of(cluster),
+    )
+
+
+def _price(timer: PolicyTimer, role: str, g: Group, policies: list[pb.Policy]) -> None:
+    """Eq. 16's time model on every policy, or on none: a table mixing priced and unpriced
+    policies would favour the unpriced ones at small messages (no latency term)."""
+    fields = [
+        timer.fields(role, g, pol.scheme, {gpu: list(r.nodes) for gpu, r in pol.paths.items()})
+        for pol in policies
+    ]
+    if any(f == (0.0, 0.0) for f in fields):
+        fields = [(0.0, 0.0)] * len(fields)
+    for pol, (lat, bw) in zip(policies, fields, strict=True):
+        pol.latency_s, pol.bandwidth = lat, bw
+
+
+def _hier_policy(name: str, g: Group, alt: Alternatives) -> pb.Policy:
+    """Policy 0 of a hierarchical group: each member's route to its rail's switch, and the
+    NVLink links of the reduce-scatter and all-gather inside each server (consecutive
+    members of a server in ring order, over NVLink, as NCCL's intra-node ring runs)."""
+    from controller.costmodel.network import ring_order
+
+    paths: dict[str, list[str]] = {}
+    for r in g.rails:
+        for m in r.members:
+            paths[m] = r.paths[m][: r.paths[m].index(r.switch) + 1]
+    pol = _policy(0, pb.SCHEME_HIER, "", paths)
+    fab = alt.ring_fabric
+    order = ring_order(fab, g.gpus)
+    by_server: dict[str, list[str]] = {}
+    for m in order:
+        by_server.setdefault(str(fab.g.nodes[m].get("server") or m), []).append(m)
+    extra: list[str] = []
+    for gpus in by_server.values():
+        for u, v in zip(gpus, gpus[1:] + gpus[:1], strict=False):
+            route = fab.nvlink_path(u, v) if u != v else None
+            if route is None and u != v:
+                raise PlanError(f"group {name}: {u} and {v} share a server but no NVLink path")
+            extra.extend(path_links(route or []))
+    links = sorted(set(pol.links) | set(extra))
+    del pol.links[:]
+    pol.links.extend(links)
+    for r in sorted(g.rails, key=lambda r: r.shard):
+        pol.rails.add(shard=r.shard, switch=r.switch)
+    return pol
 
 
 def _policy(pid: int, scheme: int, switch: str, paths: dict[str, list[str]]) -> pb.Policy:
@@ -451,7 +781,9 @@ def node_state(
     inventory: pb.SwitchInventory | pb.GpuInventory | None,
     utilisation: dict[str, float],
 ) -> NodeState:
-    """What agent ``identity`` should hold under ``state``."""
+    """What agent ``identity`` should hold under ``state``: a switch its aggregation groups;
+    a GPU agent the tables and aggregation groups of the GPUs the plan's cluster gives it
+    (:meth:`ClusterIndex.agent_gpus`), never of GPUs it merely claims."""
     out = NodeState()
     if identity.kind == pb.NODE_KIND_SWITCH:
         ports = list(inventory.ports) if isinstance(inventory, pb.SwitchInventory) else []
@@ -464,8 +796,11 @@ def node_state(
             out.switch_groups[a.group_id] = m
         _fill_ports(out, by_peer, state)
         return out
-    gpus = {g.gpu_id for g in inventory.gpus} if isinstance(inventory, pb.GpuInventory) else set()
-    gpus = gpus or {identity.node_id}
+    claimed = [g.gpu_id for g in inventory.gpus] if isinstance(inventory, pb.GpuInventory) else []
+    if state.cluster is not None:
+        gpus = state.cluster.agent_gpus(identity.node_id, claimed)
+    else:  # a state built without a cluster index (tests of build alone)
+        gpus = frozenset(claimed) or frozenset((identity.node_id,))
     mine: set[str] = set().union(*(state.by_gpu.get(g, set()) for g in gpus))
     for name in sorted(mine):
         t = state.table_by_name[name]
@@ -475,23 +810,20 @@ def node_state(
             if lk.id in utilisation:
                 m.utilisation[lk.id] = utilisation[lk.id]
         out.tables[name] = m
-        a = state.ina_by_name.get(name)
-        if a is not None:
-            out.gpu_ina[a.group_id] = a
+    aggs: set[str] = set().union(*(state.ina_by_gpu.get(g, set()) for g in gpus))
+    for name in aggs:
+        a = state.ina_by_name[name]
+        out.gpu_ina[a.group_id] = a
     return out
 
 
 def _fill_ports(out: NodeState, by_peer: dict[str, pb.SwitchPort], state: PlanState) -> None:
     """Port, MAC and IPv4 of each worker: the switch port whose peer is the node before
-    the switch on the worker's path (the policy-0 path of the group's table)."""
-    paths = {
-        t.group_id: {g: list(p.nodes) for g, p in t.policies[0].paths.items()}
-        for t in state.tables
-        if t.policies
-    }
+    the switch on the worker's route to it."""
     for a in out.switch_groups.values():
+        routes = state.agg_paths.get(a.group_name, {})
         for m in a.members:
-            path = paths.get(a.group_name, {}).get(m.gpu, [])
+            path = routes.get(m.gpu, [])
             hop = path[-2] if len(path) >= 2 else ""
             port = by_peer.get(hop)
             if port is not None:

@@ -7,6 +7,9 @@ With the three TLS files the controller requires client certificates signed by t
 (mutual TLS). Without them it listens on loopback only (and says it is insecure) unless
 ``--insecure-listen-any``. The controller also serves ``grpc.health.v1.Health``.
 
+The database is the truth (docs/control-plane.md, "Restart"): ``--plan`` is applied only
+when the database has never held that plan, and the log says which case it was.
+
 Link capacities (and the cost model's prices) come from the cluster graph: ``--topology``,
 else each plan's ``topology`` resolved like ``heroserve plan --topology``; a plan whose
 topology cannot be resolved is refused (FAILED_PRECONDITION; at start-up, exit status 2).
@@ -18,23 +21,31 @@ import argparse
 import asyncio
 import ipaddress
 import logging
+import math
 import signal
+import sqlite3
 import sys
 import threading
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
+from agents.cliutil import DefaultsHelpFormatter
+from agents.logs import add_log_args, setup_logging
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
+from controller.paths import data_dir
 from controller.service import policies
 from controller.service.core import Controller, Options, RequestError
 from controller.service.metrics import Metrics
+from controller.service.planinput import MAX_PLAN_BYTES
 from controller.service.servicer import AdminServicer, ControlServicer
-from controller.slots import SlotError
-from controller.store import Store
+from controller.slots import MAX_SLOTS, SlotError
+from controller.store import Store, StoreError
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -43,6 +54,18 @@ log = logging.getLogger("heroserve.controller")
 
 CONTROL_SERVICE = "heroserve.v1.Control"
 ADMIN_SERVICE = "heroserve.v1.Admin"
+# The largest request the server reads: an ApplyPlan body of MAX_PLAN_BYTES plus its
+# framing. Agents' messages are far smaller; gRPC refuses bigger ones with
+# RESOURCE_EXHAUSTED before any handler runs.
+MAX_MESSAGE_BYTES = MAX_PLAN_BYTES + 4096
+# The largest message it sends: a full policy update for one agent. The C++ GPU agent
+# reads 4 MiB at most (gRPC's default receive limit), so the controller never sends more.
+MAX_SEND_BYTES = 4 << 20
+SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_SEND_BYTES),
+    ("grpc.max_metadata_size", 16 << 10),
+]
 
 
 class UsageError(Exception):
@@ -64,10 +87,15 @@ def listen_host(addr: str) -> str:
         end = addr.find("]")
         if end < 0:
             raise UsageError(f"--listen {addr!r}: missing ']'")
+        port = addr[end + 1 :].removeprefix(":")
+        if not addr[end + 1 :].startswith(":") or not port.isdigit() or int(port) > 65535:
+            raise UsageError(f"--listen {addr!r}: port is not in 0..65535")
         return addr[1:end]
     host, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not host or not port.isdigit():
         raise UsageError(f"--listen {addr!r} is not HOST:PORT")
+    if int(port) > 65535:
+        raise UsageError(f"--listen {addr!r}: port {port} is not in 0..65535")
     return host
 
 
@@ -87,9 +115,28 @@ def load_tls(cert: str | None, key: str | None, ca: str | None) -> Tls | None:
     if len(given) != 3:
         raise UsageError("mutual TLS needs all of --tls-cert, --tls-key and --tls-ca")
     try:
-        return Tls(Path(cert).read_bytes(), Path(key).read_bytes(), Path(ca).read_bytes())  # type: ignore[arg-type]
+        tls = Tls(Path(cert).read_bytes(), Path(key).read_bytes(), Path(ca).read_bytes())  # type: ignore[arg-type]
     except OSError as exc:
         raise UsageError(f"cannot read TLS file: {exc}") from exc
+    _check_pem(tls)
+    return tls
+
+
+def _check_pem(tls: Tls) -> None:
+    """Refuse TLS files that are not PEM certificates / a private key before gRPC sees them
+    (gRPC only fails at the first handshake, far from the cause)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+    for flag, data in (("--tls-cert", tls.cert), ("--tls-ca", tls.ca)):
+        try:
+            x509.load_pem_x509_certificates(data)
+        except ValueError:
+            raise UsageError(f"{flag}: not a PEM certificate") from None
+    try:
+        load_pem_private_key(tls.key, password=None)
+    except (ValueError, TypeError):
+        raise UsageError("--tls-key: not an unencrypted PEM private key") from None
 
 
 class ControllerServer:
@@ -108,20 +155,17 @@ class ControllerServer:
         topology: nx.Graph | None = None,
     ) -> None:
         host = listen_host(listen)
-        if tls is None and not is_loopback(host):
-            if not insecure_listen_any:
-                raise UsageError(
-                    f"refusing to listen on {listen} without TLS: give --tls-cert/--tls-key/"
-                    "--tls-ca, listen on loopback, or pass --insecure-listen-any"
-                )
-            log.warning("INSECURE: listening on %s without TLS (--insecure-listen-any)", listen)
-        elif tls is None:
-            log.warning("insecure (no TLS): listening on loopback %s only", listen)
+        if tls is None and not is_loopback(host) and not insecure_listen_any:
+            raise UsageError(
+                f"refusing to listen on {listen} without TLS: give --tls-cert/--tls-key/"
+                "--tls-ca, listen on loopback, or pass --insecure-listen-any"
+            )
         self.store = store
         self.listen = listen
         self.tls = tls
         self.metrics = Metrics()
         self.core = Controller(store, options, self.metrics, topology)
+        self._loopback = is_loopback(host)
         self.admin_name = admin_name
         self.metrics_port = metrics_port
         self.metrics_addr = metrics_addr
@@ -130,7 +174,15 @@ class ControllerServer:
         self.health = health.aio.HealthServicer()
 
     async def start(self) -> int:
-        self.server = grpc.aio.server()
+        # Said when listening, not before: a controller that fails earlier (its database, its
+        # --plan) says only why, on one line.
+        if self.tls is None and not self._loopback:
+            log.warning(
+                "INSECURE: listening on %s without TLS (--insecure-listen-any)", self.listen
+            )
+        elif self.tls is None:
+            log.warning("insecure (no TLS): listening on loopback %s only", self.listen)
+        self.server = grpc.aio.server(options=SERVER_OPTIONS)
         pb_grpc.add_ControlServicer_to_server(
             ControlServicer(self.core, self.tls is not None), self.server
         )
@@ -138,6 +190,11 @@ class ControllerServer:
             AdminServicer(self.core, self.tls is not None, self.admin_name), self.server
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        # Server reflection, so grpcurl and other generic clients can list and call methods.
+        reflection.enable_server_reflection(
+            (CONTROL_SERVICE, ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
+            self.server,
+        )
         if self.tls is not None:
             creds = grpc.ssl_server_credentials(
                 [(self.tls.key, self.tls.cert)],
@@ -154,7 +211,14 @@ class ControllerServer:
         for svc in ("", CONTROL_SERVICE, ADMIN_SERVICE):
             await self.health.set(svc, serving)
         if self.metrics_port is not None:
-            self.metrics.serve(self.metrics_port, self.metrics_addr)
+            try:
+                self.metrics.serve(self.metrics_port, self.metrics_addr)
+            except (OSError, OverflowError, ValueError) as exc:
+                await self.server.stop(0)
+                raise UsageError(
+                    f"--metrics-port {self.metrics_port}: cannot listen on "
+                    f"{self.metrics_addr}: {exc}"
+                ) from None
             log.info("metrics on http://%s:%d/metrics", self.metrics_addr, self.metrics_port)
         log.info(
             "controller listening on %s (port %d, %s), epoch %d",
@@ -212,10 +276,35 @@ def load_cluster(spec: str) -> nx.Graph:
         raise UsageError(f"--topology: {exc}") from exc
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not in 1..65535")
+    return port
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments: one line naming the problem and exit status 2 (no usage dump)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="heroserve controller", description=__doc__.split("\n")[0])
-    p.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT (default %(default)s)")
-    p.add_argument("--db", default="heroserve-controller.db", help="SQLite state file")
+    p = _Parser(
+        prog="heroserve controller",
+        description=__doc__.split("\n")[0],
+        formatter_class=DefaultsHelpFormatter,
+    )
+    p.add_argument("--listen", default="127.0.0.1:50051", help="HOST:PORT, port 0..65535")
+    p.add_argument(
+        "--db",
+        default=str(data_dir() / "controller.db"),
+        help="SQLite state file (the default folder is $XDG_DATA_HOME/heroserve)",
+    )
     p.add_argument("--plan", help="plan JSON (heroserve plan --json PATH writes one)")
     p.add_argument(
         "--topology",
@@ -235,7 +324,9 @@ def _parser() -> argparse.ArgumentParser:
         default="heroserve-admin",
         help="certificate name allowed to call the Admin service (TLS only)",
     )
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus /metrics on this port")
+    p.add_argument(
+        "--metrics-port", type=_port, help="serve Prometheus /metrics on this port (1..65535)"
+    )
     p.add_argument("--metrics-addr", default="127.0.0.1")
     p.add_argument(
         "--default-slots",
@@ -252,14 +343,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--window-s", type=float, default=0.1, help="T_u of policy tables (s)")
     p.add_argument("--gamma", type=float, default=0.5, help="Eq. 18 smoothing factor")
     p.add_argument("--port-file", help="write the bound port here once listening")
-    p.add_argument("--log-level", default="INFO")
+    add_log_args(p)
     return p
 
 
-async def _serve(server: ControllerServer, plan_text: str | None, port_file: str | None) -> None:
-    if plan_text is not None:
-        epoch, pid = server.core.apply_plan(plan_text)
-        log.info("serving plan %s at epoch %d", pid, epoch)
+async def _serve(server: ControllerServer, port_file: str | None) -> None:
     port = await server.start()
     if port_file:
         tmp = Path(port_file + ".tmp")
@@ -274,27 +362,39 @@ async def _serve(server: ControllerServer, plan_text: str | None, port_file: str
     await server.stop()
 
 
+def read_plan_file(path: str) -> bytes:
+    """The bytes of ``--plan`` (bounded; decoding and checks are the controller's)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_PLAN_BYTES + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read plan: {exc}") from exc
+    if len(data) > MAX_PLAN_BYTES:
+        raise UsageError(f"--plan {path}: larger than {MAX_PLAN_BYTES} bytes")
+    return data
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-    )
+    setup_logging(args.log_level, args.log_format)
     try:
         if not 0.0 <= args.gamma <= 1.0:
             raise UsageError(f"--gamma {args.gamma} is not in [0, 1]")
-        if args.window_s <= 0 or args.default_slots <= 0 or args.slots_per_group <= 0:
-            raise UsageError("--window-s, --default-slots and --slots-per-group must be > 0")
+        if not (math.isfinite(args.window_s) and 0 < args.window_s <= 3600):
+            raise UsageError(f"--window-s {args.window_s} is not in (0, 3600] seconds")
+        for flag, n in (
+            ("--default-slots", args.default_slots),
+            ("--slots-per-group", args.slots_per_group),
+        ):
+            if not 0 < n <= MAX_SLOTS:
+                raise UsageError(f"{flag} {n} is not in 1..{MAX_SLOTS} (16-bit slot index)")
+        listen_host(args.listen)  # a malformed address or port: refused before anything opens
         tls = load_tls(args.tls_cert, args.tls_key, args.tls_ca)
-        plan_text = None
-        if args.plan:
-            try:
-                plan_text = Path(args.plan).read_text()
-            except OSError as exc:
-                raise UsageError(f"cannot read plan: {exc}") from exc
+        plan_text = read_plan_file(args.plan) if args.plan else None
         try:
+            Path(args.db).parent.mkdir(parents=True, exist_ok=True)
             store = Store(args.db)
-        except Exception as exc:  # sqlite3.Error, OSError
+        except (sqlite3.Error, OSError) as exc:
             raise UsageError(f"cannot open state database {args.db}: {exc}") from exc
         if plan_text is None and store.current_plan() is None:
             raise UsageError(
@@ -319,9 +419,14 @@ def main(argv: list[str] | None = None) -> int:
             args.metrics_addr,
             cluster,
         )
-        asyncio.run(_serve(server, plan_text, args.port_file))
+        if plan_text is not None:
+            log.info("%s", server.core.apply_startup_plan(plan_text, args.plan))
+        asyncio.run(_serve(server, args.port_file))
     except (UsageError, RequestError, policies.PlanError, SlotError) as exc:
         print(f"heroserve controller: {exc}", file=sys.stderr)
+        return 2
+    except (StoreError, sqlite3.Error) as exc:
+        print(f"heroserve controller: database {args.db}: {exc}", file=sys.stderr)
         return 2
     return 0
 

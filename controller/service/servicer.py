@@ -1,9 +1,12 @@
 """gRPC servicers (asyncio) of ``heroserve.v1.Control`` and ``heroserve.v1.Admin``.
 
 Maps the core's errors to status codes: malformed requests -> INVALID_ARGUMENT, no
-session -> FAILED_PRECONDITION, an identity the client certificate does not name ->
-PERMISSION_DENIED, a plan whose slots do not fit -> RESOURCE_EXHAUSTED, a plan whose
-topology the controller cannot resolve (it needs ``--topology``) -> FAILED_PRECONDITION.
+session -> FAILED_PRECONDITION, an identity the client certificate does not name, or a
+claim the plan does not give that identity -> PERMISSION_DENIED, a plan whose slots or
+group ids do not fit or a full agent registry -> RESOURCE_EXHAUSTED, a plan whose topology
+the controller cannot resolve (it needs ``--topology``) -> FAILED_PRECONDITION. Anything
+else is a controller bug: INTERNAL with a fixed message (the traceback goes to the log,
+never to the client).
 """
 
 from __future__ import annotations
@@ -13,11 +16,19 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from controller._gen.heroserve.v1 import control_pb2 as pb
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
+from agents.proto.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service import policies
-from controller.service.core import KIND_NAMES, Controller, NotRegistered, RequestError
+from controller.service.binding import Denied
+from controller.service.core import (
+    KIND_NAMES,
+    Controller,
+    NotRegistered,
+    RegistryFull,
+    RequestError,
+)
 from controller.slots import SlotError
+from controller.store import StoreError
 
 log = logging.getLogger("heroserve.controller")
 
@@ -48,10 +59,15 @@ class _Base:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if isinstance(exc, NotRegistered):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        if isinstance(exc, SlotError):
+        if isinstance(exc, Denied):
+            self.core.metrics.denied.labels(rpc).inc()
+            log.warning("%s: denied: %s", rpc, exc)
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        if isinstance(exc, SlotError | RegistryFull | StoreError):
             log.warning("%s: %s", rpc, exc)
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-        raise exc
+        log.error("%s: internal error", rpc, exc_info=exc)
+        await context.abort(grpc.StatusCode.INTERNAL, f"{rpc}: internal error (see the log)")
 
     async def _authorise(self, context: grpc.aio.ServicerContext, rpc: str, node_id: str) -> None:
         """With mutual TLS, an agent speaks only for a node its certificate names."""
@@ -101,6 +117,7 @@ class ControlServicer(_Base, pb_grpc.ControlServicer):
                         epoch=epoch,
                         full=last is None,
                         plan_id=self.core.state.plan_id if self.core.state else "",
+                        generation=self.core.generation,
                     )
                     if isinstance(body, pb.SwitchPolicy):
                         upd.switch_policy.CopyFrom(body)
@@ -168,4 +185,24 @@ class AdminServicer(_Base, pb_grpc.AdminServicer):
             plan_id=self.core.state.plan_id if self.core.state else "",
             topology=self.core.store.topology,
             agents=self.core.agent_states(),
+            generation=self.core.generation,
+        )
+
+    async def GetSlots(
+        self, request: pb.GetSlotsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetSlotsResponse:
+        await self._authorise(context, "GetSlots", self.admin_name)
+        pool = self.core.pool
+        return pb.GetSlotsResponse(
+            switches=[
+                pb.SwitchSlots(
+                    switch=sw,
+                    capacity=pool.capacity(sw) or 0,
+                    allocations=[
+                        pb.SlotAllocation(group=a.owner, start=a.start, count=a.count)
+                        for a in pool.allocations(sw)
+                    ],
+                )
+                for sw in pool.switches()
+            ]
         )

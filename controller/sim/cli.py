@@ -1,96 +1,105 @@
 """``heroserve simulate``: run a plan in the simulator and print what it is worth.
 
-Bad input (a missing or malformed plan, a plan for another topology, a rate of 0 or below)
-prints one line naming the problem and exits with status 2."""
+Bad input (a missing or malformed plan, a plan for another topology, a rate of 0 or below,
+more work than the bounds of controller/schema_limits.py allow) prints one line naming the
+problem and exits with status 2."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
+from agents.cliutil import DefaultsHelpFormatter
 from controller.errors import InputError
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises InputError (one line, exit 2) instead of printing usage."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise InputError(message)
-
-
-def _number(kind: type, what: str, positive: bool = True):
-    def parse(s: str):
-        try:
-            v = kind(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} {s!r} is not a {kind.__name__}") from None
-        if isinstance(v, float) and not math.isfinite(v):
-            raise argparse.ArgumentTypeError(f"{what} must be finite, got {s}")
-        if positive and v <= 0:
-            raise argparse.ArgumentTypeError(f"{what} must be positive, got {s}")
-        return v
-
-    return parse
+from controller.schema_limits import (
+    MAX_CV,
+    MAX_RATE,
+    MAX_SIM_REQUESTS,
+    MAX_SIM_TOKENS,
+)
+from controller.validate_args import (
+    OneLineParser,
+    bounded,
+    output_file,
+    report_error,
+    seed,
+    write_text,
+)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog="heroserve simulate",
+        formatter_class=DefaultsHelpFormatter,
         description="Simulate a plan on its cluster: SLA attainment, TTFT/TPOT percentiles, "
         "INA throughput, peak KV-cache memory.",
     )
     p.add_argument("--plan", required=True, help="a plan JSON file (heroserve plan --json)")
-    p.add_argument("--rate", required=True, type=_number(float, "rate"), help="requests/s")
+    p.add_argument(
+        "--rate",
+        required=True,
+        type=bounded(float, 0, MAX_RATE, low_open=True),
+        help=f"requests/s (at most {MAX_RATE:g} in all)",
+    )
     p.add_argument("--per-gpu", action="store_true", help="--rate is per GPU used by the plan")
-    p.add_argument("--requests", type=_number(int, "--requests"), default=2000)
+    p.add_argument(
+        "--requests",
+        type=bounded(int, 1, MAX_SIM_REQUESTS),
+        default=2000,
+        help=f"requests to simulate (at most {MAX_SIM_REQUESTS}, and {MAX_SIM_TOKENS:.0e} "
+        "tokens over them)",
+    )
     p.add_argument(
         "--workload",
         default=None,
         help="chatbot | summarization | a .csv/.json trace (default: the plan's workload)",
     )
     p.add_argument("--topology", default=None, help="default: the plan's topology")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument(
-        "--cv", type=_number(float, "--cv"), default=1.0, help="inter-arrival CV (1: Poisson)"
+        "--cv",
+        type=bounded(float, 0, MAX_CV, low_open=True),
+        default=1.0,
+        help=f"inter-arrival CV (1: Poisson; at most {MAX_CV:g})",
     )
     p.add_argument(
-        "--online-scheduler", action="store_true", help="run the online scheduler (DESIGN §8)"
+        "--online-scheduler",
+        action="store_true",
+        help="run the online scheduler (docs/policy-table.md)",
     )
-    p.add_argument("--json", metavar="PATH", help="write the full result as JSON")
+    p.add_argument("--json", metavar="PATH", type=output_file, help="write the full result as JSON")
     return p
 
 
 def load_plan(path: str):
-    from controller.plan import Plan
+    """A plan file, checked (controller/validate_plan.py)."""
+    from controller.validate import load_plan as load
 
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"plan file {path!r} does not exist")
-    try:
-        return Plan.load(p)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    except (KeyError, TypeError, AttributeError, ValueError) as e:
-        raise InputError(f"{path}: not a plan ({type(e).__name__}: {e})") from None
+    return load(path)
 
 
-def resolve_for_plan(plan, topology: str | None, workload: str | None):
-    from controller.topology import resolve_topology
+def resolve_for_plan(plan, topology: str | None, workload: str | None, source: str = "plan"):
+    """The plan's cluster (checked against the plan) and workload."""
+    from controller.validate import cluster_for_plan
     from controller.workload import resolve_workload
 
-    topo = topology or plan.topology
-    try:
-        g = resolve_topology(topo)
-    except InputError as e:
-        if topology is None:
-            raise InputError(f"plan's topology {topo!r} is not built in: pass --topology") from e
-        raise
+    g = cluster_for_plan(plan, topology, source)
     w = resolve_workload(workload or (plan.workload if plan.workload else "chatbot"))
     return g, w
+
+
+def check_work(reqs, rate: float) -> None:
+    """The bounds on one simulation's work (controller/schema_limits.py)."""
+    if rate > MAX_RATE:
+        raise InputError(f"offered rate {rate:.4g} req/s is above the bound {MAX_RATE:g}")
+    tokens = sum(r.input_tokens + r.output_tokens for r in reqs)
+    if tokens > MAX_SIM_TOKENS:
+        raise InputError(
+            f"{len(reqs)} requests hold {tokens} tokens, more than one simulation may run "
+            f"({MAX_SIM_TOKENS:.0e}): pass fewer --requests"
+        )
 
 
 def run(argv: Sequence[str]) -> int:
@@ -103,10 +112,11 @@ def run(argv: Sequence[str]) -> int:
         from controller.related.cli import run_colocated
 
         return run_colocated(a, plan)
-    g, w = resolve_for_plan(plan, a.topology, a.workload)
+    g, w = resolve_for_plan(plan, a.topology, a.workload, a.plan)
     model = build_model(plan, g, w)
     rate = a.rate * model.gpus_used if a.per_gpu else a.rate
     reqs = make_requests(w, rate, a.requests, a.seed, a.cv)
+    check_work(reqs, rate)
     print(
         f"simulating {a.requests} {w.name} requests at {rate:.4g} req/s "
         f"({rate / model.gpus_used:.4g} per GPU, {model.gpus_used} GPUs) on {g.name}, "
@@ -116,34 +126,37 @@ def run(argv: Sequence[str]) -> int:
     res = Simulator(model, SimOptions(online_scheduler=a.online_scheduler, seed=a.seed)).run(reqs)
     print(report(res))
     if a.json:
-        Path(a.json).write_text(json.dumps(res.to_dict(), indent=1) + "\n")
+        write_text(a.json, json.dumps(res.to_dict(), indent=1) + "\n", "--json")
         print(f"result written to {a.json}")
     return 0
 
 
 def report(res) -> str:
+    """The result for a reader: every figure with its unit; times of the simulated cluster
+    are labelled "simulated", the simulator's own run time "wall-clock"."""
     ms = 1e3
     lines = [
-        f"requests        {res.finished}/{res.requests} finished in {res.duration_s:.1f} s "
-        f"(offered {res.offered_rate:.4g} req/s, {res.offered_rate / res.gpus_used:.4g} per GPU)",
-        f"SLA attainment  {res.attainment:.1%} (TTFT <= {res.sla['ttft_s']} s and "
+        f"requests          {res.finished}/{res.requests} finished in {res.duration_s:.1f} s "
+        f"simulated time (offered {res.offered_rate:.4g} req/s, "
+        f"{res.offered_rate / res.gpus_used:.4g} req/s per GPU)",
+        f"SLA attainment    {res.attainment:.1%} (TTFT <= {res.sla['ttft_s']} s and "
         f"TPOT <= {res.sla['tpot_s']} s)",
     ]
     for name, d in (("TTFT", res.ttft_s), ("TPOT", res.tpot_s), ("KV xfer", res.kv_transfer_s)):
         lines.append(
-            f"{name:<15} mean {d['mean'] * ms:8.1f} ms  p50 {d['p50'] * ms:8.1f}  "
+            f"{name + ' (ms)':<17} mean {d['mean'] * ms:8.1f}  p50 {d['p50'] * ms:8.1f}  "
             f"p90 {d['p90'] * ms:8.1f}  p99 {d['p99'] * ms:8.1f}"
         )
     lines += [
-        f"INA throughput  {res.ina_throughput_Bps / 1e9:.3f} GB/s of all-reduce messages "
+        f"INA throughput    {res.ina_throughput_Bps / 1e9:.3f} GB/s of all-reduce messages "
         f"(all schemes {res.allreduce_throughput_Bps / 1e9:.3f} GB/s)",
-        f"policies        {', '.join(f'{k} x{v}' for k, v in res.policy_use.items()) or 'none'}",
-        f"peak KV cache   {res.peak_kv_bytes_per_gpu / 1e9:.2f} GB per GPU "
+        f"policies          {', '.join(f'{k} x{v}' for k, v in res.policy_use.items()) or 'none'}",
+        f"peak KV cache     {res.peak_kv_bytes_per_gpu / 1e9:.2f} GB per GPU "
         f"({res.peak_kv_fraction:.0%} of the room)",
-        f"Ethernet util   mean {res.ethernet_util['mean']:.1%}  max {res.ethernet_util['max']:.1%}"
-        f"  cv {res.ethernet_util['cv']:.2f}",
-        f"simulated       {res.events} events in {res.wall_s:.2f} s "
-        f"({res.requests_per_wall_s:.0f} requests per wall second)",
+        f"Ethernet util     mean {res.ethernet_util['mean']:.1%}  "
+        f"max {res.ethernet_util['max']:.1%}  cv {res.ethernet_util['cv']:.2f}",
+        f"simulator         {res.events} events in {res.wall_s:.2f} s wall-clock "
+        f"({res.requests_per_wall_s:.0f} requests per wall-clock second)",
     ]
     return "\n".join(lines)
 
@@ -152,8 +165,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         return run(argv)
     except InputError as e:
-        print(f"heroserve simulate: error: {e}", file=sys.stderr)
-        return 2
+        return report_error("heroserve simulate", e)
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:

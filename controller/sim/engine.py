@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from controller.errors import InputError
 from controller.sim.metrics import SimResult, summarise
 from controller.sim.model import CommOption, InstanceModel, PlanModel, StageModel
-from controller.sim.network import Activity, FluidNetwork, work_time
+from controller.sim.network import Activity, FluidNetwork, Work
 from controller.sim.scheduler import GroupSchedulers
 from controller.workload import Request
 
@@ -226,6 +226,12 @@ class Simulator:
                 self._swapped_in(*payload)
             elif kind == "kv":
                 self._sample_kv()
+                if len(self.kv_timeline) >= 2 * self.o.kv_samples:
+                    # the run outlasts its arrivals' span (one request, all at once): keep
+                    # every other sample and double the period, so the timeline stays within
+                    # 2 kv_samples and its events grow with log(duration), not duration
+                    self.kv_timeline = self.kv_timeline[::2]
+                    self._sample_dt *= 2
                 if len(ev) > periodic - 1:  # something else is still to happen
                     self._push(t + self._sample_dt, "kv", None)
             elif kind == "win":
@@ -353,8 +359,8 @@ class Simulator:
                         self._begin_step(ds, mb)
 
             a = Activity(
-                0.0, 1.0, tok, kvm.flows, kvm.envelope, None, (kvm.bytes_per_token, tok), done,
-                kvm.links, ("kv", self.pre_of[r], self.dec_of[r]),
+                0.0, tok, kvm.work, None, (kvm.bytes_per_token, tok), done, kvm.links,
+                ("kv", self.pre_of[r], self.dec_of[r]),
             )  # fmt: skip
             self.kv_bytes += tok * self.m.model.kv_bytes_per_token()
             self.net.start(a, self.now)
@@ -437,8 +443,8 @@ class Simulator:
                 x = self.m.hop(stage, nbytes)
                 if stage.options:
                     opt = stage.options[0]
-                    fixed, mult = self._stage_terms(stage, opt, x)
-                    x = work_time(fixed, mult, nbytes, opt.envelope)
+                    fixed, work = self._stage_terms(stage, opt, x)
+                    x = work.time_alone(fixed, nbytes)
                     stats.append((opt, stage.allreduces * nbytes))
                 extra.append(x)
             hit = self._extras[key] = (tuple(extra), stats)
@@ -538,30 +544,28 @@ class Simulator:
             k = self.sched.choose(stage, stage.allreduces * nbytes)
         opt = stage.options[k]
         self._count(opt, stage.allreduces * nbytes)
-        fixed, mult = self._stage_terms(stage, opt, fixed_s)
+        fixed, work = self._stage_terms(stage, opt, fixed_s)
         acct = (opt.bytes_per_byte, nbytes * stage.allreduces)
         if self._is_safe(opt):  # nothing can stretch it, so it needs no activity
-            self.net.delay(work_time(fixed, mult, nbytes, opt.envelope), acct, done, self.now)
+            self.net.delay(work.time_alone(fixed, nbytes), acct, done, self.now)
             return
-        a = Activity(
-            fixed, mult, nbytes, opt.flows, opt.envelope, None, acct, done, opt.links,
-            ("it", id(stage), k),
-        )  # fmt: skip
+        a = Activity(fixed, nbytes, work, None, acct, done, opt.links, ("it", id(stage), k))
         self.net.start(a, self.now)
 
     def _count(self, opt: CommOption, nbytes: float, times: int = 1) -> None:
         """``times`` iterations' all-reduce bytes on ``opt`` into the run's statistics."""
         self.ar_bytes += nbytes * times
-        if opt.scheme == "ina":
+        if opt.scheme != "ring":  # flat or hierarchical INA: aggregated in switches
             self.ina_bytes += nbytes * times
         key = opt.use_key
         self.policy_use[key] = self.policy_use.get(key, 0) + times
 
     @staticmethod
-    def _stage_terms(stage: StageModel, opt: CommOption, fixed_s: float) -> tuple[float, float]:
-        """(fixed seconds, multiplier of the slowest flow) of an iteration's activity."""
+    def _stage_terms(stage: StageModel, opt: CommOption, fixed_s: float) -> tuple[float, Work]:
+        """(fixed seconds, work) of an iteration's activity: ``fixed_s`` of compute and hop
+        plus the 2 L/P_pipe all-reduces on ``opt``."""
         n_ar = stage.allreduces
-        return fixed_s + n_ar * (opt.rounds * opt.per_round_s + opt.fixed_s), n_ar * opt.rounds
+        return fixed_s + n_ar * opt.const_s, opt.work(n_ar)
 
     def _is_safe(self, opt: CommOption) -> bool:
         """The option crosses no risky link (``Links.risky``)."""

@@ -18,8 +18,9 @@ from functools import cached_property
 import networkx as nx
 
 from controller.costmodel.compute import decode_layer_time, layer_weights, prefill_layer_time
-from controller.costmodel.kvcache import kv_route, kv_shares
-from controller.costmodel.network import T_AGG_S, CommPattern
+from controller.costmodel.hier import hier_on_rails
+from controller.costmodel.kvcache import kv_route, kv_share_terms, kv_shares
+from controller.costmodel.network import CommPattern, NetParams, ina_on_routes
 from controller.errors import InputError
 from controller.models import model_spec
 from controller.models.specs import ModelSpec
@@ -27,8 +28,8 @@ from controller.plan import Group, Plan
 from controller.planner import PLANNERS, PlannerOptions, Problem
 from controller.planner.evaluate import Evaluator
 from controller.planner.heroserve import POLICY as HEROSERVE_POLICY
-from controller.sim.network import Flow, Links, envelope
-from controller.topology.fabric import Fabric
+from controller.sim.network import Envelope, Flow, Links, Work, alone_time, envelope
+from controller.topology.fabric import PIPELINED, Fabric
 from controller.topology.graph import link_id
 from controller.workload import SLA, Workload
 
@@ -36,100 +37,95 @@ from controller.workload import SLA, Workload
 @dataclass
 class CommOption:
     """One way to run a group's all-reduce (a candidate policy of DESIGN.md §8): its flows as
-    per-byte link terms, and the table fields the online scheduler needs.
+    per-byte link terms, grouped by phase, and the table fields the online scheduler needs.
 
     One all-reduce of D bytes costs
-    ``rounds * (max_f (D * sum_e k_fe x_e + lat_f) + per_round_s) + fixed_s``."""
+    ``sum over phases p of rounds_p * max_{f in p} (D * K_f + lat_f)  +  const_s``
+    (``costmodel.network.CompiledPhase`` on the simulator's link indices)."""
 
-    scheme: str  # "ina" or "ring"
+    scheme: str  # "ring", "ina" or "hier"
     switch: str | None
     flows: tuple[Flow, ...]  # k_fe in s per byte of message
-    rounds: float
-    per_round_s: float
-    fixed_s: float
+    phases: tuple[tuple[float, int, int], ...]  # (rounds, first flow, end flow) per phase
+    const_s: float  # per all-reduce: per-round overheads, chain latencies, T_agg, host
     links: tuple[int, ...]  # every directed link it loads
     bytes_per_byte: dict[int, float]  # bytes on each link per byte of message
     link_ids: tuple[str, ...]  # undirected ids, for the policy table
     bottleneck: float  # bytes/s, smallest capacity among its links
-    envelope: tuple[tuple[float, float], ...] = ()  # undominated (sum k, lat) of the flows
+    envelopes: tuple[Envelope, ...]  # per phase: undominated (K_f, lat_f) of its flows
+    pipelined: bool
+    rails: tuple[tuple[int, str], ...] = ()  # hier: (shard, switch) per rail, shard order
+    _works: dict[float, Work] = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
     def use_key(self) -> str:
-        """How the run's statistics name it: ``ring`` or ``ina:<switch>``."""
+        """How the run's statistics name it: ``ring``, ``hier`` or ``ina:<switch>``."""
         return f"{self.scheme}:{self.switch}" if self.switch else self.scheme
 
-    def peak_shares(self, inv_bw: list[float]) -> dict[int, float]:
+    def work(self, n_allreduce: float) -> Work:
+        """The flows of ``n_allreduce`` all-reduces in a row, as an activity's work (its
+        fixed part is ``n_allreduce * const_s``)."""
+        hit = self._works.get(n_allreduce)
+        if hit is None:
+            parts = tuple((n_allreduce * r, lo, hi) for r, lo, hi in self.phases)
+            hit = self._works[n_allreduce] = Work(self.flows, parts, self.envelopes, self.pipelined)
+        return hit
+
+    def peak_shares(self, inv_bw: list[float], floor_s: float = 0.0) -> dict[int, float]:
         """The most weight an iteration on this policy can put on each of its links, at any
-        message size: bytes_e / B(e) over the all-reduce's time, whose slowest flow crosses at
-        least ``max_f sum_e k_fe`` per byte in each of its ``rounds`` (compute, latency and the
-        other flows only lower it). Each is at most 1."""
-        worst = max((sum(k for _, k in terms) for terms, _ in self.flows), default=0.0)
+        message size: bytes_e / B(e) over the iteration's time, which is at least
+        ``sum_p rounds_p * max_{f in p} K_f`` per byte of each all-reduce (a link's k is its
+        load over B(e), at most K of the flows on it), plus ``floor_s`` per byte of other work
+        that grows with the message (the stage's compute, per all-reduce); latency and the
+        other flows only lower it. Each is at most 1."""
+        worst = floor_s + sum(
+            r * max((k for k, _ in env), default=0.0)
+            for (r, _, _), env in zip(self.phases, self.envelopes, strict=True)
+        )
         if worst <= 0:
             return {}
-        return {e: b * inv_bw[e] / (self.rounds * worst) for e, b in self.bytes_per_byte.items()}
+        return {e: b * inv_bw[e] / worst for e, b in self.bytes_per_byte.items()}
 
     def time(self, nbytes: float) -> float:
         """Uncontended time of one all-reduce of ``nbytes`` bytes per GPU, s."""
-        if not self.envelope:
-            return 0.0
-        worst = max(nbytes * k + lat for k, lat in self.envelope)
-        return self.rounds * (worst + self.per_round_s) + self.fixed_s
+        return alone_time(self.const_s, nbytes, self.phases, self.envelopes)
 
 
 def comm_option(links: Links, fabric: Fabric, pattern: CommPattern) -> CommOption:
-    """Turn a cost-model ``CommPattern`` into link terms (same arithmetic as
-    ``costmodel.network.flow_times``: a link's load is every flow of the collective on it)."""
-    load: dict[int, float] = {}
-    paths = []
-    for path, share in pattern.flows:
-        idx = links.path_links(path)
-        paths.append((path, idx))
-        for e in idx:
-            load[e] = load.get(e, 0.0) + share
-    table = fabric.link_table
-    ina = pattern.scheme == "ina"
-    rounds, per_round = float(pattern.rounds), pattern.per_round_s
-    if ina:
-        # collection climbs the routes and the result comes back down them (full duplex):
-        # each flow is a round trip, up then down, so contention on either way slows it.
-        # Alone, rounds/2 round trips cost what ``rounds`` one-way rounds cost.
-        back: dict[int, float] = {}
-        for path, share in pattern.flows:
-            for u, v in zip(path, path[1:], strict=False):
-                r = links.index[(v, u)]
-                back[r] = back.get(r, 0.0) + share
-        rounds, per_round = rounds / 2, per_round * 2
-    flows = []
-    for path, idx in paths:
-        terms = [(e, load[e] * links.inv_bw[e]) for e in idx]
-        lat = sum(table[(u, v)][1] for u, v in zip(path, path[1:], strict=False))
-        if ina:
-            for u, v in zip(path, path[1:], strict=False):
-                r = links.index[(v, u)]
-                terms.append((r, back[r] * links.inv_bw[r]))
-            lat *= 2
-        flows.append((tuple(terms), lat))
-    per_byte = {e: s * pattern.rounds for e, s in load.items()}
-    all_links = set(load)
-    if ina:  # one round each way: each direction carries the share once
-        per_byte = dict(load)
-        for e, s in back.items():
-            per_byte[e] = per_byte.get(e, 0.0) + s
-            all_links.add(e)
-    ids = sorted({link_id(*links.ends[e]) for e in all_links})
-    bottleneck = min((links.capacity[e] for e in all_links), default=math.inf)
+    """Turn a cost-model ``CommPattern`` into link terms: its phases compiled on ``fabric``
+    (``costmodel.network.compile_phase``, the cost model's own arithmetic) on directed link
+    indices."""
+    index = links.index
+    flows: list[Flow] = []
+    phases = []
+    envs = []
+    const = 0.0
+    per_byte: dict[int, float] = {}
+    for cp in pattern.compiled(fabric):
+        lo = len(flows)
+        for terms, lat in cp.flows:
+            flows.append((tuple((index[e], k) for e, k in terms), lat))
+        phases.append((cp.rounds, lo, len(flows)))
+        envs.append(envelope(flows[lo:], fabric.pipelined))
+        const += cp.const_s
+        for e, load in cp.loads:
+            i = index[e]
+            per_byte[i] = per_byte.get(i, 0.0) + cp.rounds * load
+    ids = sorted({link_id(*links.ends[e]) for e in per_byte})
+    bottleneck = min((links.capacity[e] for e in per_byte), default=math.inf)
     return CommOption(
         pattern.scheme,
         pattern.switch,
         tuple(flows),
-        rounds,
-        per_round,
-        pattern.fixed_s,
-        tuple(sorted(all_links)),
+        tuple(phases),
+        const,
+        tuple(sorted(per_byte)),
         per_byte,
         tuple(ids),
         bottleneck,
-        envelope(flows),
+        tuple(envs),
+        fabric.pipelined,
+        tuple(sorted((r.shard, r.switch) for r in pattern.rails)),
     )
 
 
@@ -169,17 +165,18 @@ class InstanceModel:
 
 @dataclass
 class KVModel:
-    """KV transfer of one request between a prefill and a decode instance, per input token:
-    one flow per prefill GPU (its shares go one after the other, Eq. 15)."""
+    """KV transfer of one request between a prefill and a decode instance, per input token,
+    priced as ``costmodel.kvcache.kv_time``: pipelined, every share at once (as one flow per
+    link: a share's slowest hop carries the link's whole load); paper, one flow per prefill
+    GPU whose shares go one after the other (Eq. 15: their terms add up)."""
 
-    flows: tuple[Flow, ...]
+    work: Work
     links: tuple[int, ...]
     bytes_per_token: dict[int, float]
-    envelope: tuple[tuple[float, float], ...] = ()
 
     def time(self, tokens: float) -> float:
         """Uncontended T_f of a request of ``tokens`` input tokens, s (Eqs. 14-15)."""
-        return max((tokens * k + lat for k, lat in self.envelope), default=0.0)
+        return self.work.time_alone(0.0, tokens)
 
 
 @dataclass
@@ -191,6 +188,7 @@ class PlanModel:
     links: Links
     prefill: list[InstanceModel]
     decode: list[InstanceModel]
+    pipelined: bool = True  # the plan's cost mode (``Plan.options``)
     _kv: dict[tuple[int, int], KVModel] = field(default_factory=dict)
     _hops: dict[tuple, float] = field(default_factory=dict)
     _hop_memo: dict[tuple, float] = field(default_factory=dict)
@@ -265,23 +263,31 @@ class PlanModel:
         specs = kv_shares(self.model, pst, dst)
         routes = [kv_route(fab, s, d, f * kvpt * ev.mean_in) for s, d, f in specs]
         lk = self.links
+        shares = [(src, r, f * kvpt) for (src, _, f), r in zip(specs, routes, strict=True)]
         load: dict[int, float] = {}
-        idx = []
-        for (_, _, f), r in zip(specs, routes, strict=True):
-            li = lk.path_links(r)
-            idx.append(li)
-            for e in li:
-                load[e] = load.get(e, 0.0) + f * kvpt
-        table = fab.link_table
+        for _, r, nb in shares:
+            for e in lk.path_links(r):
+                load[e] = load.get(e, 0.0) + nb
+        inv = lk.inv_bw
+        flows: list[Flow] = []
         per_src: dict[str, tuple[dict[int, float], float]] = {}
-        for (s, _, _), r, li in zip(specs, routes, idx, strict=True):
-            terms, lat = per_src.get(s, ({}, 0.0))
-            for e in li:
-                terms[e] = terms.get(e, 0.0) + load[e] * lk.inv_bw[e]
-            lat += sum(table[(u, v)][1] for u, v in zip(r, r[1:], strict=False))
-            per_src[s] = (terms, lat)
-        flows = tuple((tuple(t.items()), lat) for t, lat in per_src.values())
-        out = KVModel(flows, tuple(sorted(load)), load, envelope(flows))
+        per_link: dict[int, tuple[float, float]] = {}
+        for src, counted, fixed in kv_share_terms(fab, shares):
+            terms = [(lk.index[e], b * inv[lk.index[e]]) for e, b in counted]
+            if self.pipelined:
+                # every share on a link counts the link's whole load, so the slowest share
+                # is the slowest (link, latest share on it): one flow per link, exactly
+                for e, k in terms:
+                    if fixed > per_link.get(e, (k, -1.0))[1]:
+                        per_link[e] = (k, fixed)
+                continue
+            merged, lat = per_src.get(src, ({}, 0.0))
+            for e, k in terms:
+                merged[e] = merged.get(e, 0.0) + k
+            per_src[src] = (merged, lat + fixed)
+        flows += [(((e, k),), lat) for e, (k, lat) in per_link.items()]
+        flows += [(tuple(t.items()), lat) for t, lat in per_src.values()]
+        out = KVModel(Work.single(flows, self.pipelined), tuple(sorted(load)), load)
         self._kv[key] = out
         return out
 
@@ -303,7 +309,8 @@ def _check_plan(plan: Plan, g: nx.Graph) -> None:
         if not phase.instances:
             raise InputError(f"plan has no {phase.role} instance")
         for gr in phase.groups:
-            for path in gr.paths.values():
+            routes = list(gr.paths.values()) + [p for r in gr.rails for p in r.paths.values()]
+            for path in routes:
                 for u, v in zip(path, path[1:], strict=False):
                     if not g.has_edge(u, v):
                         raise InputError(
@@ -319,10 +326,11 @@ def build_model(plan: Plan, cluster: nx.Graph, workload: Workload) -> PlanModel:
     _check_plan(plan, cluster)
     model = model_spec(plan.model)
     sla = SLA(plan.sla["ttft_s"], plan.sla["tpot_s"], plan.sla.get("attainment", 0.9))
-    problem = Problem(cluster, model, workload, sla, PlannerOptions())
+    net = NetParams.from_plan_options(plan.options)  # simulated as it was priced
+    problem = Problem(cluster, model, workload, sla, PlannerOptions(net=net))
     ev = Evaluator(problem, _policy_for(plan.planner))
     links = Links(cluster)
-    out = PlanModel(plan, cluster, model, ev, links, [], [])
+    out = PlanModel(plan, cluster, model, ev, links, [], [], net.cost_mode == PIPELINED)
     kvpt = model.kv_bytes_per_token()
     for phase, dest in ((plan.prefill, out.prefill), (plan.decode, out.decode)):
         groups = {(gr.instance, gr.stage): gr for gr in phase.groups}
@@ -376,16 +384,22 @@ def _mark_risky_links(m: PlanModel) -> None:
     """Flag the links whose load can ever exceed 1, the only ones the fluid network must
     account for (``Links.risky``). A stage runs one iteration at a time, so its weight on a
     link is at most the largest ``peak_shares`` among its options; a link whose stages' peaks
-    sum to 1 or less is never stretched. KV routes are added as the simulator first uses them
-    (any number of transfers may share one). Decode TP groups inside a server thus cost no
-    link accounting at all."""
+    sum to 1 or less is never stretched. An iteration's compute grows with its message at
+    least as Eq. 12's and Eq. 13's compute-bound term, C1 W / TP per token and layer, so that
+    much per byte bounds its time from below too (a pipelined flow keeps all its links busy
+    while it communicates: without the compute, every shared link would look risky). KV
+    routes are added as the simulator first uses them (any number of transfers may share
+    one). Decode TP groups inside a server thus cost no link accounting at all."""
     inv = m.links.inv_bw
     share = [0.0] * len(m.links)
+    per_token = m.message_bytes(1.0)  # bytes of one all-reduce per token of the batch
     for inst in m.prefill + m.decode:
         for st in inst.stages:
+            # compute seconds per byte of each of the iteration's all-reduces
+            floor = st.layers * inst.decode_terms[1] / (per_token * st.allreduces)
             peak: dict[int, float] = {}
             for opt in st.options:
-                for e, w in opt.peak_shares(inv).items():
+                for e, w in opt.peak_shares(inv, floor).items():
                     if w > peak.get(e, 0.0):
                         peak[e] = w
             for e, w in peak.items():
@@ -393,29 +407,44 @@ def _mark_risky_links(m: PlanModel) -> None:
     m.links.risky = [x > 1.0 for x in share]
 
 
+def planned_pattern(
+    ev: Evaluator, members: list[str], ref: float, gr: Group | None
+) -> tuple[CommPattern, Fabric] | None:
+    """The cost-model pattern of the scheme the plan chose for a group, and the fabric it is
+    priced on: the ring; flat INA at the plan's switch (the evaluator's routes, or the plan's
+    own when the evaluator would not route there); hierarchical INA over the plan's rails.
+    None for TP = 1; InputError when a hier group's rails do not fit it."""
+    if len(members) < 2:
+        return None
+    ge = ev.group(members, ref)
+    if gr is not None and gr.scheme == "hier" and gr.rails:
+        rails = [(r.switch, r.shard, r.members, r.paths) for r in gr.rails]
+        hier = hier_on_rails(ev.ina_fabric, members, rails, ev.net)
+        if hier is None:
+            raise InputError(
+                f"plan's group {gr.instance}/{gr.stage} has rails that do not fit its GPUs "
+                "(one member per server on each rail, one rail per shard)"
+            )
+        return hier, ev.ina_fabric
+    if gr is not None and gr.scheme == "ina" and gr.switch is not None:
+        mine = next((p for p in ev.all_ina(members, ref) if p.switch == gr.switch), None)
+        if mine is None:  # another planner's routes
+            routes = {m: list(p) for m, p in gr.paths.items()}
+            mine = ina_on_routes(routes, gr.switch, ev.net)
+        return mine, ev.ina_fabric
+    return ge.ring, ev.ring_fabric
+
+
 def _options(
     ev: Evaluator, links: Links, members: list[str], ref: float, gr: Group | None
 ) -> list[CommOption]:
-    """Candidate all-reduce policies of a group, the plan's choice first: the ring and INA at
-    every switch the planner's policy allows (Alg. 2 line 7)."""
-    if len(members) < 2:
+    """Candidate all-reduce policies of a group, the plan's choice first (hierarchical INA
+    where the plan chose it), then the ring and flat INA at every switch the planner's policy
+    allows (Alg. 2 line 7), so the online scheduler can choose among the three schemes."""
+    planned = planned_pattern(ev, members, ref, gr)
+    if planned is None:
         return []
     ge = ev.group(members, ref)
-    ring = comm_option(links, ev.ring_fabric, ge.ring)
-    inas = [comm_option(links, ev.ina_fabric, p) for p in ge.ina]
-    if gr is not None and gr.scheme == "ina" and gr.switch is not None:
-        chosen = next((o for o in inas if o.switch == gr.switch), None)
-        if chosen is None:  # the plan's own routes (another planner's choice)
-            wire = ev.net.ina_element_bytes / ev.net.dtype_bytes
-            pattern = CommPattern(
-                "ina",
-                [(list(p), wire) for p in gr.paths.values()],
-                2,
-                0.0,
-                T_AGG_S + ev.net.ina_host_s,
-                gr.switch,
-                {m: list(p) for m, p in gr.paths.items()},
-            )
-            chosen = comm_option(links, ev.ina_fabric, pattern)
-        return [chosen, ring, *[o for o in inas if o is not chosen]]
-    return [ring, *inas]
+    first = comm_option(links, planned[1], planned[0])
+    others = [(ge.ring, ev.ring_fabric)] + [(p, ev.ina_fabric) for p in ev.all_ina(members, ref)]
+    return [first] + [comm_option(links, f, p) for p, f in others if p is not planned[0]]

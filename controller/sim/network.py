@@ -2,15 +2,18 @@
 
 An *activity* is anything that moves bytes: one pipeline stage's iteration (its compute plus
 the 2 L/P all-reduces of its layers) or one request's KV-cache transfer. Its uncontended
-duration is the cost model's own formula (``controller.costmodel.network``: store-and-forward,
-``sum_e load_e / B(e) + latency(e)`` per flow, the slowest flow per round), written as
+duration is the cost model's own formula (``controller.costmodel.network.compile_phase``),
+written as
 
-    t(x) = fixed_s + mult * max_f ( scale * sum_{e in f} k_{f,e} * x_e  +  lat_f )
+    t(x) = fixed_s + sum over parts p of mult_p * max_{f in p} ( scale * K_f(x) + lat_f )
 
-with ``scale * k_{f,e}`` the seconds flow ``f`` spends on link ``e`` when the link is its own
-(``bytes on e / B(e)``, counting every flow of the same collective on ``e``, as Eq. 10 with the
-shared-link rule does) and ``x_e >= 1`` the link's *stretch factor*. Alone, ``x = 1`` and the
-simulator reproduces the cost model exactly.
+A part is one phase of a collective (``mult_p``: its rounds times the iteration's
+all-reduces); ``scale * k_{f,e}`` is the seconds flow ``f`` spends on link ``e`` when the link
+is its own (``bytes on e / B(e)``, counting every flow of the same collective on ``e``, as
+Eq. 10 with the shared-link rule does), ``x_e >= 1`` the link's *stretch factor*, and a
+flow's ``K_f(x)`` combines its links as the cost mode prices a path: store and forward (the
+paper's mode), ``sum_e k_{f,e} x_e``; pipelined, the most stretched hop sets the rate,
+``max_e k_{f,e} x_e``. Alone, ``x = 1`` and the simulator reproduces the cost model exactly.
 
 Sharing rule (a fluid approximation, documented in docs/simulator.md): a link is shared equally
 among the transfers crossing it at any instant. A KV transfer transfers for its whole life and
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import networkx as nx
 
@@ -44,6 +48,76 @@ EPS = 1e-9
 
 # A flow of an activity: ((link index, seconds per unit on that link), ...), latency seconds.
 Flow = tuple[tuple[tuple[int, float], ...], float]
+# A part of an activity: (multiplier, first flow, end flow) over its flat flow list.
+Part = tuple[float, int, int]
+Envelope = tuple[tuple[float, float], ...]
+
+
+@dataclass(frozen=True)
+class Work:
+    """What an activity moves, shared by the activities of one channel: its flows, grouped in
+    ``parts`` (mult, lo, hi), each part's ``envelope`` (its undominated (K_f(1), lat_f)), and
+    how a flow combines its links (``pipelined``: the most stretched one; else the sum)."""
+
+    flows: tuple[Flow, ...]
+    parts: tuple[Part, ...]
+    envelopes: tuple[Envelope, ...]
+    pipelined: bool
+    # one part whose flows cross one link each (a pipelined KV transfer as one flow per link):
+    # (link, k, lat); its time is then the larger of its envelope alone and its stretched flows
+    singles: tuple[tuple[int, float, float], ...] | None = None
+
+    def __post_init__(self) -> None:
+        if (
+            self.singles is None
+            and len(self.parts) == 1
+            and self.flows
+            and all(len(t) == 1 for t, _ in self.flows)
+        ):
+            singles = tuple((t[0][0], t[0][1], lat) for t, lat in self.flows)
+            object.__setattr__(self, "singles", singles)
+
+    @classmethod
+    def single(cls, flows: Sequence[Flow], pipelined: bool, mult: float = 1.0) -> Work:
+        """One part over all ``flows``."""
+        flows = tuple(flows)
+        return cls(flows, ((mult, 0, len(flows)),), (envelope(flows, pipelined),), pipelined)
+
+    def sums(self, stretch) -> list[tuple[float, float]]:
+        """The flows' (K_f(x), lat_f); for ``singles``, only the stretched flows' (a flow at
+        x = 1 is never above the envelope alone, and a stretched flow's value alone is never
+        above its value stretched, so the maximum is the same)."""
+        if self.singles is not None:
+            return [(k * x, lat) for e, k, lat in self.singles if (x := stretch[e]) > 1.0]
+        return flow_sums(self.flows, stretch, self.pipelined)
+
+    def time(self, fixed_s: float, scale: float, sums: Sequence[tuple[float, float]]) -> float:
+        """t(x) from ``sums`` (as ``Work.sums`` gives them)."""
+        if self.singles is not None:
+            worst = max([k * scale + lat for k, lat in self.envelopes[0]], default=0.0)
+            if sums:
+                worst = max(worst, max([k * scale + lat for k, lat in sums]))
+            return fixed_s + self.parts[0][0] * worst
+        t = fixed_s
+        for mult, lo, hi in self.parts:
+            if hi > lo:
+                t += mult * max([k * scale + lat for k, lat in sums[lo:hi]])
+        return t
+
+    def time_alone(self, fixed_s: float, scale: float) -> float:
+        """t(1): each part's envelope at ``scale``."""
+        return alone_time(fixed_s, scale, self.parts, self.envelopes)
+
+
+def alone_time(
+    fixed_s: float, scale: float, parts: Sequence[Part], envelopes: Sequence[Envelope]
+) -> float:
+    """``fixed_s + sum_p mult_p * max over p's envelope of (scale * K + lat)``, s."""
+    t = fixed_s
+    for (mult, _, _), env in zip(parts, envelopes, strict=True):
+        if env:
+            t += mult * max([k * scale + lat for k, lat in env])
+    return t
 
 
 class Links:
@@ -88,10 +162,10 @@ class Links:
 class Activity:
     """A unit of work whose duration depends on the stretch of the links it crosses.
 
-    ``envelope`` lists the (sum_e k_fe, lat_f) of the flows that can be the slowest when no
-    link is stretched (the others are dominated), so the common uncontended case costs
-    O(1-2) instead of a pass over every hop. ``acct`` is (bytes per unit on each link,
-    units): the bytes it carries, booked when it finishes.
+    ``work`` holds its flows and, per part, the envelope of the flows that can be the slowest
+    when no link is stretched (the others are dominated), so the common uncontended case costs
+    O(1-2) instead of a pass over every hop. ``acct`` is (bytes per unit on each link, units):
+    the bytes it carries, booked when it finishes.
 
     ``weight`` is its load on its links: ``None`` derives it per link from ``acct`` as the share
     of its time alone that link ``e`` is busy with its bytes, ``bytes_e / B(e) / t(1)`` (the
@@ -99,18 +173,15 @@ class Activity:
     on every link (a transfer that occupies its whole path for its whole life)."""
 
     __slots__ = (
-        "fixed_s", "mult", "scale", "flows", "envelope", "weight", "acct", "on_done",
-        "links", "id", "remaining", "duration", "last_t", "version", "started", "base_s",
-        "chan", "loads",
+        "fixed_s", "scale", "work", "weight", "acct", "on_done", "links", "id", "remaining",
+        "duration", "last_t", "version", "started", "base_s", "chan", "loads",
     )  # fmt: skip
 
     def __init__(
         self,
         fixed_s: float,
-        mult: float,
         scale: float,
-        flows: Sequence[Flow],
-        envelope: Sequence[tuple[float, float]],
+        work: Work,
         weight: float | None,
         acct: tuple[dict[int, float], float] | None,
         on_done: Callable[[float], None],
@@ -119,10 +190,8 @@ class Activity:
     ) -> None:
         self.chan = chan  # activities of one channel (a stage's policy, a KV route) share links
         self.fixed_s = fixed_s
-        self.mult = mult
         self.scale = scale
-        self.flows = flows
-        self.envelope = envelope
+        self.work = work
         self.weight = weight
         self.acct = acct
         self.on_done = on_done
@@ -137,42 +206,34 @@ class Activity:
         self.loads: list[tuple[int, float]] = []  # (link, weight) it adds while active
 
     def time(self, stretch) -> float:
-        return self.time_from(flow_sums(self.flows, stretch))
+        return self.time_from(self.work.sums(stretch))
 
     def time_from(self, sums: Sequence[tuple[float, float]]) -> float:
-        """t(x) from the flows' ``(sum_e k_fe x_e, lat_f)`` (shared by a channel's activities)."""
-        return work_time(self.fixed_s, self.mult, self.scale, sums)
+        """t(x) from the flows' ``(K_f(x), lat_f)`` (shared by a channel's activities)."""
+        return self.work.time(self.fixed_s, self.scale, sums)
 
     def time_alone(self) -> float:
-        return self.time_from(self.envelope)
+        return self.work.time_alone(self.fixed_s, self.scale)
 
 
-def work_time(
-    fixed_s: float, mult: float, scale: float, sums: Sequence[tuple[float, float]]
-) -> float:
-    """``fixed_s + mult * max_f (scale * k_f + lat_f)``: an activity's time, s."""
-    worst = 0.0
-    for k, lat in sums:
-        t = k * scale + lat
-        if t > worst:
-            worst = t
-    return fixed_s + mult * worst
+def flow_sums(flows: Sequence[Flow], stretch, pipelined: bool) -> list[tuple[float, float]]:
+    """``(K_f(x), lat_f)`` of each flow under the stretch vector ``stretch``: its most
+    stretched hop (pipelined) or the sum of its hops."""
+    if pipelined:
+        return [(max([k * stretch[e] for e, k in terms], default=0.0), lat) for terms, lat in flows]
+    return [(sum([k * stretch[e] for e, k in terms]), lat) for terms, lat in flows]
 
 
-def flow_sums(flows: Sequence[Flow], stretch) -> list[tuple[float, float]]:
-    """``(sum_e k_fe x_e, lat_f)`` of each flow under the stretch vector ``stretch``."""
-    out = []
-    for terms, lat in flows:
-        t = 0.0
-        for e, k in terms:
-            t += k * stretch[e]
-        out.append((t, lat))
-    return out
+def flow_slope(flow: Flow, pipelined: bool) -> float:
+    """K_f(1): a flow's seconds per unit alone."""
+    if pipelined:
+        return max((k for _, k in flow[0]), default=0.0)
+    return sum(k for _, k in flow[0])
 
 
-def envelope(flows: Sequence[Flow]) -> tuple[tuple[float, float], ...]:
-    """The (sum of k, latency) pairs of the flows not dominated by another flow."""
-    pts = sorted({(sum(k for _, k in terms), lat) for terms, lat in flows}, reverse=True)
+def envelope(flows: Sequence[Flow], pipelined: bool) -> Envelope:
+    """The (K_f(1), latency) pairs of the flows not dominated by another flow."""
+    pts = sorted({(flow_slope(f, pipelined), f[1]) for f in flows}, reverse=True)
     out: list[tuple[float, float]] = []
     for k, lat in pts:  # by k descending: keep a flow only if its latency beats all kept
         if not out or lat > max(x[1] for x in out):
@@ -205,7 +266,7 @@ class FluidNetwork:
         self._keep: list = []
         self._safe: dict[object, bool] = {}  # policy key -> crosses no risky link
         self.risk_version = 0  # make_risky calls that added links
-        # channel -> its flows' (sum_e k x_e, lat) under the stretch in force, kept current by
+        # channel -> its flows' (K_f(x), lat) under the stretch in force, kept current by
         # _retouch (every stretch change passes there) so a start reuses it
         self._sums: dict[object, list[tuple[float, float]]] = {}
 
@@ -226,8 +287,8 @@ class FluidNetwork:
             if not members:
                 self._sums.pop(c, None)
                 continue
-            flows = next(iter(members.values())).flows
-            sums = flow_sums(flows, stretch)  # once per channel: its activities share flows
+            work = next(iter(members.values())).work
+            sums = work.sums(stretch)  # once per channel: its activities share their work
             self._sums[c] = sums
             for a in members.values():
                 if a is skip:
@@ -237,7 +298,7 @@ class FluidNetwork:
                     if a.remaining < 0.0:
                         a.remaining = 0.0
                 a.last_t = now
-                a.duration = a.time_from(sums) if a.flows is flows else a.time(stretch)
+                a.duration = a.time_from(sums) if a.work is work else a.time(stretch)
                 self.rerates += 1
                 self._push(a, now)
 
@@ -313,9 +374,25 @@ class FluidNetwork:
         return True
 
     def _apply(self, a: Activity, sign: float) -> list[int]:
-        """Add (``sign`` 1) or remove (-1) ``a``'s loads; the links whose stretch changed."""
-        load, set_load = self.links.load, self._set_load
-        return [e for e, w in a.loads if set_load(e, load[e] + sign * w)]
+        """Add (``sign`` 1) or remove (-1) ``a``'s loads; the links whose stretch changed
+        (``_set_load`` inlined: this runs twice per activity)."""
+        lk = self.links
+        load, stretch, tol = lk.load, lk.stretch, self.tol
+        changed = []
+        for e, w in a.loads:
+            x = load[e] = load[e] + sign * w
+            if x <= 1.0 + EPS:
+                x = 1.0
+            old = stretch[e]
+            if x == old or (x != 1.0 and abs(x - old) <= tol * old):
+                continue
+            if old == 1.0:
+                self.stretched += 1
+            elif x == 1.0:
+                self.stretched -= 1
+            stretch[e] = x
+            changed.append(e)
+        return changed
 
     def start(self, a: Activity, now: float) -> None:
         a.id = self._next_id
@@ -338,10 +415,10 @@ class FluidNetwork:
         if changed:  # re-rates the others, and refreshes the channel's sums for a
             self._retouch(changed, now, a)
         if self.stretched:
-            shared = next(iter(members.values())).flows is a.flows  # the channel's flows
+            shared = next(iter(members.values())).work is a.work  # the channel's work
             sums = self._sums.get(chan) if shared else None
             if sums is None:
-                sums = flow_sums(a.flows, self.links.stretch)
+                sums = a.work.sums(self.links.stretch)
                 if shared:
                     self._sums[chan] = sums
             a.duration = a.time_from(sums)

@@ -1,8 +1,9 @@
 """The online scheduler (DESIGN.md §8, ``controller.scheduler.online``) inside the simulator.
 
-Every group with more than one candidate policy (ring, INA at each switch its planner allows)
-gets an :class:`~controller.scheduler.online.OnlineScheduler` whose table lists those policies,
-the plan's choice as policy 0 (so ties keep the plan), all costs 0.
+Every group with more than one candidate policy (ring, INA at each switch its planner allows,
+hierarchical INA where the plan chose it) gets an
+:class:`~controller.scheduler.online.OnlineScheduler` whose table lists those policies, the
+plan's choice as policy 0 (so ties keep the plan), all costs 0.
 The simulator asks it once per stage iteration with the bytes of the iteration's 2 L/P_pipe
 all-reduces (one decision per iteration rather than per all-reduce: a GPU agent decides per
 collective, but the 2 L/P all-reduces of one iteration see the same network within a few ms,
@@ -64,6 +65,7 @@ def policy_table(
             "id": k,
             "scheme": opt.scheme,
             "switch": opt.switch or "",
+            "rails": [{"shard": k, "switch": sw} for k, sw in opt.rails],
             "links": list(opt.link_ids),
             "cost": 0.0,
         }

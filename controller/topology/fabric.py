@@ -1,12 +1,25 @@
-"""Routes over the cluster graph (Alg. 2 lines 1-3 of the paper).
+"""Routes over the cluster graph (Alg. 2 lines 1-3 of the paper), and how a path is priced.
 
 Shortest paths between switches are computed once per bandwidth update with Dijkstra over the
 switch tier (scipy's C implementation; O(S (S + E_s) log S) for S switches), weighted by the
-store-and-forward cost of a reference message, ``ref_bytes / B(e) + latency(e)``. A GPU leaves
-the GPU tier through an *exit*: one of its own NIC ports, or, when NVLink relay is allowed,
-the NIC port of an NVLink peer reached over the server's NVLink fabric (the paper's key idea,
-Fig. 2). Every route is an exit followed by a switch path; candidate routes per GPU are few
-(one per NIC in its server), so the load-aware choice among them is cheap.
+store-and-forward cost of a reference message, ``ref_bytes / B(e) + latency(e)`` (an additive
+proxy in either cost mode: a pipelined price is not additive over hops). A GPU leaves the GPU
+tier through an *exit*: one of its own NIC ports, or, when NVLink relay is allowed, the NIC
+port of an NVLink peer reached over the server's NVLink fabric (the paper's key idea, Fig. 2).
+Every route is an exit followed by a switch path; candidate routes per GPU are few (one per NIC
+in its server), so the load-aware choice among them is cheap.
+
+The Fabric carries the *cost mode* (docs/costmodel.md), so every path price goes through it:
+
+``pipelined`` (default)  NICs and switches forward packet by packet: a flow whose links carry
+    ``load(e)`` bytes takes ``max_e load(e) / B(e) + sum_e latency(e) + packet * (sum_e 1/B(e)
+    - max_e 1/B(e))``, the last term one packet's serialisation on every hop but the slowest
+    (``(hops - 1) * packet / B`` on equal links; exact for a lone flow).
+``paper``  the HeroServe paper's store and forward, ``sum_e (load(e) / B(e) + latency(e))``
+    (Eq. 10; Fig. 2's 160 / 90 us).
+
+Either way a flow's time is affine in the bytes when every load scales with the message, which
+is what lets a collective be priced once per route choice and re-priced at any size.
 """
 
 from __future__ import annotations
@@ -18,23 +31,52 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
+from controller.errors import InputError
 from controller.topology.graph import GPU, SWITCH, nic_switches, servers
 from controller.units import MB
 
 Path = list[str]
+Edge = tuple[str, str]
+
+PIPELINED, PAPER = "pipelined", "paper"
+COST_MODES = (PIPELINED, PAPER)
+# RoCE's largest path MTU: NCCL sets each queue pair's path MTU to the smaller active MTU of
+# the two ports (src/transport/net_ib/connect.cc), 4096 B on a jumbo-frame RoCE fabric.
+ROCE_MTU_BYTES = 4096
 
 
 class Fabric:
-    """Candidate routes in ``g``. ``relay`` allows NVLink detours to a peer's NIC."""
+    """Candidate routes in ``g`` and their prices. ``relay`` allows NVLink detours to a peer's
+    NIC; ``cost_mode`` (``pipelined`` or ``paper``) and ``packet_bytes`` (the packet a
+    pipelined hop serialises before forwarding) set how a path is priced."""
 
-    def __init__(self, g: nx.Graph, *, relay: bool = True, ref_bytes: float = MB) -> None:
+    def __init__(
+        self,
+        g: nx.Graph,
+        *,
+        relay: bool = True,
+        ref_bytes: float = MB,
+        cost_mode: str = PIPELINED,
+        packet_bytes: float = ROCE_MTU_BYTES,
+    ) -> None:
+        if cost_mode not in COST_MODES:
+            raise InputError(f"cost mode must be one of {', '.join(COST_MODES)}, got {cost_mode!r}")
+        if not packet_bytes > 0:
+            raise InputError(f"packet size must be positive, got {packet_bytes!r}")
         self.g = g
         self.relay = relay
         self.ref_bytes = ref_bytes
+        self.cost_mode = cost_mode
+        self.pipelined = cost_mode == PIPELINED
+        self.packet_bytes = float(packet_bytes)
         self._server_gpus = servers(g)
         self._nv_cache: dict[tuple[str, str], Path] = {}
         self._exit_cache: dict[str, list[Path]] = {}
         self._sp_cache: dict[tuple[str, str], Path | None] = {}
+        self._rts_cache: dict[tuple[str, str], list[Path]] = {}
+        # per-fabric memo of route lists and route shapes, for the cost model: routes are
+        # never modified once built, so callers share them
+        self.memo: dict[object, object] = {}
         sw = [n for n, d in g.nodes(data=True) if d["kind"] == SWITCH]
         self.switch_index = {s: i for i, s in enumerate(sorted(sw))}
         self.switch_names = sorted(sw)
@@ -111,11 +153,17 @@ class Fabric:
         return self._exit_cache[gpu]
 
     def routes_to_switch(self, gpu: str, switch: str) -> list[Path]:
-        out = []
-        for e in self.exits(gpu):
-            sp = self.switch_path(e[-1], switch)
-            if sp is not None:
-                out.append(e + sp[1:])
+        """Every exit of ``gpu`` followed by the switch path to ``switch`` (shared, read-only
+        lists, built once)."""
+        key = (gpu, switch)
+        out = self._rts_cache.get(key)
+        if out is None:
+            out = []
+            for e in self.exits(gpu):
+                sp = self.switch_path(e[-1], switch)
+                if sp is not None:
+                    out.append(e + sp[1:])
+            self._rts_cache[key] = out
         return out
 
     def routes_between(self, src: str, dst: str) -> list[Path]:
@@ -141,6 +189,41 @@ class Fabric:
         for a, b, d in self.g.edges(data=True):
             out[(a, b)] = out[(b, a)] = (1.0 / d["available"], d["latency_s"])
         return out
+
+    # -- prices (module docstring) -------------------------------------------------------
+    def fixed_s(self, edges: list[Edge], packet_bytes: float | None = None) -> float:
+        """The part of a flow's time that does not grow with its bytes: the hops' latencies
+        and, pipelined, one packet's serialisation on every hop but the slowest."""
+        table = self.link_table
+        lat = 0.0
+        if not self.pipelined:
+            for e in edges:
+                lat += table[e][1]
+            return lat
+        inv_sum = inv_max = 0.0
+        for e in edges:
+            inv, le = table[e]
+            lat += le
+            inv_sum += inv
+            if inv > inv_max:
+                inv_max = inv
+        pkt = self.packet_bytes if packet_bytes is None else packet_bytes
+        return lat + pkt * (inv_sum - inv_max)
+
+    def combine(self, terms: list[float]) -> float:
+        """Seconds a flow spends moving its bytes, from each hop's ``load(e) / B(e)``: the
+        slowest hop (pipelined) or their sum (paper)."""
+        if not terms:
+            return 0.0
+        return max(terms) if self.pipelined else sum(terms)
+
+    def path_time(self, path: Path, nbytes: float, packet_bytes: float | None = None) -> float:
+        """One flow of ``nbytes`` alone on ``path``."""
+        edges = list(zip(path, path[1:], strict=False))
+        table = self.link_table
+        return self.combine([nbytes * table[e][0] for e in edges]) + self.fixed_s(
+            edges, packet_bytes
+        )
 
     def is_gpu(self, n: str) -> bool:
         return self.g.nodes[n]["kind"] == GPU

@@ -9,14 +9,27 @@ from controller.models.gpus import gpu_spec
 from controller.topology.graph import add_gpu, add_link, add_nvswitch, add_switch
 from controller.units import GB, gbps
 
+# PCIe 4.0 x16: 16 GT/s x 16 lanes, 128b/130b coding, about 32 GB/s in each direction.
+PCIE4_X16_BYTES_PER_S = 32 * GB
+
+
+def nvlink_per_direction(gpu_type: str) -> float:
+    """A GPU's NVLink bandwidth in one direction, bytes/s: the datasheet gives the total over
+    both directions (V100 300, A100 600, H100 900 GB/s), a graph link's capacity is per
+    direction."""
+    return gpu_spec(gpu_type).nvlink_bw / 2
+
 
 def add_server(g: nx.Graph, server: str, *, gpu_type: str, n_gpus: int, role: str) -> list[str]:
     """One GPU server: ``n_gpus`` GPUs joined by an NVLink fabric (or PCIe for NVLink-less
-    parts). Returns the GPU ids ``<server>-gpu<i>``."""
+    parts). Returns the GPU ids ``<server>-gpu<i>``. A link's capacity is per direction (it is
+    full duplex), so a GPU's NVLink edge gets half the datasheet's total over both directions
+    (``nvlink_per_direction``); PCIe 4.0 x16 carries 32 GB/s each way."""
     spec = gpu_spec(gpu_type)
     fabric = f"{server}-nvsw"
     add_nvswitch(g, fabric, server=server)
-    link, bw = ("nvlink", spec.nvlink_bw) if spec.nvlink_bw > 0 else ("pcie", 32 * GB)
+    nvlink = nvlink_per_direction(gpu_type)
+    link, bw = ("nvlink", nvlink) if nvlink > 0 else ("pcie", PCIE4_X16_BYTES_PER_S)
     out = []
     for i in range(n_gpus):
         gid = f"{server}-gpu{i}"
@@ -34,11 +47,16 @@ def add_server(g: nx.Graph, server: str, *, gpu_type: str, n_gpus: int, role: st
     return out
 
 
-def testbed() -> nx.Graph:
-    """The paper's testbed (Fig. 6): 4 servers of 4 GPUs; srv0, srv1 are A100-40GB (prefill),
-    srv2, srv3 V100-32GB (decode); one 100 Gb/s port per GPU on 2 tracks: GPUs 0 and 2 of every
-    server on access switch s1, GPUs 1 and 3 on s2; s1 and s2 joined by one 100 Gb/s link."""
-    g = nx.Graph(name="testbed")
+def testbed(fixed_roles: bool = False) -> nx.Graph:
+    """The paper's testbed (Fig. 6): 4 servers of 4 GPUs; srv0, srv1 are A100-40GB, srv2, srv3
+    V100-32GB; one 100 Gb/s port per GPU on 2 tracks: GPUs 0 and 2 of every server on access
+    switch s1, GPUs 1 and 3 on s2; s1 and s2 joined by one 100 Gb/s link.
+
+    Every GPU's role is ``any``: the planner decides which servers prefill and which decode.
+    ``fixed_roles`` pins the paper's split (prefill on the A100 servers, decode on the V100
+    servers), for comparing the planner's split with it; that graph is the built-in
+    ``testbed-paper``."""
+    g = nx.Graph(name="testbed-paper" if fixed_roles else "testbed")
     add_switch(g, "s1", tier="access")
     add_switch(g, "s2", tier="access")
     add_link(g, "s1", "s2", link="ethernet", capacity=gbps(100))
@@ -49,6 +67,7 @@ def testbed() -> nx.Graph:
         ("V100-32GB", "decode"),
     ]
     for s, (gpu_type, role) in enumerate(kinds):
+        role = role if fixed_roles else "any"
         for i, gid in enumerate(add_server(g, f"srv{s}", gpu_type=gpu_type, n_gpus=4, role=role)):
             add_link(g, gid, "s1" if i % 2 == 0 else "s2", link="ethernet", capacity=gbps(100))
     return g
@@ -65,7 +84,7 @@ def tracks(
     uplinks_per_access: int = 4,
     gpu_port_gbps: float = 100,
     uplink_gbps: float = 400,
-    prefill_fraction: float = 0.5,
+    prefill_fraction: float | None = None,
     name: str | None = None,
 ) -> nx.Graph:
     """A rail ("track") cluster of the paper's simulations (§V).
@@ -76,7 +95,8 @@ def tracks(
     core switches ``(u * uplinks_per_access + j) mod core_switches`` (j < uplinks_per_access),
     so the access switches of one unit share their core switches (cross-track traffic inside a
     unit takes access-core-access), and the core tier is modelled as a non-blocking full mesh.
-    The first ``prefill_fraction`` of the units serve prefill, the rest decode (the paper's
+    Every GPU's role is ``any`` (the planner splits the roles); with ``prefill_fraction`` the
+    first that fraction of the units is pinned to prefill and the rest to decode (the paper's
     Fig. 4 gives each phase its own access switches).
     """
     if servers % servers_per_unit:
@@ -89,9 +109,9 @@ def tracks(
     for i, a in enumerate(cores):
         for b in cores[i + 1 :]:
             add_link(g, a, b, link="ethernet", capacity=gbps(uplink_gbps))
-    prefill_units = round(units * prefill_fraction)
+    prefill_units = None if prefill_fraction is None else round(units * prefill_fraction)
     for u in range(units):
-        role = "prefill" if u < prefill_units else "decode"
+        role = "any" if prefill_units is None else ("prefill" if u < prefill_units else "decode")
         acc = [f"u{u}-acc{t}" for t in range(n_tracks)]
         for a in acc:
             add_switch(g, a, tier="access")
@@ -124,7 +144,8 @@ def fig2() -> nx.Graph:
     gn1 (server A) and gn3 (server B) have their NICs on S2; gn2 (A) and gn4 (B) on S1; S1 and
     S2 are joined. The group {gn2, gn3} aggregating on the core S1 (homogeneous INA) needs two
     Ethernet hops from gn3; with NVLink, gn2 relays through gn1's NIC and both reach the access
-    switch S2 in one Ethernet hop."""
+    switch S2 in one Ethernet hop. The paper's "600GBs" NVLink is the A100's total over both
+    directions: 300 GB/s each way."""
     g = nx.Graph(name="fig2")
     add_switch(g, "S1", tier="core")
     add_switch(g, "S2", tier="access")
@@ -134,10 +155,18 @@ def fig2() -> nx.Graph:
         add_nvswitch(g, f"{server}-nvsw", server=server)
         for i, gid in enumerate(gids):
             add_gpu(g, gid, gpu_type="A100-40GB", memory_gb=40, server=server, index=i)
-            add_link(g, gid, f"{server}-nvsw", link="nvlink", capacity=600 * GB)
+            add_link(
+                g, gid, f"{server}-nvsw", link="nvlink", capacity=nvlink_per_direction("A100-40GB")
+            )
     for gid, sw in [("gn1", "S2"), ("gn3", "S2"), ("gn2", "S1"), ("gn4", "S1")]:
         add_link(g, gid, sw, link="ethernet", capacity=gbps(100))
     return g
 
 
-BUILTIN = {"testbed": testbed, "2tracks": two_tracks, "8tracks": eight_tracks, "fig2": fig2}
+BUILTIN = {
+    "testbed": testbed,
+    "testbed-paper": lambda: testbed(fixed_roles=True),
+    "2tracks": two_tracks,
+    "8tracks": eight_tracks,
+    "fig2": fig2,
+}

@@ -6,8 +6,9 @@ Nodes
             its server), ``role`` in {prefill, decode, any}. A GPU node stands for the GPU and
             its RDMA NIC(s) (GPUDirect): its Ethernet edges are its NIC ports.
   nvswitch  ``kind="nvswitch"``, ``server``: the NVLink fabric of one server. Each GPU of the
-            server has one NVLink edge to it with the GPU's total NVLink bandwidth, so a GPU
-            cannot send more than its NVLink bandwidth to all its peers together.
+            server has one NVLink edge to it with the GPU's NVLink bandwidth per direction
+            (half the datasheet's total), so a GPU cannot send more than that to all its
+            peers together.
   switch    ``kind="switch"``, ``tier`` in {access, core}, ``ina`` (bool), ``aggregator_slots``
             (slots available for INA), ``slot_bytes`` (payload bytes aggregated per slot).
   host      ``kind="host"``: anything else (a parameter server, a client).

@@ -5,11 +5,11 @@ from controller.workload.generators import (
     Request,
     Workload,
     chatbot,
-    load_trace,
     resolve_workload,
     summarization,
 )
 from controller.workload.sla import SLA, default_sla
+from controller.workload.traces import load_trace
 
 __all__ = [
     "SLA",

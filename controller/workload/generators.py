@@ -9,16 +9,11 @@ Lengths are clipped to [1, max_context] with input + output <= max_context (OPT:
 Arrivals: Poisson at rate lambda, or gamma inter-arrival times with a given CV (CV 1 is
 Poisson; larger is burstier).
 
-Trace files: CSV with columns ``input_tokens,output_tokens[,arrival_s]``, JSON list of objects
-with those keys, or a ShareGPT JSON file (conversations of ``{"from", "value"}`` turns) where
-each human turn is a request and the next gpt turn its answer, with tokens approximated as
-``ceil(characters / 4)`` (the usual ~4 characters per BPE token of English text).
+Trace files (CSV, JSON, ShareGPT) are read by ``traces.py``.
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +21,6 @@ from pathlib import Path
 import numpy as np
 
 from controller.errors import InputError
-
-CHARS_PER_TOKEN = 4.0
 
 
 @dataclass(frozen=True)
@@ -123,69 +116,11 @@ def summarization(n: int = 20000, seed: int = 0, max_context: int = 2048) -> Wor
 WORKLOADS = {"chatbot": chatbot, "summarization": summarization}
 
 
-def _tokens(text: str) -> int:
-    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
-
-
-def _positive_int(v: object, where: str) -> int:
-    try:
-        x = float(v)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise InputError(f"{where}: {v!r} is not a number") from None
-    if not math.isfinite(x) or x < 1 or x != int(x):
-        raise InputError(f"{where}: token count must be a positive integer, got {v!r}")
-    return int(x)
-
-
-def load_trace(path: str | Path) -> Workload:
-    """Load a CSV, JSON or ShareGPT trace (see module docstring)."""
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"trace file {str(p)!r} does not exist")
-    inputs: list[int] = []
-    outputs: list[int] = []
-    arrivals: list[float] = []
-    if p.suffix == ".csv":
-        with p.open(newline="") as f:
-            reader = csv.DictReader(f)
-            need = {"input_tokens", "output_tokens"}
-            if not reader.fieldnames or not need <= set(reader.fieldnames):
-                raise InputError(f"{p}: CSV needs columns input_tokens,output_tokens")
-            for i, row in enumerate(reader, start=2):
-                inputs.append(_positive_int(row["input_tokens"], f"{p}:{i} input_tokens"))
-                outputs.append(_positive_int(row["output_tokens"], f"{p}:{i} output_tokens"))
-                if row.get("arrival_s") not in (None, ""):
-                    arrivals.append(float(row["arrival_s"]))
-    else:
-        try:
-            doc = json.loads(p.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise InputError(f"{p}: not valid JSON ({e})") from None
-        if not isinstance(doc, list) or not doc:
-            raise InputError(f"{p}: expected a non-empty JSON list of requests")
-        for i, item in enumerate(doc):
-            if not isinstance(item, dict):
-                raise InputError(f"{p}: item {i} is not an object")
-            if "conversations" in item:  # ShareGPT
-                turns = item["conversations"]
-                for a, b in zip(turns, turns[1:], strict=False):
-                    if a.get("from") == "human" and b.get("from") == "gpt":
-                        inputs.append(_tokens(str(a.get("value", ""))))
-                        outputs.append(_tokens(str(b.get("value", ""))))
-            else:
-                inputs.append(_positive_int(item.get("input_tokens"), f"{p}: item {i}"))
-                outputs.append(_positive_int(item.get("output_tokens"), f"{p}: item {i}"))
-                if "arrival_s" in item:
-                    arrivals.append(float(item["arrival_s"]))
-    if not inputs:
-        raise InputError(f"{p}: no requests found")
-    arr = np.array(arrivals) if len(arrivals) == len(inputs) else None
-    return Workload(p.stem, np.array(inputs), np.array(outputs), arr)
-
-
 def resolve_workload(spec: str, seed: int = 0) -> Workload:
     if spec in WORKLOADS:
         return WORKLOADS[spec](seed=seed)
     if Path(spec).suffix in (".csv", ".json"):
+        from controller.workload.traces import load_trace  # traces builds on this module
+
         return load_trace(spec)
     raise InputError(f"unknown workload {spec!r}: use chatbot, summarization or a .csv/.json trace")

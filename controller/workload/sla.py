@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from controller.errors import InputError
@@ -14,11 +15,11 @@ class SLA:
     attainment: float = 0.9  # fraction of requests that must meet both bounds
 
     def __post_init__(self) -> None:
-        if self.ttft_s <= 0 or self.tpot_s <= 0:
+        if not (0 < self.ttft_s < math.inf and 0 < self.tpot_s < math.inf):  # NaN fails too
             raise InputError(
-                f"SLA bounds must be positive (ttft={self.ttft_s}, tpot={self.tpot_s})"
+                f"SLA bounds must be positive and finite (ttft={self.ttft_s}, tpot={self.tpot_s})"
             )
-        if not 0 < self.attainment <= 1:
+        if not 0 < self.attainment <= 1:  # NaN fails too
             raise InputError(f"SLA attainment must be in (0, 1], got {self.attainment}")
 
     def to_dict(self) -> dict[str, float]:

@@ -183,9 +183,17 @@ bool Daemon::InstallTable(const pb::PolicyTable& t, Group* g, std::string* error
   auto& ts = g->tables;
   if (!ts.empty() && table->version <= ts.back()->version) {
     for (auto& old : ts) {
-      if (old->version == table->version) old = table;  // a re-sent version: replace
+      if (old->version == table->version) {
+        old = table;  // a re-sent version (full state after a reconnect): replace
+        return true;
+      }
     }
-    return true;
+    // Below the newest version held: the plugin refuses it (versions only grow), so taking
+    // it would acknowledge a table NCCL never uses. Refuse it, and say so in the ack.
+    *error = "table " + t.group_id() + " v" + std::to_string(t.version()) +
+             " is below version " + std::to_string(ts.back()->version) +
+             " already published: refused (versions must grow)";
+    return false;
   }
   ts.push_back(std::move(table));
   if (ts.size() > kKeepVersions) ts.erase(ts.begin());
@@ -208,15 +216,26 @@ bool Daemon::Publish(const std::string& group_id, Group* g, std::string* error) 
   return g->seg->Publish(json::Write(doc), newest, error);
 }
 
-bool Daemon::ApplyUpdate(const pb::PolicyUpdate& u, std::string* error) {
+Daemon::Outcome Daemon::ApplyUpdate(const pb::PolicyUpdate& u, std::string* error) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!u.full() && u.epoch() <= last_epoch_) {
-    Log("INFO", "ignoring stale update epoch " + std::to_string(u.epoch()));
-    return true;
+  if (!u.full() && (u.generation() != generation_ || u.epoch() <= last_epoch_)) {
+    Log("INFO", "ignoring stale update epoch " + std::to_string(u.epoch()) +
+                    (u.generation() != generation_ ? " (another controller generation)" : ""));
+    return Outcome::kIgnored;
+  }
+  if (u.full() && u.generation() != generation_) {
+    // A controller that lost its state counts epochs from 1 again: its epochs are not
+    // comparable with ours. Its full state replaces everything below.
+    if (!generation_.empty()) {
+      Log("WARN", "controller generation changed (" + generation_ + " -> " + u.generation() +
+                      "): resynchronising from its full state");
+    }
+    generation_ = u.generation();
+    last_epoch_ = 0;
   }
   if (!u.has_gpu_policy()) {
     last_epoch_ = u.epoch();
-    return true;  // nothing for a GPU agent (an empty full update carries no body)
+    return Outcome::kApplied;  // nothing for a GPU agent (an empty full update carries no body)
   }
   const pb::GpuPolicy& gp = u.gpu_policy();
   std::vector<std::string> errors;
@@ -252,16 +271,16 @@ bool Daemon::ApplyUpdate(const pb::PolicyUpdate& u, std::string* error) {
   for (auto it = groups_.begin(); it != groups_.end();) {
     it = it->second.tables.empty() ? groups_.erase(it) : std::next(it);
   }
-  last_epoch_ = std::max(last_epoch_, u.epoch());
+  last_epoch_ = u.full() ? u.epoch() : std::max(last_epoch_, u.epoch());
   if (!errors.empty()) {
     std::string all;
     for (const auto& e : errors) all += (all.empty() ? "" : "; ") + e;
     *error = all;
     Log("ERROR", "epoch " + std::to_string(u.epoch()) + ": " + all +
                      " (keeping the last good tables)");
-    return false;
+    return Outcome::kFailed;
   }
-  return true;
+  return Outcome::kApplied;
 }
 
 void Daemon::FillTelemetry(pb::TelemetryReport* r) {
@@ -395,8 +414,22 @@ int Daemon::Run() {
     reg.mutable_identity()->set_kind(pb::NODE_KIND_GPU);
     reg.set_agent_version(kAgentVersion);
     {
+      // What we hold and from which controller generation: a controller that lost its
+      // database issues table versions above these, applying after these sequence numbers.
       std::lock_guard<std::mutex> lock(mu_);
       reg.set_last_applied_epoch(last_epoch_);
+      reg.set_generation(generation_);
+      for (const auto& [group_id, g] : groups_) {
+        if (g.tables.empty()) continue;
+        auto* h = reg.add_held_tables();
+        h->set_group_id(group_id);
+        h->set_version(g.tables.back()->version);
+        uint64_t last_seq = 0;
+        if (g.seg) {
+          for (const auto& slot : g.seg->ReadSlots()) last_seq = std::max(last_seq, slot.last_seq);
+        }
+        h->set_last_seq(last_seq);
+      }
     }
     auto* inv = reg.mutable_gpu();
     for (const auto& g : opts_.gpus) {
@@ -457,7 +490,9 @@ int Daemon::Run() {
     pb::PolicyUpdate upd;
     while (reader->Read(&upd)) {
       std::string err;
-      bool ok = ApplyUpdate(upd, &err);
+      Outcome outcome = ApplyUpdate(upd, &err);
+      if (outcome == Outcome::kIgnored) continue;  // never acknowledge what was not applied
+      bool ok = outcome == Outcome::kApplied;
       if (!upd.has_gpu_policy() && !upd.full()) continue;
       pb::AckRequest ack;
       *ack.mutable_identity() = reg.identity();

@@ -1,7 +1,9 @@
 // heroserve-gpu-agent: gRPC client of the controller (DESIGN.md §9, §11).
 //
 // Registers the server's GPUs, follows the policy stream (full state on connect, then
-// increments with increasing epochs; stale epochs ignored, applied ones acknowledged),
+// increments with increasing epochs; stale epochs ignored and never acknowledged, applied
+// ones acknowledged; a new controller generation, i.e. a controller that lost its database,
+// restarts the epoch count, docs/control-plane.md),
 // publishes each group's tables into its shm segment for the tuner plugin, and reports the
 // plugin's selections and bytes plus NVLink utilisation (NVML, when present) as telemetry.
 // Failures (controller unreachable, TLS files or handshake bad, malformed tables) are logged
@@ -67,7 +69,9 @@ class Daemon {
     std::map<std::tuple<uint64_t, uint64_t, uint32_t>, shm::PolicyCounter> reported;
   };
 
-  bool ApplyUpdate(const heroserve::v1::PolicyUpdate& u, std::string* error);
+  enum class Outcome { kApplied, kIgnored, kFailed };
+  // kIgnored (stale: an increment of another generation or of an old epoch) is never acked.
+  Outcome ApplyUpdate(const heroserve::v1::PolicyUpdate& u, std::string* error);
   bool InstallTable(const heroserve::v1::PolicyTable& t, Group* g, std::string* error);
   bool Publish(const std::string& group_id, Group* g, std::string* error);
   void FillTelemetry(heroserve::v1::TelemetryReport* r);
@@ -81,6 +85,7 @@ class Daemon {
   grpc::ClientContext* stream_ctx_ = nullptr;
   std::map<std::string, Group> groups_;
   uint64_t last_epoch_ = 0;
+  std::string generation_;  // controller generation last_epoch_ belongs to ("" before any)
   std::string session_;
   double telemetry_interval_s_ = 1.0;
   void* stub_ = nullptr;  // heroserve::v1::Control::Stub*, valid while session_ is set

@@ -1,7 +1,10 @@
-"""Generate tests/vectors/online_scheduler.json from the Python reference scheduler.
+"""Generate tests/vectors/online_scheduler.json and online_scheduler_hier.json from the Python
+reference scheduler.
 
-The file is shared by tests/test_online_scheduler.py and csrc/tests/test_vectors.cc: the C++
-policy core must reproduce every choice exactly and every cost within 1e-9 relative.
+The files are shared by tests/test_online_scheduler.py and csrc/tests/test_vectors.cc: the C++
+policy core must reproduce every choice exactly and every cost within 1e-9 relative. The
+hierarchical-INA cases (scheme "hier" with rails, issue 9) are a file of their own, so a C++
+core that predates the scheme keeps passing the others.
 
 Run: .venv/bin/python tests/vectors/gen_online_scheduler.py  (rewrites the file; the pytest
 suite checks the committed file still matches the reference).
@@ -21,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 from controller.scheduler.online import OnlineScheduler  # noqa: E402
 
 OUT = Path(__file__).with_name("online_scheduler.json")
+OUT_HIER = Path(__file__).with_name("online_scheduler_hier.json")
 GBPS = 1e9 / 8  # bytes/s in one Gbit/s
 
 
@@ -143,6 +147,64 @@ def latency_table() -> dict[str, Any]:
     }  # fmt: skip
 
 
+def hier_table() -> dict[str, Any]:
+    """Hand-sized hierarchical INA (issue 9) on 2 servers (a, b) x 2 GPUs with two rails:
+    hier (policy 0, no switch, rails s1 and s2, NVLink inside each server), flat INA on s1
+    (policy 1, the rail-1 GPUs through s2) and NCCL's ring (policy 2). T_u = 1 ms. Hier moves
+    half the bytes per NIC (one shard each) and pays NVLink's reduce-scatter and all-gather;
+    flat INA pays the whole vector per NIC.
+    delta_0 = 20 us / 1 ms + D / (1 ms * 12.5e9), delta_1 = 10 us / 1 ms + D / (1 ms * 6.25e9),
+    delta_2 = 40 us / 1 ms + D / (1 ms * 8.33e9): flat INA wins below D = 125 000 bytes
+    (0.01 + D / 6.25e6 = 0.02 + D / 12.5e6), hier above; the ring's latency never pays."""
+    nv, nic = 150e9, 12.5e9
+    links = [
+        {"id": "a0|a1", "capacity": nv},
+        {"id": "a0|s1", "capacity": nic},
+        {"id": "a1|s2", "capacity": nic},
+        {"id": "b0|b1", "capacity": nv},
+        {"id": "b0|s1", "capacity": nic},
+        {"id": "b1|s2", "capacity": nic},
+        {"id": "s1|s2", "capacity": nic},
+    ]
+    return {
+        "group_id": "decode/0/0",
+        "version": 1,
+        "apply_from_seq": 0,
+        "window_s": 0.001,
+        "gamma": 0.5,
+        "links": links,
+        "policies": [
+            {"id": 0, "scheme": "hier", "switch": "",
+             "rails": [{"shard": 0, "switch": "s1"}, {"shard": 1, "switch": "s2"}],
+             "links": ["a0|a1", "a0|s1", "a1|s2", "b0|b1", "b0|s1", "b1|s2"],
+             "paths": {"a0": ["a0", "s1"], "a1": ["a1", "s2"], "b0": ["b0", "s1"],
+                       "b1": ["b1", "s2"]},
+             "cost": 0.0, "latency_s": 2e-5, "bandwidth": nic},
+            {"id": 1, "scheme": "ina", "switch": "s1",
+             "links": ["a0|s1", "a1|s2", "b0|s1", "b1|s2", "s1|s2"],
+             "paths": {"a0": ["a0", "s1"], "a1": ["a1", "s2", "s1"], "b0": ["b0", "s1"],
+                       "b1": ["b1", "s2", "s1"]},
+             "cost": 0.0, "latency_s": 1e-5, "bandwidth": nic / 2},
+            {"id": 2, "scheme": "ring", "switch": "",
+             "links": ["a0|a1", "a1|s2", "b0|b1", "b1|s2"],
+             "paths": {"a0": ["a0", "a1"], "a1": ["a1", "s2", "b1"], "b0": ["b0", "b1"],
+                       "b1": ["b1", "s2", "a1"]},
+             "cost": 0.0, "latency_s": 4e-5, "bandwidth": nic * 2 / 3},
+        ],
+        "utilisation": {"a1|s2": 0.2, "s1|s2": 0.5},
+    }  # fmt: skip
+
+
+def with_hier(rng: random.Random, table: dict[str, Any]) -> dict[str, Any]:
+    """Make some of a random table's policies hierarchical (no switch, 1-4 rails)."""
+    for p in table["policies"]:
+        if rng.random() < 0.4:
+            p["scheme"] = "hier"
+            p["switch"] = ""
+            p["rails"] = [{"shard": k, "switch": f"s{k + 1}"} for k in range(rng.randint(1, 4))]
+    return table
+
+
 def run_case(name: str, events: list[dict[str, Any]]) -> dict[str, Any]:
     s = OnlineScheduler()
     expect = []
@@ -172,19 +234,25 @@ def random_case(
     n_policies: int,
     steps: int,
     time_model: random.Random | None = None,
+    hier: random.Random | None = None,
 ) -> dict[str, Any]:
     """``time_model``: give the tables latency_s / bandwidth fields drawn from this generator
-    (a separate one, so the cases without them stay as they were)."""
+    (a separate one, so the cases without them stay as they were); ``hier``: make some
+    policies hierarchical, drawn from this generator."""
     group = "prefill/0/0"
     t1 = random_table(rng, n_links, n_policies, 1, 0, group)
     if time_model is not None:
         t1 = with_time_model(time_model, t1)
+    if hier is not None:
+        t1 = with_hier(hier, t1)
     events: list[dict[str, Any]] = [{"install": t1}]
     version = 1
     link_ids = [lk["id"] for lk in t1["links"]]
+    selected = False  # an observation needs a table in force: the first select activates it
     for step in range(steps):
         r = rng.random()
-        if r < 0.75:
+        if r < 0.75 or (r < 0.93 and not selected):
+            selected = True
             events.append(
                 {
                     "select": rng.choice(
@@ -207,6 +275,8 @@ def random_case(
             t = random_table(rng, n_links, n_policies, version, step + rng.randint(0, 5), group)
             if time_model is not None:
                 t = with_time_model(time_model, t)
+            if hier is not None:
+                t = with_hier(hier, t)
             events.append({"install": t})
             if rng.random() < 0.3:
                 events.append({"install": t1})  # stale: must be ignored
@@ -281,14 +351,39 @@ def main() -> None:
     trng = random.Random(20260601)
     for k, (nl, npol, steps) in enumerate([(4, 3, 60), (10, 8, 120), (16, 16, 150)]):
         cases.append(random_case(trng, f"time_model_{k}_{npol}p", nl, npol, steps, time_model=trng))
-    OUT.write_text(
+    _write(OUT, cases)
+    # Hierarchical INA (issue 9).
+    cases = []
+    cases.append(
+        run_case(
+            "hier_crossover_hand",
+            [
+                {"install": hier_table()},
+                {"select": 65536},  # flat INA: 0.01 + 0.0104858 < 0.02 + 0.0052429
+                {"select": 1 << 20},  # hier: 0.02 + 0.0838861 < 0.0210486 + 0.01 + 0.1677722
+                {"observe": {"a0|s1": 0.5, "s1|s2": 0.9}},
+                {"select": 1 << 20},
+                {"select": 0},
+            ],
+        )
+    )
+    erng, hrng = random.Random(20261123), random.Random(20261124)
+    for k, (nl, npol, steps) in enumerate([(6, 3, 80), (12, 8, 120)]):
+        cases.append(
+            random_case(erng, f"hier_{k}_{npol}p", nl, npol, steps, time_model=hrng, hier=hrng)
+        )
+    _write(OUT_HIER, cases)
+
+
+def _write(path: Path, cases: list[dict[str, Any]]) -> None:
+    path.write_text(
         json.dumps(
             {"format": 1, "generator": "tests/vectors/gen_online_scheduler.py", "cases": cases},
             indent=1,
         )
         + "\n"
     )
-    print(f"wrote {OUT} ({len(cases)} cases)")
+    print(f"wrote {path} ({len(cases)} cases)")
 
 
 if __name__ == "__main__":

@@ -2,25 +2,31 @@
 benchmarks: the epoch rule for policy updates and a reconnecting client.
 
 The rule (:meth:`PolicyState.apply`): a full update replaces the state; an incremental one
-applies only when its epoch is above the last applied epoch, so a stale or repeated
-update is ignored. The client (:class:`AgentClient`) registers, subscribes, hands each
-applied state to a callback, acknowledges it, and on any failure reconnects with
-exponential backoff (registering again: a restarted controller has no session for it).
+applies only when it comes from the same controller generation and its epoch is above the
+last applied epoch, so a stale or repeated update is ignored, never acknowledged. The
+client (:class:`AgentClient`) registers (saying which generation's state it holds and the
+table versions it holds, so a controller that lost its database issues versions above
+them), subscribes, hands each applied state to a callback, acknowledges it, and on any
+failure reconnects with exponential backoff (registering again: a restarted controller has
+no session for it). A new generation (docs/control-plane.md, "Controller generation")
+restarts the epoch count: the controller's epochs are not comparable across databases.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import logging
 import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 
-from controller._gen.heroserve.v1 import control_pb2 as pb
-from controller._gen.heroserve.v1 import control_pb2_grpc as pb_grpc
+from agents.proto.heroserve.v1 import control_pb2 as pb
+from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 
 log = logging.getLogger("heroserve.agent")
 
@@ -31,16 +37,18 @@ class PolicyState:
 
     epoch: int = 0
     plan_id: str = ""
+    generation: str = ""  # the controller generation the epochs belong to
     switch_groups: dict[int, pb.InaAssignment] = field(default_factory=dict)
     tables: dict[str, pb.PolicyTable] = field(default_factory=dict)
     gpu_ina: dict[int, pb.InaAssignment] = field(default_factory=dict)
 
     def applied(self, upd: pb.PolicyUpdate) -> PolicyState | None:
-        """The state after ``upd``, or None when ``upd`` is stale (ignored)."""
-        if not upd.full and upd.epoch <= self.epoch:
+        """The state after ``upd``, or None when ``upd`` is stale (ignored): an incremental
+        update from another generation, or at or below the last applied epoch."""
+        if not upd.full and (upd.generation != self.generation or upd.epoch <= self.epoch):
             return None
         new = PolicyState() if upd.full else copy.deepcopy(self)
-        new.epoch, new.plan_id = upd.epoch, upd.plan_id
+        new.epoch, new.plan_id, new.generation = upd.epoch, upd.plan_id, upd.generation
         which = upd.WhichOneof("body")
         if which == "switch_policy":
             sp = upd.switch_policy
@@ -75,6 +83,29 @@ class ClientTls:
     key: bytes  # client private key (PEM)
     ca: bytes  # CA of the controller's certificate (PEM)
     server_name: str | None = None  # expected name in the controller's certificate
+
+
+def add_tls_args(p: argparse.ArgumentParser, who: str = "this agent") -> None:
+    """The client TLS flags, the same in the switch agent and ``heroserve admin``."""
+    p.add_argument("--tls-cert", help=f"client certificate (PEM) naming {who}")
+    p.add_argument("--tls-key", help="client private key (PEM)")
+    p.add_argument("--tls-ca", help="CA of the controller's certificate (PEM)")
+    p.add_argument("--tls-server-name", help="name expected in the controller's certificate")
+
+
+def tls_from_args(a: argparse.Namespace) -> ClientTls | None:
+    """What :func:`add_tls_args` parsed: None without TLS; ValueError naming the problem when
+    only some files are given or one cannot be read."""
+    files = [a.tls_cert, a.tls_key, a.tls_ca]
+    if not any(files):
+        return None
+    if not all(files):
+        raise ValueError("mutual TLS needs all of --tls-cert, --tls-key and --tls-ca")
+    try:
+        cert, key, ca = (Path(f).read_bytes() for f in files)
+    except OSError as exc:
+        raise ValueError(f"cannot read TLS file {exc.filename}: {exc.strerror}") from None
+    return ClientTls(cert, key, ca, a.tls_server_name)
 
 
 def channel(target: str, tls: ClientTls | None) -> grpc.Channel:
@@ -178,12 +209,23 @@ class AgentClient:
                 identity=self.identity,
                 agent_version=self.agent_version,
                 last_applied_epoch=self.state.epoch,
+                generation=self.state.generation,
             )
+            for name, t in sorted(self.state.tables.items()):
+                req.held_tables.add(group_id=name, version=t.version)
             if isinstance(inv, pb.SwitchInventory):
                 req.switch_inventory.CopyFrom(inv)
             else:
                 req.gpu.CopyFrom(inv)
             resp = stub.Register(req, timeout=10)
+            if self.state.generation and resp.generation != self.state.generation:
+                log.warning(
+                    "controller %s has a new state generation (%s, was %s): it lost its "
+                    "database; taking its full state and counting epochs from its own",
+                    self.target,
+                    resp.generation,
+                    self.state.generation,
+                )
             self.session = resp.session_id
             self._stub = stub
             self.connects += 1
@@ -217,7 +259,7 @@ class AgentClient:
 
     def _handle(self, stub: pb_grpc.ControlStub, upd: pb.PolicyUpdate) -> None:
         new = self.state.applied(upd)
-        if new is None:
+        if new is None:  # never acknowledged: the controller must not count it as applied
             log.info("ignoring stale epoch %d (applied %d)", upd.epoch, self.state.epoch)
             return
         try:

@@ -1,0 +1,102 @@
+"""All-pairs transfer times between GPUs (Alg. 2 lines 1-3: the latency matrix D(i, j)).
+
+A route from GPU i to GPU j is three segments: an exit of i (its NIC, or an NVLink peer's),
+a switch path, and the reverse of an exit of j; or, inside a server, the NVLink path. Each
+segment s has a slowest hop ``m_s = max 1/B(e)`` and an additive part ``a_s``. In the paper's
+store-and-forward mode a route costs ``sum_s (D sum_e 1/B(e) + latency)``, additive, so
+D(i, j) is a min-plus product over the few switches GPUs attach to. Pipelined, a route costs
+``(D - p) max_s m_s + sum_s a_s`` with ``a_s = latency_s + p sum_e 1/B(e)`` (p the packet,
+``Fabric`` docs), which a min-plus product cannot take whole: it is taken per *level* M, one
+of the few distinct m values (link speeds). With c = D - p >= 0, the routes whose segments all
+have m <= M cost at most ``c M + sum a`` and the best route meets that bound at its own level,
+so D = min over M of ``c M + minplus(segments with m <= M)``. With c < 0 (messages smaller
+than a packet) the bound flips: D = min over M of ``c M + minplus(routes with some segment
+m >= M)``, three min-plus products per level (the exit of i, the switch path or the exit of
+j carries it). Exact in both cases. O(levels * N^2 S) for N GPUs and S switches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from controller.topology.fabric import Fabric, Path
+
+
+def _segment(fabric: Fabric, path: Path, nbytes: float) -> tuple[float, float]:
+    """(m, a) of one segment: its slowest hop's 1/B and its additive cost in the mode."""
+    table = fabric.link_table
+    inv_sum = inv_max = lat = 0.0
+    for e in zip(path, path[1:], strict=False):
+        inv, le = table[e]
+        inv_sum += inv
+        lat += le
+        inv_max = max(inv_max, inv)
+    if fabric.pipelined:
+        return inv_max, lat + fabric.packet_bytes * inv_sum
+    return 0.0, lat + nbytes * inv_sum
+
+
+def _minplus(exit_a: np.ndarray, sd: np.ndarray, exit_b: np.ndarray) -> np.ndarray:
+    """D[i, j] = min over a, b of exit_a[i, a] + sd[a, b] + exit_b[j, b]."""
+    via = np.min(exit_a[:, :, None] + sd[None, :, :], axis=1)
+    return np.min(via[:, None, :] + exit_b[None, :, :], axis=2)
+
+
+def pair_times(fabric: Fabric, gpus: Sequence[str], nbytes: float) -> np.ndarray:
+    """D(i, j) in seconds for a message of ``nbytes`` from GPU i to GPU j over its best route,
+    unloaded links, in the fabric's cost mode (module docstring)."""
+    n = len(gpus)
+    sw = sorted({e[-1] for g in gpus for e in fabric.exits(g)})
+    idx = {s: k for k, s in enumerate(sw)}
+    ns = len(sw)
+    # every exit of GPU i to switch k (several: its own NIC and NVLink peers' on that switch)
+    opts: list[list[list[tuple[float, float]]]] = [[[] for _ in sw] for _ in gpus]
+    for i, g in enumerate(gpus):
+        for e in fabric.exits(g):
+            opts[i][idx[e[-1]]].append(_segment(fabric, e, nbytes))
+    width = max((len(o) for row in opts for o in row), default=0)
+    exit_m = np.full((n, ns, max(1, width)), np.inf)
+    exit_a = np.full((n, ns, max(1, width)), np.inf)
+    for i, row in enumerate(opts):
+        for k, o in enumerate(row):
+            for x, (m, a) in enumerate(o):
+                exit_m[i, k, x], exit_a[i, k, x] = m, a
+    sd_m = np.full((ns, ns), np.inf)
+    sd_a = np.full((ns, ns), np.inf)
+    for a_sw in sw:
+        for b_sw in sw:
+            p = fabric.switch_path(a_sw, b_sw)
+            if p is not None:
+                sd_m[idx[a_sw], idx[b_sw]], sd_a[idx[a_sw], idx[b_sw]] = _segment(fabric, p, nbytes)
+    d = np.full((n, n), np.inf)
+    best_exit = exit_a.min(axis=2)
+    if ns and not fabric.pipelined:
+        d = _minplus(best_exit, sd_a, best_exit)
+    elif ns:
+        c = nbytes - fabric.packet_bytes
+        finite = np.concatenate([exit_m[np.isfinite(exit_m)], sd_m[np.isfinite(sd_m)]])
+        for lv in np.unique(finite):
+            if c >= 0:  # every segment at most this level
+                ea = np.where(exit_m <= lv, exit_a, np.inf).min(axis=2)
+                sa = np.where(sd_m <= lv, sd_a, np.inf)
+                best = _minplus(ea, sa, ea)
+            else:  # some segment at least this level
+                ea = np.where(exit_m >= lv, exit_a, np.inf).min(axis=2)
+                sa = np.where(sd_m >= lv, sd_a, np.inf)
+                best = np.minimum(
+                    np.minimum(_minplus(ea, sd_a, best_exit), _minplus(best_exit, sa, best_exit)),
+                    _minplus(best_exit, sd_a, ea),
+                )
+            d = np.minimum(d, best + c * lv)
+    servers = [fabric.g.nodes[g].get("server") for g in gpus]
+    for i in range(n):
+        d[i, i] = 0.0
+        for j in range(i + 1, n):
+            if servers[i] is not None and servers[i] == servers[j]:
+                p = fabric.nvlink_path(gpus[i], gpus[j])
+                if p is not None:
+                    d[i, j] = min(d[i, j], fabric.path_time(p, nbytes))
+            d[i, j] = d[j, i] = min(d[i, j], d[j, i])
+    return d

@@ -1,0 +1,328 @@
+"""``heroserve fidelity``: the paper's claims beside the project's figures (issue 9).
+
+For each claim of the HeroServe paper (Fig. 2's aggregation delays, Fig. 7-8's scalability
+ratios, the TPOT reductions, Fig. 9's aggregation throughput) the report gives what the
+project's cost model predicts, in both cost modes (``pipelined``, the default, and ``paper``,
+the paper's store-and-forward sums), what the simulator measured where ``heroserve evaluate``
+has run (its ``summary.json`` files), the free-INA upper bound (every all-reduce HeroServe may
+aggregate in the network costs nothing), and why the figures differ. Nothing here is tuned:
+the parameters are the cost model's, each with its source in docs/costmodel.md.
+
+    heroserve fidelity [--out docs/fidelity.md] [--eval-dir eval] [--servers 48] [--quick]
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from controller.costmodel.network import NetParams, flow_times, ina_pattern
+from controller.errors import InputError
+from controller.models import model_spec
+from controller.plan import Plan
+from controller.planner import BASELINES, PlannerOptions, plan
+from controller.topology.generators import fig2, testbed, tracks
+from controller.units import MB
+from controller.workload import chatbot, default_sla, summarization
+
+MODES = ("pipelined", "paper")
+SAME_SPACE = ["distserve", "ds-atp", "ds-switchml"]  # the paper's three baselines
+PAPER_RATIOS = {
+    "testbed-chatbot": {"distserve": 1.53, "ds-atp": 1.42, "ds-switchml": 1.33},
+    "testbed-summarization": {"distserve": 1.68, "ds-atp": 1.58, "ds-switchml": 1.35},
+    "8tracks": "1.09x-1.83x over the three baselines",
+    "2tracks": "1.12x-1.94x over the three baselines",
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str  # testbed-chatbot, 2tracks-summarization, ...
+    make: Callable
+    model: str
+    workload: str
+    scale: str
+
+
+def cases(servers: int) -> list[Case]:
+    def track(n_tracks: int, unit: int, cores: int) -> Callable:
+        n = max(unit, servers // unit * unit)
+        return lambda: tracks(n, 8, n_tracks, unit, cores, name=f"{n_tracks}tracks-{n}")
+
+    out = [
+        Case("testbed-chatbot", testbed, "OPT-66B", "chatbot", "testbed"),
+        Case("testbed-summarization", testbed, "OPT-66B", "summarization", "testbed"),
+    ]
+    for topo, (nt, unit, cores) in (("2tracks", (2, 6, 4)), ("8tracks", (8, 16, 16))):
+        for w in ("chatbot", "summarization"):
+            out.append(Case(f"{topo}-{w}", track(nt, unit, cores), "OPT-175B", w, "large"))
+    return out
+
+
+def fig2_delays(mode: str) -> tuple[float, float]:
+    """Fig. 2: collecting 1 MB from {gn2, gn3} at the core S1 over Ethernet only, and at the
+    access switch S2 with gn2 relaying over NVLink (FP16 lanes, no packet headers, as the
+    paper counts), in ``mode``. Seconds."""
+    net = NetParams(cost_mode=mode, ina_lanes="fp16", ina_overhead_bytes=0)
+    g = fig2()
+    homo_f, het_f = net.fabric(g, relay=False), net.fabric(g)
+    homo = ina_pattern(homo_f, ["gn2", "gn3"], "S1", MB, net)
+    het = ina_pattern(het_f, ["gn2", "gn3"], "S2", MB, net)
+    t_homo = max(flow_times(homo_f, [(p, MB) for p in homo.paths.values()]))
+    t_het = max(flow_times(het_f, [(p, MB) for p in het.paths.values()]))
+    return t_homo, t_het
+
+
+def _plans(case: Case, mode: str, free: bool = False) -> dict[str, Plan | None]:
+    g = case.make()
+    opts = PlannerOptions(net=NetParams(cost_mode=mode), free_ina=free)
+    model = model_spec(case.model)
+    w = chatbot() if case.workload == "chatbot" else summarization()
+    sla = default_sla(case.workload, case.scale)
+    names = ["heroserve"] if free else ["heroserve", *BASELINES]
+    out: dict[str, Plan | None] = {}
+    for n in names:
+        try:
+            out[n] = plan(g, model, w, sla, opts, planner=n)
+        except InputError:
+            out[n] = None
+    return out
+
+
+def _ratio(a: Plan | None, b: Plan | None) -> str:
+    if a is None or b is None or b.predicted.rate <= 0:
+        return "-"
+    return f"{a.predicted.rate / b.predicted.rate:.2f}x"
+
+
+def _ina_groups(p: Plan | None) -> str:
+    if p is None:
+        return "-"
+    groups = p.prefill.groups + p.decode.groups
+    hier = sum(g.scheme == "hier" for g in groups)
+    flat = sum(g.scheme == "ina" for g in groups)
+    return f"{hier} hier, {flat} flat of {sum(len(g.gpus) > 1 for g in groups)}"
+
+
+def _shape(p: Plan | None) -> str:
+    if p is None:
+        return "no plan"
+    return (
+        f"{p.prefill.tp}x{p.prefill.pp} x{len(p.prefill.instances)} / "
+        f"{p.decode.tp}x{p.decode.pp} x{len(p.decode.instances)}"
+    )
+
+
+def _measured(eval_dir: Path, name: str) -> dict[str, float] | None:
+    """Simulated max per-GPU rates of ``heroserve evaluate --scenario name``, if it ran."""
+    path = eval_dir / name / "summary.json"
+    if not path.is_file():
+        return None
+    try:
+        rows = json.loads(path.read_text())["max_rate"]
+        return {r["planner"]: float(r["max_rate_per_gpu"]) for r in rows}
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def report(
+    servers: int = 48,
+    eval_dir: Path = Path("eval"),
+    quick: bool = False,
+    say: Callable[[str], None] = lambda m: None,
+) -> str:
+    t0 = time.perf_counter()
+    lines = ["# Fidelity: the paper's claims beside the project's figures\n"]
+    lines.append(
+        "Written by `heroserve fidelity` (controller/evaluation/fidelity.py); every figure is "
+        "computed by the project's cost model, planners and simulator, with the parameters and "
+        "sources of docs/costmodel.md. Nothing is tuned toward the paper. *pipelined* is the "
+        "default cost mode (NICs and switches forward packet by packet, INA collection and "
+        "distribution overlap); *paper* prices every hop store-and-forward as the paper's Eqs. "
+        "8-11 are written. H is Eq. 1's total SLA-meeting rate; ratios are HeroServe's H over "
+        "the baseline's on the same cluster.\n"
+    )
+    # -- Fig. 2 ---------------------------------------------------------------------------
+    lines.append("## Fig. 2: aggregation delay of 1 MB, Ethernet-only against NVLink-assisted\n")
+    lines.append("| | paper | project, paper mode | project, pipelined |")
+    lines.append("|---|---|---|---|")
+    d = {m: fig2_delays(m) for m in MODES}
+    lines.append(
+        f"| homogeneous (core S1, two Ethernet hops) | ~160 us | {d['paper'][0] * 1e6:.1f} us | "
+        f"{d['pipelined'][0] * 1e6:.1f} us |"
+    )
+    lines.append(
+        f"| heterogeneous (NVLink relay, access S2) | ~90 us | {d['paper'][1] * 1e6:.1f} us | "
+        f"{d['pipelined'][1] * 1e6:.1f} us |"
+    )
+    lines.append(
+        "\nIn its own store-and-forward mode the model gives the paper's figures within 3%: "
+        "the relay saves a whole copy of the message on the second Ethernet hop. Forwarded "
+        "packet by packet, a path costs its slowest hop once plus its latencies, so the relay "
+        f"saves one hop's latency and a packet ({(d['pipelined'][0] - d['pipelined'][1]) * 1e6:.1f}"
+        " us), not 43%: NVLink's advantage then comes from bandwidth (a group reaching a "
+        "switch over several NICs) and from hierarchical INA, not from the hop count.\n"
+    )
+    # -- scalability ------------------------------------------------------------------------
+    lines.append("## Fig. 7 and Fig. 8: scalability ratios\n")
+    lines.append(
+        f"Track clusters at {servers} servers of 8 A100-40GB (the paper's 1,200 take minutes "
+        "per planner and hours to simulate here; `heroserve plan --topology 2tracks|8tracks` "
+        "plans the full size). Predicted by the planner; *simulated* is the maximum per-GPU "
+        "rate at 90% attainment measured by `heroserve evaluate` where it ran.\n"
+    )
+    head = "| scenario | mode | HeroServe plan | INA groups | " + " | ".join(
+        f"vs {b}" for b in [*SAME_SPACE, "distserve-paper"]
+    )
+    lines.append(head + " | free-INA bound | paper |")
+    lines.append("|" + "---|" * (len(SAME_SPACE) + 7))
+    tpot_rows = []
+    for case in cases(servers):
+        if quick and not case.name.startswith("testbed"):
+            continue
+        for mode in MODES:
+            say(f"fidelity: {case.name}, {mode} mode")
+            ps = _plans(case, mode)
+            hero = ps["heroserve"]
+            free = _plans(case, mode, free=True)["heroserve"]
+            bound = _ratio(free, hero)
+            paper = PAPER_RATIOS.get(case.name) or PAPER_RATIOS.get(case.name.split("-")[0], "")
+            if isinstance(paper, dict):
+                paper = ", ".join(f"{k} {v}x" for k, v in paper.items())
+            cells = [_ratio(hero, ps.get(b)) for b in [*SAME_SPACE, "distserve-paper"]]
+            lines.append(
+                f"| {case.name} | {mode} | {_shape(hero)} | {_ina_groups(hero)} | "
+                + " | ".join(cells)
+                + f" | {bound} of HeroServe's H | {paper} |"
+            )
+            if mode == "pipelined" and hero is not None:
+                for b in SAME_SPACE:
+                    other = ps.get(b)
+                    if other is not None and other.predicted.tpot_s > 0:
+                        red = 1 - hero.predicted.tpot_s / other.predicted.tpot_s
+                        tpot_rows.append((case.name, b, other.predicted.tpot_s, hero, red))
+        measured = _measured(eval_dir, case.name)
+        if measured and "heroserve" in measured:
+            cells = [
+                f"{measured['heroserve'] / measured[b]:.2f}x" if measured.get(b) else "-"
+                for b in [*SAME_SPACE, "distserve-paper"]
+            ]
+            lines.append(
+                f"| {case.name} | simulated | max {measured['heroserve']:.4g} req/s/GPU | | "
+                + " | ".join(cells)
+                + " | | |"
+            )
+    lines.append(
+        "\n*free-INA bound*: HeroServe's H when every all-reduce it may aggregate in the network "
+        "costs nothing, over its H: no INA scheme can lift it further on that cluster.\n"
+    )
+    # -- TPOT ---------------------------------------------------------------------------------
+    lines.append("## TPOT (the paper: 18.6%-49.2% lower on the testbed)\n")
+    lines.append("| scenario | baseline | its TPOT | HeroServe's TPOT | reduction |")
+    lines.append("|---|---|---|---|---|")
+    for name, b, t_b, hero, red in tpot_rows:
+        lines.append(
+            f"| {name} | {b} | {t_b * 1e3:.1f} ms | {hero.predicted.tpot_s * 1e3:.1f} ms | "
+            f"{red:+.1%} |"
+        )
+    lines.append(
+        "\nPredicted TPOT at each planner's own operating point (the SLA percentile, "
+        "docs/planner.md); both planners run at their maximum H, so a plan serving more "
+        "requests may show a longer TPOT within the bound.\n"
+    )
+    lines.append(_why())
+    say(f"fidelity: done in {time.perf_counter() - t0:.0f} s")
+    return "\n".join(lines) + "\n"
+
+
+WHY = """## Why the figures differ from the paper's
+
+- **The same search for every planner.** The paper's baselines are DistServe-style placements
+  (instances kept inside a server) to which ATP or SwitchML add INA. Here all planners share
+  HeroServe's role-split search, candidates and H objective (DESIGN.md §6: "never handicap a
+  baseline"), so the ratio isolates what HeroServe's network use adds; DistServe's own
+  low-affinity placement is reported beside them (`distserve-paper`). On the testbed the
+  role split alone (decode on the A100 servers, whose memory holds larger batches) is worth
+  more than any scheme: with the paper's fixed split HeroServe serves {fixed_h:.2f} req/s
+  (chatbot), with the planner's {free_h:.2f}, and every planner gains alike.
+- **NVLink inside a server beats any NIC.** A tensor group that fits in a server all-reduces
+  over NVLink (V100: 150 GB/s per direction, A100: 300) in tens of microseconds; no route
+  through a 100 Gb/s NIC comes close, so INA can only pay for groups that must span servers
+  (TP above the server's GPU count), and there only for messages small enough for latency to
+  dominate: the ring moves 2 (P - 1) / P of the message over the NICs, INA the whole message
+  per member, and hierarchical INA 1/m of it per rail.
+- **INA lanes.** The project's P4 program aggregates 32-bit fixed point (SwitchML), twice the
+  bytes of FP16, and each {payload}-byte vector travels with {overhead} bytes of headers and
+  framing: {wire:.2f} bytes on the wire per byte of message. 16-bit lanes (`--ina-lanes fp16`,
+  FPISA) make hierarchical INA win on more groups: on the testbed (chatbot) HeroServe's H is
+  {fp16_ratio} of the baselines' with them (docs/costmodel.md).
+- **NVLink per direction.** The datasheets' 300 and 600 GB/s are both directions together; a
+  link's capacity here is per direction, half of that.
+- **TPOT charges the KV transfer once per request**, spread over its output tokens (as
+  DistServe and the simulator measure it), not per token as Eq. 4 reads (`--tpot-mode eq4`).
+"""
+
+
+def _why() -> str:
+    """The explanations, with the numbers they quote computed here."""
+    tb = cases(48)[0]
+    fixed = replace(tb, make=lambda: testbed(fixed_roles=True))
+    fixed_h = _plans(fixed, "pipelined")["heroserve"]
+    free_h = _plans(tb, "pipelined")["heroserve"]
+    g = tb.make()
+    w, sla = chatbot(), default_sla("chatbot")
+    opts = PlannerOptions(net=NetParams(ina_lanes="fp16"))
+    hero16 = plan(g, model_spec(tb.model), w, sla, opts)
+    base16 = plan(g, model_spec(tb.model), w, sla, opts, planner="distserve")
+    net = NetParams()
+    return WHY.format(
+        fixed_h=fixed_h.predicted.rate if fixed_h else 0.0,
+        free_h=free_h.predicted.rate if free_h else 0.0,
+        payload=net.ina_payload_bytes,
+        overhead=net.ina_overhead_bytes,
+        wire=net.ina_wire_ratio,
+        fp16_ratio=_ratio(hero16, base16),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from controller.validate_args import OneLineParser, bounded
+
+    p = OneLineParser(
+        prog="heroserve fidelity",
+        description="the paper's claims beside the project's figures (docs/fidelity.md)",
+    )
+    p.add_argument("--out", default="docs/fidelity.md", help="where to write the report")
+    p.add_argument(
+        "--eval-dir", default="eval", help="where `heroserve evaluate` wrote its scenarios"
+    )
+    p.add_argument(
+        "--servers",
+        type=bounded(int, 16, 1200),
+        default=48,
+        help="servers of the track clusters (a multiple of their unit: 6 and 16)",
+    )
+    p.add_argument("--quick", action="store_true", help="the testbed only")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    try:
+        a = p.parse_args(argv)
+        import sys
+
+        def say(m: str) -> None:
+            if not a.quiet:
+                print(m, file=sys.stderr, flush=True)
+
+        text = report(a.servers, Path(a.eval_dir), a.quick, say)
+        from controller.validate_args import write_text
+
+        write_text(Path(a.out), text, "--out")
+    except InputError as e:
+        import sys
+
+        print(f"heroserve fidelity: error: {e}", file=sys.stderr)
+        return 2
+    print(f"written to {a.out}")
+    return 0

@@ -1,0 +1,247 @@
+"""``heroserve pki``: a certificate authority and the certificates mutual TLS needs (DESIGN §9).
+
+    heroserve pki init DIR [--name "HeroServe CA"] [--days 3650]
+    heroserve pki issue DIR --name NODE [--server] [--host NAME_OR_IP ...] [--days 398]
+
+``init`` writes ``DIR/ca.crt`` and ``DIR/ca.key``. ``issue`` writes ``DIR/NODE.crt`` and
+``DIR/NODE.key`` signed by that CA. The controller binds an agent to the names its client
+certificate carries, the subject CN and every SAN DNS entry (controller/service/servicer.py
+``peer_names``): a certificate issued with ``--name s1`` speaks for node ``s1`` and no other,
+``--name heroserve-admin`` may call the Admin service. ``--server`` makes a server
+certificate (the controller's): its SAN also lists every ``--host``, which is what agents
+check against the address they dial (or their ``--tls-server-name``).
+
+Keys are ECDSA P-256 (what gRPC's BoringSSL and the C++ agent's OpenSSL both accept), written
+with mode 0600. Existing files are never overwritten unless ``--force``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import ipaddress
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from agents.cliutil import DefaultsHelpFormatter
+from controller.errors import InputError
+
+CA_DAYS = 3650  # a private root outlives the certificates it signs; renew it by hand
+# CA/Browser Forum Baseline Requirements cap a TLS certificate at 398 days since 2020-09.
+LEAF_DAYS = 398
+# A node name is a topology node name and goes into a DNS SAN: DNS label characters and
+# dots, at most 64 characters (the X.520 upper bound of a common name).
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+@dataclass(frozen=True)
+class Issued:
+    cert: Path
+    key: Path
+
+
+def _check_name(name: str) -> str:
+    if not _NAME.fullmatch(name):
+        raise InputError(
+            f"--name {name!r}: a node name is 1-64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def _write(path: Path, data: bytes, private: bool, force: bool) -> None:
+    if path.exists() and not force:
+        raise InputError(f"{path} exists; pass --force to replace it")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if private:  # never readable by others, not even for an instant
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(path, 0o600)
+        else:
+            path.write_bytes(data)
+    except OSError as exc:
+        raise InputError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _validity(days: int) -> tuple[dt.datetime, dt.datetime]:
+    if not 1 <= days <= 36500:
+        raise InputError(f"--days {days} is not in 1..36500")
+    now = dt.datetime.now(dt.UTC)
+    return now - dt.timedelta(minutes=5), now + dt.timedelta(days=days)  # 5 min of clock skew
+
+
+def _usage(ca: bool) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=ca,
+        crl_sign=ca,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+def init_ca(
+    directory: Path, name: str = "HeroServe CA", days: int = CA_DAYS, force: bool = False
+) -> Issued:
+    """Create a self-signed CA in ``directory``."""
+    if not name.strip() or len(name) > 64:
+        raise InputError("--name of a CA is 1-64 characters")
+    start, end = _validity(days)
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_usage(ca=True), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    out = Issued(directory / "ca.crt", directory / "ca.key")
+    for p in (out.cert, out.key):  # check both before writing either
+        if p.exists() and not force:
+            raise InputError(f"{p} exists; pass --force to replace it")
+    _write(out.key, _key_pem(key), private=True, force=force)
+    _write(out.cert, cert.public_bytes(serialization.Encoding.PEM), private=False, force=force)
+    return out
+
+
+def load_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """The CA of ``directory`` (``ca.crt``, ``ca.key``), checked to belong together."""
+    try:
+        cert = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
+        key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
+    except FileNotFoundError as exc:
+        raise InputError(
+            f"{exc.filename} is missing: run `heroserve pki init {directory}`"
+        ) from None
+    except (OSError, ValueError, TypeError) as exc:
+        raise InputError(f"{directory}: not a CA made by `heroserve pki init` ({exc})") from None
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.public_key().public_numbers() != (
+        cert.public_key().public_numbers()  # type: ignore[union-attr]
+    ):
+        raise InputError(f"{directory}: ca.key does not belong to ca.crt")
+    return cert, key
+
+
+def _san(name: str, hosts: list[str]) -> x509.SubjectAlternativeName:
+    entries: list[x509.GeneralName] = [x509.DNSName(name)]
+    for h in hosts:
+        try:
+            entries.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            if not _NAME.fullmatch(h):
+                raise InputError(f"--host {h!r} is neither an IP address nor a DNS name") from None
+            entries.append(x509.DNSName(h))
+    unique = list(dict.fromkeys(entries))
+    return x509.SubjectAlternativeName(unique)
+
+
+def issue(
+    directory: Path,
+    name: str,
+    server: bool = False,
+    hosts: list[str] | None = None,
+    days: int = LEAF_DAYS,
+    force: bool = False,
+) -> Issued:
+    """A certificate for node ``name`` (CN and SAN DNS ``name``), signed by the CA of
+    ``directory``; a server certificate when ``server`` (SAN also ``hosts``)."""
+    _check_name(name)
+    if name == "ca":
+        raise InputError("--name ca would overwrite the CA's own files")
+    ca_cert, ca_key = load_ca(directory)
+    start, end = _validity(days)
+    key = ec.generate_private_key(ec.SECP256R1())
+    usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(min(end, ca_cert.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_usage(ca=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(_san(name, hosts or []), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    out = Issued(directory / f"{name}.crt", directory / f"{name}.key")
+    for p in (out.cert, out.key):
+        if p.exists() and not force:
+            raise InputError(f"{p} exists; pass --force to replace it")
+    _write(out.key, _key_pem(key), private=True, force=force)
+    _write(out.cert, cert.public_bytes(serialization.Encoding.PEM), private=False, force=force)
+    return out
+
+
+# -- command line ----------------------------------------------------------------------------
+def add_args(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="pki_action", required=True)
+    fmt = DefaultsHelpFormatter
+    i = sub.add_parser("init", help="create a CA (DIR/ca.crt, DIR/ca.key)", formatter_class=fmt)
+    i.add_argument("dir", type=Path, help="folder for the CA and the certificates it issues")
+    i.add_argument("--name", default="HeroServe CA", help="the CA's common name")
+    i.add_argument("--days", type=int, default=CA_DAYS, help="validity in days")
+    i.add_argument("--force", action="store_true", help="replace existing files")
+    s = sub.add_parser(
+        "issue", help="issue DIR/NAME.crt and DIR/NAME.key signed by DIR's CA", formatter_class=fmt
+    )
+    s.add_argument("dir", type=Path, help="folder of a CA made by `heroserve pki init`")
+    s.add_argument(
+        "--name",
+        required=True,
+        help="node the certificate speaks for (topology node name, e.g. s1 or srv0; "
+        "heroserve-admin for the Admin service; the controller's own name with --server)",
+    )
+    s.add_argument("--server", action="store_true", help="a server certificate (controller)")
+    s.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        help="with --server: a DNS name or IP address agents dial (repeat)",
+    )
+    s.add_argument("--days", type=int, default=LEAF_DAYS, help="validity in days")
+    s.add_argument("--force", action="store_true", help="replace existing files")
+
+
+def run(a: argparse.Namespace) -> int:
+    if a.pki_action == "init":
+        out = init_ca(a.dir, a.name, a.days, a.force)
+        print(f"CA written: {out.cert} (share it) and {out.key} (keep it secret)")
+        return 0
+    if a.host and not a.server:
+        raise InputError("--host is for server certificates: add --server")
+    out = issue(a.dir, a.name, a.server, a.host, a.days, a.force)
+    kind = "server" if a.server else "client"
+    print(f"{kind} certificate for {a.name!r} written: {out.cert} and {out.key}")
+    return 0
