@@ -10,17 +10,17 @@ preemption), then one decode pass per output token. When the last stage finishes
 token is out and the next decode pass starts at the first stage.
 
 Nodes batch dynamically (Helix §5.1, vLLM's continuous batching): when a node is free it takes
-every decode pass waiting and prefill passes up to ``prefill_token_budget`` prompt tokens
-(vLLM's max_num_batched_tokens), and runs one iteration: Eqs. 12-13 mixed over its layers
+the decode passes waiting, first come first served, up to ``max_batch`` (vLLM's max_num_seqs),
+then waiting prefill passes up to ``prefill_token_budget`` prompt tokens (vLLM's
+max_num_batched_tokens; at least one), and runs one iteration: Eqs. 12-13 mixed over its layers
 plus its TP all-reduces (``controller.related.perf``), segment by segment when passes infer
 different layer ranges (partial inference). Activations between stages are one transfer per
 destination node per iteration over the best route, each directed link a FIFO at the route's
 bottleneck rate (Helix's case study: requests queue up on slow links); coordinator messages
 (4-byte token ids) cost nothing.
 
-An iteration runs at most ``max_batch`` decode passes (vLLM's max_num_seqs). KV cache: a
-pass adds its new tokens' KV on its node; a node whose KV passes its room
-preempts its most recently admitted request, vLLM's recompute: the request's KV is dropped on
+KV cache: a pass adds its new tokens' KV on its node; a node whose KV passes its room preempts
+its most recently admitted request, vLLM's recompute: the request's KV is dropped on
 every node, it goes back to the head of its queue and later redoes a prefill of its prompt and
 the tokens it made. Admission: per-request pipelines reserve Helix's estimate (prompt plus mean
 output) and skip nodes above the high-water mark; fixed replicas admit FCFS while the prompt's
@@ -77,7 +77,8 @@ class SimNode:
     tokens_per_s: float
     kv_cap: float  # bytes of KV room
     kv_bpt_layer: float  # KV bytes per token per layer
-    queue: deque = field(default_factory=deque)
+    queue: deque = field(default_factory=deque)  # decode passes waiting
+    prefills: deque = field(default_factory=deque)  # prefill passes waiting
     busy: bool = False
     kv_used: float = 0.0
     kv_est: float = 0.0  # Helix's estimates of the requests routed here
@@ -439,6 +440,7 @@ class ColocatedSim:
         m = self.m
         for n in m.nodes:
             n.queue.clear()
+            n.prefills.clear()
             n.busy, n.kv_used, n.kv_est, n.busy_s, n.iterations = False, 0.0, 0.0, 0.0, 0
             n.residents.clear()
         self.rng = random.Random(self.o.seed)
@@ -575,34 +577,32 @@ class ColocatedSim:
     # -- nodes ----------------------------------------------------------------------------
     def _enqueue(self, i: int, p: tuple) -> None:
         n = self.m.nodes[i]
-        n.queue.append(p)
+        (n.prefills if p[5] else n.queue).append(p)
         if not n.busy:
             self._begin(n)
 
     def _begin(self, n: SimNode) -> None:
         """Take the node's batch and start an iteration (see the module docstring)."""
         reqs = self.reqs
-        taken, rest = [], deque()
-        prompt, decodes = 0, 0
+        taken = []
+        prompt = 0
         budget = self.o.prefill_token_budget
         most = self.m.perf.max_batch  # vLLM's max_num_seqs per iteration
-        while n.queue:
-            p = n.queue.popleft()
-            r = reqs[p[0]]
-            if p[1] != r.epoch:
-                continue  # a pass of a preempted request
-            if p[5]:
-                if prompt and prompt + p[3] > budget:
-                    rest.append(p)
-                    continue
-                prompt += p[3]
-            elif decodes >= most:
-                rest.append(p)
+        q = n.queue
+        while q and len(taken) < most:  # decode passes first come, first served
+            p = q.popleft()
+            if p[1] == reqs[p[0]].epoch:  # else a pass of a preempted request
+                taken.append(p)
+        q = n.prefills
+        while q:  # prompts up to the token budget (at least one)
+            p = q[0]
+            if p[1] != reqs[p[0]].epoch:
+                q.popleft()
                 continue
-            else:
-                decodes += 1
-            taken.append(p)
-        n.queue = rest
+            if prompt and prompt + p[3] > budget:
+                break
+            prompt += p[3]
+            taken.append(q.popleft())
         if not taken:
             return
         # per layer range (lo, hi) at this node: k_in, k_in2, batch, k_ctx
@@ -663,7 +663,7 @@ class ColocatedSim:
         for dst, passes in forward.items():
             self._send(n.index, dst, passes)
         n.busy = False
-        if n.queue:
+        if n.queue or n.prefills:
             self._begin(n)
 
     def _send(self, src: int, dst: int, passes: list) -> None:
@@ -679,7 +679,8 @@ class ColocatedSim:
 
     def _deliver(self, dst: int, passes: list) -> None:
         n = self.m.nodes[dst]
-        n.queue.extend(passes)
+        for p in passes:
+            (n.prefills if p[5] else n.queue).append(p)
         if not n.busy:
             self._begin(n)
 
