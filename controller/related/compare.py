@@ -81,8 +81,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sla-tpot", type=float, default=None)
     p.add_argument("--planners", default=",".join(DEFAULT), help="comma-separated names")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--requests", type=_count, default=400,
-                   help="requests per simulated point (default 400)")  # fmt: skip
+    p.add_argument("--requests", type=_count, default=300,
+                   help="fewest requests per simulated point (default 300)")  # fmt: skip
+    p.add_argument("--lives", type=_count, default=10,
+                   help="a point's arrivals last this many request lives at the SLA "
+                        "(mean output x TPOT bound; default 10)")  # fmt: skip
+    p.add_argument("--max-requests", type=_count, default=20000,
+                   help="most requests per simulated point (default 20000)")  # fmt: skip
     p.add_argument("--steps", type=_count, default=6, help="bisection steps (default 6)")
     p.add_argument("--no-sim", action="store_true", help="plan only")
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON")
@@ -117,7 +122,8 @@ def sla_rate(
     return lo, at_lo
 
 
-def _simulator(plan, g, w, n: int, seed: int) -> Callable[[float], float]:
+def _simulator(plan, g, w, count: Callable[[float], int], seed: int) -> Callable[[float], float]:
+    """Attainment at a rate, ``count(rate)`` requests per point."""
     from controller.sim import make_requests
 
     if plan.layout == "colocated":
@@ -126,7 +132,7 @@ def _simulator(plan, g, w, n: int, seed: int) -> Callable[[float], float]:
         cm = build_colocated(plan, g, w)
         return lambda rate: (
             ColocatedSim(cm, ColocatedOptions(seed=seed))
-            .run(make_requests(w, rate, n, seed))
+            .run(make_requests(w, rate, count(rate), seed))
             .attainment
         )
     from controller.sim import SimOptions, build_model
@@ -134,7 +140,9 @@ def _simulator(plan, g, w, n: int, seed: int) -> Callable[[float], float]:
 
     dm = build_model(plan, g, w)
     return lambda rate: (
-        Simulator(dm, SimOptions(seed=seed)).run(make_requests(w, rate, n, seed)).attainment
+        Simulator(dm, SimOptions(seed=seed))
+        .run(make_requests(w, rate, count(rate), seed))
+        .attainment
     )
 
 
@@ -155,6 +163,13 @@ def run(argv: Sequence[str]) -> int:
     def say(msg: str) -> None:
         if not a.quiet:
             print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    life = float(workload.mean_output) * sla.tpot_s  # a request's life at the SLA, s
+
+    def count(rate: float) -> int:
+        """Requests of a point: its arrivals last ``lives`` request lives (runs shorter than a
+        life are bursts, not a rate; docs/simulator.md), within [requests, max_requests]."""
+        return int(min(a.max_requests, max(a.requests, math.ceil(rate * a.lives * life))))
 
     rows: list[dict[str, Any]] = []
     for name in names:
@@ -180,8 +195,8 @@ def run(argv: Sequence[str]) -> int:
         if p.colocated is not None and p.colocated.solver:
             row["solver"] = p.colocated.solver.get("status")
         if not a.no_sim:
-            say(f"simulating {name}'s plan ({a.requests} requests per point)")
-            at = _simulator(p, g, workload, a.requests, a.seed)
+            say(f"simulating {name}'s plan")
+            at = _simulator(p, g, workload, count, a.seed)
             rate, att = sla_rate(at, p.predicted.rate, sla.attainment, a.steps)
             row["simulated_rate"] = rate
             row["simulated_rate_per_gpu"] = rate / p.predicted.gpus_used if rate else 0.0
