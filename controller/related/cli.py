@@ -15,6 +15,7 @@ from pathlib import Path
 
 from controller.errors import InputError
 from controller.plan import Plan
+from controller.validate_args import bounded
 
 
 def price(s: str) -> tuple[str, float]:
@@ -29,27 +30,21 @@ def price(s: str) -> tuple[str, float]:
     return kind, v
 
 
-def _positive_float(s: str) -> float:
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r} is not a number") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {s}")
-    return v
-
-
 def add_related_args(p: argparse.ArgumentParser) -> None:
     """Options of the seed planners (docs/related-planners.md)."""
     g = p.add_argument_group("seed planners (helix, costeff, hetero-search)")
     g.add_argument(
         "--time-limit",
-        type=_positive_float,
+        type=bounded(float, 0, 86400, low_open=True),
         default=60.0,
         metavar="S",
         help="MILP time limit, s; hitting it returns the best plan found (default 60)",
     )
-    g.add_argument("--budget", type=_positive_float, help="costeff: budget, $/h (default: all)")
+    g.add_argument(
+        "--budget",
+        type=bounded(float, 0, 1e9, low_open=True),
+        help="costeff: budget, $/h (default: all)",
+    )
     g.add_argument(
         "--price",
         type=price,
@@ -66,7 +61,7 @@ def add_related_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-partial-inference", action="store_true", help="helix: without it")
     g.add_argument(
         "--prune-degree",
-        type=float,
+        type=bounded(float, 0, 1000),
         default=12.0,
         help="helix: average node degree after pruning slow links (0: keep all)",
     )

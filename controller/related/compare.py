@@ -23,6 +23,8 @@ from typing import Any
 
 from controller.errors import InputError
 from controller.related.cli import add_related_args, related_options, resolve_inputs
+from controller.schema_limits import MAX_SLA_S
+from controller.validate_args import OneLineParser, bounded, output_file, seed
 
 DEFAULT = ["heroserve", "distserve", "ds-atp", "ds-switchml", "helix", "costeff", "hetero-search"]
 OPTIMISES = {
@@ -47,25 +49,12 @@ SHORT = {
 }
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises InputError (one line, exit 2) instead of printing usage."""
-
-    def error(self, message: str):  # type: ignore[override]
-        raise InputError(message)
-
-
-def _count(s: str) -> int:
-    try:
-        v = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{s!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {s}")
-    return v
+_count = bounded(int, 1, 10**6)
+_sla_s = bounded(float, 0, MAX_SLA_S, low_open=True)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = OneLineParser(
         prog="heroserve compare",
         description="Every planner side by side on one cluster: what it optimises, GPUs, "
         "planning time, predicted and simulated SLA-meeting rate.",
@@ -77,10 +66,10 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--model", default=None, help="default: the plan command's for the topology")
     p.add_argument("--workload", default="chatbot")
-    p.add_argument("--sla-ttft", type=float, default=None)
-    p.add_argument("--sla-tpot", type=float, default=None)
+    p.add_argument("--sla-ttft", type=_sla_s, default=None, help="TTFT bound, s")
+    p.add_argument("--sla-tpot", type=_sla_s, default=None, help="TPOT bound, s")
     p.add_argument("--planners", default=",".join(DEFAULT), help="comma-separated names")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0)
     p.add_argument("--requests", type=_count, default=300,
                    help="fewest requests per simulated point (default 300)")  # fmt: skip
     p.add_argument("--lives", type=_count, default=10,
@@ -88,9 +77,11 @@ def parser() -> argparse.ArgumentParser:
                         "(mean output x TPOT bound; default 10)")  # fmt: skip
     p.add_argument("--max-requests", type=_count, default=20000,
                    help="most requests per simulated point (default 20000)")  # fmt: skip
-    p.add_argument("--steps", type=_count, default=6, help="bisection steps (default 6)")
+    p.add_argument(
+        "--steps", type=bounded(int, 1, 40), default=6, help="bisection steps (default 6)"
+    )
     p.add_argument("--no-sim", action="store_true", help="plan only")
-    p.add_argument("--json", metavar="PATH", help="write the rows as JSON")
+    p.add_argument("--json", type=output_file, metavar="PATH", help="write the rows as JSON")
     p.add_argument("--quiet", action="store_true")
     add_related_args(p)
     return p
