@@ -83,7 +83,7 @@ def search(
     if not chosen:
         raise InputError(
             f"no machine of {g.name} holds {model.name} with room for one longest request "
-            f"(the paper deploys every instance inside one machine)"
+            f"(the paper deploys every instance inside one machine); try a smaller --model"
         )
     return chosen, notes
 
