@@ -99,12 +99,9 @@ def _usage(ca: bool) -> x509.KeyUsage:
     )
 
 
-def init_ca(
-    directory: Path, name: str = "HeroServe CA", days: int = CA_DAYS, force: bool = False
-) -> Issued:
-    """Create a self-signed CA in ``directory``."""
-    if not name.strip() or len(name) > 64:
-        raise InputError("--name of a CA is 1-64 characters")
+def new_ca(name: str, days: int = CA_DAYS) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A self-signed CA certificate ``name`` (P-256, may sign leaves only) and its key, in
+    memory: ``init_ca`` writes them, tests use them as they are."""
     start, end = _validity(days)
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
@@ -121,13 +118,68 @@ def init_ca(
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    out = Issued(directory / "ca.crt", directory / "ca.key")
+    return cert, key
+
+
+def sign_leaf(
+    ca_cert: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    name: str,
+    server: bool = False,
+    hosts: list[str] | None = None,
+    days: int = LEAF_DAYS,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A leaf certificate for ``name`` (CN and SAN DNS ``name``, plus ``hosts``) signed by
+    the CA, client or server usage, and its key, in memory."""
+    start, end = _validity(days)
+    key = ec.generate_private_key(ec.SECP256R1())
+    usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(min(end, ca_cert.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_usage(ca=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(_san(name, hosts or []), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return cert, key
+
+
+def pem(item: x509.Certificate | ec.EllipticCurvePrivateKey) -> bytes:
+    """PEM bytes of a certificate or (unencrypted PKCS#8) private key."""
+    if isinstance(item, x509.Certificate):
+        return item.public_bytes(serialization.Encoding.PEM)
+    return _key_pem(item)
+
+
+def _save(
+    out: Issued, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey, force: bool
+) -> Issued:
     for p in (out.cert, out.key):  # check both before writing either
         if p.exists() and not force:
             raise InputError(f"{p} exists; pass --force to replace it")
-    _write(out.key, _key_pem(key), private=True, force=force)
-    _write(out.cert, cert.public_bytes(serialization.Encoding.PEM), private=False, force=force)
+    _write(out.key, pem(key), private=True, force=force)
+    _write(out.cert, pem(cert), private=False, force=force)
     return out
+
+
+def init_ca(
+    directory: Path, name: str = "HeroServe CA", days: int = CA_DAYS, force: bool = False
+) -> Issued:
+    """Create a self-signed CA in ``directory``."""
+    if not name.strip() or len(name) > 64:
+        raise InputError("--name of a CA is 1-64 characters")
+    cert, key = new_ca(name, days)
+    return _save(Issued(directory / "ca.crt", directory / "ca.key"), cert, key, force)
 
 
 def load_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
@@ -175,33 +227,8 @@ def issue(
     if name == "ca":
         raise InputError("--name ca would overwrite the CA's own files")
     ca_cert, ca_key = load_ca(directory)
-    start, end = _validity(days)
-    key = ec.generate_private_key(ec.SECP256R1())
-    usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(min(end, ca_cert.not_valid_after_utc))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(_usage(ca=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        .add_extension(_san(name, hosts or []), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    out = Issued(directory / f"{name}.crt", directory / f"{name}.key")
-    for p in (out.cert, out.key):
-        if p.exists() and not force:
-            raise InputError(f"{p} exists; pass --force to replace it")
-    _write(out.key, _key_pem(key), private=True, force=force)
-    _write(out.cert, cert.public_bytes(serialization.Encoding.PEM), private=False, force=force)
-    return out
+    cert, key = sign_leaf(ca_cert, ca_key, name, server, hosts, days)
+    return _save(Issued(directory / f"{name}.crt", directory / f"{name}.key"), cert, key, force)
 
 
 # -- command line ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from controller.cli import main
 from controller.evaluation.scenarios import SCENARIOS, scenario
 from controller.evaluation.sweep import Bracket, Runner, max_rates
 
-PLANNERS = ["heroserve", "distserve", "ds-atp", "ds-switchml"]
+PLANNERS = ["heroserve", "distserve", "ds-atp", "ds-switchml", "distserve-paper"]
 
 
 @pytest.mark.slow

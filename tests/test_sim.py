@@ -356,7 +356,7 @@ def test_plan_with_rails_that_do_not_fit_is_refused():
         build_model(p, g, chatbot())
     p = hier_plan(g)
     p.decode.groups[0].rails[0].paths["srv2-gpu0"] = ["srv2-gpu0", "s2"]  # no such link
-    with pytest.raises(InputError, match="uses link srv2-gpu0-s2"):
+    with pytest.raises(InputError, match="hop srv2-gpu0 - s2 of srv2-gpu0's path is not a link"):
         build_model(p, g, chatbot())
 
 
@@ -405,3 +405,26 @@ def test_single_link_flows_price_only_the_stretched_ones_exactly():
         scale = rnd.uniform(1, 1e4)
         want = max(k * stretch[e] * scale + lat for ((e, k),), lat in flows)
         assert work.time(0.5, scale, work.sums(stretch)) == pytest.approx(0.5 + want, rel=1e-12)
+
+
+def test_aggregation_throughput_runs_each_group_on_its_fastest_option():
+    """Fig. 9's figure: every group all-reduces M bytes at once on the option that is
+    fastest alone at M. The testbed hier plan's two groups share no link (prefill on srv0's
+    NVLink, decode on srv2/srv3 and the switches), so each finishes in its fastest option's
+    uncontended time and the throughput is 2 M / the slower of the two."""
+    from test_sim_validation import hier_plan
+
+    from controller.evaluation.ina import aggregation_throughput
+
+    g = make_testbed()
+    m = build_model(hier_plan(g), g, chatbot())
+    stages = [m.prefill[0].stages[0], m.decode[0].stages[0]]
+    assert not set(stages[0].options[0].links) & {e for o in stages[1].options for e in o.links}
+    for nbytes in (4e6, 64e6):
+        best = [min(o.time(nbytes) for o in st.options) for st in stages]
+        t = aggregation_throughput(m, nbytes)
+        assert t["groups"] == 2
+        assert t["throughput_Bps"] == pytest.approx(2 * nbytes / max(best), rel=1e-9)
+        assert t["mean_allreduce_s"] == pytest.approx(sum(best) / 2, rel=1e-9)
+        picks = [min(st.options, key=lambda o: o.time(nbytes)).scheme for st in stages]
+        assert t["ina_share"] == sum(s != "ring" for s in picks) / 2

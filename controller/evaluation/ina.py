@@ -1,8 +1,11 @@
 """Fig. 9: aggregation throughput against message size (4 MB to 64 MB).
 
 Every tensor-parallel group of a plan (both phases, TP > 1) runs one all-reduce of ``M`` bytes
-per GPU at the same moment, each with its plan's scheme and routes, on the simulator's fluid
-network (so groups that share links slow each other down). The throughput is the bytes
+per GPU at the same moment on the simulator's fluid network (so groups that share links slow
+each other down). Each group runs the option among its candidate policies (the plan's scheme
+first, then ring, flat and hierarchical INA: ``sim.model``) that is fastest alone at ``M``
+bytes, as its GPU agent's scheduler picks by message size (Eq. 16); the plan's own scheme was
+chosen for the phase's message size, which for decode is far below 4 MB. The throughput is the bytes
 reduced, ``M`` per group, over the time the last group finishes: the rate at which the
 deployment as a whole can aggregate, what the paper's Fig. 9 compares between planners (the
 baselines without INA aggregate with the ring, which the figure counts the same way)."""
@@ -20,7 +23,7 @@ SIZES_MB = (4, 8, 16, 32, 64)
 
 def aggregation_throughput(model: PlanModel, nbytes: float) -> dict[str, float]:
     """Bytes/s aggregated when every group all-reduces ``nbytes`` at once; also the mean
-    all-reduce time and the share of groups on INA."""
+    all-reduce time and the share of groups on INA (flat or hierarchical) at that size."""
     lk = model.links
     lk.reset()
     events: list = []
@@ -30,7 +33,7 @@ def aggregation_throughput(model: PlanModel, nbytes: float) -> dict[str, float]:
     n_ina = 0
     stages = [st for inst in model.prefill + model.decode for st in inst.stages if st.options]
     for st in stages:
-        opt = st.options[0]
+        opt = min(st.options, key=lambda o: o.time(nbytes))
         n_ina += opt.scheme != "ring"
         a = Activity(
             opt.const_s,

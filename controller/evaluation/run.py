@@ -97,8 +97,8 @@ def evaluate(
                 f"{ref}_over_this": ref_rate / per_gpu if per_gpu > 0 else math.inf,
                 "prefill": _shape(plans[n].prefill),
                 "decode": _shape(plans[n].decode) + f" B={plans[n].decode.batch_size}",
-                "ina_groups": sum(
-                    g.scheme == "ina"
+                "ina_groups": sum(  # flat or hierarchical: aggregated in switches
+                    g.scheme in ("ina", "hier")
                     for ph in (plans[n].prefill, plans[n].decode)
                     for g in ph.groups
                 ),

@@ -31,6 +31,7 @@ from controller.planner.heroserve import POLICY as HEROSERVE_POLICY
 from controller.sim.network import Envelope, Flow, Links, Work, alone_time, envelope
 from controller.topology.fabric import PIPELINED, Fabric
 from controller.topology.graph import link_id
+from controller.validate_plan import check_plan_on_topology
 from controller.workload import SLA, Workload
 
 
@@ -299,24 +300,12 @@ def _policy_for(planner: str):
 
 
 def _check_plan(plan: Plan, g: nx.Graph) -> None:
-    missing = [x for x in plan.all_gpus() if x not in g or g.nodes[x].get("kind") != "gpu"]
-    if missing:
-        raise InputError(
-            f"plan for topology {plan.topology!r} names GPU(s) not in cluster {g.name!r}: "
-            f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}"
-        )
+    """The shared checks of a plan against its cluster (``validate_plan``), and the ones
+    only a plan built in code can miss."""
+    check_plan_on_topology(plan, g)
     for phase in (plan.prefill, plan.decode):
         if not phase.instances:
             raise InputError(f"plan has no {phase.role} instance")
-        for gr in phase.groups:
-            routes = list(gr.paths.values()) + [p for r in gr.rails for p in r.paths.values()]
-            for path in routes:
-                for u, v in zip(path, path[1:], strict=False):
-                    if not g.has_edge(u, v):
-                        raise InputError(
-                            f"plan's {phase.role} group {gr.instance}/{gr.stage} uses link "
-                            f"{u}-{v}, absent from cluster {g.name!r}"
-                        )
     if plan.decode.batch_size < 1:
         raise InputError("plan's decode batch size is below 1")
 

@@ -359,7 +359,7 @@ void Daemon::TelemetryLoop() {
           if (spec.local_index == static_cast<int>(s.index)) gpu = spec.gpu_id;
         }
         if (gpu.empty()) gpu = opts_.node_id + "-gpu" + std::to_string(s.index);
-        std::string a = gpu, b = opts_.nvlink_peer.empty() ? opts_.node_id + "-nvlink"
+        std::string a = gpu, b = opts_.nvlink_peer.empty() ? opts_.node_id + "-nvsw"
                                                            : opts_.nvlink_peer;
         pb::LinkUtilisation* l = report.add_links();
         l->set_link_id(a < b ? a + "|" + b : b + "|" + a);

@@ -48,7 +48,7 @@ void PrintHelp() {
       "  --insecure                 allow no TLS to a controller off loopback (default: only\n"
       "                             127.0.0.0/8, ::1 and localhost without TLS)\n"
       "  --nvlink-peer NODE         far end of each GPU's NVLink in link ids\n"
-      "                             (default: NODE-nvlink)\n"
+      "                             (default: NODE-nvsw, the topology's NVSwitch)\n"
       "  --telemetry-interval S     seconds between reports, in (0, %.0f]\n"
       "                             (default: the controller's, 1 s if it names none)\n"
       "  --shm-capacity BYTES       payload bytes per group segment, %llu..%llu\n"
