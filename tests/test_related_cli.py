@@ -9,6 +9,7 @@ import json
 import pytest
 
 from controller.cli import main
+from controller.models import model_spec
 from controller.plan import Plan
 
 
@@ -95,3 +96,29 @@ def test_bad_input_exits_2_with_one_line(tmp_path, capsys, args, message):
     assert main([*args, "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and "Traceback" not in err, err
+
+
+def test_an_overloaded_point_stops_once_the_target_is_out_of_reach(tmp_path):
+    """compare's early stop: at 3x the plan's rate (TPOT bound 80 ms, about the light-load
+    TPOT) so many requests miss that the run can stop early; its attainment and the full
+    run's are both below the 90% target, and at a light load the option changes nothing."""
+    from controller.related import plan_related
+    from controller.related.common import RelatedOptions
+    from controller.sim import make_requests
+    from controller.sim.colocated import ColocatedOptions, simulate_colocated
+    from controller.topology import testbed
+    from controller.workload import SLA, chatbot
+
+    g, w = testbed(), chatbot(n=1000)
+    plan = plan_related("costeff", g, model_spec("OPT-66B"), w, SLA(0.5, 0.08),
+                        RelatedOptions(time_limit_s=5))  # fmt: skip
+    n, stop = 300, 300 - 270 + 1
+    heavy = make_requests(w, 3 * plan.predicted.rate, n, 0)
+    full = simulate_colocated(plan, g, w, heavy)
+    cut = simulate_colocated(plan, g, w, heavy, ColocatedOptions(stop_misses=stop))
+    assert full.attainment < 0.9 and cut.attainment < 0.9
+    assert cut.events < full.events and cut.finished < n
+    light = make_requests(w, 0.1 * plan.predicted.rate, 30, 0)
+    a = simulate_colocated(plan, g, w, light)
+    b = simulate_colocated(plan, g, w, light, ColocatedOptions(stop_misses=1))
+    assert a.attainment == b.attainment == 1.0 and a.events == b.events

@@ -64,6 +64,10 @@ class ColocatedOptions:
     # stop at this simulated time (offline throughput: the window ends here); None: run until
     # every request has finished
     horizon_s: float | None = None
+    # stop once this many requests are sure to miss the SLA (TTFT at their first token, TPOT
+    # at their last): the attainment is then known to be below 1 - stop_misses / requests,
+    # which is all a search for the SLA-meeting rate asks of an overloaded point. None: run on
+    stop_misses: int | None = None
 
 
 # -- the plan, priced ------------------------------------------------------------------------
@@ -222,7 +226,7 @@ Stage = tuple[int, int, int]  # (node index, first layer, end layer) of a pipeli
 class _Req:
     __slots__ = (
         "id", "inp", "out", "arrival", "first", "finish", "gen", "pipe", "epoch", "kv",
-        "est", "admit", "replica", "cls", "pred_out", "work",
+        "est", "admit", "replica", "cls", "pred_out", "work", "missed",
     )  # fmt: skip
 
     def __init__(self, i: int, r: Request) -> None:
@@ -242,6 +246,7 @@ class _Req:
         self.cls = ""
         self.pred_out = 0.0
         self.work = 0.0  # the mapper's workload of this request on its instance
+        self.missed = False  # known to miss the SLA (ColocatedOptions.stop_misses)
 
 
 class Router:
@@ -461,13 +466,17 @@ class ColocatedSim:
         self.admissions = 0
         self.preemptions = 0
         self.done_n = 0
+        self.misses = 0
+        sla = m.plan.sla
+        self.ttft_bound, self.tpot_bound = float(sla["ttft_s"]), float(sla["tpot_s"])
+        stop = math.inf if self.o.stop_misses is None else self.o.stop_misses
         self.emitted: list[float] = []
         self.last_wait = 0.0  # when the last request left a queue
         for r in sorted(self.reqs, key=lambda r: r.arrival):
             self._push(r.arrival, 0, r)
         n_events = 0
         horizon = math.inf if self.o.horizon_s is None else self.o.horizon_s
-        while self.events:
+        while self.events and self.misses < stop:
             t, _, kind, payload = heapq.heappop(self.events)
             if t > horizon:
                 self.now = horizon
@@ -684,14 +693,23 @@ class ColocatedSim:
         if not n.busy:
             self._begin(n)
 
+    def _miss(self, r: _Req) -> None:
+        if not r.missed:
+            r.missed = True
+            self.misses += 1
+
     def _token(self, r: _Req) -> None:
         """The last stage finished a pass: one more output token."""
         r.gen += 1
         self.emitted.append(self.now)
         if r.gen == 1:
             r.first = self.now
+            if self.now - r.arrival > self.ttft_bound:
+                self._miss(r)
         if r.gen >= r.out:
             r.finish = self.now
+            if r.out > 1 and (self.now - r.first) / (r.out - 1) > self.tpot_bound:
+                self._miss(r)
             self.done_n += 1
             if r.replica >= 0:
                 self.rep_last[r.replica] = max(self.rep_last[r.replica], self.now)
