@@ -78,6 +78,7 @@ def test_compare_simulates_a_colocated_plan(tmp_path, capsys):
         (["plan", "--planner", "costeff", "--budget", "1"], "no configuration within the budget"),
         (["plan", "--planner", "hetero-search"], "holds OPT-66B with room for one longest"),
         (["plan", "--planner", "helix", "--topology", "{t4}"], "larger than the memory"),
+        (["plan", "--planner", "costeff", "--topology", "{t4}"], "no configuration of t4's GPUs"),
         (["plan", "--planner", "costeff", "--price", "V100"], "is not TYPE=USD_PER_HOUR"),
         (["plan", "--planner", "helix", "--time-limit", "0"], "--time-limit: must be positive"),
         (["plan", "--planner", "helix", "--prune-degree", "-1"], "--prune-degree: must be"),
