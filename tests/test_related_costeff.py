@@ -4,6 +4,7 @@ seeded random problems, configuration enumeration and its filters, infeasible in
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 
@@ -183,3 +184,24 @@ def test_plan_without_priced_gpus_says_so() -> None:
         g.remove_node(n)
     with pytest.raises(InputError, match="no price for V100-32GB"):
         plan_costeff(g, model_spec("OPT-66B"), chatbot(n=500), SLA(2.5, 0.15), RelatedOptions())
+
+
+def test_milp_out_of_time_returns_the_best_single_configuration(monkeypatch) -> None:
+    """HiGHS stopped by the time limit before any solution (status 1, no x): the MILP
+    returns the upper bound's plan (the TP pair alone, 80 / 2.4 + 20 / 1.5 = 46.67 s), said
+    to be a time-limit result, instead of failing."""
+    import controller.related.costeff_milp as cm
+
+    real = cm.milp
+
+    def out_of_time(c, **kw):
+        if kw.get("options", {}).get("time_limit") is not None:  # the MILP, not the LP after
+            return SimpleNamespace(x=None, status=1, message="time limit reached")
+        return real(c, **kw)
+
+    monkeypatch.setattr(cm, "milp", out_of_time)
+    s = solve_milp(toy(), 1.0)
+    assert s.status == "time-limit"
+    assert s.copies == [0, 0, 0, 1] and s.cost == 4.0
+    assert s.makespan == pytest.approx(80 / 2.4 + 20 / 1.5)
+    assert s.bound == pytest.approx(bounds(toy())[0])

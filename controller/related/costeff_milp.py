@@ -168,10 +168,13 @@ def solve_milp(p: CostProblem, time_limit_s: float = 60.0) -> CostSolution:
         options={"time_limit": max(0.01, time_limit_s), "mip_rel_gap": 1e-9},
     )
     if res.x is None:
-        if res.status == 1:
-            raise InputError(
-                f"the cost-efficiency MILP found no plan within its {time_limit_s:g} s limit"
-            )
+        if res.status == 1:  # out of time before any solution: the best single configuration
+            low, _, y = bounds(p)
+            T, assign = best_assignment(p, y)
+            return CostSolution(
+                y, assign, T, low, "time-limit", "milp", time.perf_counter() - t0,
+                sum(p.price[c] * y[c] for c in range(C)),
+            )  # fmt: skip
         raise InputError(
             f"no plan within the budget of {p.budget:g} $/h and the available GPUs ({res.message})"
         )
