@@ -111,10 +111,10 @@ def test_search_picks_a_tp_degree_per_machine() -> None:
 
 
 def test_mapper_ordering_at_moderate_load() -> None:
-    """003_... §5.2 on two V100 instances, TP 4 and TP 1 (4:1 GPUs; the simulated capacity
-    ratio of NVLink V100s is 4.2:1, docs/related-planners.md), at 16 req/s (about half the
-    pair's capacity): round-robin overloads the small instance and is the worst mapper; the
-    paper's scheduler beats it, and the memory-based and weighted round-robin ones."""
+    """003_... §5.2 on two V100 instances, TP 4 and TP 1 (4:1 GPUs; alone, each serving 900
+    requests offered at 40 req/s, they reach 21.1 and 5.6 req/s, 3.8:1,
+    docs/related-planners.md), at 16 req/s (about 60% of the pair's capacity): round-robin
+    overloads the small instance and is the worst mapper; the paper's scheduler beats it."""
     g = make_testbed()
     w = chatbot(n=5000)
     inst = [[f"srv2-gpu{i}" for i in range(4)], ["srv3-gpu0"]]
