@@ -29,14 +29,15 @@ SLOTS = 64  # window of in-flight aggregator slots, as a host library would use
 
 
 def frames_for(workers: int, rounds: int) -> list[list[bytes]]:
-    """Per round, each worker's frame; round r uses slot r % SLOTS, version (r // SLOTS) % 2."""
+    """Per round, each worker's frame; round r is round r // SLOTS of aggregator r % SLOTS
+    (version and generation from that, as a host library sends them)."""
     out = []
     for r in range(rounds):
-        agg, version = r % SLOTS, (r // SLOTS) % 2
+        agg = r % SLOTS
         out.append(
             [
                 build_frame(
-                    InaHeader(1, agg, w, workers, version=version),
+                    InaHeader.at_round(1, agg, w, workers, r // SLOTS),
                     [(r + w + i) % 1000 for i in range(VECTOR_LEN)],
                     src_mac=f"02:00:00:00:01:{w + 1:02x}",
                 )
@@ -49,6 +50,8 @@ def frames_for(workers: int, rounds: int) -> list[list[bytes]]:
 def setup(p: InaPipeline, workers: int) -> None:
     for agg in range(SLOTS):
         p.add_group(1, agg, slot=agg, workers=workers, mcast=1)
+    for w in range(workers):
+        p.bind_worker(1, w, w + 1)
     p.pre.insert(1, [(w + 1, 0) for w in range(workers)])
 
 
@@ -166,6 +169,12 @@ for agg in range(slots):
     te.action["slot"] = str(agg)
     te.action["num_workers"] = str(workers)
     te.action["mcast_grp"] = "1"
+    te.insert()
+for w in range(workers):
+    te = sh.TableEntry("InaIngress.worker_port")(action="InaIngress.set_worker_port")
+    te.match["group_id"] = "1"
+    te.match["worker_id"] = str(w)
+    te.action["port"] = str(w + 1)
     te.insert()
 g = sh.MulticastGroupEntry(1)
 for w in range(workers):

@@ -61,7 +61,8 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         "--planner",
         default="all",
         help="heroserve | distserve | ds-atp | ds-switchml | exhaustive | all "
-        "(heroserve and the three baselines)",
+        "(heroserve and the three baselines) | the seed papers' helix | costeff | "
+        "hetero-search (and Helix's baselines swarm | helix-sp | helix-petals)",
     )
     p.add_argument("--seed", type=seed, default=0)
     p.add_argument(
@@ -120,6 +121,9 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="progress line on stderr even for small clusters (shown above 64 GPUs)",
     )
+    from controller.related.cli import add_related_args  # the seed planners' options
+
+    add_related_args(p)
 
 
 def default_model(topology: str) -> str:
@@ -131,10 +135,15 @@ def run_plan(a: argparse.Namespace) -> int:
     from controller.models import model_spec
     from controller.planner import BASELINES, PLANNERS, PlannerOptions, plan
     from controller.progress import ProgressLine
+    from controller.related import HELIX_BASELINES, RELATED
     from controller.report import comparison_table, groups_table
     from controller.topology import resolve_topology
     from controller.workload import SLA, default_sla, resolve_workload
 
+    if a.planner in RELATED + HELIX_BASELINES:  # colocated plans (docs/related-planners.md)
+        from controller.related.cli import run_related_plan
+
+        return run_related_plan(a)
     names = ["heroserve", *BASELINES] if a.planner == "all" else [a.planner]
     for n in names:
         if n not in PLANNERS:
@@ -338,6 +347,43 @@ COMMANDS["pki"] = (
 )
 
 
+# -- emulate, demo (controller/emulate/cli.py) ------------------------------------------------
+def _emulate_args(p: argparse.ArgumentParser) -> None:
+    from controller.emulate.cli import emulate_args
+
+    emulate_args(p)
+
+
+def _run_emulate(a: argparse.Namespace) -> int:
+    from controller.emulate.cli import run_emulate
+
+    return run_emulate(a)
+
+
+def _demo_args(p: argparse.ArgumentParser) -> None:
+    from controller.emulate.cli import demo_args
+
+    demo_args(p)
+
+
+def _run_demo(a: argparse.Namespace) -> int:
+    from controller.emulate.cli import run_demo
+
+    return run_demo(a)
+
+
+COMMANDS["emulate"] = (
+    "emulate the cluster (Mininet) and compare INA with ring all-reduces on real packets",
+    _emulate_args,
+    _run_emulate,
+)
+COMMANDS["demo"] = (
+    "bring up controller, switches and agents on this machine and show a plan arriving",
+    _demo_args,
+    _run_demo,
+)
+
+
 def _controller(argv: list[str]) -> int:
     from controller.service import main as controller_main
 
@@ -368,6 +414,12 @@ def _evaluate(argv: list[str]) -> int:
     return evaluate_main(argv)
 
 
+def _compare(argv: list[str]) -> int:
+    from controller.related.cli import main_compare
+
+    return main_compare(argv)
+
+
 # Commands whose own parser takes every argument after the command name.
 PASSTHROUGH: dict[str, tuple[str, Callable[[list[str]], int]]] = {
     "controller": ("run the controller: gRPC service for switch and GPU agents", _controller),
@@ -378,6 +430,7 @@ PASSTHROUGH: dict[str, tuple[str, Callable[[list[str]], int]]] = {
     ),
     "evaluate": ("reproduce the paper's evaluation (Fig. 7-10) on a scenario", _evaluate),
     "fidelity": ("write docs/fidelity.md: the paper's claims beside the project's", _fidelity),
+    "compare": ("every planner, the seed papers' too, side by side on one cluster", _compare),
 }
 
 

@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 Scheme = Literal["ina", "ring", "hier"]
 Role = Literal["prefill", "decode"]
+Layout = Literal["disaggregated", "colocated"]
 
 
 @dataclass
@@ -132,6 +133,63 @@ class Predicted:
 
 
 @dataclass
+class ColocatedNode:
+    """A compute node of a colocated plan (the seed planners, docs/related-planners.md): a
+    tensor-parallel group of GPUs inside one server that runs prefill and decode iterations of
+    layers ``[start, end)`` on the same GPUs, with continuous batching. ``tokens_per_s`` is the
+    planner's model of the tokens it processes per second at this layer count (Helix's T_j)."""
+
+    name: str
+    gpus: list[str]
+    start: int
+    end: int
+    tokens_per_s: float = 0.0
+
+
+@dataclass
+class FlowEdge:
+    """Helix: one valid connection of the max-flow solution, tokens/s. ``source`` and ``sink``
+    stand for the coordinator; the flows are the IWRR scheduler's weights."""
+
+    src: str
+    dst: str
+    flow: float
+    capacity: float
+
+
+@dataclass
+class Replica:
+    """A fixed pipeline: node names in layer order; a request mapped to it runs every stage.
+    ``rate`` is the planner's predicted requests/s; ``share`` the fraction of each workload
+    class assigned to it (the cost-efficiency planner's x_{c,w} per copy)."""
+
+    nodes: list[str]
+    rate: float = 0.0
+    share: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ColocatedPlan:
+    """Serving without disaggregation: prefill and decode of a request run on the same nodes.
+
+    Requests follow either per-request pipelines through ``flows`` (Helix's max flow, picked
+    by its IWRR scheduler or a baseline's) or one of the fixed ``replicas`` (picked by a
+    request mapper). ``scheduler`` names the policy (docs/related-planners.md); ``objective``
+    says what the planner optimised; ``solver`` holds the solver's status, objective, bound
+    and time; ``params`` the scheduler's parameters."""
+
+    scheduler: str
+    nodes: list[ColocatedNode]
+    flows: list[FlowEdge] = field(default_factory=list)
+    replicas: list[Replica] = field(default_factory=list)
+    partial_inference: bool = False
+    tokens_per_s: float = 0.0
+    objective: str = ""
+    solver: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Plan:
     planner: str
     topology: str
@@ -146,6 +204,10 @@ class Plan:
     # cost-model options the plan was priced with (cost mode, INA lanes, TPOT mode, ...):
     # plain JSON values, read back by the simulator and the controller
     options: dict[str, Any] = field(default_factory=dict)
+    # "colocated": the plan serves prefill and decode on the same GPUs (``colocated``); its
+    # prefill and decode phases are then empty
+    layout: Layout = "disaggregated"
+    colocated: ColocatedPlan | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -157,13 +219,16 @@ class Plan:
         Path(path).write_text(self.to_json() + "\n")
 
     def all_gpus(self) -> list[str]:
-        return [
+        out = [
             g
             for phase in (self.prefill, self.decode)
             for i in phase.instances
             for s in i.stages
             for g in s
         ]
+        if self.colocated is not None:
+            out += [g for n in self.colocated.nodes for g in n.gpus]
+        return out
 
     @staticmethod
     def from_dict(d: Any, source: str = "plan") -> Plan:

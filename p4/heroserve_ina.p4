@@ -2,23 +2,27 @@
  * HeroServe in-network aggregation (INA) data plane, v1model (BMv2 simple_switch_grpc).
  *
  * Specification: DESIGN.md §10; HeroServe paper §IV "Agent on Programmable Switches";
- * slot/version protocol after SwitchML (NSDI'21). Layout and protocol: docs/dataplane.md.
+ * slot protocol after SwitchML (NSDI'21), with a generation per shadow copy so that it is
+ * exactly-once under loss, duplication, reordering and delay. Layout and protocol:
+ * docs/dataplane.md.
  *
  * Build:  p4c-bm2-ss --p4v 16 --p4runtime-files p4/heroserve_ina.p4info.txtpb \
  *             -o build/p4/heroserve_ina.json p4/heroserve_ina.p4
  *
  * The executable model agents/softswitch/ implements this program exactly (same names,
- * registers, drop reasons); keep the two in step.
+ * registers, drop reasons); keep the two in step (tests/test_softswitch_bmv2_diff.py
+ * compares them packet by packet where BMv2 is installed).
  *
- * Packet: Ethernet / IPv4 (no options) / UDP dst port 48879 / ina_h (8 bytes) /
- *         ina_data_h (32 x int32 two's complement, big-endian).
+ * Packet: Ethernet / IPv4 (no options, not a fragment) / UDP dst port 48879 /
+ *         ina_h (8 bytes) / ina_data_h (32 x int32 two's complement, big-endian).
  *
- * Registers (indexed layout, one array for the whole pool):
- *   pool[(slot << 6) | (version << 5) | i]  partial sum of element i
- *   contrib_count[(slot << 1) | version]          contributions so far, modulo the worker count
- *                                           (0 = slot complete or never used)
- *   seen[(slot << 1) | version]             bitmap of workers that contributed
- *   slot_tag[slot]                          (group_id ++ agg_index) that last used the slot
+ * Registers, per slot and version ("copy" c = (slot << 1) | version):
+ *   pool[(c << 5) | i]    partial sum of element i
+ *   contrib_count[c]      contributions so far, modulo the worker count
+ *                         (0 = round complete, or copy never used)
+ *   seen[c]               bitmap of the workers that contributed to the copy's round
+ *   slot_gen[c]           generation of the round the copy holds
+ *   slot_tag[c]           (group_id ++ agg_index) that owns the copy
  */
 #include <core.p4>
 #include <v1model.p4>
@@ -31,22 +35,27 @@ const bit<16> INA_UDP_PORT   = 48879;   // 0xBEEF marks INA traffic
 #define INA_MAX_WORKERS 32              // width of the seen bitmap
 const bit<32> NUM_SLOTS      = 1024;    // aggregator slots (each with two versions)
 const bit<32> NUM_PORTS      = 512;     // v1model ports are bit<9>
+const bit<8>  LATE_WINDOW    = 128;     // generations behind the copy's: a late packet
 
 // ina_drops indices (drop reasons); docs/dataplane.md lists them.
-const bit<32> DROP_SHORT_HEADER     = 0;  // UDP port says INA but header/vector truncated
-const bit<32> DROP_BAD_WORKER_ID    = 1;  // worker_id >= num_workers or num_workers > 32
-const bit<32> DROP_WORKER_MISMATCH  = 2;  // num_workers differs from the table entry
-const bit<32> DROP_NO_ENTRY         = 3;  // no aggregation_table entry (and no L2 route)
-const bit<32> DROP_SLOT_OUT_OF_RANGE = 4; // table entry points past the register arrays
-#define INA_DROP_REASONS 8
+const bit<32> DROP_SHORT_HEADER      = 0;  // UDP port says INA but header/vector truncated
+const bit<32> DROP_BAD_WORKER_ID     = 1;  // worker_id >= num_workers or num_workers > 32
+const bit<32> DROP_WORKER_MISMATCH   = 2;  // num_workers differs from the table entry
+const bit<32> DROP_NO_ENTRY          = 3;  // not aggregated here and no L2 route
+const bit<32> DROP_SLOT_OUT_OF_RANGE = 4;  // table entry points past the register arrays
+const bit<32> DROP_RESERVED_BITS     = 5;  // reserved flag bits not zero
+const bit<32> DROP_WRONG_PORT        = 6;  // worker id not bound to this ingress port
+const bit<32> DROP_BAD_INDEX         = 7;  // group aggregated here, agg_index outside it
+const bit<32> DROP_FRAGMENT          = 8;  // first IPv4 fragment (More-Fragments set)
+const bit<32> DROP_LATE              = 9;  // generation behind the copy's: a stale packet
+#define INA_DROP_REASONS 16
 
-// ina_events indices (what happened to valid contributions).
-const bit<32> EVT_ADDED          = 0;  // new contribution absorbed into a slot
+// ina_events indices: what happened to a packet that passed the checks (one per packet).
+const bit<32> EVT_ADDED          = 0;  // contribution added, round still open
 const bit<32> EVT_COMPLETED      = 1;  // last contribution: result multicast
-const bit<32> EVT_RETX_ANSWERED  = 2;  // duplicate on a complete slot: result unicast back
-const bit<32> EVT_RETX_ABSORBED  = 3;  // duplicate on an incomplete slot: dropped, not added
-const bit<32> EVT_TRANSIT        = 4;  // no aggregation entry, forwarded by L2
-const bit<32> EVT_SLOT_RECLAIMED = 5;  // slot used by a new (group, index): cleared first
+const bit<32> EVT_RETX_ANSWERED  = 2;  // duplicate on a complete round: result unicast back
+const bit<32> EVT_RETX_ABSORBED  = 3;  // duplicate on an open round: dropped, not added
+const bit<32> EVT_TRANSIT        = 4;  // not aggregated here, forwarded by L2
 #define INA_EVENTS 8
 
 typedef bit<48> mac_addr_t;
@@ -89,8 +98,8 @@ header ina_h {
     bit<1>  version;      // which of the slot's two shadow copies
     bit<1>  is_retx;      // sender says this is a retransmission (informational)
     bit<1>  is_result;    // set by the switch on aggregated results
-    bit<5>  reserved;
-    bit<8>  reserved2;
+    bit<5>  reserved;     // must be 0
+    bit<8>  generation;   // round of this copy: round r = (generation << 1) | version
 }
 
 header ina_data_h {
@@ -116,14 +125,14 @@ struct metadata_t {
     bit<16> slot;          // from aggregation_table
     bit<8>  expected;      // worker count from aggregation_table
     bit<16> ina_mcast_grp; // result multicast group from aggregation_table
-    bit<1>  ina_miss;      // INA contribution without an aggregation entry
+    bit<9>  worker_port;   // from worker_port: the port this worker id may arrive on
+    bit<1>  ina_miss;      // INA contribution this switch does not aggregate
     bit<1>  do_l2;         // forward by l2_forward
     bit<1>  ina_result;    // this switch produced an aggregation result
     bit<1>  l2_flood;      // replicated by l2_multicast: never hairpin
     bit<32> tag;           // group_id ++ agg_index
-    bit<32> ver_idx;       // (slot << 1) | version
-    bit<32> other_idx;     // (slot << 1) | !version
-    bit<32> pool_base;     // (slot << 6) | (version << 5)
+    bit<32> copy;          // (slot << 1) | version
+    bit<32> pool_base;     // copy << 5
     bit<32> keep;          // 0 on the first contribution of a round, else all ones
     bit<32> tmp;
 }
@@ -139,7 +148,9 @@ parser InaParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
     }
     state parse_ipv4 {
         pkt.extract(hdr.ipv4);
-        // Only option-less headers carry INA; anything else is plain L2 traffic.
+        // Only option-less headers at fragment offset 0 can carry a UDP header; later
+        // fragments are plain L2 traffic. A first fragment (More-Fragments set) is parsed
+        // so that ingress can drop and count it when it is INA.
         transition select(hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
             (5, 0, IPPROTO_UDP): parse_udp;
             default: accept;
@@ -179,10 +190,12 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
     register<bit<32>>(NUM_SLOTS * 64) pool;
     register<bit<8>>(NUM_SLOTS * 2) contrib_count;
     register<bit<32>>(NUM_SLOTS * 2) seen;
-    register<bit<32>>(NUM_SLOTS) slot_tag;
+    register<bit<8>>(NUM_SLOTS * 2) slot_gen;
+    register<bit<32>>(NUM_SLOTS * 2) slot_tag;
 
     counter(INA_DROP_REASONS, CounterType.packets) ina_drops;
     counter(INA_EVENTS, CounterType.packets) ina_events;
+    counter(1, CounterType.packets) slot_reclaims;
     counter(NUM_PORTS, CounterType.packets_and_bytes) port_rx;
 
     action drop() {
@@ -195,6 +208,10 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         meta.ina_mcast_grp = mcast_grp;
     }
 
+    action set_worker_port(bit<9> port) {
+        meta.worker_port = port;
+    }
+
     action forward(bit<9> port) {
         standard_metadata.egress_spec = port;
     }
@@ -204,6 +221,22 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         meta.l2_flood = 1;
     }
 
+    // Results come from the address the workers sent to (a worker drops packets whose
+    // source is its own address); result_rewrite then gives each replica its worker's
+    // destination.
+    action make_result() {
+        mac_addr_t mac = hdr.ethernet.dst_addr;
+        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
+        hdr.ethernet.src_addr = mac;
+        ipv4_addr_t ip = hdr.ipv4.dst_addr;
+        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
+        hdr.ipv4.src_addr = ip;
+        hdr.ina.is_result = 1;
+        hdr.ina.is_retx = 0;
+        hdr.udp.checksum = 0;
+        meta.ina_result = 1;
+    }
+
     table aggregation_table {
         key = {
             hdr.ina.group_id  : exact @name("group_id");
@@ -211,6 +244,20 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         }
         actions = {
             set_slot;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = 4096;
+    }
+
+    // Binds each worker id of a group aggregated here to the one port it may arrive on.
+    table worker_port {
+        key = {
+            hdr.ina.group_id  : exact @name("group_id");
+            hdr.ina.worker_id : exact @name("worker_id");
+        }
+        actions = {
+            set_worker_port;
             @defaultonly NoAction;
         }
         const default_action = NoAction();
@@ -237,117 +284,118 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         meta.ina_result = 0;
         meta.l2_flood = 0;
 
-        if (hdr.udp.isValid() && hdr.udp.dst_port == INA_UDP_PORT && !hdr.ina_data.isValid()) {
+        if (hdr.udp.isValid() && hdr.udp.dst_port == INA_UDP_PORT) {
             meta.do_l2 = 0;
-            ina_drops.count(DROP_SHORT_HEADER);
-            mark_to_drop(standard_metadata);
-        } else if (hdr.ina.isValid() && hdr.ina.is_result == 0) {
-            // A contribution (results from another switch are plain L2 traffic).
-            meta.do_l2 = 0;
-            if (hdr.ina.worker_id >= hdr.ina.num_workers
+            if ((hdr.ipv4.flags & 1) == 1) {
+                ina_drops.count(DROP_FRAGMENT);
+                mark_to_drop(standard_metadata);
+            } else if (!hdr.ina_data.isValid()) {
+                ina_drops.count(DROP_SHORT_HEADER);
+                mark_to_drop(standard_metadata);
+            } else if (hdr.ina.reserved != 0) {
+                ina_drops.count(DROP_RESERVED_BITS);
+                mark_to_drop(standard_metadata);
+            } else if (hdr.ina.is_result == 1) {
+                // A result from another switch: plain L2 traffic.
+                meta.do_l2 = 1;
+            } else if (hdr.ina.worker_id >= hdr.ina.num_workers
                     || hdr.ina.num_workers > INA_MAX_WORKERS) {
                 ina_drops.count(DROP_BAD_WORKER_ID);
                 mark_to_drop(standard_metadata);
-            } else if (!aggregation_table.apply().hit) {
-                // Not aggregated here: transit if L2 knows the destination, else dropped.
-                meta.do_l2 = 1;
-                meta.ina_miss = 1;
-            } else if (meta.expected != hdr.ina.num_workers) {
-                ina_drops.count(DROP_WORKER_MISMATCH);
-                mark_to_drop(standard_metadata);
-            } else if ((bit<32>) meta.slot >= NUM_SLOTS) {
-                ina_drops.count(DROP_SLOT_OUT_OF_RANGE);
-                mark_to_drop(standard_metadata);
             } else {
-                // Slot reuse by another (group, index): clear both versions first, since the
-                // control plane cannot write registers through BMv2's P4Runtime.
-                meta.tag = hdr.ina.group_id ++ hdr.ina.agg_index;
-                slot_tag.read(meta.tmp, (bit<32>) meta.slot);
-                if (meta.tmp != meta.tag) {
-                    slot_tag.write((bit<32>) meta.slot, meta.tag);
-                    contrib_count.write(((bit<32>) meta.slot) << 1, 0);
-                    contrib_count.write((((bit<32>) meta.slot) << 1) | 1, 0);
-                    seen.write(((bit<32>) meta.slot) << 1, 0);
-                    seen.write((((bit<32>) meta.slot) << 1) | 1, 0);
-                    ina_events.count(EVT_SLOT_RECLAIMED);
-                }
+                bool agg_hit = aggregation_table.apply().hit;
+                bool port_hit = worker_port.apply().hit;
+                if (!agg_hit && !port_hit) {
+                    // Not aggregated here: transit if L2 knows the destination, else dropped.
+                    meta.do_l2 = 1;
+                    meta.ina_miss = 1;
+                } else if (!port_hit || meta.worker_port != standard_metadata.ingress_port) {
+                    ina_drops.count(DROP_WRONG_PORT);
+                    mark_to_drop(standard_metadata);
+                } else if (!agg_hit) {
+                    ina_drops.count(DROP_BAD_INDEX);
+                    mark_to_drop(standard_metadata);
+                } else if (meta.expected != hdr.ina.num_workers) {
+                    ina_drops.count(DROP_WORKER_MISMATCH);
+                    mark_to_drop(standard_metadata);
+                } else if ((bit<32>) meta.slot >= NUM_SLOTS) {
+                    ina_drops.count(DROP_SLOT_OUT_OF_RANGE);
+                    mark_to_drop(standard_metadata);
+                } else {
+                    meta.tag = hdr.ina.group_id ++ hdr.ina.agg_index;
+                    meta.copy = (((bit<32>) meta.slot) << 1) | (bit<32>) hdr.ina.version;
+                    meta.pool_base = meta.copy << 5;
 
-                meta.ver_idx = (((bit<32>) meta.slot) << 1) | (bit<32>) hdr.ina.version;
-                meta.other_idx = meta.ver_idx ^ 1;
-                meta.pool_base = meta.ver_idx << 5;
-
-                bit<32> bitmap;
-                bit<8> cnt;
-                bit<32> wbit = (bit<32>) 1 << hdr.ina.worker_id;
-                seen.read(bitmap, meta.ver_idx);
-                contrib_count.read(cnt, meta.ver_idx);
-
-                if ((bitmap & wbit) == 0) {
-                    // New contribution. Mark it, and clear this worker's bit in the other
-                    // version: the worker has moved on, so that copy's next round starts
-                    // clean (SwitchML's shadow-copy rule).
-                    seen.write(meta.ver_idx, bitmap | wbit);
-                    seen.read(meta.tmp, meta.other_idx);
-                    seen.write(meta.other_idx, meta.tmp & ~wbit);
-
-                    // count == 0 means this is the round's first packet: overwrite what the
-                    // previous round of this version left in the pool.
-                    if (cnt == 0) {
-                        meta.keep = 0;
-                    } else {
-                        meta.keep = 0xffffffff;
+                    // Which round does the packet belong to, relative to the copy's?
+                    // A copy with a new owner (the slot was given to another group or
+                    // index) starts over with this packet, as does a copy whose
+                    // generation is behind the packet's by less than LATE_WINDOW; the
+                    // same generation is the copy's own round; anything else is late.
+                    bool reclaimed = false;
+                    slot_tag.read(meta.tmp, meta.copy);
+                    if (meta.tmp != meta.tag) {
+                        slot_tag.write(meta.copy, meta.tag);
+                        slot_reclaims.count(0);
+                        reclaimed = true;
                     }
-                    AGG(0)  AGG(1)  AGG(2)  AGG(3)  AGG(4)  AGG(5)  AGG(6)  AGG(7)
-                    AGG(8)  AGG(9)  AGG(10) AGG(11) AGG(12) AGG(13) AGG(14) AGG(15)
-                    AGG(16) AGG(17) AGG(18) AGG(19) AGG(20) AGG(21) AGG(22) AGG(23)
-                    AGG(24) AGG(25) AGG(26) AGG(27) AGG(28) AGG(29) AGG(30) AGG(31)
+                    bit<8> gen;
+                    slot_gen.read(gen, meta.copy);
+                    bit<8> ahead = hdr.ina.generation - gen;
+                    bit<32> wbit = (bit<32>) 1 << hdr.ina.worker_id;
+                    bit<32> bitmap;
+                    bit<8> cnt;
+                    seen.read(bitmap, meta.copy);
+                    contrib_count.read(cnt, meta.copy);
 
-                    cnt = cnt + 1;
-                    if (cnt == meta.expected) {
-                        contrib_count.write(meta.ver_idx, 0);
-                        // The result comes from the address the workers sent to (a worker
-                        // drops packets whose source is its own address); result_rewrite
-                        // then gives each replica its worker's destination.
-                        mac_addr_t mac = hdr.ethernet.dst_addr;
-                        hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
-                        hdr.ethernet.src_addr = mac;
-                        ipv4_addr_t ip = hdr.ipv4.dst_addr;
-                        hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
-                        hdr.ipv4.src_addr = ip;
-                        hdr.ina.is_result = 1;
-                        hdr.ina.is_retx = 0;
-                        hdr.udp.checksum = 0;
-                        standard_metadata.mcast_grp = meta.ina_mcast_grp;
-                        meta.ina_result = 1;
-                        ina_events.count(EVT_COMPLETED);
+                    if (reclaimed || (ahead != 0 && ahead < LATE_WINDOW)) {
+                        // A new round on this copy: forget the copy's last round.
+                        slot_gen.write(meta.copy, hdr.ina.generation);
+                        bitmap = 0;
+                        cnt = 0;
+                    }
+                    if (!reclaimed && ahead >= LATE_WINDOW) {
+                        // Late: its round's result is gone and its sender has it.
+                        ina_drops.count(DROP_LATE);
+                        mark_to_drop(standard_metadata);
+                    } else if ((bitmap & wbit) == 0) {
+                        // New contribution. The round's first overwrites the pool.
+                        seen.write(meta.copy, bitmap | wbit);
+                        if (cnt == 0) {
+                            meta.keep = 0;
+                        } else {
+                            meta.keep = 0xffffffff;
+                        }
+                        AGG(0)  AGG(1)  AGG(2)  AGG(3)  AGG(4)  AGG(5)  AGG(6)  AGG(7)
+                        AGG(8)  AGG(9)  AGG(10) AGG(11) AGG(12) AGG(13) AGG(14) AGG(15)
+                        AGG(16) AGG(17) AGG(18) AGG(19) AGG(20) AGG(21) AGG(22) AGG(23)
+                        AGG(24) AGG(25) AGG(26) AGG(27) AGG(28) AGG(29) AGG(30) AGG(31)
+
+                        cnt = cnt + 1;
+                        if (cnt == meta.expected) {
+                            contrib_count.write(meta.copy, 0);
+                            make_result();
+                            standard_metadata.mcast_grp = meta.ina_mcast_grp;
+                            ina_events.count(EVT_COMPLETED);
+                        } else {
+                            contrib_count.write(meta.copy, cnt);
+                            ina_events.count(EVT_ADDED);
+                            mark_to_drop(standard_metadata);
+                        }
+                    } else if (cnt == 0) {
+                        // Duplicate on a complete round: the worker lost the result.
+                        // Answer it alone, out of the port it came in on, without adding.
+                        LOAD(0)  LOAD(1)  LOAD(2)  LOAD(3)  LOAD(4)  LOAD(5)  LOAD(6)  LOAD(7)
+                        LOAD(8)  LOAD(9)  LOAD(10) LOAD(11) LOAD(12) LOAD(13) LOAD(14) LOAD(15)
+                        LOAD(16) LOAD(17) LOAD(18) LOAD(19) LOAD(20) LOAD(21) LOAD(22) LOAD(23)
+                        LOAD(24) LOAD(25) LOAD(26) LOAD(27) LOAD(28) LOAD(29) LOAD(30) LOAD(31)
+                        make_result();
+                        standard_metadata.egress_spec = standard_metadata.ingress_port;
+                        ina_events.count(EVT_RETX_ANSWERED);
                     } else {
-                        contrib_count.write(meta.ver_idx, cnt);
-                        ina_events.count(EVT_ADDED);
+                        // Duplicate while the round is still open: already counted.
+                        ina_events.count(EVT_RETX_ABSORBED);
                         mark_to_drop(standard_metadata);
                     }
-                } else if (cnt == 0) {
-                    // Duplicate on a complete slot: the worker lost the result. Answer it
-                    // alone, out of the port it came in on, without adding again.
-                    LOAD(0)  LOAD(1)  LOAD(2)  LOAD(3)  LOAD(4)  LOAD(5)  LOAD(6)  LOAD(7)
-                    LOAD(8)  LOAD(9)  LOAD(10) LOAD(11) LOAD(12) LOAD(13) LOAD(14) LOAD(15)
-                    LOAD(16) LOAD(17) LOAD(18) LOAD(19) LOAD(20) LOAD(21) LOAD(22) LOAD(23)
-                    LOAD(24) LOAD(25) LOAD(26) LOAD(27) LOAD(28) LOAD(29) LOAD(30) LOAD(31)
-                    mac_addr_t mac = hdr.ethernet.dst_addr;
-                    hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
-                    hdr.ethernet.src_addr = mac;
-                    ipv4_addr_t ip = hdr.ipv4.dst_addr;
-                    hdr.ipv4.dst_addr = hdr.ipv4.src_addr;
-                    hdr.ipv4.src_addr = ip;
-                    hdr.ina.is_result = 1;
-                    hdr.ina.is_retx = 0;
-                    hdr.udp.checksum = 0;
-                    standard_metadata.egress_spec = standard_metadata.ingress_port;
-                    meta.ina_result = 1;
-                    ina_events.count(EVT_RETX_ANSWERED);
-                } else {
-                    // Duplicate while the round is still open: already counted.
-                    ina_events.count(EVT_RETX_ABSORBED);
-                    mark_to_drop(standard_metadata);
                 }
             }
         }

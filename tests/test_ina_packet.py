@@ -11,6 +11,7 @@ from agents.ina.packet import (
     INA,
     INA_UDP_PORT,
     PAYLOAD_LEN,
+    ROUND_MODULUS,
     VECTOR_LEN,
     InaDecodeError,
     InaHeader,
@@ -102,3 +103,31 @@ def test_scapy_layer_encodes_like_pack() -> None:
         / INA(group_id=3, agg_index=5, worker_id=1, num_workers=4, is_result=1, values=values)
     )
     assert raw(pkt[INA]) == pack(InaHeader(3, 5, 1, 4, is_result=True), values)
+
+
+def test_round_numbers_travel_as_version_and_generation() -> None:
+    h = InaHeader.at_round(3, 5, 1, 4, 7, is_retx=True)
+    assert (h.version, h.generation, h.is_retx) == (1, 3, True)
+    data = pack(h, [0] * VECTOR_LEN)
+    assert data[6:8] == bytes([0x80 | 0x40, 3])
+    assert unpack(data).header.round_number == 7
+    # The header carries the round modulo 512: round 512 + 7 looks like round 7.
+    assert InaHeader.at_round(3, 5, 1, 4, ROUND_MODULUS + 7) == InaHeader.at_round(3, 5, 1, 4, 7)
+    assert InaHeader.at_round(3, 5, 1, 4, 510).generation == 255
+    with pytest.raises(ValueError, match="negative"):
+        InaHeader.at_round(3, 5, 1, 4, -1)
+    with pytest.raises(ValueError, match="generation"):
+        pack(InaHeader(1, 1, 0, 4, generation=256), [0] * VECTOR_LEN)
+
+
+def test_reserved_flag_bits_are_refused_on_decode() -> None:
+    data = bytearray(pack(InaHeader(1, 1, 0, 4), [0] * VECTOR_LEN))
+    data[6] |= 0x08
+    with pytest.raises(InaDecodeError, match="reserved"):
+        unpack(bytes(data))
+
+
+def test_scapy_layer_carries_the_generation() -> None:
+    values = [0] * VECTOR_LEN
+    layer = INA(group_id=1, agg_index=2, worker_id=0, num_workers=2, generation=9, values=values)
+    assert raw(layer) == pack(InaHeader(1, 2, 0, 2, generation=9), values)

@@ -92,17 +92,23 @@ def test_table_and_multicast_round_trip(raw: dict) -> None:
     assert raw["agg_entry_after_modify"] == {"mcast_grp": 100, "num_workers": 4, "slot": 9}
     assert raw["agg_entries_after_delete"] == 2
     assert raw["l2_default"] == ["InaIngress.forward", {"port": 3}]
+    assert raw["worker_entries"] == 4
     assert raw["mcast"] == [[100, [[1, 0], [2, 0], [3, 0], [4, 0]]]]
+    assert raw["mcast_forms"] == [
+        [100, [["port", "01"], ["port", "0002"], ["egress_port", ""], ["egress_port", ""]]]
+    ]
     assert raw["mcast_after_modify"] == [[100, [[1, 0], [2, 1]]]]
 
 
 def test_counters_see_the_injected_packets(raw: dict) -> None:
     # 4 contributions complete one round; then one of each malformed kind.
     assert raw["result_sum"] == [10 * i for i in range(32)]
-    assert raw["ina_drops"] == {"0": 1, "1": 1, "2": 1, "3": 1, "4": 0}
+    drops = {str(i): 0 for i in range(16)}
+    drops.update({"0": 1, "1": 1, "2": 1, "3": 1, "6": 1})  # ... and wrong port
+    assert raw["ina_drops"] == drops
     assert raw["ina_events"]["0"] == 3 and raw["ina_events"]["1"] == 1
-    # port 1: one contribution (14+20+8+136 = 178 bytes) + 4 malformed frames.
-    assert raw["port_rx_1"] == [5, 178 + 177 + 178 + 178 + 178]
+    # port 1: one contribution (14+20+8+136 = 178 bytes) + 5 malformed frames.
+    assert raw["port_rx_1"] == [6, 178 + 177 + 178 + 178 + 178 + 178]
     assert raw["port_tx_2"] == [1, 178]
     assert raw["counter_bad_index"] == "OUT_OF_RANGE"
     assert raw["counter_unknown"] == "INVALID_ARGUMENT"
@@ -114,7 +120,7 @@ def test_p4runtime_shell_client() -> None:
     assert out["entries"] == [[[7, 0], {"slot": 5}]]
     assert out["duplicate"] == ["ALREADY_EXISTS"]
     assert out["mcast"] == [100, [1, 2]]
-    assert out["drops_len"] == 8
+    assert out["drops_len"] == 16
 
 
 def test_cli_process_serves_p4runtime() -> None:
@@ -417,41 +423,59 @@ def _scenario_raw() -> dict:
     te = pb.TableEntry(table_id=ids["InaIngress.l2_forward"], is_default_action=True)
     c1.write(upd(M, table_entry=te))
 
-    # Multicast groups.
+    # Worker bindings of group 7: worker w on port w + 1.
+    for w in range(4):
+        te = pb.TableEntry(table_id=ids["InaIngress.worker_port"])
+        te.match.add(field_id=1).exact.value = b(7)
+        te.match.add(field_id=2).exact.value = b(w)
+        te.action.action.action_id = ids["InaIngress.set_worker_port"]
+        te.action.action.params.add(param_id=1, value=b(w + 1))
+        c1.write(upd(INS, table_entry=te))
+    res["worker_entries"] = len(
+        c1.read(pb.Entity(table_entry=pb.TableEntry(table_id=ids["InaIngress.worker_port"])))
+    )
+
+    # Multicast groups: replicas 1, 2 through P4Runtime 1.4's ``port`` bytes (one of them
+    # padded to 2 bytes), 3, 4 through the deprecated ``egress_port``; each reads back in
+    # the form it was written, as BMv2 does.
     mg = pb.PacketReplicationEngineEntry()
     mg.multicast_group_entry.multicast_group_id = 100
-    for port in (1, 2, 3, 4):
+    mg.multicast_group_entry.replicas.add(port=b"\x01", instance=0)
+    mg.multicast_group_entry.replicas.add(port=b"\x00\x02", instance=0)
+    for port in (3, 4):
         mg.multicast_group_entry.replicas.add(egress_port=port, instance=0)
     c1.write(upd(INS, packet_replication_engine_entry=mg))
 
-    def read_mcast():
+    def read_mcast(raw_form: bool = False):
         q = pb.PacketReplicationEngineEntry()
         q.multicast_group_entry.multicast_group_id = 0
-        return [
-            [
-                e.packet_replication_engine_entry.multicast_group_entry.multicast_group_id,
-                [
-                    [r.egress_port, r.instance]
-                    for r in e.packet_replication_engine_entry.multicast_group_entry.replicas
-                ],
-            ]
-            for e in c1.read(pb.Entity(packet_replication_engine_entry=q))
-        ]
+        out = []
+        for e in c1.read(pb.Entity(packet_replication_engine_entry=q)):
+            g = e.packet_replication_engine_entry.multicast_group_entry
+            replicas = []
+            for r in g.replicas:
+                kind = r.WhichOneof("port_kind")
+                port = int.from_bytes(r.port, "big") if kind == "port" else r.egress_port
+                replicas.append([kind, r.port.hex()] if raw_form else [port, r.instance])
+            out.append([g.multicast_group_id, replicas])
+        return out
 
     res["mcast"] = read_mcast()
+    res["mcast_forms"] = read_mcast(raw_form=True)
 
     # Frames straight into the pipeline: one complete round on group 7, then malformed.
     out = []
     for w in range(4):
         frame = build_frame(InaHeader(7, 0, w, 4), [w * i + i for i in range(VECTOR_LEN)])
         out = pipeline.process(w + 1, frame)
-    res["result_sum"] = list(unpack(out[1][1][42:]).values)
+    res["result_sum"] = list(unpack(out[1][1][42:]).values) if len(out) > 1 else None
     good = build_frame(InaHeader(7, 0, 0, 4), [1] * VECTOR_LEN)
     for frame in (
         good[:-1],  # short
         build_frame(InaHeader(7, 0, 4, 4), [1] * VECTOR_LEN),  # worker id
         build_frame(InaHeader(7, 0, 0, 3), [1] * VECTOR_LEN),  # worker count
         build_frame(InaHeader(8, 0, 0, 4), [1] * VECTOR_LEN),  # no entry
+        build_frame(InaHeader(7, 0, 1, 4), [1] * VECTOR_LEN),  # worker 1 from port 1
     ):
         pipeline.process(1, frame)
 
@@ -465,7 +489,7 @@ def _scenario_raw() -> dict:
         }
 
     drops = counter("InaIngress.ina_drops")
-    res["ina_drops"] = {k: drops[k].packet_count for k in ("0", "1", "2", "3", "4")}
+    res["ina_drops"] = {k: drops[k].packet_count for k in map(str, range(16))}
     res["ina_events"] = {k: v.packet_count for k, v in counter("InaIngress.ina_events").items()}
     d = counter("InaIngress.port_rx", 1)["1"]
     res["port_rx_1"] = [d.packet_count, d.byte_count]

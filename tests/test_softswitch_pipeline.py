@@ -1,5 +1,7 @@
 """The executable model of p4/heroserve_ina.p4 (agents/softswitch/pipeline.py), packet by
-packet: exact sums, retransmissions, slot reuse across versions, drop reasons, L2."""
+packet: exact sums, retransmissions, slot reuse across rounds, late packets, worker-port
+binding, drop reasons, L2. The protocol under random interleavings is
+tests/test_ina_protocol_property.py."""
 
 import struct
 
@@ -14,16 +16,20 @@ from agents.ina.packet import (
     unpack,
 )
 from agents.softswitch.pipeline import (
+    DROP_BAD_INDEX,
     DROP_BAD_WORKER_ID,
+    DROP_FRAGMENT,
+    DROP_LATE,
     DROP_NO_ENTRY,
+    DROP_RESERVED_BITS,
     DROP_SHORT_HEADER,
     DROP_SLOT_OUT_OF_RANGE,
     DROP_WORKER_MISMATCH,
+    DROP_WRONG_PORT,
     EVT_ADDED,
     EVT_COMPLETED,
     EVT_RETX_ABSORBED,
     EVT_RETX_ANSWERED,
-    EVT_SLOT_RECLAIMED,
     EVT_TRANSIT,
     InaPipeline,
 )
@@ -38,14 +44,16 @@ def worker_frame(
     w: int,
     values: list[int],
     *,
-    version: int = 0,
+    round_: int = 0,
     agg: int = 0,
     group: int = GROUP,
     n: int = 4,
     retx: bool = False,
 ) -> bytes:
+    """Worker w's contribution to round ``round_`` of aggregator ``agg`` (the host
+    contract: version and generation from the round number)."""
     return build_frame(
-        InaHeader(group, agg, w, n, version=version, is_retx=retx),
+        InaHeader.at_round(group, agg, w, n, round_, is_retx=retx),
         values,
         src_mac=f"02:00:00:00:00:0{w + 1}",
         src_ip=f"10.0.0.{w + 1}",
@@ -61,15 +69,22 @@ def vec(w: int, round_: int = 0) -> list[int]:
 def sw() -> InaPipeline:
     p = InaPipeline()
     p.add_group(GROUP, 0, slot=5, workers=4, mcast=MCAST)
+    for w in range(4):
+        p.bind_worker(GROUP, w, PORTS[w])
     p.pre.insert(MCAST, [(port, 0) for port in PORTS])
     return p
 
 
-def run_round(sw: InaPipeline, round_: int = 0, version: int = 0, agg: int = 0):
+def run_round(sw: InaPipeline, round_: int = 0, agg: int = 0):
     outs = []
     for w in range(4):
-        outs.append(sw.process(PORTS[w], worker_frame(w, vec(w, round_), version=version, agg=agg)))
+        outs.append(sw.process(PORTS[w], worker_frame(w, vec(w, round_), round_=round_, agg=agg)))
     return outs
+
+
+def result_values(out: list[tuple[int, bytes]]) -> list[int]:
+    """The vector of the first frame of ``out`` (a result), as signed int32."""
+    return list(unpack(out[0][1][OFF:]).values)
 
 
 def expected_sum(round_: int = 0) -> list[int]:
@@ -136,27 +151,111 @@ def test_retransmission_after_completion_answers_that_worker_only(sw: InaPipelin
     assert list(unpack(again[0][1][OFF:]).values) == expected_sum()
 
 
-def test_slot_reuse_across_versions_has_no_stale_values(sw: InaPipeline) -> None:
+def test_slot_reuse_across_rounds_has_no_stale_values(sw: InaPipeline) -> None:
     for round_ in range(5):
-        outs = run_round(sw, round_=round_, version=round_ % 2)
-        assert list(unpack(outs[3][0][1][OFF:]).values) == expected_sum(round_)
-    # Version 0 was used by rounds 0, 2, 4: its pool holds round 4's sum only.
-    base = ((5 << 1) | 0) << 5
-    pool = sw.ingress.pool.values[base : base + VECTOR_LEN]
+        outs = run_round(sw, round_=round_)
+        msg = unpack(outs[3][0][1][OFF:])
+        assert list(msg.values) == expected_sum(round_)
+        assert msg.header.round_number == round_  # the result names its round
+    # Version 0 was used by rounds 0, 2, 4 (generations 0, 1, 2): round 4's sum only.
+    copy = (5 << 1) | 0
+    pool = sw.ingress.pool.values[copy << 5 : (copy << 5) + VECTOR_LEN]
     assert [v - (1 << 32) if v >= 2**31 else v for v in pool] == expected_sum(4)
+    assert sw.ingress.slot_gen.read(copy) == 2
 
 
 def test_interleaved_versions_keep_separate_sums(sw: InaPipeline) -> None:
-    # Workers 0,1 race ahead into version 1 while 2,3 are still on version 0.
+    # Workers 0,1 got round 0's result early? No: they may not send round 1 before it.
+    # Round 0 and round 1 of *different* aggregators interleave freely; here the two
+    # copies of one slot: round 1 opens on version 1 while round 0 is still complete on
+    # version 0 (a retransmission of round 0 is still answered).
+    run_round(sw, round_=0)
     for w in (0, 1):
-        sw.process(PORTS[w], worker_frame(w, vec(w, 0), version=0))
-        sw.process(PORTS[w], worker_frame(w, vec(w, 1), version=1))
-    sw.process(PORTS[2], worker_frame(2, vec(2, 0), version=0))
-    out0 = sw.process(PORTS[3], worker_frame(3, vec(3, 0), version=0))
-    assert list(unpack(out0[0][1][OFF:]).values) == expected_sum(0)
-    sw.process(PORTS[2], worker_frame(2, vec(2, 1), version=1))
-    out1 = sw.process(PORTS[3], worker_frame(3, vec(3, 1), version=1))
-    assert list(unpack(out1[0][1][OFF:]).values) == expected_sum(1)
+        sw.process(PORTS[w], worker_frame(w, vec(w, 1), round_=1))
+    again = sw.process(PORTS[2], worker_frame(2, vec(2, 0), round_=0, retx=True))
+    assert again[0][0] == PORTS[2] and result_values(again) == expected_sum(0)
+    sw.process(PORTS[2], worker_frame(2, vec(2, 1), round_=1))
+    out1 = sw.process(PORTS[3], worker_frame(3, vec(3, 1), round_=1))
+    assert result_values(out1) == expected_sum(1)
+
+
+def test_issue10_delayed_duplicate_cannot_open_a_round() -> None:
+    """Issue 10 item 3: rounds r (version 0) and r+1 (version 1) complete, then worker
+    0's round-r packet arrives late (duplicated in the network). SwitchML's bitmap rule
+    took it for round r+2, absorbed worker 0's real round r+2 packet as a duplicate and
+    multicast 10 + 7 = 17 instead of 5 + 7 = 12. With generations it is answered with
+    round r's stored result (which worker 0 ignores), and round r+2 sums to 12."""
+    sw = InaPipeline()
+    sw.add_group(GROUP, 0, slot=3, workers=2, mcast=MCAST)
+    sw.bind_worker(GROUP, 0, 1)
+    sw.bind_worker(GROUP, 1, 2)
+    sw.pre.insert(MCAST, [(1, 0), (2, 0)])
+
+    def send(w: int, value: int, round_: int) -> list[tuple[int, bytes]]:
+        return sw.process(w + 1, worker_frame(w, [value] * VECTOR_LEN, round_=round_, n=2))
+
+    late = worker_frame(0, [10] * VECTOR_LEN, round_=0, n=2)
+    assert send(0, 10, 0) == [] and result_values(send(1, 2, 0)) == [12] * VECTOR_LEN
+    assert send(0, 1, 1) == [] and result_values(send(1, 1, 1)) == [2] * VECTOR_LEN
+    answer = sw.process(1, late)  # round 0's copy still holds round 0: answered
+    assert [p for p, _ in answer] == [1] and unpack(answer[0][1][OFF:]).header.round_number == 0
+    assert send(0, 5, 2) == []
+    out = send(1, 7, 2)
+    assert [p for p, _ in out] == [1, 2]
+    assert result_values(out) == [12] * VECTOR_LEN
+    # Once round 2 holds that copy, the same late packet is dropped and counted.
+    assert sw.process(1, late) == []
+    assert sw.ingress.ina_drops.packets[DROP_LATE] == 1
+
+
+def test_generation_window() -> None:
+    """A copy at generation g: g + 1 .. g + 127 open a new round, g - 1 .. g - 128 are late
+    (mod 256). A packet older than 127 generations aliases a newer round: the documented
+    bound on packet lifetime."""
+    sw = InaPipeline()
+    sw.add_group(GROUP, 0, slot=0, workers=2, mcast=MCAST)
+    sw.bind_worker(GROUP, 0, 1)
+    sw.bind_worker(GROUP, 1, 2)
+
+    def contribute(gen: int) -> None:
+        sw.process(1, build_frame(InaHeader(GROUP, 0, 0, 2, generation=gen), [1] * VECTOR_LEN))
+
+    drops = sw.ingress.ina_drops.packets
+    contribute(200)  # the copy's first packet (a new owner) sets its generation
+    assert sw.ingress.slot_gen.read(0) == 200 and sw.ingress.seen.read(0) == 1
+    for gen in (199, 100, 200 - 128):  # behind by 1, 100 and 128
+        contribute(gen)
+    assert drops[DROP_LATE] == 3 and sw.ingress.slot_gen.read(0) == 200
+    contribute((200 + 127) % 256)  # ahead by 127 (= behind by 129): a new round
+    assert sw.ingress.slot_gen.read(0) == 71 and drops[DROP_LATE] == 3
+    contribute(72)  # ahead by 1
+    assert sw.ingress.slot_gen.read(0) == 72 and sw.ingress.seen.read(0) == 1
+
+
+def test_single_worker_group_completes_on_every_round() -> None:
+    sw = InaPipeline()
+    sw.add_group(GROUP, 0, slot=9, workers=1, mcast=MCAST)
+    sw.bind_worker(GROUP, 0, 1)
+    sw.pre.insert(MCAST, [(1, 0)])
+    for round_ in range(6):
+        out = sw.process(1, worker_frame(0, vec(0, round_), round_=round_, n=1))
+        assert result_values(out) == vec(0, round_)
+    assert sw.ingress.ina_events.packets[EVT_COMPLETED] == 6
+
+
+def test_worker_id_is_bound_to_its_port(sw: InaPipeline) -> None:
+    """Issue 10 item 3: a host on port 1 cannot contribute as worker 1."""
+    forged = worker_frame(1, [1_000_000] * VECTOR_LEN)
+    assert sw.process(PORTS[0], forged) == []
+    assert sw.ingress.ina_drops.packets[DROP_WRONG_PORT] == 1
+    assert sw.ingress.seen.read(5 << 1) == 0  # nothing recorded
+    # The real worker 1 still contributes, and the round sums the real vectors.
+    outs = run_round(sw)
+    assert result_values(outs[3]) == expected_sum()
+    # A worker id of the group with no binding (unknown port) is refused too.
+    sw.ingress.worker_port.delete((GROUP, 2))
+    assert sw.process(PORTS[2], worker_frame(2, vec(2, 1), round_=1)) == []
+    assert sw.ingress.ina_drops.packets[DROP_WRONG_PORT] == 2
 
 
 def test_slot_reassigned_to_another_group_starts_clean(sw: InaPipeline) -> None:
@@ -165,14 +264,30 @@ def test_slot_reassigned_to_another_group_starts_clean(sw: InaPipeline) -> None:
         sw.process(PORTS[w], worker_frame(w, vec(w)))
     sw.ingress.aggregation_table.delete((GROUP, 0))
     sw.add_group(8, 3, slot=5, workers=2, mcast=MCAST)
+    sw.bind_worker(8, 0, PORTS[0])
+    sw.bind_worker(8, 1, PORTS[1])
     sw.process(PORTS[0], worker_frame(0, [10] * VECTOR_LEN, group=8, agg=3, n=2))
     out = sw.process(PORTS[1], worker_frame(1, [32] * VECTOR_LEN, group=8, agg=3, n=2))
-    assert list(unpack(out[0][1][OFF:]).values) == [42] * VECTOR_LEN
-    assert sw.ingress.ina_events.packets[EVT_SLOT_RECLAIMED] == 2  # first use, then reuse
+    assert result_values(out) == [42] * VECTOR_LEN
+    assert sw.ingress.slot_reclaims.packets[0] == 2  # first use, then reuse
+    # The new owner may continue its own round numbering (the slot moved under it).
+    sw.process(PORTS[0], worker_frame(0, [1] * VECTOR_LEN, group=8, agg=3, n=2, round_=41))
+    out = sw.process(PORTS[1], worker_frame(1, [2] * VECTOR_LEN, group=8, agg=3, n=2, round_=41))
+    assert result_values(out) == [3] * VECTOR_LEN
+    assert sw.ingress.slot_reclaims.packets[0] == 3  # version 1's first use by group 8
 
 
 def _short(frame: bytes, cut: int) -> bytes:
     return frame[: len(frame) - cut]
+
+
+def _set_bits(frame: bytes, offset: int, bits: int) -> bytes:
+    b = bytearray(frame)
+    b[offset] |= bits
+    return bytes(b)
+
+
+MF_BYTE = 14 + 6  # IPv4 flags: reserved, DF, MF in the top 3 bits of byte 6
 
 
 @pytest.mark.parametrize(
@@ -183,8 +298,14 @@ def _short(frame: bytes, cut: int) -> bytes:
         (worker_frame(4, [1] * VECTOR_LEN), DROP_BAD_WORKER_ID),  # worker 4 of 4
         (build_frame(InaHeader(GROUP, 0, 0, 33), [1] * VECTOR_LEN), DROP_BAD_WORKER_ID),
         (worker_frame(0, [1] * VECTOR_LEN, n=3), DROP_WORKER_MISMATCH),
-        (worker_frame(0, [1] * VECTOR_LEN, agg=1), DROP_NO_ENTRY),
+        (worker_frame(0, [1] * VECTOR_LEN, group=9), DROP_NO_ENTRY),  # not aggregated here
+        (worker_frame(0, [1] * VECTOR_LEN, agg=1), DROP_BAD_INDEX),  # group 7 has 0 and 2
         (worker_frame(0, [1] * VECTOR_LEN, agg=2), DROP_SLOT_OUT_OF_RANGE),
+        (worker_frame(1, [1] * VECTOR_LEN), DROP_WRONG_PORT),  # worker 1 sent from port 1
+        (_set_bits(worker_frame(0, [1] * VECTOR_LEN), OFF + 6, 0x01), DROP_RESERVED_BITS),
+        (_set_bits(worker_frame(0, [1] * VECTOR_LEN), OFF + 6, 0x10), DROP_RESERVED_BITS),
+        (_set_bits(worker_frame(0, [1] * VECTOR_LEN), MF_BYTE, 0x20), DROP_FRAGMENT),
+        (_short(_set_bits(worker_frame(0, [1] * VECTOR_LEN), MF_BYTE, 0x20), 64), DROP_FRAGMENT),
     ],
 )
 def test_malformed_packets_are_dropped_and_counted(
@@ -252,6 +373,7 @@ def test_result_rewrite_sets_each_replicas_destination(sw: InaPipeline) -> None:
 def test_unknown_multicast_group_sends_nothing() -> None:
     sw = InaPipeline()
     sw.add_group(1, 0, slot=0, workers=1, mcast=55)
+    sw.bind_worker(1, 0, 1)
     assert sw.process(1, build_frame(InaHeader(1, 0, 0, 1), [3] * VECTOR_LEN)) == []
     assert sw.ingress.ina_events.packets[EVT_COMPLETED] == 1
 

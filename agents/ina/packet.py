@@ -4,10 +4,15 @@ An INA packet is Ethernet / IPv4 (no options) / UDP with destination port
 ``INA_UDP_PORT`` / an 8-byte INA header / ``VECTOR_LEN`` int32 values, all big-endian::
 
     0      2      4      5      6      7      8
-    | group_id | agg_index | worker | nwork | flags | rsvd | v[0] ... v[31] (4 bytes each)
+    | group_id | agg_index | worker | nwork | flags | gen | v[0] ... v[31] (4 bytes each)
 
 ``flags``: bit 7 = version (which shadow copy of the slot), bit 6 = retransmission,
-bit 5 = result (set by the switch), bits 4..0 reserved (zero).
+bit 5 = result (set by the switch), bits 4..0 reserved (must be zero: the switch drops
+the packet otherwise). ``gen`` is the generation of that copy. Together they number the
+uses of one aggregator: round ``r`` travels as ``version = r % 2`` and
+``generation = (r // 2) % 256`` (:meth:`InaHeader.at_round`), which is what makes the
+switch's aggregation exactly-once under loss, duplication, reordering and delay
+(docs/dataplane.md, "Slot protocol").
 
 Values are fixed-point: a real ``x`` travels as ``round(x * scale)`` saturated to int32;
 the switch adds them with two's-complement wrap-around, so the sender must pick a scale
@@ -33,6 +38,14 @@ MAX_WORKERS = 32  # width of the switch's bitmap of workers seen
 FLAG_VERSION = 0x80
 FLAG_RETX = 0x40
 FLAG_RESULT = 0x20
+FLAG_RESERVED = 0x1F
+
+GENERATIONS = 256  # the generation field is 8 bits
+ROUND_MODULUS = 2 * GENERATIONS  # round numbers of one aggregator, as the header carries them
+# A packet whose generation is this many or more behind its copy's (mod GENERATIONS) is late:
+# dropped and counted. So a packet may not outlive LATE_WINDOW - 1 generations of its
+# aggregator (2 * (LATE_WINDOW - 1) rounds), or its generation aliases a newer one.
+LATE_WINDOW = 128
 
 DEFAULT_SCALE = 2**16  # 16 fractional bits: resolution 1.5e-5, range +-32768
 INT32_MIN = -(2**31)
@@ -57,6 +70,38 @@ class InaHeader:
     version: int = 0
     is_retx: bool = False
     is_result: bool = False
+    generation: int = 0
+
+    @classmethod
+    def at_round(
+        cls,
+        group_id: int,
+        agg_index: int,
+        worker_id: int,
+        num_workers: int,
+        round_number: int,
+        *,
+        is_retx: bool = False,
+    ) -> InaHeader:
+        """The header of a worker's contribution to round ``round_number`` (0, 1, 2, ...)
+        of aggregator ``agg_index``: version and generation from the round number."""
+        if round_number < 0:
+            raise ValueError(f"round number {round_number} is negative")
+        r = round_number % ROUND_MODULUS
+        return cls(
+            group_id,
+            agg_index,
+            worker_id,
+            num_workers,
+            version=r & 1,
+            is_retx=is_retx,
+            generation=r >> 1,
+        )
+
+    @property
+    def round_number(self) -> int:
+        """The round this header belongs to, modulo ``ROUND_MODULUS``."""
+        return (self.generation << 1) | self.version
 
     @property
     def flags(self) -> int:
@@ -85,6 +130,7 @@ def pack(header: InaHeader, values: Sequence[int]) -> bytes:
         ("agg_index", header.agg_index, 16),
         ("worker_id", header.worker_id, 8),
         ("num_workers", header.num_workers, 8),
+        ("generation", header.generation, 8),
     ):
         if not 0 <= value < (1 << bits):
             raise ValueError(f"{name}={value} does not fit in {bits} bits")
@@ -99,18 +145,21 @@ def pack(header: InaHeader, values: Sequence[int]) -> bytes:
         header.worker_id,
         header.num_workers,
         header.flags,
-        0,
+        header.generation,
     ) + _VECTOR.pack(*values)
 
 
 def unpack(payload: bytes) -> InaMessage:
-    """Decode UDP payload bytes; raises InaDecodeError when shorter than ``PAYLOAD_LEN``.
+    """Decode UDP payload bytes; raises InaDecodeError when shorter than ``PAYLOAD_LEN``
+    or when a reserved flag bit is set (the switch drops such packets too).
 
     Bytes past ``PAYLOAD_LEN`` are ignored, as the P4 parser ignores them.
     """
     if len(payload) < PAYLOAD_LEN:
         raise InaDecodeError(f"INA payload is {len(payload)} bytes, needs {PAYLOAD_LEN}")
-    group_id, agg_index, worker_id, num_workers, flags, _ = _HEADER.unpack_from(payload, 0)
+    group_id, agg_index, worker_id, num_workers, flags, generation = _HEADER.unpack_from(payload, 0)
+    if flags & FLAG_RESERVED:
+        raise InaDecodeError(f"INA reserved flag bits set: {flags & FLAG_RESERVED:#04x}")
     values = _VECTOR.unpack_from(payload, HEADER_LEN)
     header = InaHeader(
         group_id=group_id,
@@ -120,6 +169,7 @@ def unpack(payload: bytes) -> InaMessage:
         version=1 if flags & FLAG_VERSION else 0,
         is_retx=bool(flags & FLAG_RETX),
         is_result=bool(flags & FLAG_RESULT),
+        generation=generation,
     )
     return InaMessage(header=header, values=values)
 
@@ -225,7 +275,7 @@ class INA(Packet):
         BitField("is_retx", 0, 1),
         BitField("is_result", 0, 1),
         BitField("reserved", 0, 5),
-        ByteField("reserved2", 0),
+        ByteField("generation", 0),
         FieldListField(
             "values",
             [0] * VECTOR_LEN,

@@ -30,6 +30,7 @@ DROP_PORT = 511
 NUM_PORTS = 512
 NUM_SLOTS = 1024
 MAX_WORKERS = 32
+LATE_WINDOW = 128  # a generation this far or further behind its copy's is late
 
 # ina_drops indices (the P4 program's DROP_* constants).
 DROP_SHORT_HEADER = 0
@@ -37,23 +38,39 @@ DROP_BAD_WORKER_ID = 1
 DROP_WORKER_MISMATCH = 2
 DROP_NO_ENTRY = 3
 DROP_SLOT_OUT_OF_RANGE = 4
-INA_DROP_REASONS = 8
+DROP_RESERVED_BITS = 5
+DROP_WRONG_PORT = 6
+DROP_BAD_INDEX = 7
+DROP_FRAGMENT = 8
+DROP_LATE = 9
+INA_DROP_REASONS = 16
 DROP_REASON_NAMES = {
     DROP_SHORT_HEADER: "short_header",
     DROP_BAD_WORKER_ID: "bad_worker_id",
     DROP_WORKER_MISMATCH: "worker_count_mismatch",
     DROP_NO_ENTRY: "no_entry",
     DROP_SLOT_OUT_OF_RANGE: "slot_out_of_range",
+    DROP_RESERVED_BITS: "reserved_bits",
+    DROP_WRONG_PORT: "wrong_port",
+    DROP_BAD_INDEX: "agg_index_out_of_range",
+    DROP_FRAGMENT: "fragment",
+    DROP_LATE: "late",
 }
 
-# ina_events indices (EVT_*).
+# ina_events indices (EVT_*): one per packet that passed the checks.
 EVT_ADDED = 0
 EVT_COMPLETED = 1
 EVT_RETX_ANSWERED = 2
 EVT_RETX_ABSORBED = 3
 EVT_TRANSIT = 4
-EVT_SLOT_RECLAIMED = 5
 INA_EVENTS = 8
+EVENT_NAMES = {
+    EVT_ADDED: "added",
+    EVT_COMPLETED: "completed",
+    EVT_RETX_ANSWERED: "retx_answered",
+    EVT_RETX_ABSORBED: "retx_absorbed",
+    EVT_TRANSIT: "transit",
+}
 
 _ETH_LEN = 14
 _IPV4_LEN = 20
@@ -91,7 +108,8 @@ class Headers:
 
 @dataclass(slots=True)
 class InaH:
-    """``ina_h`` fields (flags byte split as in P4: version, is_retx, is_result, reserved)."""
+    """``ina_h`` fields (flags byte split as in P4: version, is_retx, is_result, reserved;
+    then the copy's generation)."""
 
     group_id: int
     agg_index: int
@@ -101,7 +119,7 @@ class InaH:
     is_retx: int
     is_result: int
     reserved: int
-    reserved2: int
+    generation: int
 
     def copy(self) -> InaH:
         return InaH(
@@ -113,7 +131,7 @@ class InaH:
             self.is_retx,
             self.is_result,
             self.reserved,
-            self.reserved2,
+            self.generation,
         )
 
 
@@ -124,6 +142,7 @@ class Metadata:
     slot: int = 0
     expected: int = 0
     ina_mcast_grp: int = 0
+    worker_port: int = 0
     ina_miss: int = 0
     do_l2: int = 0
     ina_result: int = 0
@@ -151,7 +170,7 @@ def mark_to_drop(std: StandardMetadata) -> None:
 
 
 class InaParser:
-    """``parser InaParser``: Ethernet -> IPv4 (ihl 5, unfragmented, UDP) -> UDP -> INA."""
+    """``parser InaParser``: Ethernet -> IPv4 (ihl 5, fragment offset 0, UDP) -> UDP -> INA."""
 
     @staticmethod
     def parse(frame: bytes) -> Headers | None:
@@ -172,9 +191,9 @@ class InaParser:
                 h.udp = bytearray(frame[off : off + _UDP_LEN])
                 off += _UDP_LEN
                 if (h.udp[2] << 8 | h.udp[3]) == INA_UDP_PORT and n >= off + _INA_LEN:
-                    g, a, w, nw, flags, r2 = _INA_HDR.unpack_from(frame, off)
+                    g, a, w, nw, flags, gen = _INA_HDR.unpack_from(frame, off)
                     h.ina = InaH(
-                        g, a, w, nw, flags >> 7, (flags >> 6) & 1, (flags >> 5) & 1, flags & 31, r2
+                        g, a, w, nw, flags >> 7, (flags >> 6) & 1, (flags >> 5) & 1, flags & 31, gen
                     )
                     off += _INA_LEN
                     if n >= off + _DATA_LEN:
@@ -191,6 +210,21 @@ class AggregationTable(ExactTable):
     KEY = (("group_id", 16), ("agg_index", 16))
     ACTIONS = (
         ActionSpec("InaIngress.set_slot", (("slot", 16), ("num_workers", 8), ("mcast_grp", 16))),
+        ActionSpec("NoAction", (), default_only=True),
+    )
+    DEFAULT_ACTION = "NoAction"
+    CONST_DEFAULT = True
+    SIZE = 4096
+
+
+class WorkerPort(ExactTable):
+    """``worker_port``: (group_id, worker_id) -> set_worker_port(port), the one ingress port
+    each worker of a group aggregated here may send from."""
+
+    NAME = "InaIngress.worker_port"
+    KEY = (("group_id", 16), ("worker_id", 8))
+    ACTIONS = (
+        ActionSpec("InaIngress.set_worker_port", (("port", 9),)),
         ActionSpec("NoAction", (), default_only=True),
     )
     DEFAULT_ACTION = "NoAction"
@@ -234,12 +268,19 @@ class InaIngress:
         self.pool = Register("InaIngress.pool", NUM_SLOTS * 64, 32)
         self.contrib_count = Register("InaIngress.contrib_count", NUM_SLOTS * 2, 8)
         self.seen = Register("InaIngress.seen", NUM_SLOTS * 2, 32)
-        self.slot_tag = Register("InaIngress.slot_tag", NUM_SLOTS, 32)
+        self.slot_gen = Register("InaIngress.slot_gen", NUM_SLOTS * 2, 8)
+        self.slot_tag = Register("InaIngress.slot_tag", NUM_SLOTS * 2, 32)
         self.ina_drops = IndirectCounter("InaIngress.ina_drops", INA_DROP_REASONS, "PACKETS")
         self.ina_events = IndirectCounter("InaIngress.ina_events", INA_EVENTS, "PACKETS")
+        self.slot_reclaims = IndirectCounter("InaIngress.slot_reclaims", 1, "PACKETS")
         self.port_rx = IndirectCounter("InaIngress.port_rx", NUM_PORTS, "BOTH")
         self.aggregation_table = AggregationTable()
+        self.worker_port = WorkerPort()
         self.l2_forward = L2Forward()
+
+    def _drop(self, reason: int, std: StandardMetadata) -> None:
+        self.ina_drops.count(reason, std.packet_length)
+        mark_to_drop(std)
 
     def apply(self, hdr: Headers, meta: Metadata, std: StandardMetadata) -> None:
         nbytes = std.packet_length
@@ -247,33 +288,21 @@ class InaIngress:
         meta.do_l2 = 1
         ina = hdr.ina
         udp = hdr.udp
-        if udp is not None and (udp[2] << 8 | udp[3]) == INA_UDP_PORT and hdr.ina_data is None:
+        if udp is not None and (udp[2] << 8 | udp[3]) == INA_UDP_PORT:
             meta.do_l2 = 0
-            self.ina_drops.count(DROP_SHORT_HEADER, nbytes)
-            mark_to_drop(std)
-        elif ina is not None and ina.is_result == 0:
-            meta.do_l2 = 0
-            if ina.worker_id >= ina.num_workers or ina.num_workers > MAX_WORKERS:
-                self.ina_drops.count(DROP_BAD_WORKER_ID, nbytes)
-                mark_to_drop(std)
+            assert hdr.ipv4 is not None
+            if hdr.ipv4[6] & 0x20:  # More-Fragments (flags are the top 3 bits of byte 6)
+                self._drop(DROP_FRAGMENT, std)
+            elif ina is None or hdr.ina_data is None:
+                self._drop(DROP_SHORT_HEADER, std)
+            elif ina.reserved != 0:
+                self._drop(DROP_RESERVED_BITS, std)
+            elif ina.is_result == 1:
+                meta.do_l2 = 1  # a result from another switch: plain L2 traffic
+            elif ina.worker_id >= ina.num_workers or ina.num_workers > MAX_WORKERS:
+                self._drop(DROP_BAD_WORKER_ID, std)
             else:
-                entry = self.aggregation_table.lookup((ina.group_id, ina.agg_index))
-                if entry is None:
-                    meta.do_l2 = 1
-                    meta.ina_miss = 1
-                else:
-                    p = entry.params  # set_slot
-                    meta.slot = p["slot"]
-                    meta.expected = p["num_workers"]
-                    meta.ina_mcast_grp = p["mcast_grp"]
-                    if meta.expected != ina.num_workers:
-                        self.ina_drops.count(DROP_WORKER_MISMATCH, nbytes)
-                        mark_to_drop(std)
-                    elif meta.slot >= NUM_SLOTS:
-                        self.ina_drops.count(DROP_SLOT_OUT_OF_RANGE, nbytes)
-                        mark_to_drop(std)
-                    else:
-                        self._aggregate(hdr, meta, std, nbytes)
+                self._contribution(hdr, ina, meta, std)
 
         if meta.do_l2 == 1:
             hit = self._l2_forward(hdr, meta, std)
@@ -282,6 +311,31 @@ class InaIngress:
                     self.ina_events.count(EVT_TRANSIT, nbytes)
             elif meta.ina_miss == 1:
                 self.ina_drops.count(DROP_NO_ENTRY, nbytes)
+
+    def _contribution(self, hdr: Headers, ina: InaH, meta: Metadata, std: StandardMetadata) -> None:
+        """Table checks of a well-formed contribution, then the slot protocol."""
+        entry = self.aggregation_table.lookup((ina.group_id, ina.agg_index))
+        if entry is not None:  # set_slot
+            p = entry.params
+            meta.slot = p["slot"]
+            meta.expected = p["num_workers"]
+            meta.ina_mcast_grp = p["mcast_grp"]
+        binding = self.worker_port.lookup((ina.group_id, ina.worker_id))
+        if binding is not None:  # set_worker_port
+            meta.worker_port = binding.params["port"]
+        if entry is None and binding is None:
+            meta.do_l2 = 1
+            meta.ina_miss = 1
+        elif binding is None or meta.worker_port != std.ingress_port:
+            self._drop(DROP_WRONG_PORT, std)
+        elif entry is None:
+            self._drop(DROP_BAD_INDEX, std)
+        elif meta.expected != ina.num_workers:
+            self._drop(DROP_WORKER_MISMATCH, std)
+        elif meta.slot >= NUM_SLOTS:
+            self._drop(DROP_SLOT_OUT_OF_RANGE, std)
+        else:
+            self._aggregate(hdr, meta, std)
 
     def _l2_forward(self, hdr: Headers, meta: Metadata, std: StandardMetadata) -> bool:
         """Apply ``l2_forward``; True on a hit."""
@@ -299,33 +353,35 @@ class InaIngress:
             mark_to_drop(std)
         return hit
 
-    def _aggregate(self, hdr: Headers, meta: Metadata, std: StandardMetadata, nbytes: int) -> None:
-        """The slot/version protocol of the P4 apply block (docs/dataplane.md)."""
+    def _aggregate(self, hdr: Headers, meta: Metadata, std: StandardMetadata) -> None:
+        """The slot protocol of the P4 apply block (docs/dataplane.md, "Slot protocol")."""
         ina = hdr.ina
         values = hdr.ina_data
         assert ina is not None and values is not None
-        slot = meta.slot
+        nbytes = std.packet_length
+        copy = (meta.slot << 1) | ina.version
+        base = copy << 5
         tag = (ina.group_id << 16) | ina.agg_index
-        if self.slot_tag.read(slot) != tag:
-            # Slot reused by another (group, index): clear both versions.
-            self.slot_tag.write(slot, tag)
-            self.contrib_count.write(slot << 1, 0)
-            self.contrib_count.write((slot << 1) | 1, 0)
-            self.seen.write(slot << 1, 0)
-            self.seen.write((slot << 1) | 1, 0)
-            self.ina_events.count(EVT_SLOT_RECLAIMED, nbytes)
 
-        ver_idx = (slot << 1) | ina.version
-        other_idx = ver_idx ^ 1
-        base = ver_idx << 5
+        reclaimed = False
+        if self.slot_tag.read(copy) != tag:  # the copy has a new owner
+            self.slot_tag.write(copy, tag)
+            self.slot_reclaims.count(0, nbytes)
+            reclaimed = True
+        ahead = (ina.generation - self.slot_gen.read(copy)) & 0xFF
         wbit = (1 << ina.worker_id) & _ALL_ONES
-        bitmap = self.seen.read(ver_idx)
-        cnt = self.contrib_count.read(ver_idx)
+        bitmap = self.seen.read(copy)
+        cnt = self.contrib_count.read(copy)
         pool = self.pool.values
 
-        if bitmap & wbit == 0:
-            self.seen.write(ver_idx, bitmap | wbit)
-            self.seen.write(other_idx, self.seen.read(other_idx) & ~wbit)
+        if reclaimed or 0 < ahead < LATE_WINDOW:  # a new round on this copy
+            self.slot_gen.write(copy, ina.generation)
+            bitmap = 0
+            cnt = 0
+        if not reclaimed and ahead >= LATE_WINDOW:
+            self._drop(DROP_LATE, std)
+        elif bitmap & wbit == 0:
+            self.seen.write(copy, bitmap | wbit)
             # pool = (pool & keep) + v, keep = 0 on the round's first packet (count 0).
             if cnt != 0:
                 end = base + VECTOR_LEN
@@ -335,44 +391,36 @@ class InaIngress:
             pool[base : base + VECTOR_LEN] = values
             cnt = (cnt + 1) & 0xFF
             if cnt == meta.expected:
-                self.contrib_count.write(ver_idx, 0)
-                self._swap_addresses(hdr)
-                ina.is_result = 1
-                ina.is_retx = 0
-                self._zero_udp_checksum(hdr)
+                self.contrib_count.write(copy, 0)
+                self._make_result(hdr, meta)
                 std.mcast_grp = meta.ina_mcast_grp
-                meta.ina_result = 1
                 self.ina_events.count(EVT_COMPLETED, nbytes)
             else:
-                self.contrib_count.write(ver_idx, cnt)
+                self.contrib_count.write(copy, cnt)
                 self.ina_events.count(EVT_ADDED, nbytes)
                 mark_to_drop(std)
         elif cnt == 0:
             values[:] = pool[base : base + VECTOR_LEN]
-            self._swap_addresses(hdr)
-            ina.is_result = 1
-            ina.is_retx = 0
-            self._zero_udp_checksum(hdr)
+            self._make_result(hdr, meta)
             std.egress_spec = std.ingress_port
-            meta.ina_result = 1
             self.ina_events.count(EVT_RETX_ANSWERED, nbytes)
         else:
             self.ina_events.count(EVT_RETX_ABSORBED, nbytes)
             mark_to_drop(std)
 
     @staticmethod
-    def _swap_addresses(hdr: Headers) -> None:
-        """Results come from the address the workers sent to: swap MACs and IPs."""
-        eth, ip = hdr.eth, hdr.ipv4
-        assert eth is not None and ip is not None
+    def _make_result(hdr: Headers, meta: Metadata) -> None:
+        """``make_result``: the result comes from the address the workers sent to (MACs
+        and IPs swapped), flagged as a result, UDP checksum 0."""
+        eth, ip, udp, ina = hdr.eth, hdr.ipv4, hdr.udp, hdr.ina
+        assert eth is not None and ip is not None and udp is not None and ina is not None
         eth[0:6], eth[6:12] = eth[6:12], eth[0:6]
         ip[12:16], ip[16:20] = ip[16:20], ip[12:16]
-
-    @staticmethod
-    def _zero_udp_checksum(hdr: Headers) -> None:
-        assert hdr.udp is not None
-        hdr.udp[6] = 0
-        hdr.udp[7] = 0
+        ina.is_result = 1
+        ina.is_retx = 0
+        udp[6] = 0
+        udp[7] = 0
+        meta.ina_result = 1
 
 
 class InaEgress:
@@ -427,7 +475,7 @@ class InaDeparser:
             flags = (i.version << 7) | (i.is_retx << 6) | (i.is_result << 5) | i.reserved
             parts.append(
                 _INA_HDR.pack(
-                    i.group_id, i.agg_index, i.worker_id, i.num_workers, flags, i.reserved2
+                    i.group_id, i.agg_index, i.worker_id, i.num_workers, flags, i.generation
                 )
             )
         if hdr.ina_data is not None:
@@ -455,6 +503,7 @@ class InaPipeline:
             t.NAME: t
             for t in (
                 self.ingress.aggregation_table,
+                self.ingress.worker_port,
                 self.ingress.l2_forward,
                 self.egress.result_rewrite,
             )
@@ -464,6 +513,7 @@ class InaPipeline:
             for c in (
                 self.ingress.ina_drops,
                 self.ingress.ina_events,
+                self.ingress.slot_reclaims,
                 self.ingress.port_rx,
                 self.egress.port_tx,
             )
@@ -474,6 +524,7 @@ class InaPipeline:
                 self.ingress.pool,
                 self.ingress.contrib_count,
                 self.ingress.seen,
+                self.ingress.slot_gen,
                 self.ingress.slot_tag,
             )
         }
@@ -504,6 +555,7 @@ class InaPipeline:
                 meta.slot,
                 meta.expected,
                 meta.ina_mcast_grp,
+                meta.worker_port,
                 meta.ina_miss,
                 meta.do_l2,
                 meta.ina_result,
@@ -537,4 +589,11 @@ class InaPipeline:
                     "InaIngress.set_slot",
                     {"slot": slot, "num_workers": workers, "mcast_grp": mcast},
                 )
+            )
+
+    def bind_worker(self, group_id: int, worker_id: int, port: int) -> None:
+        """Convenience: worker_port (group_id, worker_id) -> set_worker_port(port)."""
+        with self.lock:
+            self.ingress.worker_port.insert(
+                TableEntry((group_id, worker_id), "InaIngress.set_worker_port", {"port": port})
             )

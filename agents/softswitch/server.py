@@ -85,6 +85,8 @@ class SoftSwitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
         self.device_config = b""
         self._streams: list[_Stream] = []
         self._arb_lock = threading.Lock()
+        # Per multicast group, how each replica's port was written (see _apply_update).
+        self._replica_forms: dict[int, list[int]] = {}
 
     # ---- arbitration -------------------------------------------------------------------
 
@@ -197,6 +199,7 @@ class SoftSwitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
                 p = self.pipeline
                 p.ingress, p.egress, p.pre = fresh.ingress, fresh.egress, fresh.pre
                 p.tables, p.counters, p.registers = fresh.tables, fresh.counters, fresh.registers
+                self._replica_forms = {}
             self.p4info = index
             self.cookie = request.config.cookie.cookie
             self.device_config = request.config.p4_device_config
@@ -260,13 +263,15 @@ class SoftSwitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
             if pre.WhichOneof("type") != "multicast_group_entry":
                 raise Unimplemented("clone sessions are not supported")
             g = pre.multicast_group_entry
-            replicas = [
-                (
-                    from_bytes(r.port, 32, "replica port") if r.port else r.egress_port,
-                    r.instance,
-                )
-                for r in g.replicas
-            ]
+            replicas: list[tuple[int, int]] = []
+            forms: list[int] = []  # 0: egress_port; else the byte count of ``port``
+            for r in g.replicas:
+                if r.WhichOneof("port_kind") == "port":
+                    replicas.append((from_bytes(r.port, 32, "replica port"), r.instance))
+                    forms.append(len(r.port))
+                else:
+                    replicas.append((r.egress_port, r.instance))
+                    forms.append(0)
             eng = self.pipeline.pre
             if update.type == U.INSERT:
                 eng.insert(g.multicast_group_id, replicas)
@@ -274,6 +279,10 @@ class SoftSwitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
                 eng.modify(g.multicast_group_id, replicas)
             else:
                 eng.delete(g.multicast_group_id)
+                self._replica_forms.pop(g.multicast_group_id, None)
+                return
+            # Read back in the field it was written with, as BMv2 (PI) does.
+            self._replica_forms[g.multicast_group_id] = forms
         elif kind == "counter_entry":
             ce = update.entity.counter_entry
             if update.type != U.MODIFY:
@@ -436,8 +445,13 @@ class SoftSwitchP4Runtime(p4runtime_pb2_grpc.P4RuntimeServicer):
             for g in [gid] if gid else sorted(groups):
                 out = resp.entities.add().packet_replication_engine_entry.multicast_group_entry
                 out.multicast_group_id = g
-                for port, rid in groups[g]:
-                    out.replicas.add(egress_port=port, instance=rid)
+                forms = self._replica_forms.get(g, [])
+                for i, (port, rid) in enumerate(groups[g]):
+                    nbytes = forms[i] if i < len(forms) else 0
+                    if nbytes:
+                        out.replicas.add(port=port.to_bytes(nbytes, "big"), instance=rid)
+                    else:
+                        out.replicas.add(egress_port=port, instance=rid)
         else:
             raise Unimplemented(f"reading {kind} is not supported")
 

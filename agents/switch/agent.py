@@ -24,6 +24,7 @@ from agents.switch.tables import (
     MulticastGroups,
     PortInfo,
     ResultRewrite,
+    WorkerPort,
 )
 
 log = logging.getLogger("heroserve.switch")
@@ -117,6 +118,8 @@ class SwitchAgent:
                 total += ResultRewrite(self.conn).reconcile(
                     ResultRewrite.desired(groups, self.ports)
                 )
+                # Bindings first: an aggregation entry without them refuses every packet.
+                total += WorkerPort(self.conn).reconcile(WorkerPort.desired(groups))
                 total += AggregationTable(self.conn).reconcile(AggregationTable.desired(groups))
                 total += mc.reconcile(want_mc, "remove")
             except SwitchError:

@@ -1,6 +1,6 @@
 """``python -m agents.switch.dump --switch ADDR --device-id N``: print, as JSON, the INA
-entries a switch holds (aggregation_table, result_rewrite, l2_forward, multicast groups),
-read back through P4Runtime. For operators and tests; writes nothing."""
+entries a switch holds (aggregation_table, worker_port, result_rewrite, l2_forward,
+multicast groups), read back through P4Runtime. For operators and tests; writes nothing."""
 
 from agents.switch import main as _main  # noqa: F401, I001 - sets the protobuf runtime first
 
@@ -15,7 +15,13 @@ import p4runtime_sh.shell as sh
 
 def dump(addr: str, device_id: int) -> dict:
     from agents.switch.p4rt import SwitchConnection
-    from agents.switch.tables import AggregationTable, L2Forward, MulticastGroups, ResultRewrite
+    from agents.switch.tables import (
+        AggregationTable,
+        L2Forward,
+        MulticastGroups,
+        ResultRewrite,
+        WorkerPort,
+    )
 
     # Election id 0: below any writer's, so this session never takes over as primary.
     conn = SwitchConnection(addr, device_id, None, b"", election_id=(0, 0))  # type: ignore[arg-type]
@@ -30,6 +36,9 @@ def dump(addr: str, device_id: int) -> dict:
         out = {
             "aggregation_table": sorted(
                 [list(k), v[0], list(v[1])] for k, v in AggregationTable(conn).read().items()
+            ),
+            "worker_port": sorted(
+                [list(k), v[0], list(v[1])] for k, v in WorkerPort(conn).read().items()
             ),
             "result_rewrite": sorted(
                 [list(k), v[0], list(v[1])] for k, v in ResultRewrite(conn).read().items()

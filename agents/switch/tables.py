@@ -1,7 +1,8 @@
 """One class per P4 table / PRE object the switch agent programs, named after it (SwitchML
-style): :class:`AggregationTable` (``InaIngress.aggregation_table``), :class:`L2Forward`
-(``InaIngress.l2_forward``), :class:`ResultRewrite` (``InaEgress.result_rewrite``) and
-:class:`MulticastGroups` (the packet replication engine).
+style): :class:`AggregationTable` (``InaIngress.aggregation_table``), :class:`WorkerPort`
+(``InaIngress.worker_port``), :class:`L2Forward` (``InaIngress.l2_forward``),
+:class:`ResultRewrite` (``InaEgress.result_rewrite``) and :class:`MulticastGroups` (the
+packet replication engine).
 
 Each computes its desired entries from the controller's INA assignments and the switch's
 port map, reads the switch's entries back, and reconciles: delete what is stale, modify
@@ -151,6 +152,24 @@ class AggregationTable(_Table):
         return out
 
 
+class WorkerPort(_Table):
+    """``(group_id, worker_id) -> set_worker_port(port)``: the one port each worker of a
+    group aggregated here may send from (a packet claiming the id from another port is
+    dropped). A member whose port the switch's inventory does not know gets no entry, so
+    its packets are refused until the controller knows the port."""
+
+    name = "worker_port"
+
+    @staticmethod
+    def desired(assignments: Iterable) -> dict[Key, Value]:  # InaAssignment messages
+        out: dict[Key, Value] = {}
+        for a in assignments:
+            for m in a.members:
+                if m.port_known:
+                    out[(a.group_id, m.worker_id)] = ("set_worker_port", (m.port,))
+        return out
+
+
 class ResultRewrite(_Table):
     """``egress_port -> set_result_dst(dmac, dip)``: each replica of a result reaches its
     worker's socket. From the members' addresses (controller) or the port map."""
@@ -183,6 +202,14 @@ class L2Forward(_Table):
         return {(mac_int(p.mac),): ("forward", (p.port,)) for p in ports.values() if p.mac}
 
 
+def replica_port(r: p4runtime_pb2.Replica) -> int:
+    """A replica's port: the ``port`` bytestring of P4Runtime 1.4 and later, else the
+    deprecated ``egress_port`` an older server (or an older writer) used."""
+    if r.WhichOneof("port_kind") == "port":
+        return int.from_bytes(r.port, "big")
+    return r.egress_port
+
+
 class MulticastGroups:
     """Packet replication engine: group ``multicast_group_id`` -> the members' ports."""
 
@@ -204,15 +231,18 @@ class MulticastGroups:
         out: dict[int, tuple[int, ...]] = {}
         for e in self.conn.read(ent):
             g = e.packet_replication_engine_entry.multicast_group_entry
-            out[g.multicast_group_id] = tuple(sorted(r.egress_port for r in g.replicas))
+            out[g.multicast_group_id] = tuple(sorted(replica_port(r) for r in g.replicas))
         return out
 
-    @staticmethod
-    def _msg(gid: int, ports: tuple[int, ...]) -> p4runtime_pb2.PacketReplicationEngineEntry:
+    def _msg(self, gid: int, ports: tuple[int, ...]) -> p4runtime_pb2.PacketReplicationEngineEntry:
         pre = p4runtime_pb2.PacketReplicationEngineEntry()
         pre.multicast_group_entry.multicast_group_id = gid
         for p in ports:
-            pre.multicast_group_entry.replicas.add(egress_port=p, instance=0)
+            r = pre.multicast_group_entry.replicas.add(instance=0)
+            if self.conn.replica_port_bytes:
+                r.port = p.to_bytes(max(1, (p.bit_length() + 7) // 8), "big")
+            else:
+                r.egress_port = p
         return pre
 
     def reconcile(self, desired: dict[int, tuple[int, ...]], stage: str) -> Diff:

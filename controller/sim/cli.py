@@ -108,6 +108,10 @@ def run(argv: Sequence[str]) -> int:
 
     a = parser().parse_args(list(argv))
     plan = load_plan(a.plan)
+    if plan.layout == "colocated":  # the seed planners' plans (controller/sim/colocated.py)
+        from controller.related.cli import run_colocated
+
+        return run_colocated(a, plan)
     g, w = resolve_for_plan(plan, a.topology, a.workload, a.plan)
     model = build_model(plan, g, w)
     rate = a.rate * model.gpus_used if a.per_gpu else a.rate

@@ -1,22 +1,21 @@
 /*
  * HeroServe in-network aggregation (INA) data plane, TNA (Tofino Native Architecture).
  *
- * NOT COMPILED HERE: the Tofino compiler (bf-p4c) and SDE are proprietary and not
- * installable in this project's environment. This file keeps the structure of the
- * v1model program p4/heroserve_ina.p4 (same headers, table names and keys, drop reasons,
- * counters and slot/version protocol; docs/dataplane.md) written with TNA idioms, as the
- * starting point of a Tofino build. Expect to adjust it to the SDE version at hand.
+ * Not compiled for a Tofino here: bf-p4c and the SDE are proprietary. The program is
+ * front-end checked with the open-source p4test against the open-source Tofino includes
+ * (docs/dataplane.md, "Checking the P4 programs"; tests/test_p4info.py). It keeps
+ * the behaviour of the v1model program p4/heroserve_ina.p4 (same headers, table names and
+ * keys, drop reasons, counters and slot protocol; docs/dataplane.md), written with TNA
+ * idioms, as the starting point of a Tofino build. Expect to adjust it to the SDE at hand.
  *
  * Differences forced by the hardware (each register may be touched once per packet, by
- * one RegisterAction, in one stage):
+ * one RegisterAction, in one stage; each counter is updated at most once per packet):
  *  - the pool is 32 register arrays (pool_0 .. pool_31), one per vector element, indexed
- *    by (slot << 1) | version, instead of v1model's single indexed array;
- *  - "seen" is split per version (seen_v0, seen_v1), so that a packet can set its bit in
- *    its version and clear it in the other one in two different registers;
- *  - slot reclaim (a new (group, index) in a slot): slot_tag is kept per version, and a
- *    version whose owner changed is restarted by "reset" RegisterActions that overwrite
- *    instead of accumulate (v1model clears both versions at once instead; the results
- *    are the same);
+ *    by the copy (slot << 1) | version, instead of v1model's single indexed array;
+ *  - the copy's generation check is one RegisterAction on slot_gen that returns what the
+ *    packet is to the copy (same round, new round, late), and the bitmap, count and pool
+ *    RegisterActions that follow pick their variant (set / reset, add / overwrite / read)
+ *    from that answer;
  *  - ingress -> egress state travels in a bridged header.
  */
 #include <core.p4>
@@ -30,19 +29,29 @@ const bit<16> INA_UDP_PORT   = 48879;
 #define NUM_SLOTS 1024
 #define NUM_PORTS 512
 #define INA_MAX_WORKERS 32
+const bit<8> LATE_WINDOW = 128;
 
-const bit<3> DROP_SHORT_HEADER      = 0;
-const bit<3> DROP_BAD_WORKER_ID     = 1;
-const bit<3> DROP_WORKER_MISMATCH   = 2;
-const bit<3> DROP_NO_ENTRY          = 3;
-const bit<3> DROP_SLOT_OUT_OF_RANGE = 4;
+const bit<4> DROP_SHORT_HEADER      = 0;
+const bit<4> DROP_BAD_WORKER_ID     = 1;
+const bit<4> DROP_WORKER_MISMATCH   = 2;
+const bit<4> DROP_NO_ENTRY          = 3;
+const bit<4> DROP_SLOT_OUT_OF_RANGE = 4;
+const bit<4> DROP_RESERVED_BITS     = 5;
+const bit<4> DROP_WRONG_PORT        = 6;
+const bit<4> DROP_BAD_INDEX         = 7;
+const bit<4> DROP_FRAGMENT          = 8;
+const bit<4> DROP_LATE              = 9;
 
 const bit<3> EVT_ADDED          = 0;
 const bit<3> EVT_COMPLETED      = 1;
 const bit<3> EVT_RETX_ANSWERED  = 2;
 const bit<3> EVT_RETX_ABSORBED  = 3;
 const bit<3> EVT_TRANSIT        = 4;
-const bit<3> EVT_SLOT_RECLAIMED = 5;
+
+// What a contribution is to its copy (slot_gen_check's answer).
+const bit<8> ROUND_SAME = 0;  // the copy's own round
+const bit<8> ROUND_NEW  = 1;  // a newer round (or a new owner): the copy starts over
+const bit<8> ROUND_LATE = 2;  // an older round: dropped
 
 typedef bit<48> mac_addr_t;
 typedef bit<32> ipv4_addr_t;
@@ -91,8 +100,8 @@ header ina_h {
     bit<1>  version;
     bit<1>  is_retx;
     bit<1>  is_result;
-    bit<5>  reserved;
-    bit<8>  reserved2;
+    bit<5>  reserved;     // must be 0
+    bit<8>  generation;   // round of this copy: round r = (generation << 1) | version
 }
 
 header ina_data_h {
@@ -119,12 +128,14 @@ struct ig_metadata_t {
     bit<16> slot;
     bit<8>  expected;
     bit<16> ina_mcast_grp;
+    PortId_t worker_port;
     bit<1>  ina_miss;
     bit<1>  do_l2;
-    bit<1>  reclaimed;     // slot_tag changed: overwrite instead of accumulate
+    bit<1>  reclaimed;     // slot_tag changed: the copy has a new owner
     bit<32> tag;
-    bit<32> ver_idx;       // (slot << 1) | version
+    bit<32> copy;          // (slot << 1) | version
     bit<32> wbit;
+    bit<8>  round;         // ROUND_SAME / ROUND_NEW / ROUND_LATE
     bit<32> old_bitmap;
     bit<8>  old_count;
     bit<8>  new_count;
@@ -141,6 +152,21 @@ struct eg_metadata_t {
 parser InaIngressParser(packet_in pkt, out headers_t hdr, out ig_metadata_t meta,
                         out ingress_intrinsic_metadata_t ig_intr_md) {
     state start {
+        // Every field of the out parameter is written before use (p4test checks it).
+        meta.slot = 0;
+        meta.expected = 0;
+        meta.ina_mcast_grp = 0;
+        meta.worker_port = 0;
+        meta.ina_miss = 0;
+        meta.do_l2 = 0;
+        meta.reclaimed = 0;
+        meta.tag = 0;
+        meta.copy = 0;
+        meta.wbit = 0;
+        meta.round = 0;
+        meta.old_bitmap = 0;
+        meta.old_count = 0;
+        meta.new_count = 0;
         pkt.extract(ig_intr_md);
         pkt.advance(PORT_METADATA_SIZE);
         transition parse_ethernet;
@@ -154,6 +180,7 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ig_metadata_t meta
     }
     state parse_ipv4 {
         pkt.extract(hdr.ipv4);
+        // Fragment offset 0 only; a first fragment (More-Fragments) is dropped in ingress.
         transition select(hdr.ipv4.ihl, hdr.ipv4.frag_offset, hdr.ipv4.protocol) {
             (5, 0, IPPROTO_UDP): parse_udp;
             default: accept;
@@ -178,7 +205,8 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ig_metadata_t meta
 
 // ---- ingress ------------------------------------------------------------------------
 
-// Per element i: 3 RegisterActions on pool_i (overwrite, accumulate, read).
+// Per element i: 3 RegisterActions on pool_i (overwrite, accumulate, read), indexed by
+// the copy.
 #define POOL(i) \
     Register<bit<32>, bit<32>>(NUM_SLOTS * 2, 0) pool_##i; \
     RegisterAction<bit<32>, bit<32>, bit<32>>(pool_##i) pool_##i##_write = { \
@@ -190,9 +218,9 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ig_metadata_t meta
     RegisterAction<bit<32>, bit<32>, bit<32>>(pool_##i) pool_##i##_read = { \
         void apply(inout bit<32> value, out bit<32> rv) { rv = value; } };
 
-#define POOL_WRITE(i) hdr.ina_data.v##i = pool_##i##_write.execute(meta.ver_idx);
-#define POOL_ADD(i)   hdr.ina_data.v##i = pool_##i##_add.execute(meta.ver_idx);
-#define POOL_READ(i)  hdr.ina_data.v##i = pool_##i##_read.execute(meta.ver_idx);
+#define POOL_WRITE(i) hdr.ina_data.v##i = pool_##i##_write.execute(meta.copy);
+#define POOL_ADD(i)   hdr.ina_data.v##i = pool_##i##_add.execute(meta.copy);
+#define POOL_READ(i)  hdr.ina_data.v##i = pool_##i##_read.execute(meta.copy);
 
 control InaIngress(inout headers_t hdr, inout ig_metadata_t meta,
                    in ingress_intrinsic_metadata_t ig_intr_md,
@@ -200,8 +228,9 @@ control InaIngress(inout headers_t hdr, inout ig_metadata_t meta,
                    inout ingress_intrinsic_metadata_for_deparser_t ig_dprsr_md,
                    inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
 
-    Counter<bit<32>, bit<3>>(8, CounterType_t.PACKETS) ina_drops;
+    Counter<bit<32>, bit<4>>(16, CounterType_t.PACKETS) ina_drops;
     Counter<bit<32>, bit<3>>(8, CounterType_t.PACKETS) ina_events;
+    Counter<bit<32>, bit<1>>(1, CounterType_t.PACKETS) slot_reclaims;
     Counter<bit<64>, PortId_t>(NUM_PORTS, CounterType_t.PACKETS_AND_BYTES) port_rx;
 
     POOL(0)  POOL(1)  POOL(2)  POOL(3)  POOL(4)  POOL(5)  POOL(6)  POOL(7)
@@ -209,33 +238,37 @@ control InaIngress(inout headers_t hdr, inout ig_metadata_t meta,
     POOL(16) POOL(17) POOL(18) POOL(19) POOL(20) POOL(21) POOL(22) POOL(23)
     POOL(24) POOL(25) POOL(26) POOL(27) POOL(28) POOL(29) POOL(30) POOL(31)
 
-    // slot_tag, per version ((slot << 1) | version): swap in this packet's
-    // (group_id ++ agg_index), return the old owner of this version of the slot.
+    // slot_tag, per copy: swap in this packet's (group_id ++ agg_index), return the old
+    // owner.
     Register<bit<32>, bit<32>>(NUM_SLOTS * 2, 0) slot_tag;
     RegisterAction<bit<32>, bit<32>, bit<32>>(slot_tag) slot_tag_swap = {
         void apply(inout bit<32> value, out bit<32> rv) { rv = value; value = meta.tag; }
     };
 
-    // seen, per version: set this worker's bit (returning the old bitmap) in the
-    // packet's version, clear it in the other; "reset" variants forget other workers.
-    Register<bit<32>, bit<16>>(NUM_SLOTS, 0) seen_v0;
-    Register<bit<32>, bit<16>>(NUM_SLOTS, 0) seen_v1;
-    RegisterAction<bit<32>, bit<16>, bit<32>>(seen_v0) seen_v0_set = {
+    // slot_gen, per copy: the generation of the copy's round. Classifies the packet and
+    // moves the copy to a newer round (docs/dataplane.md, "Slot protocol").
+    Register<bit<8>, bit<32>>(NUM_SLOTS * 2, 0) slot_gen;
+    RegisterAction<bit<8>, bit<32>, bit<8>>(slot_gen) slot_gen_check = {
+        void apply(inout bit<8> value, out bit<8> rv) {
+            bit<8> ahead = hdr.ina.generation - value;
+            if (meta.reclaimed == 1 || (ahead != 0 && ahead < LATE_WINDOW)) {
+                value = hdr.ina.generation;
+                rv = ROUND_NEW;
+            } else if (ahead == 0) {
+                rv = ROUND_SAME;
+            } else {
+                rv = ROUND_LATE;
+            }
+        }
+    };
+
+    // seen, per copy: set this worker's bit and return the old bitmap; on a new round,
+    // forget the other workers.
+    Register<bit<32>, bit<32>>(NUM_SLOTS * 2, 0) seen;
+    RegisterAction<bit<32>, bit<32>, bit<32>>(seen) seen_set = {
         void apply(inout bit<32> value, out bit<32> rv) { rv = value; value = value | meta.wbit; }
     };
-    RegisterAction<bit<32>, bit<16>, bit<32>>(seen_v0) seen_v0_clear = {
-        void apply(inout bit<32> value) { value = value & ~meta.wbit; }
-    };
-    RegisterAction<bit<32>, bit<16>, bit<32>>(seen_v0) seen_v0_reset = {
-        void apply(inout bit<32> value, out bit<32> rv) { rv = 0; value = meta.wbit; }
-    };
-    RegisterAction<bit<32>, bit<16>, bit<32>>(seen_v1) seen_v1_set = {
-        void apply(inout bit<32> value, out bit<32> rv) { rv = value; value = value | meta.wbit; }
-    };
-    RegisterAction<bit<32>, bit<16>, bit<32>>(seen_v1) seen_v1_clear = {
-        void apply(inout bit<32> value) { value = value & ~meta.wbit; }
-    };
-    RegisterAction<bit<32>, bit<16>, bit<32>>(seen_v1) seen_v1_reset = {
+    RegisterAction<bit<32>, bit<32>, bit<32>>(seen) seen_reset = {
         void apply(inout bit<32> value, out bit<32> rv) { rv = 0; value = meta.wbit; }
     };
 
@@ -268,6 +301,10 @@ control InaIngress(inout headers_t hdr, inout ig_metadata_t meta,
         meta.ina_mcast_grp = mcast_grp;
     }
 
+    action set_worker_port(PortId_t port) {
+        meta.worker_port = port;
+    }
+
     action forward(PortId_t port) {
         ig_tm_md.ucast_egress_port = port;
     }
@@ -290,6 +327,19 @@ control InaIngress(inout headers_t hdr, inout ig_metadata_t meta,
         size = 4096;
     }
 
+    table worker_port {
+        key = {
+            hdr.ina.group_id  : exact @name("group_id");
+            hdr.ina.worker_id : exact @name("worker_id");
+        }
+        actions = {
+            set_worker_port;
+            @defaultonly NoAction;
+        }
+        const default_action = NoAction();
+        size = 4096;
+    }
+
     table l2_forward {
         key = {
             hdr.ethernet.dst_addr : exact @name("dst_addr");
@@ -303,7 +353,7 @@ control InaIngress(inout headers_t hdr, inout ig_metadata_t meta,
         size = 1024;
     }
 
-    action swap_addresses() {
+    action make_result() {
         mac_addr_t mac = hdr.ethernet.dst_addr;
         hdr.ethernet.dst_addr = hdr.ethernet.src_addr;
         hdr.ethernet.src_addr = mac;
@@ -327,104 +377,114 @@ control InaIngress(inout headers_t hdr, inout ig_metadata_t meta,
         meta.do_l2 = 1;
         meta.ina_miss = 0;
 
-        if (hdr.udp.isValid() && hdr.udp.dst_port == INA_UDP_PORT && !hdr.ina_data.isValid()) {
+        if (hdr.udp.isValid() && hdr.udp.dst_port == INA_UDP_PORT) {
             meta.do_l2 = 0;
-            ina_drops.count(DROP_SHORT_HEADER);
-            drop();
-        } else if (hdr.ina.isValid() && hdr.ina.is_result == 0) {
-            meta.do_l2 = 0;
-            if (hdr.ina.worker_id >= hdr.ina.num_workers
+            if ((hdr.ipv4.flags & 1) == 1) {
+                ina_drops.count(DROP_FRAGMENT);
+                drop();
+            } else if (!hdr.ina_data.isValid()) {
+                ina_drops.count(DROP_SHORT_HEADER);
+                drop();
+            } else if (hdr.ina.reserved != 0) {
+                ina_drops.count(DROP_RESERVED_BITS);
+                drop();
+            } else if (hdr.ina.is_result == 1) {
+                meta.do_l2 = 1;
+            } else if (hdr.ina.worker_id >= hdr.ina.num_workers
                     || hdr.ina.num_workers > INA_MAX_WORKERS) {
                 ina_drops.count(DROP_BAD_WORKER_ID);
                 drop();
-            } else if (!aggregation_table.apply().hit) {
-                meta.do_l2 = 1;
-                meta.ina_miss = 1;
-            } else if (meta.expected != hdr.ina.num_workers) {
-                ina_drops.count(DROP_WORKER_MISMATCH);
-                drop();
-            } else if (meta.slot >= NUM_SLOTS) {
-                ina_drops.count(DROP_SLOT_OUT_OF_RANGE);
-                drop();
             } else {
-                meta.tag = hdr.ina.group_id ++ hdr.ina.agg_index;
-                meta.ver_idx = (bit<32>) (meta.slot ++ hdr.ina.version);
-                meta.wbit = (bit<32>) 1 << hdr.ina.worker_id;
-                meta.reclaimed = 0;
-                if (slot_tag_swap.execute(meta.ver_idx) != meta.tag) {
-                    meta.reclaimed = 1;
-                    ina_events.count(EVT_SLOT_RECLAIMED);
-                }
-
-                // A reclaimed version starts over (reset variants); the other version keeps
-                // its state, which its own owner tag will reclaim on its first use.
-                if (meta.reclaimed == 1) {
-                    if (hdr.ina.version == 0) {
-                        meta.old_bitmap = seen_v0_reset.execute(meta.slot);
-                        seen_v1_clear.execute(meta.slot);
-                    } else {
-                        meta.old_bitmap = seen_v1_reset.execute(meta.slot);
-                        seen_v0_clear.execute(meta.slot);
-                    }
-                } else if (hdr.ina.version == 0) {
-                    meta.old_bitmap = seen_v0_set.execute(meta.slot);
-                    seen_v1_clear.execute(meta.slot);
+                bool agg_hit = aggregation_table.apply().hit;
+                bool port_hit = worker_port.apply().hit;
+                if (!agg_hit && !port_hit) {
+                    meta.do_l2 = 1;
+                    meta.ina_miss = 1;
+                } else if (!port_hit || meta.worker_port != ig_intr_md.ingress_port) {
+                    ina_drops.count(DROP_WRONG_PORT);
+                    drop();
+                } else if (!agg_hit) {
+                    ina_drops.count(DROP_BAD_INDEX);
+                    drop();
+                } else if (meta.expected != hdr.ina.num_workers) {
+                    ina_drops.count(DROP_WORKER_MISMATCH);
+                    drop();
+                } else if (meta.slot >= NUM_SLOTS) {
+                    ina_drops.count(DROP_SLOT_OUT_OF_RANGE);
+                    drop();
                 } else {
-                    meta.old_bitmap = seen_v1_set.execute(meta.slot);
-                    seen_v0_clear.execute(meta.slot);
-                }
+                    meta.tag = hdr.ina.group_id ++ hdr.ina.agg_index;
+                    meta.copy = (bit<32>) (meta.slot ++ hdr.ina.version);
+                    meta.wbit = (bit<32>) 1 << hdr.ina.worker_id;
+                    meta.reclaimed = 0;
+                    if (slot_tag_swap.execute(meta.copy) != meta.tag) {
+                        meta.reclaimed = 1;
+                        slot_reclaims.count(0);
+                    }
+                    meta.round = slot_gen_check.execute(meta.copy);
 
-                if ((meta.old_bitmap & meta.wbit) == 0) {
-                    if (meta.reclaimed == 1) {
-                        meta.old_count = count_reset.execute(meta.ver_idx);
-                    } else {
-                        meta.old_count = count_incr.execute(meta.ver_idx);
-                    }
-                    if (meta.old_count == 0) {
-                        POOL_WRITE(0)  POOL_WRITE(1)  POOL_WRITE(2)  POOL_WRITE(3)
-                        POOL_WRITE(4)  POOL_WRITE(5)  POOL_WRITE(6)  POOL_WRITE(7)
-                        POOL_WRITE(8)  POOL_WRITE(9)  POOL_WRITE(10) POOL_WRITE(11)
-                        POOL_WRITE(12) POOL_WRITE(13) POOL_WRITE(14) POOL_WRITE(15)
-                        POOL_WRITE(16) POOL_WRITE(17) POOL_WRITE(18) POOL_WRITE(19)
-                        POOL_WRITE(20) POOL_WRITE(21) POOL_WRITE(22) POOL_WRITE(23)
-                        POOL_WRITE(24) POOL_WRITE(25) POOL_WRITE(26) POOL_WRITE(27)
-                        POOL_WRITE(28) POOL_WRITE(29) POOL_WRITE(30) POOL_WRITE(31)
-                    } else {
-                        POOL_ADD(0)  POOL_ADD(1)  POOL_ADD(2)  POOL_ADD(3)
-                        POOL_ADD(4)  POOL_ADD(5)  POOL_ADD(6)  POOL_ADD(7)
-                        POOL_ADD(8)  POOL_ADD(9)  POOL_ADD(10) POOL_ADD(11)
-                        POOL_ADD(12) POOL_ADD(13) POOL_ADD(14) POOL_ADD(15)
-                        POOL_ADD(16) POOL_ADD(17) POOL_ADD(18) POOL_ADD(19)
-                        POOL_ADD(20) POOL_ADD(21) POOL_ADD(22) POOL_ADD(23)
-                        POOL_ADD(24) POOL_ADD(25) POOL_ADD(26) POOL_ADD(27)
-                        POOL_ADD(28) POOL_ADD(29) POOL_ADD(30) POOL_ADD(31)
-                    }
-                    meta.new_count = meta.old_count + 1;
-                    if (meta.new_count == meta.expected) {
-                        swap_addresses();
-                        ig_tm_md.mcast_grp_a = meta.ina_mcast_grp;
-                        ina_events.count(EVT_COMPLETED);
-                    } else {
-                        ina_events.count(EVT_ADDED);
+                    if (meta.round == ROUND_LATE) {
+                        ina_drops.count(DROP_LATE);
                         drop();
-                    }
-                } else {
-                    meta.old_count = count_read.execute(meta.ver_idx);
-                    if (meta.old_count == 0) {
-                        POOL_READ(0)  POOL_READ(1)  POOL_READ(2)  POOL_READ(3)
-                        POOL_READ(4)  POOL_READ(5)  POOL_READ(6)  POOL_READ(7)
-                        POOL_READ(8)  POOL_READ(9)  POOL_READ(10) POOL_READ(11)
-                        POOL_READ(12) POOL_READ(13) POOL_READ(14) POOL_READ(15)
-                        POOL_READ(16) POOL_READ(17) POOL_READ(18) POOL_READ(19)
-                        POOL_READ(20) POOL_READ(21) POOL_READ(22) POOL_READ(23)
-                        POOL_READ(24) POOL_READ(25) POOL_READ(26) POOL_READ(27)
-                        POOL_READ(28) POOL_READ(29) POOL_READ(30) POOL_READ(31)
-                        swap_addresses();
-                        ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
-                        ina_events.count(EVT_RETX_ANSWERED);
                     } else {
-                        ina_events.count(EVT_RETX_ABSORBED);
-                        drop();
+                        if (meta.round == ROUND_NEW) {
+                            meta.old_bitmap = seen_reset.execute(meta.copy);
+                        } else {
+                            meta.old_bitmap = seen_set.execute(meta.copy);
+                        }
+                        if ((meta.old_bitmap & meta.wbit) == 0) {
+                            if (meta.round == ROUND_NEW) {
+                                meta.old_count = count_reset.execute(meta.copy);
+                            } else {
+                                meta.old_count = count_incr.execute(meta.copy);
+                            }
+                            if (meta.old_count == 0) {
+                                POOL_WRITE(0)  POOL_WRITE(1)  POOL_WRITE(2)  POOL_WRITE(3)
+                                POOL_WRITE(4)  POOL_WRITE(5)  POOL_WRITE(6)  POOL_WRITE(7)
+                                POOL_WRITE(8)  POOL_WRITE(9)  POOL_WRITE(10) POOL_WRITE(11)
+                                POOL_WRITE(12) POOL_WRITE(13) POOL_WRITE(14) POOL_WRITE(15)
+                                POOL_WRITE(16) POOL_WRITE(17) POOL_WRITE(18) POOL_WRITE(19)
+                                POOL_WRITE(20) POOL_WRITE(21) POOL_WRITE(22) POOL_WRITE(23)
+                                POOL_WRITE(24) POOL_WRITE(25) POOL_WRITE(26) POOL_WRITE(27)
+                                POOL_WRITE(28) POOL_WRITE(29) POOL_WRITE(30) POOL_WRITE(31)
+                            } else {
+                                POOL_ADD(0)  POOL_ADD(1)  POOL_ADD(2)  POOL_ADD(3)
+                                POOL_ADD(4)  POOL_ADD(5)  POOL_ADD(6)  POOL_ADD(7)
+                                POOL_ADD(8)  POOL_ADD(9)  POOL_ADD(10) POOL_ADD(11)
+                                POOL_ADD(12) POOL_ADD(13) POOL_ADD(14) POOL_ADD(15)
+                                POOL_ADD(16) POOL_ADD(17) POOL_ADD(18) POOL_ADD(19)
+                                POOL_ADD(20) POOL_ADD(21) POOL_ADD(22) POOL_ADD(23)
+                                POOL_ADD(24) POOL_ADD(25) POOL_ADD(26) POOL_ADD(27)
+                                POOL_ADD(28) POOL_ADD(29) POOL_ADD(30) POOL_ADD(31)
+                            }
+                            meta.new_count = meta.old_count + 1;
+                            if (meta.new_count == meta.expected) {
+                                make_result();
+                                ig_tm_md.mcast_grp_a = meta.ina_mcast_grp;
+                                ina_events.count(EVT_COMPLETED);
+                            } else {
+                                ina_events.count(EVT_ADDED);
+                                drop();
+                            }
+                        } else {
+                            meta.old_count = count_read.execute(meta.copy);
+                            if (meta.old_count == 0) {
+                                POOL_READ(0)  POOL_READ(1)  POOL_READ(2)  POOL_READ(3)
+                                POOL_READ(4)  POOL_READ(5)  POOL_READ(6)  POOL_READ(7)
+                                POOL_READ(8)  POOL_READ(9)  POOL_READ(10) POOL_READ(11)
+                                POOL_READ(12) POOL_READ(13) POOL_READ(14) POOL_READ(15)
+                                POOL_READ(16) POOL_READ(17) POOL_READ(18) POOL_READ(19)
+                                POOL_READ(20) POOL_READ(21) POOL_READ(22) POOL_READ(23)
+                                POOL_READ(24) POOL_READ(25) POOL_READ(26) POOL_READ(27)
+                                POOL_READ(28) POOL_READ(29) POOL_READ(30) POOL_READ(31)
+                                make_result();
+                                ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
+                                ina_events.count(EVT_RETX_ANSWERED);
+                            } else {
+                                ina_events.count(EVT_RETX_ABSORBED);
+                                drop();
+                            }
+                        }
                     }
                 }
             }

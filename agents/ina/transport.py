@@ -1,0 +1,359 @@
+"""Windowed, reliable INA all-reduce over UDP: the host side of the slot protocol.
+
+The contract is the one docs/dataplane.md states for hosts (SwitchML's discipline):
+
+* a group owns ``window`` aggregator indices (its slot count on the switch); chunk ``c`` of
+  the vector (``VECTOR_LEN`` int32 lanes) travels on index ``c % window``, so each index
+  carries chunks ``k, k + window, k + 2 window, ...`` in order, each one round of that
+  aggregator: rounds are numbered 0, 1, 2, ... per index for the life of the session, and
+  a round travels as its version bit and generation (``InaHeader.at_round``);
+* on one index a worker sends its next round only after it received the result of the
+  previous one, so a retransmission (same round, same values) is either absorbed (round
+  still open) or answered with the stored result (round complete), never added twice;
+* a result is accepted only for an index with a chunk outstanding and the round that
+  chunk was sent as; anything else (a duplicate, a late answer to a retransmission, a
+  packet of another group) is dropped and counted.
+
+Timeouts follow TCP (RFC 6298): the retransmission timeout is ``srtt + 4 rttvar`` from round
+trips of chunks that were not retransmitted (Karn), at least ``min_rto_s``; every
+retransmission of a chunk doubles that chunk's timeout (exponential backoff) up to
+``max_rto_s``; a collective with no result for ``give_up_s`` fails with :class:`InaTimeout`.
+How many chunks are outstanding is a congestion window (:class:`_Window`, TCP's AIMD) that
+never exceeds the aggregators the group owns: the send window.
+The round of every index persists across all-reduces of one session: a new session on the
+same group and indices must start where the last one stopped (the switch would take its
+first packets for late ones), which is why one worker process runs all of a host's
+collectives.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import socket
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from agents.ina.lanes import LANE_DTYPE, agreed_exponent, exponent_lanes
+from agents.ina.packet import (
+    INA_UDP_PORT,
+    MAX_WORKERS,
+    PAYLOAD_LEN,
+    VECTOR_LEN,
+    InaDecodeError,
+    InaHeader,
+    pack,
+    unpack,
+)
+
+try:
+    from agents.ina.packet import ROUND_MODULUS
+except ImportError:  # a codec without the generation byte: the version bit is the round
+    ROUND_MODULUS = 2
+
+_RECV_BUF = 2048
+INITIAL_WINDOW = 10  # chunks, as TCP's initial window of 10 segments (RFC 6928)
+
+
+class InaTimeout(RuntimeError):
+    """No result for ``give_up_s``: the switch, a member or the path is gone."""
+
+
+@dataclass(frozen=True)
+class InaGroup:
+    """One member's view of an INA group, as the switch agent installed it."""
+
+    group_id: int  # INA header group id (the controller's numeric id)
+    worker_id: int  # this member's index: its bit in the switch's bitmap
+    num_workers: int
+    window: int  # aggregator indices the group owns (slot count on the switch)
+    switch_ip: str  # address the switch answers from (the workers send there)
+    switch_port: int = INA_UDP_PORT
+
+    def __post_init__(self) -> None:
+        if not 0 < self.group_id < 1 << 16:
+            raise ValueError(f"group id {self.group_id} outside 1..65535")
+        if not 1 <= self.num_workers <= MAX_WORKERS:
+            raise ValueError(f"{self.num_workers} workers: the switch allows 1..{MAX_WORKERS}")
+        if not 0 <= self.worker_id < self.num_workers:
+            raise ValueError(f"worker id {self.worker_id} of {self.num_workers}")
+        if not 1 <= self.window < 1 << 16:
+            raise ValueError(f"window {self.window} outside 1..65535")
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Retransmission timing (seconds). ``initial_rto_s`` applies until a round trip was
+    measured (RFC 6298 uses 1 s)."""
+
+    initial_rto_s: float = 1.0
+    min_rto_s: float = 0.02
+    max_rto_s: float = 2.0
+    give_up_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        values = (self.initial_rto_s, self.min_rto_s, self.max_rto_s, self.give_up_s)
+        if not all(math.isfinite(v) and v > 0 for v in values):
+            raise ValueError(f"timeouts must be positive seconds, got {values}")
+        if self.min_rto_s > self.max_rto_s:
+            raise ValueError("min_rto_s exceeds max_rto_s")
+
+
+@dataclass
+class InaStats:
+    """Counters of one session (cumulative over its all-reduces)."""
+
+    sent: int = 0  # contributions sent, first transmissions
+    retransmissions: int = 0  # contributions sent again after a timeout
+    results: int = 0  # results accepted
+    stale: int = 0  # results for an index with nothing outstanding or of another round
+    foreign: int = 0  # not a result of this group (other group, index out of range)
+    malformed: int = 0  # shorter than an INA header + vector
+    srtt_s: float = 0.0
+    rto_s: float = 0.0
+    cwnd: float = 0.0  # congestion window at the end of the last all-reduce
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.__dict__)
+
+
+def contribution_header(group: InaGroup, index: int, rnd: int, retx: bool) -> InaHeader:
+    """This member's header for round ``rnd`` of aggregator ``index``."""
+    at_round = getattr(InaHeader, "at_round", None)
+    if at_round is not None:
+        return at_round(
+            group.group_id, index, group.worker_id, group.num_workers, rnd, is_retx=retx
+        )
+    return InaHeader(
+        group.group_id, index, group.worker_id, group.num_workers, rnd & 1, is_retx=retx
+    )
+
+
+def round_of(header: InaHeader) -> int:
+    """The round a header carries, modulo ``ROUND_MODULUS``."""
+    return getattr(header, "round_number", header.version)
+
+
+@dataclass
+class _Slot:
+    round: int = 0  # round of the next (or outstanding) contribution on this index
+    chunk: int = -1  # chunk outstanding (-1: idle)
+    payload: bytes = b""
+    sent_at: float = 0.0
+    rto: float = 0.0
+    retries: int = 0
+    token: int = 0  # identifies the timer entry that is current
+
+
+@dataclass
+class _Rtt:
+    """RFC 6298 estimator."""
+
+    timeouts: Timeouts
+    srtt: float = 0.0
+    rttvar: float = 0.0
+    have: bool = False
+
+    def sample(self, r: float) -> None:
+        if not self.have:
+            self.srtt, self.rttvar, self.have = r, r / 2, True
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - r)
+            self.srtt = 0.875 * self.srtt + 0.125 * r
+
+    @property
+    def rto(self) -> float:
+        if not self.have:
+            return self.timeouts.initial_rto_s
+        t = self.timeouts
+        return min(t.max_rto_s, max(t.min_rto_s, self.srtt + 4 * self.rttvar))
+
+
+@dataclass
+class _Window:
+    """How many chunks may be outstanding (TCP's congestion control, RFC 5681, counted in
+    chunks): slow start from ``INITIAL_WINDOW``, then one more per window of results; halved
+    on a timeout of a chunk sent after the last decrease (one decrease per loss episode).
+    Never more than the aggregators the group owns. Without it a member would put its whole
+    window in flight at once, the switch's queue would outgrow the timeout measured on the
+    first chunks, and spurious retransmissions would load the switch further."""
+
+    limit: int
+    cwnd: float = 0.0
+    ssthresh: float = 0.0
+    last_decrease: float = -1.0
+
+    def __post_init__(self) -> None:
+        self.cwnd = float(min(self.limit, INITIAL_WINDOW))
+        self.ssthresh = float(self.limit)
+
+    def allowed(self) -> int:
+        return max(1, int(self.cwnd))
+
+    def on_result(self) -> None:
+        grow = 1.0 if self.cwnd < self.ssthresh else 1.0 / self.cwnd
+        self.cwnd = min(float(self.limit), self.cwnd + grow)
+
+    def on_timeout(self, sent_at: float, in_flight: int, now: float) -> None:
+        if sent_at <= self.last_decrease:
+            return  # already reacted to this episode
+        self.ssthresh = max(2.0, in_flight / 2)
+        self.cwnd = self.ssthresh
+        self.last_decrease = now
+
+
+@dataclass
+class InaSession:
+    """All-reduces of one member of one INA group over a UDP socket.
+
+    ``sock`` is bound to the address results arrive at (the switch rewrites results to the
+    member's NIC address and UDP port ``INA_UDP_PORT``); the session owns it."""
+
+    group: InaGroup
+    sock: socket.socket
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    stats: InaStats = field(default_factory=InaStats)
+
+    def __post_init__(self) -> None:
+        self._slots = [_Slot() for _ in range(self.group.window)]
+        self._rtt = _Rtt(self.timeouts)
+        self._cc = _Window(self.group.window)
+        self._dest = (self.group.switch_ip, self.group.switch_port)
+        self._buf = bytearray(_RECV_BUF)
+        self._broken = ""
+
+    @classmethod
+    def open(
+        cls, group: InaGroup, bind_ip: str = "0.0.0.0", bind_port: int = INA_UDP_PORT, **kw
+    ) -> InaSession:
+        """A session with its own UDP socket bound to ``bind_ip:bind_port``."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            sock.bind((bind_ip, bind_port))
+        except OSError:
+            sock.close()
+            raise
+        return cls(group, sock, **kw)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    # -- public --------------------------------------------------------------------------
+    def allreduce_lanes(self, lanes: np.ndarray) -> np.ndarray:
+        """Sum of every member's int32 ``lanes`` (same length everywhere), wrapping as the
+        switch does. Blocks until every chunk's result arrived."""
+        if self._broken:
+            raise InaTimeout(f"session unusable after an earlier failure: {self._broken}")
+        x = np.ascontiguousarray(lanes, dtype=LANE_DTYPE)
+        n = x.size
+        chunks = -(-n // VECTOR_LEN)
+        padded = np.zeros(chunks * VECTOR_LEN, dtype=LANE_DTYPE)
+        padded[:n] = x
+        out = np.zeros_like(padded)
+        if chunks:
+            try:
+                self._run(padded.reshape(chunks, VECTOR_LEN), out.reshape(chunks, VECTOR_LEN))
+            except BaseException as exc:  # a half-done collective leaves versions undefined
+                self._broken = f"{type(exc).__name__}: {exc}"
+                raise
+        return out[:n]
+
+    def agree_exponent(self, exponent: int) -> int:
+        """The group's largest data exponent (lanes.py): one aggregation of one-hot lanes."""
+        return agreed_exponent(self.allreduce_lanes(exponent_lanes(exponent)))
+
+    # -- protocol ------------------------------------------------------------------------
+    def _payload(self, slot: _Slot, index: int, values: np.ndarray, retx: bool) -> bytes:
+        return pack(contribution_header(self.group, index, slot.round, retx), values.tolist())
+
+    def _send(self, index: int, slot: _Slot, timers: list, now: float) -> None:
+        self.sock.sendto(slot.payload, self._dest)
+        slot.token += 1
+        heapq.heappush(timers, (now + slot.rto, index, slot.token))
+
+    def _run(self, data: np.ndarray, out: np.ndarray) -> None:
+        chunks = data.shape[0]
+        window = self.group.window
+        slots = self._slots
+        timers: list[tuple[float, int, int]] = []
+        cc = self._cc
+        nxt = 0  # next chunk to send
+        in_flight = 0
+        remaining = chunks
+        now = last_progress = time.monotonic()
+        sock, buf = self.sock, self._buf
+        while remaining:
+            # Send while the congestion window allows and the chunk's aggregator is free.
+            while nxt < chunks and in_flight < cc.allowed() and slots[nxt % window].chunk < 0:
+                self._start(nxt % window, nxt, data, timers, now)
+                nxt += 1
+                in_flight += 1
+            wait = max(0.0, timers[0][0] - now) if timers else self.timeouts.give_up_s
+            sock.settimeout(min(wait, self.timeouts.give_up_s))
+            try:
+                nbytes = sock.recv_into(buf)
+            except (TimeoutError, BlockingIOError):  # settimeout(0) is non-blocking
+                nbytes = -1
+            now = time.monotonic()
+            if nbytes >= 0 and self._accept(buf, nbytes, now, out) is not None:
+                remaining -= 1
+                in_flight -= 1
+                last_progress = now
+                cc.on_result()
+            if now - last_progress > self.timeouts.give_up_s:
+                raise InaTimeout(
+                    f"group {self.group.group_id}: no result for {self.timeouts.give_up_s:g}s "
+                    f"({remaining} of {chunks} chunks missing)"
+                )
+            while timers and timers[0][0] <= now:
+                _, k, token = heapq.heappop(timers)
+                s = slots[k]
+                if s.chunk < 0 or token != s.token:
+                    continue  # answered, or superseded by a later (re)transmission
+                cc.on_timeout(s.sent_at, in_flight, now)
+                s.retries += 1
+                s.rto = min(self.timeouts.max_rto_s, s.rto * 2)
+                s.payload = self._payload(s, k, data[s.chunk], retx=True)
+                self.stats.retransmissions += 1
+                self._send(k, s, timers, now)
+        self.stats.srtt_s = self._rtt.srtt
+        self.stats.rto_s = self._rtt.rto
+        self.stats.cwnd = cc.cwnd
+
+    def _start(self, k: int, chunk: int, data: np.ndarray, timers: list, now: float) -> None:
+        s = self._slots[k]
+        s.chunk, s.retries, s.sent_at, s.rto = chunk, 0, now, self._rtt.rto
+        s.payload = self._payload(s, k, data[chunk], retx=False)
+        self.stats.sent += 1
+        self._send(k, s, timers, now)
+
+    def _accept(
+        self, buf: bytearray, nbytes: int, now: float, out: np.ndarray
+    ) -> tuple[int, int] | None:
+        """Take one datagram; (index, chunk) when it completed a chunk."""
+        if nbytes < PAYLOAD_LEN:
+            self.stats.malformed += 1
+            return None
+        try:
+            msg = unpack(memoryview(buf)[:nbytes])
+        except InaDecodeError:
+            self.stats.malformed += 1
+            return None
+        h = msg.header
+        if not h.is_result or h.group_id != self.group.group_id or h.agg_index >= len(self._slots):
+            self.stats.foreign += 1
+            return None
+        s = self._slots[h.agg_index]
+        if s.chunk < 0 or round_of(h) != s.round % ROUND_MODULUS:
+            self.stats.stale += 1
+            return None
+        out[s.chunk] = msg.values
+        if s.retries == 0:
+            self._rtt.sample(now - s.sent_at)
+        self.stats.results += 1
+        chunk, s.chunk = s.chunk, -1
+        s.round += 1
+        return h.agg_index, chunk

@@ -1,0 +1,102 @@
+"""The cost model's prediction for the emulated links (docs/emulation.md, "Calibration").
+
+The emulated network is the cluster graph with every capacity divided by the slowdown and
+every hop's latency what the emulation actually has: its kernel adds none (no ``netem``
+here), so a hop costs what a frame takes through a veth and, on Ethernet, the software
+switch. That latency is measured once per run with ``ping`` (:func:`measure_hop_latency`)
+and put on every Ethernet and NVLink hop of the graph the cost model prices.
+
+Both schemes move the same int32 lanes (4 bytes per element), so the prediction prices the
+message as it travels (``dtype_bytes = 4`` with int32 INA lanes), and the frames as the
+emulated links count them: a token bucket charges a frame's bytes from its Ethernet header
+on (no FCS, preamble or gap), 178 per INA packet and 1,514 per full TCP segment. Everything
+else is the cost model's default (its cost mode included).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import networkx as nx
+
+from controller.costmodel import network as netmodel
+from controller.costmodel.hier import hier_pattern
+from controller.emulate.spec import NetworkSpec
+
+LANE_BYTES = 4
+FRAME_HEADER_BYTES = 14 + 20 + 8 + 8  # Ethernet, IPv4, UDP, INA header: what tbf counts
+TCP_FRAME_BYTES = 1514  # a full TCP segment's frame at MTU 1500
+
+
+def measure_hop_latency(net: Any, spec: NetworkSpec, g: nx.Graph) -> dict[str, float]:
+    """One-way latency per hop (seconds) by link kind: a quarter of the median of 10 ping
+    round trips between two hosts (over a switch the path has 4 hops, 2 each way; over a
+    server's NVLink bridge 4 as well). Both kinds are pinged at once."""
+    by_switch: dict[str, list[str]] = {}
+    by_fabric: dict[str, list[str]] = {}
+    for n, h in spec.hosts.items():
+        if h.switch:
+            by_switch.setdefault(h.switch, []).append(n)
+        if h.fabric:
+            by_fabric.setdefault(h.fabric, []).append(n)
+    pings = {}
+    for kind, groups, ip_of in (
+        ("ethernet", by_switch, lambda h: h.nic_ip),
+        ("nvlink", by_fabric, lambda h: h.nvlink_ip),
+    ):
+        pair = next((sorted(v)[:2] for v in groups.values() if len(v) >= 2), None)
+        if pair is not None:
+            a, b = pair
+            argv = ["ping", "-c", "10", "-i", "0.05", "-W", "2", ip_of(spec.hosts[b])]
+            pings[kind] = net.popen(a, argv, stdout=-1, stderr=-1, text=True)
+    out: dict[str, float] = {}
+    for kind, p in pings.items():
+        text, _ = p.communicate(timeout=60)
+        rtts = sorted(float(x) for x in re.findall(r"time=([\d.]+) ms", text))
+        if rtts:
+            out[kind] = rtts[len(rtts) // 2] * 1e-3 / 4
+    return out
+
+
+def emulated_graph(g: nx.Graph, slowdown: float, hop_latency: dict[str, float]) -> nx.Graph:
+    """``g`` with capacities divided by ``slowdown`` and the measured per-hop latencies."""
+    h = g.copy()
+    for _, _, d in h.edges(data=True):
+        d["capacity"] /= slowdown
+        d["available"] /= slowdown
+        kind = "nvlink" if d["link"] in ("nvlink", "pcie") else "ethernet"
+        if kind in hop_latency:
+            d["latency_s"] = hop_latency[kind]
+    return h
+
+
+def lane_params() -> netmodel.NetParams:
+    """The cost model's NetParams for the emulated wire (module docstring)."""
+    return dataclasses.replace(
+        netmodel.NetParams(),
+        dtype_bytes=LANE_BYTES,
+        ina_lanes="int32",
+        ina_overhead_bytes=FRAME_HEADER_BYTES,
+        packet_bytes=TCP_FRAME_BYTES,
+    )
+
+
+def predict(
+    h: nx.Graph, scheme: str, members: list[str], switch: str | None, nbytes: int, rails=()
+) -> float | None:
+    """Predicted seconds of one all-reduce of ``nbytes`` on the emulated graph ``h``; None
+    when the cost model has no pattern for it. INA routes are the members' own NICs, as the
+    emulation sends them (no NVLink relay); the ring is the cost model's own."""
+    params = lane_params()
+    if scheme == "ina":
+        fab = params.fabric(h, relay=False)
+        pat = netmodel.ina_pattern(fab, members, str(switch), nbytes, params)
+    elif scheme == "ring":
+        fab = params.fabric(h, relay=True)
+        pat = netmodel.ring_pattern(fab, members, nbytes, params)
+    else:
+        fab = params.fabric(h, relay=False)
+        pat = hier_pattern(fab, members, nbytes, params)
+    return None if pat is None else pat.time(fab, nbytes)

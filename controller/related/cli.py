@@ -1,0 +1,232 @@
+"""Command-line parts of the seed planners: the options ``heroserve plan`` gains for them, the
+plan command's path for ``--planner helix|costeff|hetero-search`` (and Helix's baselines),
+``heroserve simulate`` of a colocated plan, and ``heroserve compare`` (``compare.py``).
+Bad input prints one line and exits 2, as everywhere."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from controller.errors import InputError
+from controller.plan import Plan
+from controller.validate_args import bounded
+
+
+def price(s: str) -> tuple[str, float]:
+    """``TYPE=USD``: a GPU type's price per hour."""
+    kind, sep, value = s.partition("=")
+    try:
+        v = float(value)
+    except ValueError:
+        v = math.nan
+    if not sep or not kind or not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"{s!r} is not TYPE=USD_PER_HOUR, e.g. V100-32GB=2.48")
+    return kind, v
+
+
+def add_related_args(p: argparse.ArgumentParser) -> None:
+    """Options of the seed planners (docs/related-planners.md)."""
+    g = p.add_argument_group("seed planners (helix, costeff, hetero-search)")
+    g.add_argument(
+        "--time-limit",
+        type=bounded(float, 0, 86400, low_open=True),
+        default=60.0,
+        metavar="S",
+        help="MILP time limit, s; hitting it returns the best plan found (default 60)",
+    )
+    g.add_argument(
+        "--budget",
+        type=bounded(float, 0, 1e9, low_open=True),
+        help="costeff: budget, $/h (default: all)",
+    )
+    g.add_argument(
+        "--price",
+        type=price,
+        action="append",
+        default=[],
+        metavar="TYPE=USD",
+        help="costeff: a GPU type's price per hour (repeatable)",
+    )
+    g.add_argument("--costeff-method", choices=["milp", "binary"], default="milp")
+    g.add_argument("--mapper", choices=["os", "rr", "wrr", "mb", "si"], default="os",
+                   help="hetero-search: request mapper (os: the paper's)")  # fmt: skip
+    g.add_argument("--helix-nodes", choices=["server", "gpu"], default="server",
+                   help="helix: a compute node is a server (TP inside) or a GPU")  # fmt: skip
+    g.add_argument("--no-partial-inference", action="store_true", help="helix: without it")
+    g.add_argument(
+        "--prune-degree",
+        type=bounded(float, 0, 1000),
+        default=12.0,
+        help="helix: average node degree after pruning slow links (0: keep all)",
+    )
+
+
+def related_options(a: argparse.Namespace):
+    from controller.related.common import RelatedOptions
+
+    return RelatedOptions(
+        seed=a.seed,
+        time_limit_s=a.time_limit,
+        budget=a.budget,
+        prices=dict(a.price),
+        costeff_method=a.costeff_method,
+        mapper=a.mapper,
+        helix_nodes=a.helix_nodes,
+        partial_inference=not a.no_partial_inference,
+        prune_degree=a.prune_degree,
+    )
+
+
+def resolve_inputs(a: argparse.Namespace):
+    """(cluster, model, workload, SLA) from the plan command's arguments."""
+    from controller.cli import default_model
+    from controller.models import model_spec
+    from controller.related.clusters import resolve_cluster
+    from controller.workload import SLA, default_sla, resolve_workload
+
+    g = resolve_cluster(a.topology)
+    name = a.model or ("LLaMA-2-70B" if a.topology == "helix24" else default_model(a.topology))
+    model = model_spec(name)
+    workload = resolve_workload(a.workload, seed=a.seed)
+    scale = "large" if a.topology in ("2tracks", "8tracks") else "testbed"
+    base = default_sla(
+        workload.name if workload.name in ("chatbot", "summarization") else "chatbot", scale
+    )
+    return g, model, workload, SLA(a.sla_ttft or base.ttft_s, a.sla_tpot or base.tpot_s)
+
+
+def run_related_plan(a: argparse.Namespace) -> int:
+    """``heroserve plan --planner helix|costeff|hetero-search|swarm|helix-sp|helix-petals``."""
+    from controller.related import plan_related
+
+    g, model, workload, sla = resolve_inputs(a)
+    t0 = time.perf_counter()
+
+    def progress(msg: str) -> None:
+        if not a.quiet:
+            print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    plan = plan_related(a.planner, g, model, workload, sla, related_options(a), progress)
+    elapsed = time.perf_counter() - t0
+    print(
+        f"{a.planner} plan: topology {g.name}, model {model.name}, workload {workload.name} "
+        f"({elapsed:.1f} s to plan)\n"
+    )
+    print(colocated_summary(plan))
+    if a.json:
+        plan.save(a.json)
+        print(f"\nplan written to {a.json}")
+    return 0
+
+
+def colocated_summary(plan: Plan, limit: int = 40) -> str:
+    """A colocated plan for the terminal: predicted figures, nodes, replicas, notes."""
+    from controller.report import _fmt_s, _table
+
+    col = plan.colocated
+    assert col is not None
+    pr = plan.predicted
+    lines = [
+        f"optimises   {col.objective}",
+        f"predicted   {pr.rate:.3f} req/s ({pr.rate_per_gpu:.4f} per GPU, {pr.gpus_used} GPUs), "
+        f"TTFT {_fmt_s(pr.ttft_s)}, TPOT {_fmt_s(pr.tpot_s)}, {col.tokens_per_s:.0f} tokens/s",
+        f"scheduler   {col.scheduler}"
+        + (", partial inference" if col.partial_inference and col.flows else ""),
+        "",
+    ]
+    through: dict[str, float] = {}
+    for f in col.flows:
+        if f.dst != "sink":
+            through[f.dst] = through.get(f.dst, 0.0) + f.flow
+    rows = [["node", "GPUs", "layers", "tokens/s", "flow in"]]
+    for n in col.nodes[:limit]:
+        rows.append([
+            n.name, ",".join(n.gpus), f"[{n.start}, {n.end})", f"{n.tokens_per_s:.0f}",
+            f"{through[n.name]:.0f}" if n.name in through else "-",
+        ])  # fmt: skip
+    lines.append(_table(rows))
+    if len(col.nodes) > limit:
+        lines.append(f"... {len(col.nodes) - limit} more nodes (see --json)")
+    if col.replicas:
+        lines.append("")
+        rows = [["replica", "nodes", "rate req/s", "share"]]
+        for k, r in enumerate(col.replicas[:limit]):
+            share = ", ".join(f"{c} {v:.2f}" for c, v in r.share.items() if v > 0) or "-"
+            rows.append([str(k), "->".join(r.nodes), f"{r.rate:.3f}", share])
+        lines.append(_table(rows))
+    lines.append("")
+    lines += [f"note: {n}" for n in plan.notes]
+    return "\n".join(lines)
+
+
+# -- heroserve simulate, colocated -------------------------------------------------------------
+def run_colocated(a: argparse.Namespace, plan: Plan) -> int:
+    """``heroserve simulate`` of a colocated plan (the flags of controller/sim/cli.py)."""
+    from controller.related.clusters import resolve_cluster
+    from controller.sim import make_requests
+    from controller.sim.colocated import ColocatedOptions, ColocatedSim, build_colocated
+    from controller.workload import resolve_workload
+
+    topo = a.topology or plan.topology
+    g = resolve_cluster(topo)
+    w = resolve_workload(a.workload or plan.workload or "chatbot")
+    model = build_colocated(plan, g, w)
+    rate = a.rate * model.gpus_used if a.per_gpu else a.rate
+    reqs = make_requests(w, rate, a.requests, a.seed, a.cv)
+    print(
+        f"simulating {a.requests} {w.name} requests at {rate:.4g} req/s "
+        f"({rate / model.gpus_used:.4g} per GPU, {model.gpus_used} GPUs) on {g.name}, "
+        f"colocated plan by {plan.planner} ({model.col.scheduler})",
+        file=sys.stderr,
+    )
+    res = ColocatedSim(model, ColocatedOptions(seed=a.seed)).run(reqs)
+    print(colocated_report(res))
+    if a.json:
+        Path(a.json).write_text(json.dumps(res.to_dict(), indent=1) + "\n")
+        print(f"result written to {a.json}")
+    return 0
+
+
+def colocated_report(res) -> str:
+    ms = 1e3
+    lines = [
+        f"requests        {res.finished}/{res.requests} finished in {res.duration_s:.1f} s "
+        f"(offered {res.offered_rate:.4g} req/s, {res.offered_rate / res.gpus_used:.4g} per GPU)",
+        f"SLA attainment  {res.attainment:.1%} (TTFT <= {res.sla['ttft_s']} s and "
+        f"TPOT <= {res.sla['tpot_s']} s)",
+    ]
+    for name, d in (("TTFT", res.ttft_s), ("TPOT", res.tpot_s), ("end to end", res.e2e_s)):
+        lines.append(
+            f"{name:<15} mean {d['mean'] * ms:8.1f} ms  p50 {d['p50'] * ms:8.1f}  "
+            f"p90 {d['p90'] * ms:8.1f}  p99 {d['p99'] * ms:8.1f}"
+        )
+    busy = sorted(res.node_util.values())
+    lines += [
+        f"throughput      {res.throughput_rps:.3f} req/s, {res.decode_tokens_per_s:.0f} output "
+        f"tokens/s, {res.tokens_per_s:.0f} tokens/s",
+        f"preemptions     {res.preemptions}",
+        f"node busy       min {busy[0]:.0%}  max {busy[-1]:.0%} over {len(busy)} nodes",
+        f"simulated       {res.events} events in {res.wall_s:.2f} s",
+    ]
+    return "\n".join(lines)
+
+
+def main_compare(argv: Sequence[str]) -> int:
+    from controller.related.compare import run
+
+    try:
+        return run(argv)
+    except InputError as e:
+        print(f"heroserve compare: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        print("heroserve compare: interrupted", file=sys.stderr)
+        return 130

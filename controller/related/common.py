@@ -1,0 +1,142 @@
+"""What the seed planners share: their options, the cluster's nodes, and the colocated
+:class:`~controller.plan.Plan` they all return."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from controller.errors import InputError
+from controller.models.specs import ModelSpec
+from controller.plan import ColocatedPlan, PhasePlan, Plan, Predicted
+from controller.related.perf import LengthStats, NodeHW, PerfModel, node_hw
+from controller.topology.graph import servers
+from controller.workload.generators import Workload
+from controller.workload.sla import SLA
+
+
+@dataclass(frozen=True)
+class RelatedOptions:
+    """Options of the seed planners (``heroserve plan --planner helix|costeff|hetero-search``).
+    Memory fraction and batch cap are PlannerOptions' (r_frac, max_batch)."""
+
+    seed: int = 0
+    r_frac: float = 0.9
+    max_batch: int = 512
+    # solvers
+    time_limit_s: float = 60.0  # MILP wall-clock limit (Helix, cost-efficiency)
+    early_stop_gap: float = 0.01  # Helix: stop within this fraction of its upper bound
+    workers: int = 2  # CP-SAT search workers
+    # Helix
+    partial_inference: bool = True
+    prune_degree: float = 12.0  # average node degree after pruning (Helix §6.8); 0: no pruning
+    helix_nodes: str = "server"  # a compute node is a server (TP inside) or each GPU
+    # cost efficiency
+    budget: float | None = None  # $/h; None: enough to rent every priced GPU
+    prices: dict[str, float] = field(default_factory=dict)  # $/h per GPU type, overrides
+    costeff_method: str = "milp"  # "milp" (exact) or "binary" (binary search on T)
+    max_stages: int = 4  # most pipeline stages of a configuration
+    # heterogeneous throughput search
+    mapper: str = "os"  # os | rr | wrr | mb | si
+    mapper_k: float = 2.0  # exponent of the KV utilisation term (the paper sets 2)
+    sample: int = 1000  # requests sampled for the planners' workload estimates
+
+    def __post_init__(self) -> None:
+        if not self.time_limit_s > 0:
+            raise InputError(f"solver time limit must be positive, got {self.time_limit_s}")
+        if not 0 <= self.early_stop_gap < 1:
+            raise InputError(f"early-stop gap must be in [0, 1), got {self.early_stop_gap}")
+        if self.helix_nodes not in ("server", "gpu"):
+            raise InputError(f"Helix nodes are 'server' or 'gpu', got {self.helix_nodes!r}")
+        if self.budget is not None and not self.budget > 0:
+            raise InputError(f"budget must be positive, got {self.budget}")
+        if self.costeff_method not in ("milp", "binary"):
+            raise InputError(f"costeff method is milp or binary, got {self.costeff_method!r}")
+        if self.sample < 10:
+            raise InputError(f"the planning sample needs at least 10 requests, got {self.sample}")
+        for t, p in self.prices.items():
+            if not (isinstance(p, int | float) and math.isfinite(p) and p > 0):
+                raise InputError(f"price of {t} must be a positive number, got {p!r}")
+
+
+def stats_of(workload: Workload, sample: int, seed: int) -> LengthStats:
+    """Length statistics of ``sample`` requests drawn from the workload (all of it when it
+    is smaller)."""
+    import numpy as np
+
+    n = len(workload.inputs)
+    if n <= sample:
+        return LengthStats.of(workload.inputs, workload.outputs)
+    idx = np.random.default_rng(seed).choice(n, sample, replace=False)
+    return LengthStats.of(workload.inputs[idx], workload.outputs[idx])
+
+
+def cluster_nodes(g: nx.Graph, per: str) -> list[NodeHW]:
+    """Compute nodes of the cluster: every server as one TP group, or every GPU alone."""
+    out = []
+    for _, members in sorted(servers(g).items()):
+        if per == "server":
+            out.append(node_hw(g, members))
+        else:
+            out += [node_hw(g, [x]) for x in members]
+    return out
+
+
+def node_name(node: NodeHW, g: nx.Graph) -> str:
+    """A node's name in a plan: its server for a whole server, else its GPU."""
+    server = g.nodes[node.gpus[0]].get("server")
+    whole = len(node.gpus) > 1 and len(servers(g).get(server, [])) == len(node.gpus)
+    return str(server) if whole else node.gpus[0]
+
+
+def empty_phase(role: str) -> PhasePlan:
+    """The prefill or decode phase of a colocated plan: no instance (the nodes serve both)."""
+    return PhasePlan(role, 1, 1, "", [], [], 0.0, 0.0, 1, 0.0)  # type: ignore[arg-type]
+
+
+def colocated_plan(
+    planner: str,
+    g: nx.Graph,
+    model: ModelSpec,
+    workload: Workload,
+    sla: SLA,
+    colocated: ColocatedPlan,
+    predicted: Predicted,
+    notes: Sequence[str],
+) -> Plan:
+    return Plan(
+        planner=planner,
+        topology=str(g.name),
+        model=model.name,
+        workload=workload.name,
+        sla=sla.to_dict(),
+        prefill=empty_phase("prefill"),
+        decode=empty_phase("decode"),
+        kv_transfer=[],
+        predicted=predicted,
+        notes=list(notes),
+        options={},
+        layout="colocated",
+        colocated=colocated,
+    )
+
+
+def pipeline_latency(
+    perf: PerfModel, stages: Sequence[tuple[NodeHW, int]], stats: LengthStats
+) -> tuple[float, float]:
+    """(TTFT, TPOT) of a mean request on a pipeline of (node, layers) at each node's
+    steady-state batch, without queueing, plus the activation hops between stages."""
+    ttft = tpot = 0.0
+    for k, (node, layers) in enumerate(stages):
+        b = max(1, perf.concurrency(node, layers, stats))
+        ttft += perf.step_time(node, layers, stats.mean_in, stats.mean_in2)
+        tpot += perf.step_time(node, layers, 0.0, 0.0, b, b * stats.ctx)
+        if k + 1 < len(stages):
+            conn = perf.connection(node, stages[k + 1][0])
+            if conn is not None and math.isfinite(conn.bandwidth):
+                ttft += stats.mean_in * perf.activation_bytes / conn.bandwidth + conn.latency_s
+                tpot += perf.activation_bytes / conn.bandwidth + conn.latency_s
+    return ttft, tpot
