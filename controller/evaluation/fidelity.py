@@ -47,9 +47,13 @@ class Case:
     scale: str
 
 
+def _track_servers(servers: int, unit: int) -> int:
+    return max(unit, servers // unit * unit)
+
+
 def cases(servers: int) -> list[Case]:
     def track(n_tracks: int, unit: int, cores: int) -> Callable:
-        n = max(unit, servers // unit * unit)
+        n = _track_servers(servers, unit)
         return lambda: tracks(n, 8, n_tracks, unit, cores, name=f"{n_tracks}tracks-{n}")
 
     out = [
@@ -169,7 +173,9 @@ def report(
     # -- scalability ------------------------------------------------------------------------
     lines.append("## Fig. 7 and Fig. 8: scalability ratios\n")
     lines.append(
-        f"Track clusters at {servers} servers of 8 A100-40GB (the paper's 1,200 take minutes "
+        f"Track clusters of servers of 8 A100-40GB: 2tracks {_track_servers(servers, 6)} "
+        f"servers, 8tracks {_track_servers(servers, 16)} ({servers} rounded down to whole "
+        "units of 6 and 16 servers; the paper's 1,200 take minutes "
         "per planner and hours to simulate here; `heroserve plan --topology 2tracks|8tracks` "
         "plans the full size). Predicted by the planner; *simulated* is the maximum per-GPU "
         "rate at 90% attainment measured by `heroserve evaluate` where it ran.\n"
