@@ -586,18 +586,25 @@ class Evaluator:
             hit = self._kv_prices[key] = self._kv_price(pairs)
         return hit[0], list(hit[1])
 
+    def kv_routed(self, pairs: list[tuple[list[list[str]], list[list[str]]]]) -> list[KVFlow]:
+        """The KV shares of one mean-length request per pair, each on its route (times not
+        priced: 0)."""
+        total = self.mean_in * self.model.kv_bytes_per_token()
+        out = []
+        for p, d in pairs:
+            for s, dst, f in kv_shares(self.model, p, d):
+                out.append(KVFlow(s, dst, f * total, self.kv_route(s, dst, f * total), 0.0))
+        return out
+
     def _kv_price(
         self, pairs: list[tuple[list[list[str]], list[list[str]]]]
     ) -> tuple[float, list[KVFlow]]:
-        total = self.mean_in * self.model.kv_bytes_per_token()
-        specs = []
-        for p, d in pairs:
-            for s, dst, f in kv_shares(self.model, p, d):
-                specs.append((s, dst, f * total))
-        if not specs:
+        routed = self.kv_routed(pairs)
+        if not routed:
             return 0.0, []
         fab = self.ring_fabric
-        routes = [self.kv_route(s, d, nb) for s, d, nb in specs]
+        specs = [(f.src, f.dst, f.nbytes) for f in routed]
+        routes = [f.path for f in routed]
         t_f, times = kv_time(fab, [(s, r, nb) for (s, _, nb), r in zip(specs, routes, strict=True)])
         flows = [
             KVFlow(s, d, nb, r, t) for (s, d, nb), r, t in zip(specs, routes, times, strict=True)

@@ -309,12 +309,24 @@ def settle_kv(
     plan's KV transfers name its own GPUs.
 
     H is then bounded by the links' capacity for KV (see below). ``beat``: an H the caller
-    already has; None as soon as this deployment provably cannot exceed it."""
+    already has; None as soon as this deployment cannot exceed it (its KV capacity is
+    judged on the instances deployed at T_f = 0, before re-pricing)."""
     problem = ev.problem
     cap = problem.options.max_gpus
     reorder: dict[tuple, list[list[str]]] = {}
     rd = dec
     t_f = 0.0
+    if beat > 0.0:
+        # the KV capacity of the deployment at T_f = 0 already cannot beat ``beat``: stop
+        # before pricing the transfer (the search meets thousands of such pairs)
+        # pair by pair: the busiest link's load only grows as pairs are added, so n over it
+        # bounds the capacity as soon as it falls to ``beat``
+        pairs = ev.kv_pairs(pre, dec, comb.n_prefill, comb.n_decode)
+        loads: dict = {}
+        for pair in pairs:
+            busy = kv_busiest_link_s(ev.ring_fabric, ev.kv_routed([pair]), loads)
+            if busy > 0.0 and len(pairs) / busy <= beat * (1 + 1e-9):
+                return None
     for _ in range(3):
         t_f, _, more = ev.kv_transfer(pre, rd, comb.n_prefill, comb.n_decode)
         reorder.update(more)
