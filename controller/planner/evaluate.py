@@ -602,14 +602,8 @@ class Evaluator:
         routed = self.kv_routed(pairs)
         if not routed:
             return 0.0, []
-        fab = self.ring_fabric
-        specs = [(f.src, f.dst, f.nbytes) for f in routed]
-        routes = [f.path for f in routed]
-        t_f, times = kv_time(fab, [(s, r, nb) for (s, _, nb), r in zip(specs, routes, strict=True)])
-        flows = [
-            KVFlow(s, d, nb, r, t) for (s, d, nb), r, t in zip(specs, routes, times, strict=True)
-        ]
-        return t_f, flows
+        t_f, times = kv_time(self.ring_fabric, [(f.src, f.path, f.nbytes) for f in routed])
+        return t_f, [replace(f, time_s=t) for f, t in zip(routed, times, strict=True)]
 
     def kv_route(self, src: str, dst: str, nbytes: float) -> list[str]:
         """``costmodel.kvcache.kv_route`` on the ring fabric, memoised: the search routes the

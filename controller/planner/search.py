@@ -317,10 +317,9 @@ def settle_kv(
     rd = dec
     t_f = 0.0
     if beat > 0.0:
-        # the KV capacity of the deployment at T_f = 0 already cannot beat ``beat``: stop
-        # before pricing the transfer (the search meets thousands of such pairs)
-        # pair by pair: the busiest link's load only grows as pairs are added, so n over it
-        # bounds the capacity as soon as it falls to ``beat``
+        # Drop a deployment whose KV capacity at T_f = 0 cannot beat ``beat`` before pricing
+        # its transfer (the search meets thousands of them). Pair by pair: the busiest
+        # link's load only grows as pairs are added, so n over it bounds the capacity.
         pairs = ev.kv_pairs(pre, dec, comb.n_prefill, comb.n_decode)
         loads: dict = {}
         for pair in pairs:
