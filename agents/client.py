@@ -1,4 +1,4 @@
-"""Agent side of the control plane (DESIGN.md §9), shared by the switch agent, tests and
+"""Agent side of the control plane (docs/design.md §9), shared by the switch agent, tests and
 benchmarks: the epoch rule for policy updates and a reconnecting client.
 
 The rule (:meth:`PolicyState.apply`): a full update replaces the state; an incremental one

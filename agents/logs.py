@@ -1,4 +1,4 @@
-"""One log format for every HeroServe process (issue 12 "Conventions"), Python and C++ alike.
+"""One log format for every HeroServe process, Python and C++ alike.
 
 Text (the default), one line per record, UTC with milliseconds::
 

@@ -2,13 +2,13 @@
 
 Runs the C++ benchmark binary (build/csrc/bench_policy_core, built by `make cxx`) for 16 and
 256 policies on 1 and 2 threads, then times the Python reference on the same 16-policy
-table for scale. Target (issue 5): under 100 ns per selection with 16 policies.
+table for scale. Target: under 100 ns per selection with 16 policies.
 
 With the tuner plugin built it also prints ns per getCollInfo (mean, median, p99) with a
 healthy segment, one republished before every call (read and parse), a garbled one, and a
 stalled one (an agent killed mid-publish left the seqlock odd): first look at a new odd
 value (the bounded 2 us wait) and steady state; and the agent's publish time for a typical
-table and for 1 MiB. Target (issue 10): a collective decided within 10 us of the segment
+table and for 1 MiB. Target: a collective decided within 10 us of the segment
 read, stalled segment included (`stalled_decision_within_10us`).
 
 Usage: .venv/bin/python benchmarks/bench_policy_core.py [iterations]

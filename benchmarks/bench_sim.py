@@ -1,4 +1,4 @@
-"""Simulator speed: simulated requests per second of wall time (issue 3, "must show" 4).
+"""Simulator speed: simulated requests per second of wall time.
 
 Targets: 10,000 requests of the testbed-chatbot scenario (HeroServe's plan, near its max rate)
 in under 10 s; one point of a 2tracks scenario in under 5 minutes (the full 1200 servers with

@@ -1,6 +1,6 @@
 """Planning time and peak memory of the HeroServe planner on the testbed and on the 2tracks
 and 8tracks 1200-server clusters (9,600 GPUs each). Prints wall times, their ratio to the
-testbed's, and the process's peak resident memory. Targets (issue 9): testbed < 1 s, each
+testbed's, and the process's peak resident memory. Targets: testbed < 1 s, each
 track cluster < 60 s, memory < 4 GiB.
 
     .venv/bin/python benchmarks/planner_time.py [--skip-large]

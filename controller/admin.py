@@ -1,4 +1,4 @@
-"""``heroserve admin``: operate a running controller over its Admin service (DESIGN.md §9).
+"""``heroserve admin``: operate a running controller over its Admin service (docs/design.md §9).
 
     heroserve admin [--controller ADDR] [--tls-cert PEM --tls-key PEM --tls-ca PEM]
                     [--tls-server-name NAME] apply PLAN.json [--wait S] | state | agents | slots

@@ -1,4 +1,4 @@
-"""The `Plan` every planner returns: plain data, serialisable to JSON (DESIGN.md §6).
+"""The `Plan` every planner returns: plain data, serialisable to JSON (docs/design.md §6).
 
 A plan holds, for prefill and for decode, the parallelism (TP = ``tp``, PP = ``pp``), the
 instances with the GPU ids of each pipeline stage, and one :class:`Group` per stage (the

@@ -1,4 +1,4 @@
-"""Aggregator slot pool per switch (DESIGN.md §9, §10): allocate and free contiguous ranges.
+"""Aggregator slot pool per switch (docs/design.md §9, §10): allocate and free contiguous ranges.
 
 A switch has ``capacity`` aggregator slots ``[0, capacity)`` (its register arrays). Each
 INA group (the *owner*, e.g. ``"decode/0/1"``) holds at most one contiguous range on a
@@ -16,7 +16,7 @@ from controller.store import Store
 
 # The aggregation table's slot index and the INA header's agg_index are 16 bits
 # (p4/heroserve_ina.p4, docs/dataplane.md): a switch cannot address more slots than this,
-# whatever its inventory says (issue 10 item 7: 2^32 - 1 was accepted).
+# whatever its inventory says (2^32 - 1 was accepted).
 MAX_SLOTS = 1 << 16
 
 

@@ -1,4 +1,4 @@
-"""The controller's persistent state in SQLite (DESIGN.md §9): a restart loses nothing.
+"""The controller's persistent state in SQLite (docs/design.md §9): a restart loses nothing.
 
 Tables: ``meta`` (topology name, current epoch, current plan id), ``plans`` (every plan
 applied, by content hash), ``agents`` (registry: identity, inventory, acknowledged epoch),
@@ -39,7 +39,7 @@ MAX_GROUP_ID = (1 << 16) - 1
 # Collective sequence numbers and table versions are counters that start at 0 and grow by
 # one per collective (per table change): 2^53 is 285 years at a million collectives per
 # second, is exact in a JSON double, and leaves room for apply_from_seq = last + 1 + margin
-# in SQLite's signed 64-bit integers. Anything above is a lie (issue 10 item 1).
+# in SQLite's signed 64-bit integers. Anything above is a lie.
 MAX_SEQ = 1 << 53
 MAX_EPOCH = 1 << 53
 # apply_from_seq = last_seq + 1 + margin, the margin far below MAX_SEQ.

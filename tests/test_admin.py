@@ -1,4 +1,4 @@
-"""``heroserve admin`` and server reflection (issue 12 must-show 5): ``admin apply`` moves
+"""``heroserve admin`` and server reflection: ``admin apply`` moves
 running agents to a new epoch without a controller restart; a reflection client lists the
 controller's services."""
 

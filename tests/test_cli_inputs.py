@@ -1,4 +1,4 @@
-"""`heroserve simulate` and `evaluate` with hostile arguments and files (issue 10 items 9, 10):
+"""`heroserve simulate` and `evaluate` with hostile arguments and files:
 one line naming the problem and exit 2, no traceback, no hang; the work a command may be
 asked to do is bounded."""
 

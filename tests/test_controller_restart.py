@@ -151,7 +151,7 @@ def test_controller_restart(tmp_path: Path) -> None:
         assert sw.client.connects == 1 and gpu.client.connects == 1
 
         # The same command line again (--plan v1) while the database holds v2, applied through
-        # Admin: the database is the truth, v2 stays (issue 10 item 6: v1 used to come back).
+        # Admin: the database is the truth, v2 stays (v1 used to come back).
         proc = start(db, port, log, plan)
         wait_for("reconnected", lambda: sw.client.connects == 2 and gpu.client.connects == 2)
         # Full state again, at the same epoch (it continues, never restarts from 0).
@@ -202,7 +202,7 @@ def test_agent_waits_for_the_first_plan(tmp_path: Path) -> None:
         srv.stop()
 
 
-# --- a controller that lost its database (issue 10 item 4) --------------------------------
+# --- a controller that lost its database --------------------------------
 
 
 def _server(db: Path, listen: str = "127.0.0.1:0"):  # noqa: ANN202
@@ -271,7 +271,7 @@ def test_python_agent_gets_versions_above_what_it_held(tmp_path: Path) -> None:
 
 def test_gpu_agent_never_acks_a_table_it_ignores(tmp_path: Path) -> None:
     """The C++ daemon after the controller lost its database: it used to keep its higher old
-    version silently and acknowledge the new controller's epochs (issue 10 item 4)."""
+    version silently and acknowledge the new controller's epochs."""
     from test_gpu_agent_e2e import AGENT, PLUGIN, ROOT, Proc, agent_env, segment, start_agent
 
     if not (AGENT.exists() and PLUGIN.exists()):
@@ -335,7 +335,7 @@ def test_gpu_agent_never_acks_a_table_it_ignores(tmp_path: Path) -> None:
 
 
 def test_startup_plan_applies_only_what_the_database_never_held(tmp_path: Path) -> None:
-    """docs/control-plane.md "Restart": the database is the truth (issue 10 item 6)."""
+    """docs/control-plane.md "Restart": the database is the truth."""
     from controller.service.core import Controller
 
     db, topo = tmp_path / "c.db", sample_topology()

@@ -1,4 +1,4 @@
-"""The cost model against hand-worked numbers (DESIGN.md §5)."""
+"""The cost model against hand-worked numbers (docs/design.md §5)."""
 
 import math
 

@@ -1,5 +1,5 @@
 """Every YAML and JSON example in the docs is read by the program's own reader and, when it is
-a topology, plan or trace, checked by its validator (issue 12 "Inputs"); the limits the docs
+a topology, plan or trace, checked by its validator; the limits the docs
 state are the code's."""
 
 import re

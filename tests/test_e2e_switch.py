@@ -1,7 +1,7 @@
 """End to end on loopback with real processes: controller (with a plan), the executable
 switch model (agents.softswitch) and the switch agent. The plan's INA groups must end up
 as entries in the switch, read back through P4Runtime; a restarted agent reconciles
-(stale entries deleted, missing ones added) (DESIGN.md §9, §10)."""
+(stale entries deleted, missing ones added) (docs/design.md §9, §10)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """``heroserve emulate`` and ``heroserve demo`` as a user runs them (root, Mininet): the
 testbed's INA and ring all-reduces exact against NumPy, impaired links, the demo's view of
-the policies, and nothing left behind after a normal exit, an error or SIGINT in the middle
-(issue 13 must-show 1, 2, 5; issue 12 must-show 3). docs/emulation.md describes the runs.
+the policies, and nothing left behind after a normal exit, an error or SIGINT in the middle.
+docs/emulation.md describes the runs.
 
 Each command prints its run tag first; :func:`controller.emulate.cluster.leftovers` then
 looks for interfaces, shared memory and processes carrying that tag.
@@ -100,7 +100,7 @@ def made_plan(
     tmp_path: Path, topology: str, *, ina_only: bool = True, hier: bool = False, slots: int = 0
 ) -> Path:
     """The plan emulate makes itself, trimmed to its flat INA group (the runs' time goes to
-    the group the must-show is about) and, with ``hier``, its hierarchical group; ``slots``
+    the group under test) and, with ``hier``, its hierarchical group; ``slots``
     overrides the flat group's slot count."""
     from controller.emulate.plans import emulation_plan
     from controller.topology import resolve_topology
@@ -186,7 +186,7 @@ def test_one_percent_loss_exact_with_retransmissions(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(
     not EXACTLY_ONCE_SWITCH,
-    reason="needs the switch's per-copy generation (dataplane branch, issue 10 item 3)",
+    reason="needs the switch's per-copy generation (dataplane branch)",
 )
 def test_five_percent_loss_duplication_reordering_exact(tmp_path: Path) -> None:
     impaired(tmp_path, 128 << 10, "--loss", "0.05", "--duplicate", "0.02", "--reorder", "0.1")
@@ -277,7 +277,7 @@ def _bmv2_missing() -> str | None:
 
 @pytest.mark.skipif(_bmv2_missing() is not None, reason=str(_bmv2_missing()))
 def test_bmv2_switch_gives_the_same_exact_allreduces(tmp_path: Path) -> None:
-    """Issue 13 must-show 4 (emulation half): BMv2 in the switches' place, same plan."""
+    """BMv2 in the switches' place, same plan."""
     plan = made_plan(tmp_path, "fig2")
     rc, out, err, tag = run(
         ["emulate", "--topology", "fig2", "--plan", str(plan), "--switch", "bmv2",

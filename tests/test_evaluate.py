@@ -1,4 +1,4 @@
-"""`heroserve evaluate` (issue 3, "must show" 1): one CSV row per planner with
+"""`heroserve evaluate`: one CSV row per planner with
 max_rate_per_gpu, a PNG of attainment against rate, a note with the measured order; the sweep
 runs on a process pool and on Ray (skipped without the optional extra)."""
 

@@ -1,4 +1,4 @@
-"""``heroserve export`` (issue 12 must-show 1 and 2): every format parses, names every GPU of
+"""``heroserve export``: every format parses, names every GPU of
 the plan once, carries each instance's TP/PP and batch, pairs instances as the plan does,
 never sets NCCL_ALGO/NCCL_PROTO; a plan that contradicts its topology is refused, named."""
 

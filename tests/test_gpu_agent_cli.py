@@ -1,5 +1,5 @@
 """heroserve-gpu-agent as a command: options (getopt_long), errors, --help, --version, the
-loopback rule (issue 10 item 10) and the log format shared with Python (issue 12).
+loopback rule and the log format shared with Python.
 
 The agent runs against a closed loopback port, so it only starts, fails to register, logs
 and retries; nothing listens. Skipped when the C++ build (`make cxx`) is absent.

@@ -4,7 +4,7 @@ The controller (in-process, loopback) pushes a group's table; the C++ daemon pub
 shared memory; the NCCL tuner plugin, loaded in another process by agents/gpu/tuner_driver.py,
 schedules AllReduces with it; the daemon reports the plugin's selections; the controller
 derives the next version's apply_from_seq from them, and the plugin switches to it exactly at
-that collective. Also the daemon's failure modes (DESIGN.md §11, issue 5 item 5).
+that collective. Also the daemon's failure modes (docs/design.md §11).
 Skipped when the C++ build (`make cxx`) is absent.
 """
 

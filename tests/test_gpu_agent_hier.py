@@ -1,4 +1,4 @@
-"""A hierarchical-INA policy from the controller's stream to NCCL's CollNet Direct (issue 9).
+"""A hierarchical-INA policy from the controller's stream to NCCL's CollNet Direct.
 
 A minimal Control service (the real controller's hier plans are the control plane's tests)
 sends heroserve-gpu-agent one full update whose table has a hier policy with two rails; the

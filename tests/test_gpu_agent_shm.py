@@ -1,4 +1,4 @@
-"""The tuner plugin in a serving process whose shared memory goes bad (issue 10 item 5).
+"""The tuner plugin in a serving process whose shared memory goes bad.
 
 agents/gpu/tuner_driver.py loads libnccl-tuner-heroserve.so as NCCL would, in its own
 process, with two ranks. The segment is then left as an agent killed mid-publish leaves it

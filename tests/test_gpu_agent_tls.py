@@ -1,4 +1,4 @@
-"""heroserve-gpu-agent over mutual TLS (DESIGN.md §9, §11): a CA-signed certificate naming
+"""heroserve-gpu-agent over mutual TLS (docs/design.md §9, §11): a CA-signed certificate naming
 the node gets its tables; a certificate from another CA is refused, logged, and retried
 while the agent keeps running. Skipped when the C++ build is absent."""
 

@@ -24,7 +24,7 @@ from agents.ina.transport import InaGroup, InaSession, Timeouts
 from agents.ina.worker import Worker, member_data, serve
 
 FAST = Timeouts(initial_rto_s=0.05, min_rto_s=0.01, max_rto_s=0.5, give_up_s=20.0)
-# The generation byte (dataplane branch, issue 10 item 3) makes the switch exactly-once under
+# The generation byte (dataplane branch) makes the switch exactly-once under
 # duplication and reordering; the version bit alone lets a late duplicate open a round.
 EXACTLY_ONCE_SWITCH = hasattr(InaHeader, "at_round")
 
@@ -161,7 +161,7 @@ def test_ina_exact_under_loss_with_retransmissions() -> None:
 
 @pytest.mark.skipif(
     not EXACTLY_ONCE_SWITCH,
-    reason="needs the switch's per-copy generation (dataplane branch, issue 10 item 3)",
+    reason="needs the switch's per-copy generation (dataplane branch)",
 )
 def test_ina_exact_under_loss_duplication_and_reordering() -> None:
     members, exact = run_impaired(Impairments(loss=0.03, duplicate=0.05, reorder=0.25), seed=5)

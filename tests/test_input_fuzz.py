@@ -1,4 +1,4 @@
-"""Fuzz test of topology, plan and trace files (issue 10, must-show 3).
+"""Fuzz test of topology, plan and trace files.
 
 Seeded mutations of the shipped examples (every docs example, built-in topologies exported
 to files, plans the planner writes) go through the real CLI entry points in-process

@@ -1,4 +1,4 @@
-"""The shared log format (issue 12 "Conventions"): text and JSON, UTC with milliseconds."""
+"""The shared log format: text and JSON, UTC with milliseconds."""
 
 from __future__ import annotations
 

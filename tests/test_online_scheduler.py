@@ -1,9 +1,9 @@
-"""Online scheduler (DESIGN.md §8): hand-worked numbers, versions, and the shared vectors.
+"""Online scheduler (docs/design.md §8): hand-worked numbers, versions, and the shared vectors.
 
 The shared vector files are checked three ways: the committed files still match what the
 Python reference produces, and the C++ core (through the ctypes binding) reproduces their
 choices exactly and their costs within 1e-9 relative. The hierarchical-INA file
-(online_scheduler_hier.json) needs a core that knows scheme "hier" (issue 9).
+(online_scheduler_hier.json) needs a core that knows scheme "hier".
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The online scheduler (DESIGN.md §8) inside the simulator (issue 3, "must show" 3).
+"""The online scheduler (docs/design.md §8) inside the simulator.
 
 Topology: decode servers d0..d3 (2 A100 each); GPU 0 of d0 and d2 on access switch a1, GPU 0
 of d1 and d3 on a2 (GPU 1 of each server on the other access switch); a1, a2 and the prefill

@@ -1,4 +1,4 @@
-"""The checked-in P4Info agrees with p4/heroserve_ina.p4 (DESIGN.md §10, issue 13).
+"""The checked-in P4Info agrees with p4/heroserve_ina.p4 (docs/design.md §10).
 
 Where p4c is on PATH (tests/bmv2.py), the checked-in file must be p4c's own output, byte
 for byte, and the v1model program must compile without a warning; the TNA program must

@@ -1,5 +1,5 @@
 """Plan files: the schema derived from the Plan dataclasses, the plan's own consistency and
-its fit to a cluster (issue 10 items 9, 10; issue 12 "Inputs")."""
+its fit to a cluster."""
 
 import copy
 import dataclasses

@@ -1,4 +1,4 @@
-"""Planner invariants on the testbed, and HeroServe against its baselines (DESIGN.md §6)."""
+"""Planner invariants on the testbed, and HeroServe against its baselines (docs/design.md §6)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""The planner's search (issue 9): HeroServe's plan is never worse than a baseline's, on random
+"""The planner's search: HeroServe's plan is never worse than a baseline's, on random
 heterogeneous clusters and on the audit's counter-examples; the role split is the planner's;
 idle GPUs are idle because they add no rate; the objective is Eq. 1's total rate H."""
 

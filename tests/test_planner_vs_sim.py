@@ -1,4 +1,4 @@
-"""The planner's predictions against the simulator at low load (issue 9, must-show 6): the
+"""The planner's predictions against the simulator at low load: the
 plan ``heroserve plan`` makes for the testbed (its own role split, schemes and batches),
 simulated with the workload's own request lengths at a small fraction of its predicted rate,
 so that requests rarely meet. The cost model's lone-request figures for that plan, averaged

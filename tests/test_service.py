@@ -1,4 +1,4 @@
-"""The controller's gRPC service in-process on loopback (DESIGN.md §9)."""
+"""The controller's gRPC service in-process on loopback (docs/design.md §9)."""
 
 from __future__ import annotations
 
@@ -528,7 +528,7 @@ def test_a_table_the_validator_refuses_is_a_plan_error(srv: ThreadedServer, chan
     assert core.epoch == 0 and core.state is None and core.pool.allocations("s1") == []
 
 
-# --- hierarchical INA (issue 9): rails on their switches, three kinds of policy -------------
+# --- hierarchical INA: rails on their switches, three kinds of policy -------------
 
 
 def hier_plan(model: str = "none"):  # noqa: ANN201
@@ -712,7 +712,7 @@ def test_bad_hier_groups_are_refused(tmp_path: Path, edit, message: str) -> None
     assert c.epoch == 0 and c.pool.switches() == []
 
 
-# --- issue 10 items 1 and 2: an agent speaks only for what the plan gives it ---------------
+# --- an agent speaks only for what the plan gives it ---------------
 
 
 @pytest.fixture
@@ -740,7 +740,7 @@ def _report(ident: pb.NodeIdentity, session: str, **kw) -> pb.TelemetryReport:  
 
 
 def test_last_seq_only_for_the_senders_groups_and_bounded(two_groups: ThreadedServer) -> None:
-    """issue 10 item 1: 2^62 for another agent's group froze it; 2^63 - 1 broke ApplyPlan
+    """2^62 for another agent's group froze it; 2^63 - 1 broke ApplyPlan
     with OverflowError (and survived restarts)."""
     core = two_groups.server.core
     with grpc.insecure_channel(f"127.0.0.1:{two_groups.port}") as ch:
@@ -782,7 +782,7 @@ def test_last_seq_only_for_the_senders_groups_and_bounded(two_groups: ThreadedSe
 
 
 def test_bogus_groups_leave_no_rows_and_floods_are_refused(two_groups: ThreadedServer) -> None:
-    """issue 10 item 2: 20,000 bogus group ids became 20,000 permanent rows; 50,000 link ids
+    """20,000 bogus group ids became 20,000 permanent rows; 50,000 link ids
     became 50,000 Prometheus series."""
     core = two_groups.server.core
     reg = core.metrics.registry
@@ -818,7 +818,7 @@ def test_bogus_groups_leave_no_rows_and_floods_are_refused(two_groups: ThreadedS
 
 
 def test_gpus_and_identity_are_bound_to_the_topology(two_groups: ThreadedServer) -> None:
-    """issue 10 item 2: registering node B's GPUs returned B's tables and INA groups."""
+    """registering node B's GPUs returned B's tables and INA groups."""
     with grpc.insecure_channel(f"127.0.0.1:{two_groups.port}") as ch:
         stub = pb_grpc.ControlStub(ch)
         for node, gpus, why in (
@@ -843,7 +843,7 @@ def test_gpus_and_identity_are_bound_to_the_topology(two_groups: ThreadedServer)
         sel = pb.PolicySelection(group_id="prefill/0/0", policy_id=0, selections=1)
         rep = _report(SW, sess, selections=[sel])
         assert code_of(stub.ReportTelemetry, rep) == grpc.StatusCode.PERMISSION_DENIED
-        # issue 10 item 7: the slot index is 16 bits, whatever the switch says.
+        # the slot index is 16 bits, whatever the switch says.
         big = pb.RegisterRequest(identity=SW, switch_inventory=switch_inventory(2**32 - 1))
         with pytest.raises(grpc.RpcError) as ei:
             stub.Register(big, timeout=5)
@@ -895,7 +895,7 @@ def test_metrics_follow_prometheus_conventions(two_groups: ThreadedServer) -> No
     assert reg.get_sample_value("heroserve_aggregator_slots_allocated", {"switch": "s1"}) == 16
 
 
-# --- issue 10 items 4, 9, 10: bad input gets one line and exit 2, or the proper status ------
+# --- bad input gets one line and exit 2, or the proper status ------
 
 
 def _one_line(capsys: pytest.CaptureFixture) -> str:
@@ -937,7 +937,7 @@ def test_cli_bad_ports_files_and_databases(tmp_path: Path, capsys: pytest.Captur
     binary.write_bytes(bytes(range(256)) * 8)
     assert main(["--db", db, "--plan", str(binary)]) == 2
     assert _one_line(capsys).endswith(f"{binary}: not UTF-8 text (byte 128)")
-    # Databases holding what a controller cannot serve (issue 10 items 7, 9).
+    # Databases holding what a controller cannot serve.
     c = Controller(Store(db), topology=sample_topology())
     c.apply_plan(sample_plan(ina_groups=1).to_json())
     c.store.close()

@@ -1,4 +1,4 @@
-"""gRPC fuzz of every controller method (issue 10, must-show 4).
+"""gRPC fuzz of every controller method.
 
 Seeded random and boundary field values, other identities' names and sessions, mutated
 plans: every call gets a proper status (never UNKNOWN or INTERNAL, which would mean an

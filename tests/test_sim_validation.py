@@ -1,4 +1,4 @@
-"""Validation of the simulator (issue 3, "must show" 2): at very low load it reproduces the
+"""Validation of the simulator: at very low load it reproduces the
 cost model; every request finishes; Little's law holds; more bandwidth never lowers the max
 rate."""
 

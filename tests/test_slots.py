@@ -113,7 +113,7 @@ def test_ten_thousand_operations_across_restarts(tmp_path: Path) -> None:
 
 
 def test_pool_size_fits_the_16_bit_slot_index(tmp_path: Path) -> None:
-    """issue 10 item 7: a switch saying it has 2^32 - 1 slots got a group of 10^9."""
+    """a switch saying it has 2^32 - 1 slots got a group of 10^9."""
     _, pool = _pool(tmp_path / "c.db")
     pool.set_capacity("s1", MAX_SLOTS)
     with pytest.raises(SlotError, match="capacity 4294967295 is not in 0..65536"):
@@ -124,7 +124,7 @@ def test_pool_size_fits_the_16_bit_slot_index(tmp_path: Path) -> None:
 
 
 def test_check_names_overlaps_and_ranges_outside_the_pool(tmp_path: Path) -> None:
-    """issue 10 item 7: a database with four groups on slot 0 was served."""
+    """a database with four groups on slot 0 was served."""
     store, pool = _pool(tmp_path / "c.db")
     pool.set_capacity("s1", 16)
     pool.allocate("s1", "a", 4)

@@ -3,7 +3,7 @@
 p4c give the same output frames on every port, in order, and the same counters.
 
 Sequences: normal rounds, loss and retransmission, duplication, reordering, late packets
-(issue 10's delayed duplicate, stale generations), malformed packets (one of each drop
+(the delayed duplicate, stale generations), malformed packets (one of each drop
 reason, truncations at every length, fragments, random mutations), L2 traffic, and the
 switch inputs of the property test's random interleavings (tests/ina_sim.py), so that
 "the same sequences through BMv2 give the same results" holds for those too. Where

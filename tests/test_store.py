@@ -110,7 +110,7 @@ def _poke(db: Path, sql: str, *args: object) -> None:
         ("UPDATE meta SET value = '-3' WHERE key = 'epoch'", (), "meta.epoch = '-3' is not in"),
         ("INSERT INTO meta VALUES ('plan_id', 'deadbeef')", (), "names no stored plan"),
         ("INSERT INTO group_ids VALUES ('x', 70000)", (), "group_ids['x'] = 70000 is not in"),
-        # issue 10 item 1: a poisoned sequence number used to survive restarts
+        # a poisoned sequence number used to survive restarts
         ("INSERT INTO group_seq VALUES ('g', ?)", (2**63 - 1,), "group_seq['g'].last_seq"),
         ("INSERT INTO table_versions VALUES ('g', 'x', 'd', 0)", (), "table_versions['g'].version"),
     ],

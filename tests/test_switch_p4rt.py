@@ -1,7 +1,7 @@
 """The switch agent's P4Runtime side (agents/switch/p4rt.py, tables.py): pipelines compared
 by what the data plane runs, so an agent holding the checked-in P4Info and a switch
 holding p4c's own (annotations such as ``@noWarn("unused")``, a ``type_info``) keep the
-switch's entries (issue 13); multicast replicas read through P4Runtime 1.4's ``port``
+switch's entries; multicast replicas read through P4Runtime 1.4's ``port``
 and the older ``egress_port``.
 
 The p4runtime stubs need the pure-Python protobuf runtime, chosen before protobuf is

@@ -1,4 +1,4 @@
-"""Cluster model: generators, file format, validator (DESIGN.md §3)."""
+"""Cluster model: generators, file format, validator (docs/design.md §3)."""
 
 import json
 import math
@@ -88,13 +88,13 @@ def test_server_shorthand_builds_nvlink_fabric():
         (lambda d: d["links"].pop(0), "GPU 'a-gpu0' is disconnected"),
         (lambda d: d["servers"][0].update(gpu_type="B300"), "servers[0].gpu_type: must be one of"),
         (lambda d: d["switches"].append({"id": "sw"}), "switches[1].id: duplicate node id 'sw'"),
-        # issue 12: a misspelt key is an error naming it, not silently ignored
+        # a misspelt key is an error naming it, not silently ignored
         (
             lambda d: d["links"][1].update(latncy_us=3),
             "links[1].latncy_us: unknown key (did you mean latency_us?)",
         ),
         (lambda d: d.update(switchs=[]), "switchs: unknown key (did you mean switches?)"),
-        # issue 10 item 8: duplicate servers are an error, not an A100 server overwritten by T4
+        # duplicate servers are an error, not an A100 server overwritten by T4
         (
             lambda d: d["servers"].append({"id": "a", "gpu_type": "T4", "gpus": 2}),
             "servers[2].id: duplicate server id 'a' (also servers[0].id)",
@@ -118,7 +118,7 @@ def test_server_shorthand_builds_nvlink_fabric():
         (lambda d: d["links"][0].update(used_gbps=100), "links[0].used_gbps: must be below"),
         (lambda d: d["servers"][1].update(memory_gb=math.nan), "servers[1].memory_gb: must be a"),
         (lambda d: d["links"][0].update(GBps=12.5), "links[0]: give the bandwidth once"),
-        # issue 10 item 9: fields of the wrong type
+        # fields of the wrong type
         (lambda d: d["servers"][0].update(gpu_type=["A100-40GB"]), "servers[0].gpu_type: must be"),
         (lambda d: d.update(servers=5), "servers: must be a list, got 5"),
         (lambda d: d["switches"][0].update(ina="false"), "switches[0].ina: must be true or false"),

@@ -1,4 +1,4 @@
-"""The wheel works outside the checkout (issue 12 must-show 4): built with `uv build`,
+"""The wheel works outside the checkout: built with `uv build`,
 installed into fresh virtual environments under a temporary folder, it plans, serves
 `--help` and reports its version; a switch agent's installation (`heroserve[switch]`) has
 no planner stack and its agent still imports."""

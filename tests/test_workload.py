@@ -1,4 +1,4 @@
-"""Workload generators, trace loaders and SLAs (DESIGN.md §4)."""
+"""Workload generators, trace loaders and SLAs (docs/design.md §4)."""
 
 import json
 
@@ -58,7 +58,7 @@ def _share(*turns):
         ("b.csv", "input_tokens,output_tokens\n3,-1\n", "line 2: output_tokens: must be positive"),
         ("c.json", "{not json", "not valid JSON"),
         ("d.json", "[]", "non-empty JSON list"),
-        # issue 10 items 9, 10: non-numeric and NaN arrivals, malformed ShareGPT conversations
+        # non-numeric and NaN arrivals, malformed ShareGPT conversations
         ("e.csv", "input_tokens,output_tokens,arrival_s\n3,4,soon\n", "arrival_s: 'soon' is not"),
         ("f.csv", "input_tokens,output_tokens,arrival_s\n3,4,nan\n", "arrival_s: must be a finite"),
         (

@@ -1,4 +1,4 @@
-"""Python side of the GPU agent (DESIGN.md §11): a ctypes binding to the C++ policy core."""
+"""Python side of the GPU agent (docs/design.md §11): a ctypes binding to the C++ policy core."""
 
 from agents.gpu.policy_core import CoreError, CoreUnavailable, PolicyCore, library_path
 

@@ -5,7 +5,7 @@
 pure-Python protobuf runtime, chosen before protobuf is first imported; when ``main`` is
 entered in a process where that is not so (the controller's CLI), it re-executes itself
 as ``python -m agents.softswitch`` with the variable set, so the caller's process keeps
-its own protobuf (DESIGN.md §10).
+its own protobuf (docs/design.md §10).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Implements what the switch agent uses on BMv2: SetForwardingPipelineConfig /
 GetForwardingPipelineConfig, Write (table entries of every table, default action of
 ``l2_forward``, multicast groups, counter cells), Read (table entries, counters,
 multicast groups), StreamChannel arbitration and Capabilities. Registers are not
-readable or writable, as with BMv2's P4Runtime server (DESIGN.md §10).
+readable or writable, as with BMv2's P4Runtime server (docs/design.md §10).
 
 Errors follow the P4Runtime spec: a request-level problem is the RPC's status
 (NOT_FOUND for a wrong device id, PERMISSION_DENIED for a non-primary writer,

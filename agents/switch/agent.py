@@ -1,4 +1,4 @@
-"""The switch agent: controller policies in, P4Runtime entries out (DESIGN.md §10).
+"""The switch agent: controller policies in, P4Runtime entries out (docs/design.md §10).
 
 On every policy state (the controller's full state on (re)connect, then each epoch) it
 reconciles the switch with that state: multicast groups first (so entries never point at

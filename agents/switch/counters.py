@@ -1,6 +1,6 @@
 """Counters the switch agent polls for telemetry: :class:`PortCounters` (``port_rx`` /
 ``port_tx``, packets and bytes per port) into link utilisation, and :class:`InaCounters`
-(``ina_drops`` / ``ina_events``) as switch counters (DESIGN.md §9, §10).
+(``ina_drops`` / ``ina_events``) as switch counters (docs/design.md §9, §10).
 
 Utilisation of the link behind port p over a window of dt seconds:
 ``max(rx_bytes delta, tx_bytes delta) / (dt * capacity)``, clipped to [0, 1] (the link is

@@ -1,4 +1,4 @@
-"""``heroserve-switch-agent``: one process per switch (DESIGN.md §10).
+"""``heroserve-switch-agent``: one process per switch (docs/design.md §10).
 
     heroserve-switch-agent --switch ADDR --controller ADDR --device-id N [--node-id ID]
         [--port PORT=PEER[,mac=MAC][,ip=IPV4][,gbps=G]] ... [--p4info PATH]
@@ -12,7 +12,7 @@ to map INA workers to ports.
 import os
 
 # p4runtime-shell's stubs come from an old protoc: they need the pure-Python protobuf
-# runtime, which must be chosen before anything imports protobuf (DESIGN.md §10).
+# runtime, which must be chosen before anything imports protobuf (docs/design.md §10).
 os.environ["PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"] = "python"
 
 import argparse  # noqa: E402

@@ -1,4 +1,4 @@
-"""The switch agent's P4Runtime connection, through ``p4runtime-shell`` (DESIGN.md §10).
+"""The switch agent's P4Runtime connection, through ``p4runtime-shell`` (docs/design.md §10).
 
 One switch per agent process (p4runtime-shell keeps one global client and P4Info
 context). The pipeline (P4Info + device config) is installed only when the switch does

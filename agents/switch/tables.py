@@ -6,7 +6,7 @@ packet replication engine).
 
 Each computes its desired entries from the controller's INA assignments and the switch's
 port map, reads the switch's entries back, and reconciles: delete what is stale, modify
-what differs, insert what is missing (DESIGN.md §10). Entries are compared as plain
+what differs, insert what is missing (docs/design.md §10). Entries are compared as plain
 tuples of integers, so a read-back equals what was written.
 """
 

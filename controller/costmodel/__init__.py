@@ -1,4 +1,4 @@
-"""The cost model of DESIGN.md §5: pure functions, one module per concern.
+"""The cost model of docs/design.md §5: pure functions, one module per concern.
 
 | paper | function |
 |---|---|
@@ -6,7 +6,7 @@
 | Eq. 6 (pipeline hop) | ``controller.planner.evaluate.pipeline_hop_time`` |
 | Eqs. 7-10 (INA) | ``network.ina_pattern`` |
 | Eq. 11 (ring) | ``network.ring_pattern`` |
-| hierarchical INA (DESIGN.md §5) | ``hier.hier_pattern``, ``hier.hier_on_rails`` |
+| hierarchical INA (docs/design.md §5) | ``hier.hier_pattern``, ``hier.hier_on_rails`` |
 | latency matrix (Alg. 2 lines 1-3) | ``pairs.pair_times`` |
 | Eqs. 12-13 (compute) | ``compute.prefill_layer_time``, ``compute.decode_layer_time`` |
 | Eqs. 14-15 (KV transfer) | ``kvcache.kv_shares``, ``kvcache.kv_route``, ``kvcache.kv_time`` |

@@ -1,4 +1,4 @@
-"""Hierarchical INA (DESIGN.md §5): the scheme NCCL's CollNet Direct runs with SHARP switches.
+"""Hierarchical INA (docs/design.md §5): the scheme NCCL's CollNet Direct runs with SHARP switches.
 
 For a group spanning N >= 2 servers with the same number m >= 2 of members on each:
 

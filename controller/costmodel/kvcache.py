@@ -1,4 +1,4 @@
-"""KV-cache transfer from prefill to decode (paper Eqs. 14-15, DESIGN.md §5).
+"""KV-cache transfer from prefill to decode (paper Eqs. 14-15, docs/design.md §5).
 
 A prefill GPU holds the KV cache of its stage's layers and its tensor shard of the KV heads;
 it goes to the decode GPUs that hold overlapping layers and shards (when prefill and decode

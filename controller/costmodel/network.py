@@ -1,4 +1,4 @@
-"""Communication costs (DESIGN.md §5, paper Eqs. 6-11). Units: bytes, seconds.
+"""Communication costs (docs/design.md §5, paper Eqs. 6-11). Units: bytes, seconds.
 
 A collective is a :class:`CommPattern`: one or more sequential :class:`Phase` s, each a set of
 flows (a route and the share of the message it carries) that run at once and share links, in

@@ -1,4 +1,4 @@
-"""``heroserve fidelity``: the paper's claims beside the project's figures (issue 9).
+"""``heroserve fidelity``: the paper's claims beside the project's figures.
 
 For each claim of the HeroServe paper (Fig. 2's aggregation delays, Fig. 7-8's scalability
 ratios, the TPOT reductions, Fig. 9's aggregation throughput) the report gives what the
@@ -248,7 +248,7 @@ WHY = """## Why the figures differ from the paper's
 
 - **The same search for every planner.** The paper's baselines are DistServe-style placements
   (instances kept inside a server) to which ATP or SwitchML add INA. Here all planners share
-  HeroServe's role-split search, candidates and H objective (DESIGN.md §6: "never handicap a
+  HeroServe's role-split search, candidates and H objective (docs/design.md §6: "never handicap a
   baseline"), so the ratio isolates what HeroServe's network use adds; DistServe's own
   low-affinity placement is reported beside them (`distserve-paper`). On the testbed the
   role split alone (decode on the A100 servers, whose memory holds larger batches) is worth

@@ -1,4 +1,4 @@
-"""``heroserve export``: from a plan to what a serving cluster runs (DESIGN.md §13).
+"""``heroserve export``: from a plan to what a serving cluster runs (docs/design.md §13).
 
     heroserve export --plan PLAN.json --format deployment|vllm|sglang [--out DIR]
                      [--topology NAME|FILE] [--controller ADDR] [--tuner-plugin PATH] ...

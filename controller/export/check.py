@@ -1,4 +1,4 @@
-"""A plan against its cluster, before anything is exported from it (issue 12).
+"""A plan against its cluster, before anything is exported from it.
 
 A launch configuration built from a plan that does not match the cluster would start
 engines on GPUs that are not there, on one GPU twice, or with a weight shard that does not

@@ -1,6 +1,6 @@
 """What every export format says about a plan, computed once: per instance its role, GPUs by
 server and CUDA index, TP/PP, batch limit, KV peers, groups and the environment its processes
-need (DESIGN.md §13). The formats (deployment YAML, vLLM, SGLang) only render this."""
+need (docs/design.md §13). The formats (deployment YAML, vLLM, SGLang) only render this."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GPU datasheet figures (DESIGN.md §4), checked against the vendors' datasheets:
+"""GPU datasheet figures (docs/design.md §4), checked against the vendors' datasheets:
 dense FP16/BF16 tensor throughput (not the 2:4 sparsity figure), memory, memory bandwidth and
 total NVLink bandwidth. Units: FLOP/s, bytes, bytes/s."""
 

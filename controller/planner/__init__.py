@@ -1,4 +1,4 @@
-"""Offline planners (DESIGN.md §6). Every planner returns a :class:`controller.plan.Plan`.
+"""Offline planners (docs/design.md §6). Every planner returns a :class:`controller.plan.Plan`.
 
 ``plan(cluster, model, workload, sla, options, planner=...)`` is the common interface;
 ``PLANNERS`` lists the names: heroserve (Alg. 1 + 2), distserve, ds-atp, ds-switchml and

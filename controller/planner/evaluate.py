@@ -151,7 +151,7 @@ class Evaluator:
 
     # -- sizes ---------------------------------------------------------------------------
     def activation_bytes(self, tokens: float) -> float:
-        """One all-reduce moves tokens * h * dtype bytes per GPU (DESIGN.md §5)."""
+        """One all-reduce moves tokens * h * dtype bytes per GPU (docs/design.md §5)."""
         return tokens * self.model.hidden * self.model.dtype_bytes
 
     def prefill_bytes(self) -> float:

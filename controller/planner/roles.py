@@ -1,4 +1,4 @@
-"""Which GPUs serve prefill and which serve decode: the role split (issue 9, DESIGN.md §5).
+"""Which GPUs serve prefill and which serve decode: the role split (docs/design.md §5).
 
 The planner decides the split; a topology's ``role`` fields are constraints only where given
 (a GPU marked ``prefill`` or ``decode`` stays in that role, ``any`` is free).

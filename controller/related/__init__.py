@@ -1,4 +1,4 @@
-"""The planners of the other seed papers (DESIGN.md §6), on the project's cluster model and
+"""The planners of the other seed papers (docs/design.md §6), on the project's cluster model and
 cost model, returning colocated plans (``Plan.layout == "colocated"``) that
 ``controller.sim.colocated`` runs. docs/related-planners.md describes them.
 

@@ -1,4 +1,4 @@
-"""HeroServe's online scheduler (DESIGN.md §8): the Python reference of the C++ policy core."""
+"""HeroServe's online scheduler (docs/design.md §8): the Python reference of the C++ policy core."""
 
 from controller.scheduler.online import OnlineScheduler, PolicyTable, TableError, parse_table
 

@@ -1,5 +1,5 @@
 """Online scheduler: pick INA, hierarchical INA, ring or NVLS and the route for every
-all-reduce (DESIGN.md §8).
+all-reduce (docs/design.md §8).
 
 This is the reference implementation of paper section III-D (Eqs. 16-18). The C++ policy core
 (``csrc/src/policy.cc``) mirrors it operation for operation, in IEEE double, so both give the
@@ -15,14 +15,14 @@ Rules (one group, one table at a time):
 
 * Eq. 16: delta_c = (latency_s_c + D / bandwidth_c) / T_u, the policy's uncontended time for
   D bytes (the cost model's t_c(D), made affine by the table's two optional fields) as a
-  fraction of the window. The paper divides by b_c; DESIGN §8 reads it as the policy's
+  fraction of the window. The paper divides by b_c; docs/design.md §8 reads it as the policy's
   bandwidth. latency_s defaults to 0 and bandwidth to the bottleneck capacity (min over c's
   links), which gives the original delta_c = D / (T_u * bottleneck).
   It is computed as ``latency_s / T_u + D / (T_u * bandwidth)``, in that order: with the
   defaults the first term is exactly +0.0 and the second is the original expression, so a
   table without the two fields gives bit for bit the costs it gave before they existed.
   J(c, D) = b_c + delta_c; c* = argmin J, ties broken to the lowest policy id.
-* Eq. 17 (as DESIGN §8 reads it): b_{c*} += delta_{c*}; for c != c*,
+* Eq. 17 (as docs/design.md §8 reads it): b_{c*} += delta_{c*}; for c != c*,
   b_c += delta_{c*} * f(c*, c).
 * Eq. 18: at each window boundary (:meth:`OnlineScheduler.observe_utilisation`),
   f(c*, c) <- (1 - gamma) f(c*, c) + gamma W(c*, c), with

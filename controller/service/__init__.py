@@ -1,4 +1,4 @@
-"""The controller's gRPC control plane (DESIGN.md §9): see ``server.main``."""
+"""The controller's gRPC control plane (docs/design.md §9): see ``server.main``."""
 
 from __future__ import annotations
 

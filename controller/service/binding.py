@@ -1,4 +1,4 @@
-"""What an agent identity may register, report and receive (issue 10 items 1, 2).
+"""What an agent identity may register, report and receive.
 
 An identity is the node name its certificate vouches for (``servicer.peer_names``); what it
 may speak for comes from the cluster graph the plan is served on, never from what it claims:

@@ -3,7 +3,7 @@
 Transport-free (the gRPC servicer in :mod:`controller.service.servicer` calls it), and
 single-threaded: every method runs on the server's asyncio event loop.
 
-Nothing an agent says is trusted (issue 10): every request is bounded
+Nothing an agent says is trusted: every request is bounded
 (:data:`controller.service.binding.LIMITS`) and checked against what the plan's cluster gives
 the speaking identity (:class:`controller.service.binding.ClusterIndex`) before it changes
 anything; a request is applied whole or refused whole.
@@ -556,7 +556,7 @@ class Controller:
     ) -> list[pb.PolicySelection]:
         """Selections for the sender's own groups with the table's policy ids and bounded
         counters. A group the current plan does not have is dropped (a report racing a plan
-        change), counted; another agent's group is PERMISSION_DENIED (issue 10 item 1)."""
+        change), counted; another agent's group is PERMISSION_DENIED."""
         out = []
         mine = self._agent_groups(ident)
         for s in selections:

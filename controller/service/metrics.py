@@ -1,7 +1,7 @@
-"""Prometheus metrics of the controller (DESIGN.md §9), on a private registry so several
+"""Prometheus metrics of the controller (docs/design.md §9), on a private registry so several
 controllers (tests) can live in one process.
 
-Conventions (issue 12, Prometheus' naming guide): ``heroserve_`` prefix, base units with
+Conventions (Prometheus' naming guide): ``heroserve_`` prefix, base units with
 their suffix (``_seconds``, ``_bytes``, ``_ratio`` for fractions), ``_total`` on counters
 (the client library adds it to a Counter's name), ``heroserve_build_info`` at 1 with the
 versions as labels. Every label value comes from a fixed set (kind, ok, rpc, reason) or from

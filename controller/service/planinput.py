@@ -1,4 +1,4 @@
-"""Plan JSON from the wire or a file, checked before anything reads it (issue 10 item 4).
+"""Plan JSON from the wire or a file, checked before anything reads it.
 
 ``ApplyPlan`` bodies and ``--plan`` files are hostile until checked: :func:`parse_plan`
 bounds the size and the encoding, then hands the text to the project's one plan schema

@@ -1,4 +1,4 @@
-"""Turn a :class:`~controller.plan.Plan` into the per-agent policy messages (DESIGN.md §6, §9).
+"""Turn a :class:`~controller.plan.Plan` into the per-agent policy messages (docs/design.md §6, §9).
 
 * Aggregation groups (:class:`AggSpec`) become :class:`InaAssignment` messages for their
   switch: a flat INA group (scheme ``ina``) is one, named like its group; a hierarchical
@@ -367,7 +367,7 @@ def allocate(
 
 
 class PolicyTimer:
-    """Eq. 16 time models of the controller's policies, from the cost model (DESIGN.md §5).
+    """Eq. 16 time models of the controller's policies, from the cost model (docs/design.md §5).
 
     A policy's uncontended time for one all-reduce of D bytes is ``CommPattern.time`` over
     its routes, as the planner prices it: the planned ring is the planner's own

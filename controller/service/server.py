@@ -1,4 +1,4 @@
-"""``heroserve controller``: serve the control plane (DESIGN.md §9).
+"""``heroserve controller``: serve the control plane (docs/design.md §9).
 
     heroserve controller [--listen ADDR] [--db PATH] [--plan PLAN.json] [--topology NAME|FILE]
                          [--tls-cert PEM --tls-key PEM --tls-ca PEM] [--metrics-port N]

@@ -1,5 +1,5 @@
 """Discrete-event simulator of a disaggregated prefill/decode cluster running a plan
-(DESIGN.md §7). ``simulate(plan, cluster, workload, rate, n)`` is the one-call entry;
+(docs/design.md §7). ``simulate(plan, cluster, workload, rate, n)`` is the one-call entry;
 ``build_model`` + ``Simulator`` reuse a priced plan across runs (rate sweeps)."""
 
 from __future__ import annotations

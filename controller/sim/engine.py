@@ -1,4 +1,4 @@
-"""The discrete-event simulator of a disaggregated cluster running a plan (DESIGN.md §7).
+"""The discrete-event simulator of a disaggregated cluster running a plan (docs/design.md §7).
 
 A heap of events in simulated seconds. Requests arrive (Poisson, gamma or a trace), queue FCFS
 at the prefill instance with the least work, are batched up to a token budget and flow through
@@ -38,7 +38,7 @@ from controller.workload import Request
 @dataclass(frozen=True)
 class SimOptions:
     prefill_token_budget: int = 2048  # most input tokens in one prefill batch
-    online_scheduler: bool = False  # DESIGN.md §8 on every group with several policies
+    online_scheduler: bool = False  # docs/design.md §8 on every group with several policies
     window_s: float = 0.05  # T_u: the scheduler's utilisation window
     gamma: float = 0.3  # Eq. 18 smoothing
     kv_samples: int = 400  # points of the KV-memory timeline

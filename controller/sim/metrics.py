@@ -1,4 +1,4 @@
-"""What a simulation run reports (DESIGN.md §7): per-request TTFT, TPOT and end-to-end latency,
+"""What a simulation run reports (docs/design.md §7): per-request TTFT, TPOT and end-to-end latency,
 SLA attainment, percentiles, INA throughput, link utilisation and KV-cache memory.
 
 Units: seconds, bytes, bytes/s; utilisation and attainment are fractions."""

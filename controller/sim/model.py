@@ -37,7 +37,7 @@ from controller.workload import SLA, Workload
 
 @dataclass
 class CommOption:
-    """One way to run a group's all-reduce (a candidate policy of DESIGN.md §8): its flows as
+    """One way to run a group's all-reduce (a candidate policy of docs/design.md §8): its flows as
     per-byte link terms, grouped by phase, and the table fields the online scheduler needs.
 
     One all-reduce of D bytes costs
@@ -219,7 +219,7 @@ class PlanModel:
         return stage.layers * decode_layer_time(co, self.model, inst.tp, batch, k_ctx)
 
     def message_bytes(self, tokens: float) -> float:
-        """One all-reduce moves tokens * h * dtype bytes per GPU (DESIGN.md §5)."""
+        """One all-reduce moves tokens * h * dtype bytes per GPU (docs/design.md §5)."""
         return self.evaluator.activation_bytes(tokens)
 
     # -- pipeline hop (Eq. 6) ------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Link contention in the simulator: a fluid model over directed links (DESIGN.md §7).
+"""Link contention in the simulator: a fluid model over directed links (docs/design.md §7).
 
 An *activity* is anything that moves bytes: one pipeline stage's iteration (its compute plus
 the 2 L/P all-reduces of its layers) or one request's KV-cache transfer. Its uncontended

@@ -1,4 +1,4 @@
-"""The online scheduler (DESIGN.md §8, ``controller.scheduler.online``) inside the simulator.
+"""The online scheduler (docs/design.md §8, ``controller.scheduler.online``) inside the simulator.
 
 Every group with more than one candidate policy (ring, INA at each switch its planner allows,
 hierarchical INA where the plan chose it) gets an

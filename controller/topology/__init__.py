@@ -1,4 +1,4 @@
-"""Cluster model (DESIGN.md §3): a networkx graph of GPUs, NVLink fabrics and switches.
+"""Cluster model (docs/design.md §3): a networkx graph of GPUs, NVLink fabrics and switches.
 
 Layers, each a small module: ``graph`` (node/edge attributes), ``generators`` (built-in
 clusters), ``io`` (files and validation), ``fabric`` (shortest paths and routes)."""

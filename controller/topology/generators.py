@@ -1,4 +1,4 @@
-"""Built-in clusters (DESIGN.md §3): the paper's testbed (Fig. 6), the track clusters of its
+"""Built-in clusters (docs/design.md §3): the paper's testbed (Fig. 6), the track clusters of its
 simulations (§V) and the Fig. 2 example. Each returns a cluster graph (``graph.py``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The cluster graph (DESIGN.md §3): a networkx ``Graph`` whose nodes and edges carry the
+"""The cluster graph (docs/design.md §3): a networkx ``Graph`` whose nodes and edges carry the
 attributes below. This module is the only place that names them.
 
 Nodes

@@ -1,4 +1,4 @@
-"""Workloads: request lengths and arrivals (DESIGN.md §4), and SLAs."""
+"""Workloads: request lengths and arrivals (docs/design.md §4), and SLAs."""
 
 from controller.workload.generators import (
     WORKLOADS,

@@ -50,7 +50,7 @@ bool IsLoopbackController(const std::string& address) {
   return ParseHostPort(address, &hp, nullptr) && IsLoopbackHost(hp.host);
 }
 
-// Hierarchical INA (issue 9) adds SCHEME_HIER = 4 and Policy.rails (field 9) to the proto.
+// Hierarchical INA adds SCHEME_HIER = 4 and Policy.rails (field 9) to the proto.
 // Both are read here without naming them, so the agent builds against the proto before and
 // after that change (a controller can send hier tables only with the new one).
 constexpr int kSchemeHier = 4;  // pb::SCHEME_HIER

@@ -1,4 +1,4 @@
-// heroserve-gpu-agent: gRPC client of the controller (DESIGN.md §9, §11).
+// heroserve-gpu-agent: gRPC client of the controller (docs/design.md §9, §11).
 //
 // Registers the server's GPUs, follows the policy stream (full state on connect, then
 // increments with increasing epochs; stale epochs ignored and never acknowledged, applied

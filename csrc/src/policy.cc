@@ -486,7 +486,7 @@ bool Scheduler::Select(double nbytes, Selection* out) {
       best_j = j;
     }
   }
-  // Eq. 17 as DESIGN §8 reads it: the winner pays its increment, others a share f(c*, c).
+  // Eq. 17 as docs/design.md §8 reads it: the winner pays its increment, others a share f(c*, c).
   const double dstar = lat_[best] + d / wb_[best];
   const double* row = &penalty_[best * n];
   for (size_t i = 0; i < n; ++i) {

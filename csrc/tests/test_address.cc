@@ -1,4 +1,4 @@
-// The GPU agent's controller address and loopback rule (issue 10 item 10: the agent took
+// The GPU agent's controller address and loopback rule (the agent took
 // `127.evil.example:5` for loopback and skipped TLS).
 #include <gtest/gtest.h>
 

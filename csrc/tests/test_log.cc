@@ -1,4 +1,4 @@
-// The shared log format (issue 12 "Conventions"): the lines agents/logs.py writes for the
+// The shared log format: the lines agents/logs.py writes for the
 // same record, byte for byte (its tests use the same instant and record).
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The tuner plugin against hostile shared memory (issue 10 item 5): a garbled header (the
+// The tuner plugin against hostile shared memory: a garbled header (the
 // capacity and length beyond the mapping), a segment truncated before or after it was
 // mapped, a foreign segment, a seqlock left odd by a writer killed mid-publish, and seeded
 // random garbage in every header field and the payload. In each case: no crash, every

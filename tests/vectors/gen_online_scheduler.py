@@ -3,7 +3,7 @@ reference scheduler.
 
 The files are shared by tests/test_online_scheduler.py and csrc/tests/test_vectors.cc: the C++
 policy core must reproduce every choice exactly and every cost within 1e-9 relative. The
-hierarchical-INA cases (scheme "hier" with rails, issue 9) are a file of their own, so a C++
+hierarchical-INA cases (scheme "hier" with rails) are a file of their own, so a C++
 core that predates the scheme keeps passing the others.
 
 Run: .venv/bin/python tests/vectors/gen_online_scheduler.py  (rewrites the file; the pytest
@@ -148,7 +148,7 @@ def latency_table() -> dict[str, Any]:
 
 
 def hier_table() -> dict[str, Any]:
-    """Hand-sized hierarchical INA (issue 9) on 2 servers (a, b) x 2 GPUs with two rails:
+    """Hand-sized hierarchical INA on 2 servers (a, b) x 2 GPUs with two rails:
     hier (policy 0, no switch, rails s1 and s2, NVLink inside each server), flat INA on s1
     (policy 1, the rail-1 GPUs through s2) and NCCL's ring (policy 2). T_u = 1 ms. Hier moves
     half the bytes per NIC (one shard each) and pays NVLink's reduce-scatter and all-gather;
@@ -352,7 +352,7 @@ def main() -> None:
     for k, (nl, npol, steps) in enumerate([(4, 3, 60), (10, 8, 120), (16, 16, 150)]):
         cases.append(random_case(trng, f"time_model_{k}_{npol}p", nl, npol, steps, time_model=trng))
     _write(OUT, cases)
-    # Hierarchical INA (issue 9).
+    # Hierarchical INA.
     cases = []
     cases.append(
         run_case(

@@ -1,4 +1,4 @@
-/* C API of the HeroServe policy core (DESIGN.md §11), for the Python binding
+/* C API of the HeroServe policy core (docs/design.md §11), for the Python binding
  * (agents/gpu/policy_core.py) and the Mininet hosts. All functions are thread-compatible:
  * one hs_scheduler per thread; hs_store_* may be shared (one writer, many readers).
  * Errors: functions returning int give -1 and write a message into err (when not NULL). */

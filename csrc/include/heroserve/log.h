@@ -1,4 +1,4 @@
-// The log format every HeroServe process writes (issue 12 "Conventions"), the same as the
+// The log format every HeroServe process writes, the same as the
 // Python side's agents/logs.py:
 //
 //   text: 2026-11-23T05:12:00.123Z INFO heroserve.gpu-agent registered node=srv-p0 epoch=3

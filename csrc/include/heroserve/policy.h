@@ -1,4 +1,4 @@
-// Policy tables and the online scheduler core (DESIGN.md §8, paper Eqs. 16-18).
+// Policy tables and the online scheduler core (docs/design.md §8, paper Eqs. 16-18).
 //
 // Mirrors controller/scheduler/online.py operation for operation, in IEEE double, so both
 // produce the same choices and costs on tests/vectors/online_scheduler.json. Costs b_c are
@@ -27,7 +27,7 @@ namespace heroserve {
 
 // kIna: flat INA, every member streams its whole vector to one switch. kHier: hierarchical
 // INA (reduce-scatter inside each server over NVLink, INA of one shard per rail, all-gather
-// over NVLink; DESIGN.md §5), whose switches are listed per rail.
+// over NVLink; docs/design.md §5), whose switches are listed per rail.
 enum class Scheme : uint8_t { kIna = 0, kRing = 1, kNvls = 2, kHier = 3 };
 
 const char* SchemeName(Scheme s);
