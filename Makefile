@@ -19,7 +19,7 @@ venv:
 
 proto: venv
 	@if [ -d proto ] && ls proto/*.proto >/dev/null 2>&1 || ls proto/*/*/*.proto >/dev/null 2>&1; then \
-	  $(PY) -m controller.build_proto; fi
+	  $(PY) proto/build_proto.py; fi
 
 cxx:
 	@if [ -f csrc/CMakeLists.txt ]; then \

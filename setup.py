@@ -18,9 +18,9 @@ SHIPPED = [
 ]
 
 
-def _build_proto():  # noqa: ANN202 - the module controller/build_proto.py, loaded by path
+def _build_proto():  # noqa: ANN202 - the module proto/build_proto.py, loaded by path
     spec = importlib.util.spec_from_file_location(
-        "build_proto", ROOT / "controller" / "build_proto.py"
+        "build_proto", ROOT / "proto" / "build_proto.py"
     )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

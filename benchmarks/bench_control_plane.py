@@ -221,7 +221,7 @@ def _prepare_baseline(root: Path) -> None:
         raise SystemExit(f"bench_control_plane: --baseline {root} is not a checkout")
     if not (root / "controller" / "_gen").is_dir():
         subprocess.run(
-            [sys.executable, "-m", "controller.build_proto"],
+            [sys.executable, "-m", "proto.build_proto"],
             cwd=root,
             env={**os.environ, "PYTHONPATH": str(root)},
             check=True,

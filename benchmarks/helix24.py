@@ -5,7 +5,7 @@ throughput of Helix against its baselines Swarm and separate pipelines (and Peta
 Offline throughput as Helix §6.3 measures it: every request is queued at the start (arrivals
 at ``--offered`` times the plan's predicted rate), the run stops at ``--horizon`` simulated
 seconds, and the figure is output tokens per second after a warm-up of a fifth of the horizon.
-Every planner's plan is simulated on the same requests by controller/sim/colocated.py.
+Every planner's plan is simulated on the same requests by controller/related/colocated.py.
 
     .venv/bin/python benchmarks/helix24.py [--time-limit 60] [--horizon 300] [--seed 0]
 """
@@ -17,10 +17,10 @@ import time
 
 from controller.models import model_spec
 from controller.related.clusters import helix24
+from controller.related.colocated import ColocatedOptions, simulate_colocated
 from controller.related.common import RelatedOptions
 from controller.related.helix import plan_baseline, plan_helix
 from controller.sim import make_requests
-from controller.sim.colocated import ColocatedOptions, simulate_colocated
 from controller.workload import SLA, chatbot
 
 SLA_LOOSE = SLA(5.0, 0.5)  # offline throughput: no latency bound is asked of any planner

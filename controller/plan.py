@@ -24,9 +24,12 @@ graph (``controller.topology``).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from controller.errors import InputError
 
 Scheme = Literal["ina", "ring", "hier"]
 Role = Literal["prefill", "decode"]
@@ -189,13 +192,33 @@ class ColocatedPlan:
     params: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class SLA:
+    """Service-level agreement: TTFT and TPOT bounds (s) and the attainment percentile."""
+
+    ttft_s: float
+    tpot_s: float
+    attainment: float = 0.9  # fraction of requests that must meet both bounds
+
+    def __post_init__(self) -> None:
+        if not (0 < self.ttft_s < math.inf and 0 < self.tpot_s < math.inf):  # NaN fails too
+            raise InputError(
+                f"SLA bounds must be positive and finite (ttft={self.ttft_s}, tpot={self.tpot_s})"
+            )
+        if not 0 < self.attainment <= 1:  # NaN fails too
+            raise InputError(f"SLA attainment must be in (0, 1], got {self.attainment}")
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
 @dataclass
 class Plan:
     planner: str
     topology: str
     model: str
     workload: str
-    sla: dict[str, float]
+    sla: SLA
     prefill: PhasePlan
     decode: PhasePlan
     kv_transfer: list[KVTransfer]
@@ -229,18 +252,3 @@ class Plan:
         if self.colocated is not None:
             out += [g for n in self.colocated.nodes for g in n.gpus]
         return out
-
-    @staticmethod
-    def from_dict(d: Any, source: str = "plan") -> Plan:
-        """The plan of a parsed plan document, checked by the schema derived from these
-        dataclasses (controller/validate_plan.py); raises controller.errors.InputError."""
-        from controller.validate_plan import validate_plan_dict
-
-        return validate_plan_dict(d, source)
-
-    @staticmethod
-    def load(path: str | Path) -> Plan:
-        """Read and check a plan file (bounded size, strict JSON, the schema)."""
-        from controller.validate_plan import load_plan
-
-        return load_plan(path)

@@ -1,12 +1,12 @@
 """A throw-away PKI for tests: a CA and the certificates it signs, in memory, made by the
-same code as `heroserve pki` (controller/pki.py)."""
+same code as `heroserve pki` (controller/cli/pki.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.pki import new_ca, pem, sign_leaf
+from controller.cli.pki import new_ca, pem, sign_leaf
 
 
 @dataclass

@@ -18,10 +18,10 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 from agents.client import AgentClient, Backoff, PolicyState
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from controller.cli import main
-from controller.pki import init_ca, issue
+from controller.cli.pki import init_ca, issue
 from controller.service.sample import sample_plan, sample_topology
 from controller.service.server import ControllerServer, ThreadedServer, Tls
-from controller.store import Store
+from controller.service.store import Store
 
 SWITCHES = ("s1", "s2")
 

@@ -21,8 +21,8 @@ from agents.client import AgentClient, Backoff, PolicyState
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service.sample import sample_plan, sample_topology, save_sample_topology
-from controller.slots import SlotPool
-from controller.store import Store
+from controller.service.slots import SlotPool
+from controller.service.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from controller.cli import main
-from controller.paths import data_dir
+from controller.service.paths import data_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,7 +56,7 @@ def test_agents_help_shows_defaults() -> None:
 
 
 def test_simulate_labels_simulated_and_wall_clock_time() -> None:
-    from controller.sim.cli import report
+    from controller.cli.simulate import report
 
     dist = {"mean": 0.1, "p50": 0.09, "p90": 0.2, "p99": 0.3}
     res = SimpleNamespace(

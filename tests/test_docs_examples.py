@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import controller.schema_limits as limits
-from controller.schema import parse_document
+import controller.inputs.limits as limits
+from controller.inputs.plan_checks import validate_plan_dict
+from controller.inputs.schema import parse_document
 from controller.topology import topology_from_dict
-from controller.validate_plan import validate_plan_dict
 from controller.workload.traces import load_trace, trace_rows
 
 ROOT = Path(__file__).resolve().parent.parent

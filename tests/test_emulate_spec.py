@@ -284,7 +284,7 @@ def test_demo_reads_what_the_gpu_agents_writer_published(
     import os
 
     from agents.gpu.policy_core import library_path, publish_to_shm
-    from controller.emulate.shmview import DATA_OFFSET, describe, read_segment
+    from agents.gpu.shmview import DATA_OFFSET, describe, read_segment
 
     if not library_path().exists():
         pytest.skip(f"{library_path()} not built (make cxx)")

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from controller.cli import main
+from controller.inputs.plan_checks import load_plan
 from controller.plan import (
     Group,
     Instance,
@@ -86,7 +87,7 @@ def planned(tmp_path_factory: pytest.TempPathFactory) -> Plan:
     """The testbed plan `heroserve plan` makes (whatever the planner chooses)."""
     path = tmp_path_factory.mktemp("plan") / "tb.json"
     assert main(["plan", "--planner", "heroserve", "--quiet", "--json", str(path)]) == 0
-    return Plan.load(path)
+    return load_plan(path)
 
 
 def _expected(plan: Plan) -> dict[str, dict]:

@@ -59,7 +59,7 @@ def controller(tmp_path: Path) -> Iterator:
     from controller.service.core import Options
     from controller.service.sample import sample_topology
     from controller.service.server import ControllerServer, ThreadedServer
-    from controller.store import Store
+    from controller.service.store import Store
 
     opts = Options(apply_margin=5, telemetry_interval_s=0.2)
     s = ThreadedServer(

@@ -37,7 +37,7 @@ def srv(tmp_path: Path, ca: CA) -> Iterator:
     from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
     from controller.service.sample import sample_plan, sample_topology
     from controller.service.server import ControllerServer, ThreadedServer, Tls
-    from controller.store import Store
+    from controller.service.store import Store
 
     cert = ca.issue("controller", dns=("localhost",), ips=("127.0.0.1",), server=True)
     s = ThreadedServer(

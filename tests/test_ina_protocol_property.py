@@ -81,7 +81,7 @@ def test_the_old_rule_fails_the_same_property() -> None:
     the other copy) emits a wrong sum under the same kind of interleavings."""
 
     class VersionOnly:
-        """SwitchML's two-copy protocol as it was before the generation byte, on the same packets."""
+        """SwitchML's two-copy protocol before the generation byte, on the same packets."""
 
         def __init__(self, inner: InaPipeline) -> None:
             self.inner = inner

@@ -16,7 +16,7 @@ from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.cli import main
 from controller.service.sample import sample_plan, sample_topology
 from controller.service.server import ControllerServer, ThreadedServer, Tls
-from controller.store import Store
+from controller.service.store import Store
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,17 @@ import numpy as np
 import pytest
 
 from controller.errors import InputError
+from controller.inputs.plan_checks import (
+    check_plan_on_topology,
+    dataclass_spec,
+    load_plan,
+    parse_plan,
+    validate_plan_dict,
+)
 from controller.models import model_spec
 from controller.plan import Plan
 from controller.planner import BASELINES, PlannerOptions, plan
 from controller.topology import testbed as make_testbed
-from controller.validate import check_plan_on_topology, load_plan, parse_plan
-from controller.validate_plan import dataclass_spec
 from controller.workload import chatbot, default_sla
 
 
@@ -42,7 +47,7 @@ def doc(plans) -> dict[str, Any]:
 
 def test_every_planners_plan_reads_back_equal(plans):
     for p in plans.values():
-        assert Plan.from_dict(json.loads(p.to_json())) == p
+        assert validate_plan_dict(json.loads(p.to_json())) == p
         assert parse_plan(p.to_json()) == p
 
 
@@ -54,7 +59,7 @@ def test_fields_with_defaults_may_be_absent(doc, plans):
         for i in doc[phase]["instances"]:
             del i["batch"], i["rate"]
     del doc["options"], doc["notes"]
-    p = Plan.from_dict(doc)
+    p = validate_plan_dict(doc)
     assert p.decode.groups[0].rails == [] and p.options == {} and p.decode.instances[0].batch == 0
 
 
@@ -135,7 +140,7 @@ def _set(d: dict, path: str, value: Any) -> None:
 def test_a_bad_plan_is_refused_naming_the_item(doc, path, value, message):
     _set(doc, path, value)
     with pytest.raises(InputError) as e:
-        Plan.from_dict(doc, source="p.json")
+        validate_plan_dict(doc, source="p.json")
     assert str(e.value).startswith("p.json: ") and message in str(e.value)
 
 
@@ -150,7 +155,7 @@ def _ina(doc: dict[str, Any]) -> dict[str, Any]:
 
 def test_ina_and_hier_groups_checked(doc):
     g = make_testbed(fixed_roles=True)
-    p = Plan.from_dict(_ina(doc))
+    p = validate_plan_dict(_ina(doc))
     check_plan_on_topology(p, g)
     for change, message in [
         (("switch", None), "decode.groups[0].switch: an INA group needs its aggregation switch"),
@@ -162,16 +167,16 @@ def test_ina_and_hier_groups_checked(doc):
         d = copy.deepcopy(doc)
         d["decode"]["groups"][0][change[0]] = change[1]
         with pytest.raises(InputError, match=re.escape(message)):
-            Plan.from_dict(d)
+            validate_plan_dict(d)
     d = copy.deepcopy(doc)
     d["decode"]["groups"][0]["paths"]["srv2-gpu1"] = ["srv2-gpu1", "s2"]
     with pytest.raises(InputError, match="never reaches the aggregation switch 's1'"):
-        Plan.from_dict(d)
+        validate_plan_dict(d)
     rail = {"switch": "s2", "shard": 0, "shards": 2, "members": ["srv2-gpu1"], "slots": None,
             "paths": {"srv2-gpu1": ["srv2-gpu1", "s2"]}}  # fmt: skip
     d = copy.deepcopy(doc)
     d["decode"]["groups"][0].update(scheme="hier", switch=None, slots=None, rails=[rail])
-    check_plan_on_topology(Plan.from_dict(d), g)
+    check_plan_on_topology(validate_plan_dict(d), g)
     for key, value, message in [
         ("shard", 2, "rails[0].shard: must be below shards (2), got 2"),
         ("members", ["srv3-gpu1"], "rails[0].members: 'srv3-gpu1' is not a member"),
@@ -180,7 +185,7 @@ def test_ina_and_hier_groups_checked(doc):
         bad = copy.deepcopy(d)
         bad["decode"]["groups"][0]["rails"][0][key] = value
         with pytest.raises(InputError, match=re.escape(message)):
-            Plan.from_dict(bad)
+            validate_plan_dict(bad)
 
 
 @pytest.mark.parametrize(
@@ -207,7 +212,7 @@ def test_a_plan_is_checked_against_its_cluster(doc, path, value, message):
     if path.endswith("/switch"):  # its paths follow the switch
         group["paths"] = {m: [m, value] for m in group["gpus"]}
     _set(doc, path, value)
-    p = Plan.from_dict(doc)
+    p = validate_plan_dict(doc)
     with pytest.raises(InputError, match=re.escape(message)):
         check_plan_on_topology(p, make_testbed(fixed_roles=True))
 
@@ -215,7 +220,7 @@ def test_a_plan_is_checked_against_its_cluster(doc, path, value, message):
 def test_numpy_scalars_from_a_planner_in_process_are_numbers(doc):
     doc["decode"]["batch_size"] = np.int64(46)
     doc["predicted"]["rate"] = np.float32(3.5)
-    p = Plan.from_dict(doc)
+    p = validate_plan_dict(doc)
     assert p.decode.batch_size == 46 and type(p.decode.batch_size) is int
 
 

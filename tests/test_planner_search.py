@@ -9,13 +9,13 @@ import random
 import pytest
 
 from controller.errors import InputError
+from controller.inputs.plan_checks import parse_plan
 from controller.models import model_spec
 from controller.planner import BASELINES, PlannerOptions, plan
 from controller.planner.evaluate import InstanceEval, PhaseResult, combine
 from controller.topology import testbed as make_testbed
 from controller.topology.generators import eight_tracks, two_tracks
 from controller.topology.synthetic import random_cluster
-from controller.validate import parse_plan
 from controller.workload import chatbot, default_sla, summarization
 
 MODELS = ["OPT-13B", "LLaMA-3-8B", "OPT-66B", "LLaMA-2-70B"]

@@ -32,9 +32,9 @@ from controller.scheduler.online import OnlineScheduler, parse_table
 from controller.service import policies
 from controller.service.core import Controller
 from controller.service.sample import sample_plan, sample_topology
+from controller.service.slots import SlotPool
+from controller.service.store import Store
 from controller.sim import build_model
-from controller.slots import SlotPool
-from controller.store import Store
 from controller.topology import testbed as make_testbed
 from controller.workload import chatbot, default_sla
 

@@ -1,11 +1,11 @@
-"""The progress line (controller/progress.py): counts read from plain-word messages, one
+"""The progress line (controller/cli/progress.py): counts read from plain-word messages, one
 updating line on a terminal, few lines in a log."""
 
 from __future__ import annotations
 
 import io
 
-from controller.progress import ProgressLine, fraction
+from controller.cli.progress import ProgressLine, fraction
 
 
 class Clock:
@@ -25,7 +25,7 @@ def test_fraction_reads_the_first_sane_count() -> None:
 
 def test_a_log_gets_a_few_lines_not_hundreds(monkeypatch) -> None:  # noqa: ANN001
     clock = Clock()
-    monkeypatch.setattr("controller.progress.time.perf_counter", clock)
+    monkeypatch.setattr("controller.cli.progress.time.perf_counter", clock)
     out = io.StringIO()
     line = ProgressLine(out, tty=False, interval_s=10.0)
     line("  planning with heroserve")

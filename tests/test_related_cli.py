@@ -9,8 +9,8 @@ import json
 import pytest
 
 from controller.cli import main
+from controller.inputs.plan_checks import load_plan
 from controller.models import model_spec
-from controller.plan import Plan
 
 
 @pytest.mark.parametrize(
@@ -27,7 +27,7 @@ def test_plan_writes_a_colocated_plan_that_loads_and_simulates(tmp_path, capsys,
     text = capsys.readouterr().out
     assert text.startswith(f"{planner} plan: topology testbed")
     assert "optimises" in text
-    plan = Plan.load(out)  # checked by the schema derived from the dataclasses
+    plan = load_plan(out)  # checked by the schema derived from the dataclasses
     assert plan.layout == "colocated" and plan.colocated is not None
     assert plan.prefill.instances == [] and plan.decode.instances == []
     gpus = plan.all_gpus()
@@ -104,9 +104,9 @@ def test_an_overloaded_point_stops_once_the_target_is_out_of_reach(tmp_path):
     TPOT) so many requests miss that the run can stop early; its attainment and the full
     run's are both below the 90% target, and at a light load the option changes nothing."""
     from controller.related import plan_related
+    from controller.related.colocated import ColocatedOptions, simulate_colocated
     from controller.related.common import RelatedOptions
     from controller.sim import make_requests
-    from controller.sim.colocated import ColocatedOptions, simulate_colocated
     from controller.topology import testbed
     from controller.workload import SLA, chatbot
 

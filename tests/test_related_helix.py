@@ -8,6 +8,7 @@ import pytest
 from controller.errors import InputError
 from controller.models import model_spec
 from controller.related.clusters import helix24
+from controller.related.colocated import IWRR, integer_weights
 from controller.related.common import RelatedOptions
 from controller.related.helix import plan_baseline, plan_helix, prune, setup, solve_placement
 from controller.related.helix_flow import (
@@ -21,7 +22,6 @@ from controller.related.helix_flow import (
 )
 from controller.related.helix_heuristics import even_split, separate_pipelines, swarm
 from controller.related.helix_milp import UNITS, SolverOptions, solve
-from controller.sim.colocated import IWRR, integer_weights
 from controller.workload import SLA, chatbot
 
 TOKEN, ACTIVATION = 4, 16 * 1024  # Fig. 2: a token id is 4 bytes, an activation 16 KB

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from controller.models import model_spec
+from controller.related.colocated import simulate_colocated
 from controller.related.common import RelatedOptions
 from controller.related.hetero_mapper import Mapper
 from controller.related.hetero_model import (
@@ -22,7 +23,6 @@ from controller.related.hetero_model import (
 from controller.related.hetero_search import plan_hetero, plan_instances, tp_degrees
 from controller.related.perf import NodeHW
 from controller.sim import make_requests
-from controller.sim.colocated import simulate_colocated
 from controller.topology import testbed as make_testbed
 from controller.units import GB
 from controller.workload import SLA, chatbot

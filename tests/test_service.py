@@ -16,9 +16,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from agents.client import PolicyState
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
+from controller.inputs.plan_checks import validate_plan_dict
 from controller.service.sample import sample_plan, sample_topology
 from controller.service.server import ControllerServer, ThreadedServer, main
-from controller.store import Store
+from controller.service.store import Store
 
 SW = pb.NodeIdentity(node_id="s1", kind=pb.NODE_KIND_SWITCH)
 GPU = pb.NodeIdentity(node_id="p0-g1", kind=pb.NODE_KIND_GPU)
@@ -383,12 +384,11 @@ def test_tp1_groups_get_no_table_and_the_others_valid_ones(
     tmp_path: Path, testbed_plan: str
 ) -> None:
     from controller.models.gpus import gpu_spec
-    from controller.plan import Plan
     from controller.scheduler.online import parse_table
     from controller.service.policies import table_json
     from controller.topology import testbed
 
-    plan = Plan.from_dict(json.loads(testbed_plan))
+    plan = validate_plan_dict(json.loads(testbed_plan))
     # The default plan: prefill TP1xPP4 (four groups of one GPU), decode TP4 groups.
     assert plan.topology == "testbed-paper" and (plan.prefill.tp, plan.prefill.pp) == (1, 4)
     assert [len(g.gpus) for g in plan.prefill.groups] == [1, 1, 1, 1]

@@ -24,7 +24,7 @@ from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service.sample import sample_plan, sample_topology
 from controller.service.server import ControllerServer, ThreadedServer, Tls
-from controller.store import Store
+from controller.service.store import Store
 
 SEED = 20261123
 CALLS = 1500

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.slots import MAX_SLOTS, Allocation, SlotError, SlotPool
-from controller.store import Store
+from controller.service.slots import MAX_SLOTS, Allocation, SlotError, SlotPool
+from controller.service.store import Store
 
 
 def _pool(path: Path) -> tuple[Store, SlotPool]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.store import (
+from controller.service.store import (
     MAX_GROUP_ID,
     MAX_SEQ,
     GroupIdsExhausted,

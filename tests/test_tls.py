@@ -15,7 +15,7 @@ from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service.sample import sample_plan, sample_topology
 from controller.service.server import ControllerServer, ThreadedServer, Tls, UsageError
-from controller.store import Store
+from controller.service.store import Store
 
 S1 = pb.NodeIdentity(node_id="s1", kind=pb.NODE_KIND_SWITCH)
 S2 = pb.NodeIdentity(node_id="s2", kind=pb.NODE_KIND_SWITCH)

@@ -295,7 +295,7 @@ def _why() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from controller.validate_args import OneLineParser, bounded
+    from controller.inputs.args import OneLineParser, bounded
 
     p = OneLineParser(
         prog="heroserve fidelity",
@@ -322,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(m, file=sys.stderr, flush=True)
 
         text = report(a.servers, Path(a.eval_dir), a.quick, say)
-        from controller.validate_args import write_text
+        from controller.inputs.args import write_text
 
         write_text(Path(a.out), text, "--out")
     except InputError as e:

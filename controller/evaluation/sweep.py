@@ -29,7 +29,7 @@ _CACHE: dict[tuple, Any] = {}
 
 def _model_for(scen_name: str, overrides: dict, planner: str, plan_d: dict):
     from controller.evaluation.scenarios import scenario
-    from controller.plan import Plan
+    from controller.inputs.plan_checks import validate_plan_dict
     from controller.sim import build_model
 
     key = (scen_name, tuple(sorted(overrides.items())), planner)
@@ -40,7 +40,7 @@ def _model_for(scen_name: str, overrides: dict, planner: str, plan_d: dict):
         if gkey not in _CACHE:
             _CACHE[gkey] = (s.cluster(), s.load())
         g, w = _CACHE[gkey]
-        hit = (build_model(Plan.from_dict(plan_d), g, w), w)
+        hit = (build_model(validate_plan_dict(plan_d), g, w), w)
         _CACHE[key] = hit
     return hit
 
@@ -218,12 +218,3 @@ def max_rates(
                         b.hi, b.att_hi = rate, att
                     break
     return br
-
-
-def progress_printer(quiet: bool = False) -> Callable[[str], None] | None:
-    """One updating progress line on stderr (controller/progress.py), None when quiet."""
-    if quiet:
-        return None
-    from controller.progress import ProgressLine
-
-    return ProgressLine()

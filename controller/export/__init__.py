@@ -78,7 +78,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from controller.sim.cli import load_plan
+    from controller.cli.simulate import load_plan
     from controller.topology import resolve_topology
 
     plan = load_plan(a.plan)

@@ -10,11 +10,11 @@ from __future__ import annotations
 import networkx as nx
 
 from controller.errors import InputError
+from controller.inputs.plan_checks import check_plan_on_topology
 from controller.models import model_spec
 from controller.plan import Plan
 from controller.planner.options import PlannerOptions
 from controller.units import GB
-from controller.validate import check_plan_on_topology
 
 
 def instance_name(role: str, index: int) -> str:
@@ -27,7 +27,8 @@ def check_plan(plan: Plan, g: nx.Graph) -> None:
     The plan's own consistency (each GPU used once, stages of the phase's TP and PP, groups
     matching their stages, paths starting at their member and reaching their switch, KV
     transfers from a prefill to a decode GPU) was checked when it was read
-    (``Plan.load``); ``check_plan_on_topology`` checks it against the cluster as every
+    (``controller.inputs.plan_checks.load_plan``); ``check_plan_on_topology`` checks it
+    against the cluster as every
     command does (GPUs, roles, INA switches and their slots, every hop a link). What only a
     launch needs is added here: every GPU holds its weight shard (``r_frac`` of its memory,
     the plan's own ``options["r_frac"]`` or the planner's default)."""

@@ -106,7 +106,7 @@ def render(plan: Plan, views: list[InstanceView], opts: Options) -> str:
             "topology": plan.topology,
             "model": plan.model,
             "workload": plan.workload,
-            "sla": plan.sla,
+            "sla": plan.sla.to_dict(),
             "predicted": {
                 "ttft_s": plan.predicted.ttft_s,
                 "tpot_s": plan.predicted.tpot_s,

@@ -265,7 +265,7 @@ def build_plan(result: SearchResult, planner: str, topology: str, workload: str)
         topology=topology,
         model=problem.model.name,
         workload=workload,
-        sla=problem.sla.to_dict(),
+        sla=problem.sla,
         prefill=_phase_plan(ev, pre, comb.n_prefill, pre_groups),
         decode=_phase_plan(ev, dec, comb.n_decode, dec_groups),
         kv_transfer=kv,

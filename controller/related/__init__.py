@@ -1,6 +1,6 @@
 """The planners of the other seed papers (docs/design.md §6), on the project's cluster model and
 cost model, returning colocated plans (``Plan.layout == "colocated"``) that
-``controller.sim.colocated`` runs. docs/related-planners.md describes them.
+``controller.related.colocated`` runs. docs/related-planners.md describes them.
 
 - ``helix`` (``000_...``): max flow of tokens/s, layer placement by MILP, IWRR per-request
   pipelines; its baselines ``swarm``, ``helix-sp`` (separate pipelines), ``helix-petals``.

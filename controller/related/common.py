@@ -112,7 +112,7 @@ def colocated_plan(
         topology=str(g.name),
         model=model.name,
         workload=workload.name,
-        sla=sla.to_dict(),
+        sla=sla,
         prefill=empty_phase("prefill"),
         decode=empty_phase("decode"),
         kv_transfer=[],

@@ -4,7 +4,7 @@ For each planner: what it optimises (its own objective differs from HeroServe's:
 the heterogeneous search maximise throughput and serve without disaggregation, the
 cost-efficiency planner minimises a makespan under a budget, renting GPUs), GPUs used,
 planning time, its predicted rate, and the simulated rate: the largest request rate at which
-the simulator (``controller.sim`` for disaggregated plans, ``controller.sim.colocated`` for
+the simulator (``controller.sim`` for disaggregated plans, ``controller.related.colocated`` for
 colocated ones) still serves the SLA's share of requests (90% by default) within the TTFT
 and TPOT bounds, by bisection. One measure for every plan: Eq. 1's H, whatever each planner
 aimed at.
@@ -21,10 +21,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from controller.cli.related import add_related_args, related_options, resolve_inputs
 from controller.errors import InputError
-from controller.related.cli import add_related_args, related_options, resolve_inputs
-from controller.schema_limits import MAX_SLA_S
-from controller.validate_args import OneLineParser, bounded, output_file, seed
+from controller.inputs.args import OneLineParser, bounded, output_file, seed
+from controller.inputs.limits import MAX_SLA_S
 
 DEFAULT = ["heroserve", "distserve", "ds-atp", "ds-switchml", "helix", "costeff", "hetero-search"]
 OPTIMISES = {
@@ -122,7 +122,7 @@ def _simulator(
     from controller.sim import make_requests
 
     if plan.layout == "colocated":
-        from controller.sim.colocated import ColocatedOptions, ColocatedSim, build_colocated
+        from controller.related.colocated import ColocatedOptions, ColocatedSim, build_colocated
 
         cm = build_colocated(plan, g, w)
 
@@ -212,7 +212,7 @@ def run(argv: Sequence[str]) -> int:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    from controller.report import _table
+    from controller.cli.report import _table
 
     out = [["planner", "layout", "optimises", "GPUs", "plan s", "pred r/s", "pred r/s/GPU",
             "sim r/s", "sim r/s/GPU"]]  # fmt: skip

@@ -26,8 +26,8 @@ from controller.service import policies
 from controller.service.binding import LIMITS, ClusterIndex, Denied
 from controller.service.metrics import Metrics
 from controller.service.planinput import PlanInputError, parse_plan, parse_plan_canonical
-from controller.slots import MAX_SLOTS, SlotError, SlotPool
-from controller.store import MAX_SEQ, Store, StoreError, plan_id_of
+from controller.service.slots import MAX_SLOTS, SlotError, SlotPool
+from controller.service.store import MAX_SEQ, Store, StoreError, plan_id_of
 
 if TYPE_CHECKING:
     import networkx as nx

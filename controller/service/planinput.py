@@ -2,13 +2,13 @@
 
 ``ApplyPlan`` bodies and ``--plan`` files are hostile until checked: :func:`parse_plan`
 bounds the size and the encoding, then hands the text to the project's one plan schema
-(:func:`controller.validate_plan.parse_plan`: strict JSON, types and ranges derived from the
+(:func:`controller.inputs.plan_checks.parse_plan`: strict JSON, types and ranges derived from the
 Plan dataclasses, unknown keys refused, every GPU used once, groups matching instances), so a
 plan gets the same answer here as from every other command. A refusal is
 :class:`PlanInputError` naming the item (``plan: prefill.groups[0].gpus: ...``). What only
 the controller needs (schemes it can serve, worker counts, rails) follows in
 :func:`controller.service.policies.validate`, and the plan against its cluster in
-:func:`controller.validate_plan.check_plan_on_topology`.
+:func:`controller.inputs.plan_checks.check_plan_on_topology`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import json
 from typing import Any
 
 from controller.errors import InputError
+from controller.inputs.limits import MAX_PLAN_BYTES as SCHEMA_MAX_PLAN_BYTES
+from controller.inputs.plan_checks import parse_plan as parse_plan_text
 from controller.plan import Plan
-from controller.schema_limits import MAX_PLAN_BYTES as SCHEMA_MAX_PLAN_BYTES
-from controller.validate_plan import parse_plan as parse_plan_text
 
-# The plan files' own limit (controller/schema_limits.py), so a plan gets the same answer from
+# The plan files' own limit (controller/inputs/limits.py), so a plan gets the same answer from
 # the controller as from every other command; the controller's gRPC receive limit
 # (controller.service.server.MAX_MESSAGE_BYTES) follows it.
 MAX_PLAN_BYTES = SCHEMA_MAX_PLAN_BYTES

@@ -47,8 +47,8 @@ from agents.proto.heroserve.v1 import control_pb2 as pb
 from controller.plan import Group, Plan, SlotRange
 from controller.scheduler.online import TableError, parse_table
 from controller.service.binding import LIMITS, ClusterIndex
-from controller.slots import MAX_SLOTS, SlotError, SlotPool
-from controller.store import GroupIdsExhausted, Store
+from controller.service.slots import MAX_SLOTS, SlotError, SlotPool
+from controller.service.store import GroupIdsExhausted, Store
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -182,7 +182,7 @@ def _groups(plan: Plan) -> Iterable[tuple[str, Group]]:
 
 def validate(plan: Plan) -> None:
     """Raise :class:`PlanError` naming the first group the controller cannot serve. The plan
-    schema (:func:`controller.validate_plan.validate_plan_dict`) has checked its shape (types,
+    schema (:func:`controller.inputs.plan_checks.validate_plan_dict`) has checked its shape (types,
     every GPU used once, groups matching instances, paths starting at their member, slot
     ranges); this checks what serving it needs: the scheme, INA worker counts and routes to
     the switch, node names usable in link ids, and whole rails for hierarchical groups."""
@@ -264,9 +264,9 @@ def check_cluster(plan: Plan, cluster: nx.Graph) -> None:
     """Raise :class:`PlanError` when the plan does not fit ``cluster``: a GPU or switch it
     lacks, a switch that cannot aggregate, a hop that is not a link, a GPU used in a role its
     topology reserves for the other (the one plan-on-topology check of every command,
-    :func:`controller.validate_plan.check_plan_on_topology`)."""
+    :func:`controller.inputs.plan_checks.check_plan_on_topology`)."""
     from controller.errors import InputError
-    from controller.validate_plan import check_plan_on_topology
+    from controller.inputs.plan_checks import check_plan_on_topology
 
     try:
         check_plan_on_topology(plan, cluster)
@@ -396,14 +396,14 @@ class PolicyTimer:
         from controller.planner import PLANNERS, PlannerOptions, Problem
         from controller.planner.evaluate import Evaluator
         from controller.planner.heroserve import POLICY as HEROSERVE_POLICY
-        from controller.workload import SLA, resolve_workload
+        from controller.workload import resolve_workload
 
         try:
             problem = Problem(
                 cluster,
                 model_spec(plan.model),
                 resolve_workload(plan.workload),
-                SLA(plan.sla["ttft_s"], plan.sla["tpot_s"], plan.sla.get("attainment", 0.9)),
+                plan.sla,
                 PlannerOptions(net=NetParams.from_plan_options(plan.options)),  # as priced
             )
         except (InputError, OSError, KeyError, ValueError) as exc:

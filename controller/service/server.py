@@ -38,14 +38,14 @@ from grpc_reflection.v1alpha import reflection
 from agents.cliutil import DefaultsHelpFormatter
 from agents.logs import add_log_args, setup_logging
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
-from controller.paths import data_dir
 from controller.service import policies
 from controller.service.core import Controller, Options, RequestError
 from controller.service.metrics import Metrics
+from controller.service.paths import data_dir
 from controller.service.planinput import MAX_PLAN_BYTES
 from controller.service.servicer import AdminServicer, ControlServicer
-from controller.slots import MAX_SLOTS, SlotError
-from controller.store import Store, StoreError
+from controller.service.slots import MAX_SLOTS, SlotError
+from controller.service.store import Store, StoreError
 
 if TYPE_CHECKING:
     import networkx as nx

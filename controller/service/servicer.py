@@ -27,8 +27,8 @@ from controller.service.core import (
     RegistryFull,
     RequestError,
 )
-from controller.slots import SlotError
-from controller.store import StoreError
+from controller.service.slots import SlotError
+from controller.service.store import StoreError
 
 log = logging.getLogger("heroserve.controller")
 

@@ -81,7 +81,7 @@ def summarise(sim: Simulator, wall_s: float, events: int) -> SimResult:
     ttft = first - arr
     tpot = np.where(out > 1, (fin - first) / np.maximum(out - 1, 1), 0.0)
     e2e = fin - arr
-    sla = dict(m.plan.sla)
+    sla = m.plan.sla.to_dict()
     ok = done & (ttft <= sla["ttft_s"]) & (tpot <= sla["tpot_s"])
     t_begin = float(np.min(arr))
     t_end = float(np.nanmax(fin)) if done.any() else float(sim.now)

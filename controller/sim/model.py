@@ -22,6 +22,7 @@ from controller.costmodel.hier import hier_on_rails
 from controller.costmodel.kvcache import kv_route, kv_share_terms, kv_shares
 from controller.costmodel.network import CommPattern, NetParams, ina_on_routes
 from controller.errors import InputError
+from controller.inputs.plan_checks import check_plan_on_topology
 from controller.models import model_spec
 from controller.models.specs import ModelSpec
 from controller.plan import Group, Plan
@@ -31,8 +32,7 @@ from controller.planner.heroserve import POLICY as HEROSERVE_POLICY
 from controller.sim.network import Envelope, Flow, Links, Work, alone_time, envelope
 from controller.topology.fabric import PIPELINED, Fabric
 from controller.topology.graph import link_id
-from controller.validate_plan import check_plan_on_topology
-from controller.workload import SLA, Workload
+from controller.workload import Workload
 
 
 @dataclass
@@ -314,7 +314,7 @@ def build_model(plan: Plan, cluster: nx.Graph, workload: Workload) -> PlanModel:
     """Price ``plan`` on ``cluster``; raise InputError when the plan does not fit it."""
     _check_plan(plan, cluster)
     model = model_spec(plan.model)
-    sla = SLA(plan.sla["ttft_s"], plan.sla["tpot_s"], plan.sla.get("attainment", 0.9))
+    sla = plan.sla
     net = NetParams.from_plan_options(plan.options)  # simulated as it was priced
     problem = Problem(cluster, model, workload, sla, PlannerOptions(net=net))
     ev = Evaluator(problem, _policy_for(plan.planner))

@@ -16,22 +16,7 @@ from typing import Any
 import networkx as nx
 
 from controller.errors import InputError
-from controller.models.gpus import GPU_SPECS
-from controller.schema import (
-    Bool,
-    Key,
-    ListOf,
-    Number,
-    Record,
-    Str,
-    Tagged,
-    Unique,
-    at,
-    fail,
-    item,
-    read_document,
-)
-from controller.schema_limits import (
+from controller.inputs.limits import (
     ID_PATTERN,
     MAX_AGGREGATOR_SLOTS,
     MAX_GPUS,
@@ -47,6 +32,21 @@ from controller.schema_limits import (
     MAX_TOPOLOGY_JSON_BYTES,
     MAX_YAML_BYTES,
 )
+from controller.inputs.schema import (
+    Bool,
+    Key,
+    ListOf,
+    Number,
+    Record,
+    Str,
+    Tagged,
+    Unique,
+    at,
+    fail,
+    item,
+    read_document,
+)
+from controller.models.gpus import GPU_SPECS
 from controller.topology.generators import add_server
 from controller.topology.graph import (
     DEFAULT_AGGREGATOR_SLOTS,

@@ -24,7 +24,13 @@ from typing import Any
 import numpy as np
 
 from controller.errors import InputError
-from controller.schema import (
+from controller.inputs.limits import (
+    MAX_ARRIVAL_S,
+    MAX_TOKENS,
+    MAX_TRACE_BYTES,
+    MAX_TRACE_REQUESTS,
+)
+from controller.inputs.schema import (
     Key,
     Number,
     Record,
@@ -34,12 +40,6 @@ from controller.schema import (
     read_text,
     shown,
     unknown_key,
-)
-from controller.schema_limits import (
-    MAX_ARRIVAL_S,
-    MAX_TOKENS,
-    MAX_TRACE_BYTES,
-    MAX_TRACE_REQUESTS,
 )
 from controller.workload.generators import Workload
 

@@ -468,7 +468,7 @@ class ColocatedSim:
         self.done_n = 0
         self.misses = 0
         sla = m.plan.sla
-        self.ttft_bound, self.tpot_bound = float(sla["ttft_s"]), float(sla["tpot_s"])
+        self.ttft_bound, self.tpot_bound = float(sla.ttft_s), float(sla.tpot_s)
         stop = math.inf if self.o.stop_misses is None else self.o.stop_misses
         self.emitted: list[float] = []
         self.last_wait = 0.0  # when the last request left a queue
@@ -729,7 +729,7 @@ class ColocatedSim:
         done = ~np.isnan(fin)
         ttft = first - arr
         tpot = np.where(out > 1, (fin - first) / np.maximum(out - 1, 1), 0.0)
-        sla = dict(m.plan.sla)
+        sla = m.plan.sla.to_dict()
         ok = done & (ttft <= sla["ttft_s"]) & (tpot <= sla["tpot_s"])
         t0 = float(arr.min())
         t1 = float(np.nanmax(fin)) if done.any() else self.now

@@ -1,7 +1,7 @@
 """Command-line values: argparse types that check ranges and paths, shared by every command,
 and a parser that reports a bad argument in one line (exit 2) instead of usage text.
 
-Bounds come from ``controller/schema_limits.py`` and are shown in the error, so a user sees
+Bounds come from ``controller/inputs/limits.py`` and are shown in the error, so a user sees
 what is allowed: ``argument --rate: must be at most 1000000, got 1e+300``.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from controller.errors import InputError
-from controller.schema import lower_bound, number
-from controller.schema_limits import MAX_PARALLEL, MAX_SEED
+from controller.inputs.limits import MAX_PARALLEL, MAX_SEED
+from controller.inputs.schema import lower_bound, number
 
 
 class OneLineParser(argparse.ArgumentParser):

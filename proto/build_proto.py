@@ -1,6 +1,6 @@
 """Generate the Python gRPC stubs of ``proto/**/*.proto`` into ``agents/proto/``.
 
-Run as ``python -m controller.build_proto`` (``make proto``). The generated modules are
+Run as ``python -m proto.build_proto`` (``make proto``). The generated modules are
 importable as ``agents.proto.heroserve.v1.control_pb2`` (and ``..._pb2_grpc``): protoc
 writes absolute imports (``from heroserve.v1 import control_pb2``), which this script
 rewrites to relative ones so that ``agents/proto`` need not be on ``sys.path``. They live

@@ -2,7 +2,7 @@
 
 Tables: ``meta`` (topology name, current epoch, current plan id), ``plans`` (every plan
 applied, by content hash), ``agents`` (registry: identity, inventory, acknowledged epoch),
-``slot_pools`` / ``slot_allocs`` (aggregator slots per switch, see :mod:`controller.slots`),
+``slot_pools`` / ``slot_allocs`` (aggregator slots per switch, see :mod:`controller.service.slots`),
 ``group_ids`` (numeric INA group id of each group name), ``table_versions`` (version of
 each GPU policy table, bumped when its content changes), ``table_floors`` (versions GPU
 agents said they hold, which a new version must exceed) and ``group_seq`` (the highest
@@ -404,7 +404,7 @@ class Store:
     def verify(self) -> None:
         """Check what a restart reads back (epoch, current plan, group ids, sequence numbers,
         table versions); raise :class:`StoreError` naming the first problem. The slot pool
-        has its own check (:meth:`controller.slots.SlotPool.check_all`)."""
+        has its own check (:meth:`controller.service.slots.SlotPool.check_all`)."""
         with self._lock:
             epoch = self.epoch()
             cur = self.current_plan()

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from controller.errors import InputError
-from controller.schema_limits import MAX_DEPTH, MAX_STRING
+from controller.inputs.limits import MAX_DEPTH, MAX_STRING
 
 
 def at(where: str, key: str) -> str:

@@ -3,11 +3,11 @@
 - topologies: :func:`load_topology` / :func:`topology_from_dict` (``controller/topology/io.py``)
 - plans: :func:`load_plan` / :func:`parse_plan` / :func:`validate_plan_dict`, and
   :func:`check_plan_on_topology` / :func:`cluster_for_plan` against a cluster
-  (``controller/validate_plan.py``)
+  (``controller/inputs/plan_checks.py``)
 - traces: :func:`load_trace` (``controller/workload/traces.py``)
 
 Each raises :class:`controller.errors.InputError` naming the file and the offending item;
-the bounds are in ``controller/schema_limits.py`` and docs/topology.md. ``heroserve validate
+the bounds are in ``controller/inputs/limits.py`` and docs/topology.md. ``heroserve validate
 FILE`` runs the same functions on any of the three and prints a one-line summary.
 """
 
@@ -18,16 +18,16 @@ from pathlib import Path
 import networkx as nx
 
 from controller.errors import InputError
-from controller.plan import Plan
-from controller.schema import parse_json, read_text
-from controller.schema_limits import MAX_PLAN_BYTES, MAX_TOPOLOGY_JSON_BYTES
-from controller.topology import load_topology, resolve_topology, topology_from_dict
-from controller.validate_plan import (
+from controller.inputs.limits import MAX_PLAN_BYTES, MAX_TOPOLOGY_JSON_BYTES
+from controller.inputs.plan_checks import (
     check_plan_on_topology,
     load_plan,
     parse_plan,
     validate_plan_dict,
 )
+from controller.inputs.schema import parse_json, read_text
+from controller.plan import Plan
+from controller.topology import load_topology, resolve_topology, topology_from_dict
 from controller.workload.traces import load_trace
 
 KINDS = ("topology", "plan", "trace")

@@ -147,7 +147,7 @@ def _hier_accepted() -> bool:
 def _setup(a: argparse.Namespace, slowdown: float) -> tuple[Any, Any, Any, list[str]]:
     from controller.emulate.plans import check_plan, emulation_plan
     from controller.emulate.spec import network_spec
-    from controller.plan import Plan
+    from controller.inputs.plan_checks import load_plan
     from controller.service.policies import PlanError, validate
     from controller.topology import resolve_topology
 
@@ -157,7 +157,7 @@ def _setup(a: argparse.Namespace, slowdown: float) -> tuple[Any, Any, Any, list[
     notes: list[str] = []
     if a.plan:
         try:
-            plan = Plan.load(a.plan)
+            plan = load_plan(a.plan)
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"--plan {a.plan}: not a plan ({type(exc).__name__}: {exc})") from None
     else:
@@ -252,11 +252,11 @@ def _failures_reported(name: str, fn: Any, a: argparse.Namespace) -> int:
 
 def _emulate(a: argparse.Namespace) -> int:
     from agents.ina.impairments import Impairments
+    from controller.cli.report import _table
     from controller.emulate.cluster import handle_signals
     from controller.emulate.collectives import Workers, ina_groups, run_group
     from controller.emulate.plans import group_runs
     from controller.emulate.predict import emulated_graph, measure_hop_latency, predict
-    from controller.report import _table
 
     _setup_logging(a)
     g, spec, plan, notes = _setup(a, a.slowdown)
@@ -321,8 +321,8 @@ def _emulate(a: argparse.Namespace) -> int:
 
 # -- demo ----------------------------------------------------------------------------------
 def _demo(a: argparse.Namespace) -> int:
+    from agents.gpu.shmview import describe, read_segment
     from controller.emulate.cluster import SHM_DIR, handle_signals
-    from controller.emulate.shmview import describe, read_segment
 
     _setup_logging(a)
     g, spec, plan, notes = _setup(a, 1.0)

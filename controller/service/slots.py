@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.store import Store
+from controller.service.store import Store
 
 # The aggregation table's slot index and the INA header's agg_index are 16 bits
 # (p4/heroserve_ina.p4, docs/dataplane.md): a switch cannot address more slots than this,

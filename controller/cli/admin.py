@@ -27,8 +27,8 @@ from agents.client import add_tls_args, channel, tls_from_args
 from agents.cliutil import DefaultsHelpFormatter
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
+from controller.cli.report import _table
 from controller.errors import InputError
-from controller.report import _table
 
 KIND = {pb.NODE_KIND_SWITCH: "switch", pb.NODE_KIND_GPU: "gpu"}
 TIMEOUT_S = 30.0  # one RPC; ApplyPlan derives every policy table of the plan
@@ -139,7 +139,7 @@ def apply(admin: pb_grpc.AdminStub, plan_json: str, wait_s: float) -> int:
 
 
 def run(a: argparse.Namespace) -> int:
-    from controller.sim.cli import load_plan
+    from controller.cli.simulate import load_plan
 
     try:
         tls = tls_from_args(a)

@@ -9,8 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from controller.errors import InputError
-from controller.schema_limits import MAX_SERVERS, MAX_SIM_REQUESTS, MAX_WORKERS
-from controller.validate_args import (
+from controller.inputs.args import (
     OneLineParser,
     bounded,
     make_dir,
@@ -18,6 +17,7 @@ from controller.validate_args import (
     report_error,
     seed,
 )
+from controller.inputs.limits import MAX_SERVERS, MAX_SIM_REQUESTS, MAX_WORKERS
 
 
 def parser() -> argparse.ArgumentParser:
@@ -73,9 +73,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(argv: Sequence[str]) -> int:
+    from controller.cli.progress import ProgressLine
     from controller.evaluation.run import evaluate
     from controller.evaluation.scenarios import scenario
-    from controller.evaluation.sweep import Runner, progress_printer
+    from controller.evaluation.sweep import Runner
 
     a = parser().parse_args(list(argv))
     planners = tuple(x.strip() for x in a.planners.split(",")) if a.planners else None
@@ -85,7 +86,7 @@ def run(argv: Sequence[str]) -> int:
         if s.servers % unit:
             raise InputError(f"--servers must be a multiple of {unit} for {s.topology}")
     out = make_dir(a.out or f"eval/{s.name}", "--out")
-    line = progress_printer(a.quiet)
+    line = None if a.quiet else ProgressLine()
     say = line or (lambda m: None)
     try:
         with Runner(a.workers, a.ray, say) as runner:

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from controller.errors import InputError
+from controller.inputs.args import bounded
 from controller.plan import Plan
-from controller.validate_args import bounded
 
 
 def price(s: str) -> tuple[str, float]:
@@ -127,7 +127,7 @@ def run_related_plan(a: argparse.Namespace) -> int:
 
 def colocated_summary(plan: Plan, limit: int = 40) -> str:
     """A colocated plan for the terminal: predicted figures, nodes, replicas, notes."""
-    from controller.report import _fmt_s, _table
+    from controller.cli.report import _fmt_s, _table
 
     col = plan.colocated
     assert col is not None
@@ -167,10 +167,10 @@ def colocated_summary(plan: Plan, limit: int = 40) -> str:
 
 # -- heroserve simulate, colocated -------------------------------------------------------------
 def run_colocated(a: argparse.Namespace, plan: Plan) -> int:
-    """``heroserve simulate`` of a colocated plan (the flags of controller/sim/cli.py)."""
+    """``heroserve simulate`` of a colocated plan (the flags of controller/cli/simulate.py)."""
     from controller.related.clusters import resolve_cluster
+    from controller.related.colocated import ColocatedOptions, ColocatedSim, build_colocated
     from controller.sim import make_requests
-    from controller.sim.colocated import ColocatedOptions, ColocatedSim, build_colocated
     from controller.workload import resolve_workload
 
     topo = a.topology or plan.topology

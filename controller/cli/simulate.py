@@ -1,7 +1,7 @@
 """``heroserve simulate``: run a plan in the simulator and print what it is worth.
 
 Bad input (a missing or malformed plan, a plan for another topology, a rate of 0 or below,
-more work than the bounds of controller/schema_limits.py allow) prints one line naming the
+more work than the bounds of controller/inputs/limits.py allow) prints one line naming the
 problem and exits with status 2."""
 
 from __future__ import annotations
@@ -13,19 +13,19 @@ from collections.abc import Sequence
 
 from agents.cliutil import DefaultsHelpFormatter
 from controller.errors import InputError
-from controller.schema_limits import (
-    MAX_CV,
-    MAX_RATE,
-    MAX_SIM_REQUESTS,
-    MAX_SIM_TOKENS,
-)
-from controller.validate_args import (
+from controller.inputs.args import (
     OneLineParser,
     bounded,
     output_file,
     report_error,
     seed,
     write_text,
+)
+from controller.inputs.limits import (
+    MAX_CV,
+    MAX_RATE,
+    MAX_SIM_REQUESTS,
+    MAX_SIM_TOKENS,
 )
 
 
@@ -74,15 +74,15 @@ def parser() -> argparse.ArgumentParser:
 
 
 def load_plan(path: str):
-    """A plan file, checked (controller/validate_plan.py)."""
-    from controller.validate import load_plan as load
+    """A plan file, checked (controller/inputs/plan_checks.py)."""
+    from controller.inputs.plan_checks import load_plan as load
 
     return load(path)
 
 
 def resolve_for_plan(plan, topology: str | None, workload: str | None, source: str = "plan"):
     """The plan's cluster (checked against the plan) and workload."""
-    from controller.validate import cluster_for_plan
+    from controller.cli.validate import cluster_for_plan
     from controller.workload import resolve_workload
 
     g = cluster_for_plan(plan, topology, source)
@@ -91,7 +91,7 @@ def resolve_for_plan(plan, topology: str | None, workload: str | None, source: s
 
 
 def check_work(reqs, rate: float) -> None:
-    """The bounds on one simulation's work (controller/schema_limits.py)."""
+    """The bounds on one simulation's work (controller/inputs/limits.py)."""
     if rate > MAX_RATE:
         raise InputError(f"offered rate {rate:.4g} req/s is above the bound {MAX_RATE:g}")
     tokens = sum(r.input_tokens + r.output_tokens for r in reqs)
@@ -108,8 +108,8 @@ def run(argv: Sequence[str]) -> int:
 
     a = parser().parse_args(list(argv))
     plan = load_plan(a.plan)
-    if plan.layout == "colocated":  # the seed planners' plans (controller/sim/colocated.py)
-        from controller.related.cli import run_colocated
+    if plan.layout == "colocated":  # the seed planners' plans (controller/related/colocated.py)
+        from controller.cli.related import run_colocated
 
         return run_colocated(a, plan)
     g, w = resolve_for_plan(plan, a.topology, a.workload, a.plan)

@@ -27,8 +27,19 @@ from typing import Any
 import networkx as nx
 
 from controller.errors import InputError
-from controller.plan import Group, Instance, PhasePlan, Plan, Rail, SlotRange
-from controller.schema import (
+from controller.inputs.limits import (
+    MAX_AGGREGATOR_SLOTS,
+    MAX_BATCH,
+    MAX_GPUS,
+    MAX_ID_CHARS,
+    MAX_LIST,
+    MAX_OPTION_ITEMS,
+    MAX_PARALLEL,
+    MAX_PATH_NODES,
+    MAX_PLAN_BYTES,
+    MAX_SLA_S,
+)
+from controller.inputs.schema import (
     Bool,
     Key,
     ListOf,
@@ -45,19 +56,7 @@ from controller.schema import (
     parse_json,
     read_text,
 )
-from controller.schema_limits import (
-    MAX_AGGREGATOR_SLOTS,
-    MAX_BATCH,
-    MAX_GPUS,
-    MAX_ID_CHARS,
-    MAX_LIST,
-    MAX_OPTION_ITEMS,
-    MAX_PARALLEL,
-    MAX_PATH_NODES,
-    MAX_PLAN_BYTES,
-    MAX_SLA_S,
-)
-from controller.workload.sla import SLA
+from controller.plan import SLA, Group, Instance, PhasePlan, Plan, Rail, SlotRange
 
 NODE_NAME = Str(max_len=MAX_ID_CHARS, min_len=1, what="a node id")
 PATH = ListOf(NODE_NAME, MAX_PATH_NODES, min_len=1)
@@ -72,7 +71,7 @@ assert set(_SLA_KEYS) == {f.name for f in dataclasses.fields(SLA)}
 # spec (to narrow a list's length and keep its items' spec); every other field gets the
 # default of its annotation (see ``_spec_of``).
 _FIELD_RULES: dict[str, Spec | Callable[[Any], Spec]] = {
-    "Plan.sla": Record(_SLA_KEYS),
+    "Plan.sla": Record(_SLA_KEYS, build=lambda d: SLA(**d), what="a mapping (SLA)"),
     "Plan.options": PlainData(MAX_OPTION_ITEMS),
     "PhasePlan.tp": Number(low=1, high=MAX_PARALLEL, integer=True),
     "PhasePlan.pp": Number(low=1, high=MAX_PARALLEL, integer=True),

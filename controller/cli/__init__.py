@@ -12,8 +12,7 @@ from pathlib import Path
 from agents import __version__
 from agents.cliutil import DefaultsHelpFormatter, missing_dependency
 from controller.errors import InputError
-from controller.schema_limits import MAX_CANDIDATES, MAX_SLA_S
-from controller.validate_args import (
+from controller.inputs.args import (
     OneLineParser,
     bounded,
     output_file,
@@ -22,6 +21,7 @@ from controller.validate_args import (
     seed,
     write_text,
 )
+from controller.inputs.limits import MAX_CANDIDATES, MAX_SLA_S
 
 
 def _positive(kind: type):
@@ -121,7 +121,7 @@ def _plan_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="progress line on stderr even for small clusters (shown above 64 GPUs)",
     )
-    from controller.related.cli import add_related_args  # the seed planners' options
+    from controller.cli.related import add_related_args  # the seed planners' options
 
     add_related_args(p)
 
@@ -131,17 +131,17 @@ def default_model(topology: str) -> str:
 
 
 def run_plan(a: argparse.Namespace) -> int:
+    from controller.cli.progress import ProgressLine
+    from controller.cli.report import comparison_table, groups_table
     from controller.costmodel.network import NetParams
     from controller.models import model_spec
     from controller.planner import BASELINES, PLANNERS, PlannerOptions, plan
-    from controller.progress import ProgressLine
     from controller.related import HELIX_BASELINES, RELATED
-    from controller.report import comparison_table, groups_table
     from controller.topology import resolve_topology
     from controller.workload import SLA, default_sla, resolve_workload
 
     if a.planner in RELATED + HELIX_BASELINES:  # colocated plans (docs/related-planners.md)
-        from controller.related.cli import run_related_plan
+        from controller.cli.related import run_related_plan
 
         return run_related_plan(a)
     names = ["heroserve", *BASELINES] if a.planner == "all" else [a.planner]
@@ -245,7 +245,7 @@ def _validate_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_validate(a: argparse.Namespace) -> int:
-    from controller.validate import validate_file
+    from controller.cli.validate import validate_file
 
     print(validate_file(a.file, a.kind, a.topology))
     return 0
@@ -309,13 +309,13 @@ COMMANDS["export"] = (
 
 # -- admin -----------------------------------------------------------------------------------
 def _admin_args(p: argparse.ArgumentParser) -> None:
-    from controller.admin import add_args
+    from controller.cli.admin import add_args
 
     add_args(p)
 
 
 def run_admin(a: argparse.Namespace) -> int:
-    from controller.admin import run
+    from controller.cli.admin import run
 
     return run(a)
 
@@ -329,13 +329,13 @@ COMMANDS["admin"] = (
 
 # -- pki -------------------------------------------------------------------------------------
 def _pki_args(p: argparse.ArgumentParser) -> None:
-    from controller.pki import add_args
+    from controller.cli.pki import add_args
 
     add_args(p)
 
 
 def run_pki(a: argparse.Namespace) -> int:
-    from controller.pki import run
+    from controller.cli.pki import run
 
     return run(a)
 
@@ -347,27 +347,27 @@ COMMANDS["pki"] = (
 )
 
 
-# -- emulate, demo (controller/emulate/cli.py) ------------------------------------------------
+# -- emulate, demo (controller/cli/emulate.py) ------------------------------------------------
 def _emulate_args(p: argparse.ArgumentParser) -> None:
-    from controller.emulate.cli import emulate_args
+    from controller.cli.emulate import emulate_args
 
     emulate_args(p)
 
 
 def _run_emulate(a: argparse.Namespace) -> int:
-    from controller.emulate.cli import run_emulate
+    from controller.cli.emulate import run_emulate
 
     return run_emulate(a)
 
 
 def _demo_args(p: argparse.ArgumentParser) -> None:
-    from controller.emulate.cli import demo_args
+    from controller.cli.emulate import demo_args
 
     demo_args(p)
 
 
 def _run_demo(a: argparse.Namespace) -> int:
-    from controller.emulate.cli import run_demo
+    from controller.cli.emulate import run_demo
 
     return run_demo(a)
 
@@ -397,7 +397,7 @@ def _softswitch(argv: list[str]) -> int:
 
 
 def _simulate(argv: list[str]) -> int:
-    from controller.sim.cli import main as simulate_main
+    from controller.cli.simulate import main as simulate_main
 
     return simulate_main(argv)
 
@@ -409,13 +409,13 @@ def _fidelity(argv: list[str]) -> int:
 
 
 def _evaluate(argv: list[str]) -> int:
-    from controller.evaluation.cli import main as evaluate_main
+    from controller.cli.evaluate import main as evaluate_main
 
     return evaluate_main(argv)
 
 
 def _compare(argv: list[str]) -> int:
-    from controller.related.cli import main_compare
+    from controller.cli.related import main_compare
 
     return main_compare(argv)
 

@@ -1,4 +1,6 @@
-"""``heroserve pki``: a certificate authority and the certificates mutual TLS needs (docs/design.md §9).
+"""``heroserve pki``: a certificate authority and the certificates mutual TLS needs.
+
+See docs/design.md §9.
 
     heroserve pki init DIR [--name "HeroServe CA"] [--days 3650]
     heroserve pki issue DIR --name NODE [--server] [--host NAME_OR_IP ...] [--days 398]
