@@ -3,13 +3,19 @@
 :class:`DefaultsHelpFormatter`: ``--help`` shows each option's default; like
 ``argparse.ArgumentDefaultsHelpFormatter``, but also for options given no help text, and
 not for defaults that mean "not given" (None, False, an empty list) or that the help text
-already states. :func:`missing_dependency`: one line when an extra is not installed."""
+already states. :func:`missing_dependency`: one line when an extra is not installed.
+:class:`UsageError`: a bad command line or configuration, one line and exit status 2."""
 
 from __future__ import annotations
 
 import argparse
 import copy
 import sys
+
+
+class UsageError(Exception):
+    """Bad command line or configuration: the message is the one line the user sees, and the
+    command exits with status 2."""
 
 
 def _shows_default(action: argparse.Action) -> bool:

@@ -330,8 +330,9 @@ def test_cli_refuses_bad_configuration(tmp_path: Path, capsys: pytest.CaptureFix
 
 def test_link_capacities_from_topology(tmp_path: Path) -> None:
     import controller.topology as topo
+    from agents.cliutil import UsageError
     from controller.service.core import Controller
-    from controller.service.server import UsageError, load_cluster
+    from controller.service.server import load_cluster
 
     g = load_cluster("fig2")
     assert g.name == "fig2" and sorted(g.edges) == sorted(topo.fig2().edges)

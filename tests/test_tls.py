@@ -11,10 +11,11 @@ import pytest
 from pki import CA  # tests/ is on sys.path (no tests/__init__.py): the shared test PKI
 
 from agents.client import ClientTls, channel
+from agents.cliutil import UsageError
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service.sample import sample_plan, sample_topology
-from controller.service.server import ControllerServer, ThreadedServer, Tls, UsageError
+from controller.service.server import ControllerServer, ThreadedServer, Tls
 from controller.service.store import Store
 
 S1 = pb.NodeIdentity(node_id="s1", kind=pb.NODE_KIND_SWITCH)

@@ -23,14 +23,10 @@ from pathlib import Path  # noqa: E402
 
 from agents import __version__  # noqa: E402
 from agents.client import add_tls_args  # noqa: E402
-from agents.cliutil import DefaultsHelpFormatter, missing_dependency  # noqa: E402
+from agents.cliutil import DefaultsHelpFormatter, UsageError, missing_dependency  # noqa: E402
 from agents.logs import add_log_args, setup_logging  # noqa: E402
 
 log = logging.getLogger("heroserve.switch")
-
-
-class UsageError(Exception):
-    pass
 
 
 def parse_port(spec: str) -> "PortInfo":  # noqa: F821, UP037 - imported lazily below

@@ -35,7 +35,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from agents.cliutil import DefaultsHelpFormatter
+from agents.cliutil import DefaultsHelpFormatter, UsageError
 from agents.logs import add_log_args, setup_logging
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service import policies
@@ -66,10 +66,6 @@ SERVER_OPTIONS = [
     ("grpc.max_send_message_length", MAX_SEND_BYTES),
     ("grpc.max_metadata_size", 16 << 10),
 ]
-
-
-class UsageError(Exception):
-    """Bad command line or configuration: message and exit status 2."""
 
 
 @dataclass
