@@ -16,6 +16,7 @@ import yaml
 from controller.cli import main
 from controller.inputs.plan_checks import load_plan
 from controller.plan import (
+    SLA,
     Group,
     Instance,
     KVTransfer,
@@ -70,7 +71,7 @@ def hand_plan() -> Plan:
         KVTransfer("srv1-gpu1", "srv3-gpu1", 1e6, ["srv1-gpu1", "s2", "srv3-gpu1"], 1e-4),
     ]
     return Plan(
-        "heroserve", "testbed-paper", "OPT-13B", "chatbot", {"ttft_s": 2.5, "tpot_s": 0.15},
+        "heroserve", "testbed-paper", "OPT-13B", "chatbot", SLA(2.5, 0.15),
         prefill, decode, kv, Predicted(0.1, 0.1, 1e-3, 9.0, 0.75, 12),
     )  # fmt: skip
 

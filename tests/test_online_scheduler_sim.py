@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from controller.models import model_spec
-from controller.plan import Group, Instance, PhasePlan, Plan, Predicted, SlotRange
+from controller.plan import SLA, Group, Instance, PhasePlan, Plan, Predicted, SlotRange
 from controller.planner import plan as make_plan
 from controller.scheduler.online import OnlineScheduler
 from controller.sim import SimOptions, Simulator, build_model, make_requests
@@ -66,7 +66,7 @@ def shared_uplink_plan() -> Plan:
     dec = PhasePlan("decode", 2, 1, "A100-40GB", insts, groups, 0.0, 0.0, 48, 0.0)
     return Plan(
         "ds-switchml", "shared-uplink", "OPT-13B", "chatbot",
-        {"ttft_s": 2.5, "tpot_s": 0.15, "attainment": 0.9}, pre, dec, [],
+        SLA(2.5, 0.15, 0.9), pre, dec, [],
         Predicted(0.1, 0.05, 0.01, 10.0, 1.0, 8),
     )  # fmt: skip
 

@@ -17,6 +17,7 @@ from agents.client import PolicyState
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.inputs.plan_checks import validate_plan_dict
+from controller.plan import SLA
 from controller.service.sample import sample_plan, sample_topology
 from controller.service.server import ControllerServer, ThreadedServer, main
 from controller.service.store import Store
@@ -635,7 +636,7 @@ def test_hier_table_is_priced_by_the_cost_model(tmp_path: Path) -> None:
     from controller.topology import testbed
 
     p = hier_plan(model="OPT-66B")
-    p.workload, p.sla = "chatbot", {"ttft_s": 2.5, "tpot_s": 0.15}
+    p.workload, p.sla = "chatbot", SLA(2.5, 0.15)
     c = Controller(Store(tmp_path / "c.db"))
     c.apply_plan(p.to_json())
     (t,) = c.state.tables
@@ -664,7 +665,7 @@ def test_hier_table_is_priced_whole_or_not_at_all(tmp_path: Path, monkeypatch) -
 
     monkeypatch.setattr(hier, "hier_on_rails", lambda *a, **k: None)
     p = hier_plan(model="OPT-66B")
-    p.workload, p.sla = "chatbot", {"ttft_s": 2.5, "tpot_s": 0.15}
+    p.workload, p.sla = "chatbot", SLA(2.5, 0.15)
     c = Controller(Store(tmp_path / "c.db"))
     c.apply_plan(p.to_json())
     (t,) = c.state.tables

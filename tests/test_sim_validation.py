@@ -14,7 +14,7 @@ from controller.sim import SimOptions, Simulator, build_model, make_requests
 from controller.sim.model import planned_pattern
 from controller.topology import testbed as make_testbed
 from controller.topology.graph import scale_bandwidth
-from controller.workload import Request, Workload, chatbot, default_sla, summarization
+from controller.workload import SLA, Request, Workload, chatbot, default_sla, summarization
 
 IN, OUT = 161, 338
 
@@ -189,7 +189,7 @@ def hier_plan(g, mode: str = "pipelined"):
     )  # fmt: skip
     return Plan(
         "heroserve", "testbed", "OPT-13B", "chatbot",
-        {"ttft_s": 2.5, "tpot_s": 0.15, "attainment": 0.9}, pre, dec, [],
+        SLA(2.5, 0.15, 0.9), pre, dec, [],
         Predicted(0.1, 0.05, 0.01, 10.0, 1.0, 8), options=net.plan_options(),
     )  # fmt: skip
 

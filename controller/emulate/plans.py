@@ -18,7 +18,7 @@ import networkx as nx
 from controller.costmodel.network import NetParams, ring_pattern
 from controller.emulate.spec import NetworkSpec, ring_route
 from controller.errors import InputError
-from controller.plan import Group, Instance, PhasePlan, Plan, Predicted, Rail, SlotRange
+from controller.plan import SLA, Group, Instance, PhasePlan, Plan, Predicted, Rail, SlotRange
 from controller.topology.fabric import Fabric
 from controller.topology.graph import gpu_sort_key, servers
 
@@ -215,7 +215,7 @@ def emulation_plan(
         topology=str(g.name),
         model="OPT-66B",  # what the controller prices the policies' time models with
         workload="chatbot",
-        sla={"ttft_s": 2.5, "tpot_s": 0.15},
+        sla=SLA(2.5, 0.15),
         prefill=phase("prefill"),
         decode=phase("decode"),
         kv_transfer=[],

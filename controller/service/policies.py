@@ -390,22 +390,12 @@ class PolicyTimer:
         """The timer for ``plan`` on ``cluster`` (the graph :func:`resolve_cluster` gave: the
         controller resolves it once per plan, for capacities and prices alike), or None when
         the plan's model or workload cannot be had (a hand-made plan)."""
-        from controller.costmodel.network import NetParams
         from controller.errors import InputError
-        from controller.models import model_spec
-        from controller.planner import PLANNERS, PlannerOptions, Problem
-        from controller.planner.evaluate import Evaluator
-        from controller.planner.heroserve import POLICY as HEROSERVE_POLICY
+        from controller.planner.reprice import evaluator_for_plan
         from controller.workload import resolve_workload
 
         try:
-            problem = Problem(
-                cluster,
-                model_spec(plan.model),
-                resolve_workload(plan.workload),
-                plan.sla,
-                PlannerOptions(net=NetParams.from_plan_options(plan.options)),  # as priced
-            )
+            ev = evaluator_for_plan(plan, cluster, resolve_workload(plan.workload))
         except (InputError, OSError, KeyError, ValueError) as exc:
             log.info(
                 "policy tables without latency_s/bandwidth (Eq. 16 on bottleneck capacity): "
@@ -416,8 +406,7 @@ class PolicyTimer:
                 exc,
             )
             return None
-        policy = PLANNERS[plan.planner][0] if plan.planner in PLANNERS else HEROSERVE_POLICY
-        return cls(Evaluator(problem, policy), plan)
+        return cls(ev, plan)
 
     def _routes_exist(self, paths: dict[str, list[str]]) -> bool:
         g = self.ev.g

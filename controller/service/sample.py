@@ -19,6 +19,7 @@ from pathlib import Path
 import networkx as nx
 
 from controller.plan import (
+    SLA,
     Group,
     Instance,
     KVTransfer,
@@ -96,7 +97,7 @@ def sample_plan(
         topology="sample",
         model="none",
         workload="none",
-        sla={"ttft_s": 1.0, "tpot_s": 0.1},
+        sla=SLA(1.0, 0.1),
         prefill=PhasePlan(
             "prefill", workers, 1, "A100-40GB", pre_inst, pre_groups, 1e-3, 1e-2, 4, 10.0
         ),

@@ -20,15 +20,13 @@ import networkx as nx
 from controller.costmodel.compute import decode_layer_time, layer_weights, prefill_layer_time
 from controller.costmodel.hier import hier_on_rails
 from controller.costmodel.kvcache import kv_route, kv_share_terms, kv_shares
-from controller.costmodel.network import CommPattern, NetParams, ina_on_routes
+from controller.costmodel.network import CommPattern, ina_on_routes
 from controller.errors import InputError
 from controller.inputs.plan_checks import check_plan_on_topology
-from controller.models import model_spec
 from controller.models.specs import ModelSpec
 from controller.plan import Group, Plan
-from controller.planner import PLANNERS, PlannerOptions, Problem
 from controller.planner.evaluate import Evaluator
-from controller.planner.heroserve import POLICY as HEROSERVE_POLICY
+from controller.planner.reprice import evaluator_for_plan
 from controller.sim.network import Envelope, Flow, Links, Work, alone_time, envelope
 from controller.topology.fabric import PIPELINED, Fabric
 from controller.topology.graph import link_id
@@ -293,12 +291,6 @@ class PlanModel:
         return out
 
 
-def _policy_for(planner: str):
-    if planner in PLANNERS:
-        return PLANNERS[planner][0]
-    return HEROSERVE_POLICY  # plans of other planners: price them with every option allowed
-
-
 def _check_plan(plan: Plan, g: nx.Graph) -> None:
     """The shared checks of a plan against its cluster (``validate_plan``), and the ones
     only a plan built in code can miss."""
@@ -313,11 +305,8 @@ def _check_plan(plan: Plan, g: nx.Graph) -> None:
 def build_model(plan: Plan, cluster: nx.Graph, workload: Workload) -> PlanModel:
     """Price ``plan`` on ``cluster``; raise InputError when the plan does not fit it."""
     _check_plan(plan, cluster)
-    model = model_spec(plan.model)
-    sla = plan.sla
-    net = NetParams.from_plan_options(plan.options)  # simulated as it was priced
-    problem = Problem(cluster, model, workload, sla, PlannerOptions(net=net))
-    ev = Evaluator(problem, _policy_for(plan.planner))
+    ev = evaluator_for_plan(plan, cluster, workload)  # simulated as it was priced
+    model, net = ev.problem.model, ev.problem.options.net
     links = Links(cluster)
     out = PlanModel(plan, cluster, model, ev, links, [], [], net.cost_mode == PIPELINED)
     kvpt = model.kv_bytes_per_token()
