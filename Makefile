@@ -30,6 +30,7 @@ plan: venv proto
 	.venv/bin/heroserve plan $(ARGS)
 
 test: setup
+	.venv/bin/lint-imports --no-cache
 	$(PY) -m pytest -q
 	@if [ -f $(BUILD)/csrc/CTestTestfile.cmake ]; then ctest --test-dir $(BUILD)/csrc --output-on-failure; fi
 

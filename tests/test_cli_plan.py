@@ -92,7 +92,7 @@ def test_the_installed_command_answers_bad_input_in_one_line(tmp_path):
         timeout=120,
     )
     assert r.returncode == 2, r.stderr
-    assert r.stderr == f"heroserve: error: {bad}: links[4].a: unknown node 'ghost'\n"
+    assert r.stderr == f"heroserve plan: error: {bad}: links[4].a: unknown node 'ghost'\n"
 
 
 @pytest.mark.parametrize(

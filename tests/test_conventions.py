@@ -1,4 +1,4 @@
-"""Issue 12 "Conventions": --help shows defaults, `simulate` labels simulated and wall-clock
+"""The conventions every command keeps: --help shows defaults, `simulate` labels simulated and wall-clock
 time and units, default state lives out of the repository, the README links only inside it,
 and help strings point to files that ship."""
 

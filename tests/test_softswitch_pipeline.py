@@ -180,7 +180,7 @@ def test_interleaved_versions_keep_separate_sums(sw: InaPipeline) -> None:
 
 
 def test_issue10_delayed_duplicate_cannot_open_a_round() -> None:
-    """Issue 10 item 3: rounds r (version 0) and r+1 (version 1) complete, then worker
+    """Rounds r (version 0) and r+1 (version 1) complete, then worker
     0's round-r packet arrives late (duplicated in the network). SwitchML's bitmap rule
     took it for round r+2, absorbed worker 0's real round r+2 packet as a duplicate and
     multicast 10 + 7 = 17 instead of 5 + 7 = 12. With generations it is answered with
@@ -244,7 +244,7 @@ def test_single_worker_group_completes_on_every_round() -> None:
 
 
 def test_worker_id_is_bound_to_its_port(sw: InaPipeline) -> None:
-    """Issue 10 item 3: a host on port 1 cannot contribute as worker 1."""
+    """A host on port 1 cannot contribute as worker 1."""
     forged = worker_frame(1, [1_000_000] * VECTOR_LEN)
     assert sw.process(PORTS[0], forged) == []
     assert sw.ingress.ina_drops.packets[DROP_WRONG_PORT] == 1

@@ -27,7 +27,7 @@ from agents.client import add_tls_args, channel, tls_from_args
 from agents.cliutil import DefaultsHelpFormatter
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
-from controller.cli.report import _table
+from controller.cli.report import text_table
 from controller.errors import InputError
 
 KIND = {pb.NODE_KIND_SWITCH: "switch", pb.NODE_KIND_GPU: "gpu"}
@@ -36,6 +36,9 @@ TIMEOUT_S = 30.0  # one RPC; ApplyPlan derives every policy table of the plan
 
 class Unreachable(Exception):
     """The controller did not answer: exit status 1."""
+
+
+HELP = "operate a running controller: apply a plan, show state, agents, slots"
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -86,7 +89,7 @@ def print_agents(resp: pb.GetStateResponse) -> None:
         for a in sorted(resp.agents, key=lambda a: (a.identity.kind, a.identity.node_id))
     ]
     head = ["agent", "kind", "connected", "acked epoch", "current", "last seen"]
-    print(_table([head, *rows]) if rows else "no agent has registered")
+    print(text_table([head, *rows]) if rows else "no agent has registered")
 
 
 def print_slots(resp: pb.GetSlotsResponse) -> None:
@@ -101,7 +104,7 @@ def print_slots(resp: pb.GetSlotsResponse) -> None:
             for a in sw.allocations
         ]
         if rows:
-            print(_table([["group", "first", "last", "count"], *rows]))
+            print(text_table([["group", "first", "last", "count"], *rows]))
 
 
 def _wait(admin: pb_grpc.AdminStub, epoch: int, seconds: float) -> pb.GetStateResponse:
@@ -139,7 +142,7 @@ def apply(admin: pb_grpc.AdminStub, plan_json: str, wait_s: float) -> int:
 
 
 def run(a: argparse.Namespace) -> int:
-    from controller.cli.simulate import load_plan
+    from controller.inputs.plan_checks import load_plan
 
     try:
         tls = tls_from_args(a)

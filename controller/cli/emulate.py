@@ -1,4 +1,5 @@
-"""``heroserve emulate`` and ``heroserve demo`` (docs/emulation.md).
+"""``heroserve emulate`` (docs/emulation.md), and the set-up it shares with ``heroserve demo``
+(``controller/cli/demo.py``).
 
 Both bring up the same emulated cluster (controller/emulate/cluster.py) on this machine and
 take it down on exit, on an error or on Ctrl-C. ``emulate`` runs the plan's all-reduces
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.errors import InputError
+from controller.inputs.args import bounded
 
 log = logging.getLogger("heroserve.emulate")
 
@@ -33,21 +35,6 @@ def _probability(s: str) -> float:
     if not (math.isfinite(v) and 0.0 <= v < 1.0):
         raise argparse.ArgumentTypeError(f"{s} is not a probability in [0, 1)")
     return v
-
-
-def _bounded(kind: type, lo: float, hi: float):
-    name = "an integer" if kind is int else "a number"
-
-    def parse(s: str):
-        try:
-            v = kind(s)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{s!r} is not {name}") from None
-        if not (lo <= v <= hi):  # also refuses NaN
-            raise argparse.ArgumentTypeError(f"{s} is outside [{kind(lo)}, {kind(hi)}]")
-        return v
-
-    return parse
 
 
 def common_args(p: argparse.ArgumentParser) -> None:
@@ -78,13 +65,16 @@ def common_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--window",
-        type=_bounded(int, 1, 1024),
+        type=bounded(int, 1, 1024),
         default=128,
         help="aggregator slots of each INA group of the made plan (default: 128)",
     )
 
 
-def emulate_args(p: argparse.ArgumentParser) -> None:
+HELP = "emulate the cluster (Mininet) and compare INA with ring all-reduces on real packets"
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
     common_args(p)
     p.add_argument(
         "--bytes",
@@ -95,7 +85,7 @@ def emulate_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--slowdown",
-        type=_bounded(float, 1.0, 1e9),
+        type=bounded(float, 1.0, 1e9),
         default=DEFAULT_SLOWDOWN,
         help="bandwidth of every link divided by this (default: 1000: 100 Gb/s -> 100 Mb/s)",
     )
@@ -103,21 +93,11 @@ def emulate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duplicate", type=_probability, default=0.0, help="per packet, as --loss")
     p.add_argument("--reorder", type=_probability, default=0.0, help="per packet, as --loss")
     p.add_argument(
-        "--repeat", type=_bounded(int, 1, 100), default=1, help="all-reduces per measurement"
+        "--repeat", type=bounded(int, 1, 100), default=1, help="all-reduces per measurement"
     )
-    p.add_argument("--seed", type=_bounded(int, 0, 2**31), default=1, help="data and impairments")
+    p.add_argument("--seed", type=bounded(int, 0, 2**31), default=1, help="data and impairments")
     p.add_argument(
         "--json", metavar="PATH", help="also write the measurements here (JSON, seconds)"
-    )
-
-
-def demo_args(p: argparse.ArgumentParser) -> None:
-    common_args(p)
-    p.add_argument(
-        "--hold",
-        type=_bounded(float, 0.0, 86400.0),
-        default=0.0,
-        help="seconds to keep the cluster up after showing it; Ctrl-C ends it (default: 0)",
     )
 
 
@@ -144,7 +124,7 @@ def _hier_accepted() -> bool:
     return True
 
 
-def _setup(a: argparse.Namespace, slowdown: float) -> tuple[Any, Any, Any, list[str]]:
+def prepare(a: argparse.Namespace, slowdown: float) -> tuple[Any, Any, Any, list[str]]:
     from controller.emulate.plans import check_plan, emulation_plan
     from controller.emulate.spec import network_spec
     from controller.inputs.plan_checks import load_plan
@@ -175,7 +155,7 @@ def _setup(a: argparse.Namespace, slowdown: float) -> tuple[Any, Any, Any, list[
     return g, spec, plan, notes
 
 
-def _cluster(a: argparse.Namespace, g: Any, spec: Any, plan: Any, impair: Any = None) -> Any:
+def start_cluster(a: argparse.Namespace, g: Any, spec: Any, plan: Any, impair: Any = None) -> Any:
     from controller.emulate.cluster import Cluster, ClusterOptions
 
     opts = ClusterOptions(
@@ -187,7 +167,7 @@ def _cluster(a: argparse.Namespace, g: Any, spec: Any, plan: Any, impair: Any = 
     return Cluster(g, a.topology, spec, plan, opts)
 
 
-def _report_leftovers(tag: str) -> int:
+def report_leftovers(tag: str) -> int:
     from controller.emulate.cluster import leftovers
 
     left = leftovers(tag)
@@ -198,7 +178,7 @@ def _report_leftovers(tag: str) -> int:
     return 0
 
 
-def _setup_logging(a: argparse.Namespace) -> None:
+def setup_logging(a: argparse.Namespace) -> None:
     from agents.logs import setup_logging
 
     setup_logging(a.log_level, a.log_format)
@@ -226,19 +206,15 @@ def _row(m: Any, pred: float | None) -> list[str]:
 
 def _sizes(s: str) -> list[int]:
     """``N[,N...]``: message sizes in bytes, each in [4, MAX_BYTES]."""
-    parse = _bounded(int, 4, MAX_BYTES)
+    parse = bounded(int, 4, MAX_BYTES)
     return [parse(x) for x in s.split(",")]
 
 
-def run_emulate(a: argparse.Namespace) -> int:
-    return _failures_reported("emulate", _emulate, a)
+def run(a: argparse.Namespace) -> int:
+    return failures_reported("emulate", _emulate, a)
 
 
-def run_demo(a: argparse.Namespace) -> int:
-    return _failures_reported("demo", _demo, a)
-
-
-def _failures_reported(name: str, fn: Any, a: argparse.Namespace) -> int:
+def failures_reported(name: str, fn: Any, a: argparse.Namespace) -> int:
     """A failure of the emulation itself (a process that died, a timeout): one line and
     status 1, after the teardown has run. Bad input (InputError) is the caller's: status 2."""
     try:
@@ -252,14 +228,14 @@ def _failures_reported(name: str, fn: Any, a: argparse.Namespace) -> int:
 
 def _emulate(a: argparse.Namespace) -> int:
     from agents.ina.impairments import Impairments
-    from controller.cli.report import _table
+    from controller.cli.report import text_table
     from controller.emulate.cluster import handle_signals
     from controller.emulate.collectives import Workers, ina_groups, run_group
     from controller.emulate.plans import group_runs
     from controller.emulate.predict import emulated_graph, measure_hop_latency, predict
 
-    _setup_logging(a)
-    g, spec, plan, notes = _setup(a, a.slowdown)
+    setup_logging(a)
+    g, spec, plan, notes = prepare(a, a.slowdown)
     impair = Impairments(a.loss, a.duplicate, a.reorder) or None
     eth = min((d["capacity"] for *_, d in g.edges(data=True) if d["link"] == "ethernet"), default=0)
     print(
@@ -281,7 +257,7 @@ def _emulate(a: argparse.Namespace) -> int:
     rows: list[list[str]] = [["group", "scheme", "GPUs", "bytes", "measured ms", "predicted ms",
                               "exact", "INA retx", "TCP retx"]]  # fmt: skip
     results = []
-    cluster = _cluster(a, g, spec, plan, impair)
+    cluster = start_cluster(a, g, spec, plan, impair)
     workers = Workers(cluster)
     cluster.on_network_up = lambda: workers.launch(sorted({m for r in runs for m in r.group.gpus}))
     with handle_signals(), cluster as c:
@@ -309,55 +285,14 @@ def _emulate(a: argparse.Namespace) -> int:
                     pr = f"{ina[1] / ring[1]:.2f}" if ina[1] and ring[1] else "-"
                     rows.append(["", "INA/ring", "", "", f"{ina[0] / ring[0]:.2f}", pr, "", "", ""])
     print()
-    print(_table(rows))
+    print(text_table(rows))
     status = 0 if all(m.exact and not m.error for m, _ in results) else 1
     if a.json:
         import json
 
         Path(a.json).write_text(json.dumps(
             [{**m.__dict__, "predicted_s": p} for m, p in results], indent=1) + "\n")  # fmt: skip
-    return max(status, _report_leftovers(spec.tag))
+    return max(status, report_leftovers(spec.tag))
 
 
 # -- demo ----------------------------------------------------------------------------------
-def _demo(a: argparse.Namespace) -> int:
-    from agents.gpu.shmview import describe, read_segment
-    from controller.emulate.cluster import SHM_DIR, handle_signals
-
-    _setup_logging(a)
-    g, spec, plan, notes = _setup(a, 1.0)
-    print(f"demo {spec.tag}: topology {g.name}; links unshaped")
-    for n in notes:
-        print(n)
-    with handle_signals(), _cluster(a, g, spec, plan) as c:
-        for note in c.notes:
-            print(note)
-        st = c.state()
-        print(f"\ncontroller {c.controller_addr}: epoch {st.epoch}, plan {st.plan_id[:12]}")
-        for ag in sorted(st.agents, key=lambda x: x.identity.node_id):
-            kind = "switch" if ag.identity.kind == 1 else "gpu"
-            print(f"  {kind:6} agent {ag.identity.node_id:10} acknowledged epoch {ag.acked_epoch}")
-        print("\npolicy tables in shared memory (GPU agents -> NCCL tuner plugin):")
-        for name, size in c.shm_segments():
-            seen = describe(read_segment(SHM_DIR / name))
-            print(f"  /dev/shm/{name}  {size} bytes: {seen}")
-        for s, d in sorted(c.switch_entries().items()):
-            groups: dict[int, list[int]] = {}
-            for key, _act, params in d["aggregation_table"]:
-                groups.setdefault(key[0], []).append(params[0])
-            # worker_port: each worker bound to its ingress port, where the data plane has it
-            bound = f", {len(d['worker_port'])} worker_port" if "worker_port" in d else ""
-            print(f"\nswitch {s} ({c.net.p4runtime(s)}): {len(d['l2_forward'])} l2_forward, "
-                  f"{len(d['result_rewrite'])} result_rewrite{bound} entries")  # fmt: skip
-            for gid, slots in sorted(groups.items()):
-                ports = d["multicast_groups"].get(str(gid), [])
-                print(f"  INA group {gid}: {len(slots)} aggregation entries, slots "
-                      f"{min(slots)}..{max(slots)}, results to ports {ports}")  # fmt: skip
-        print("\n/metrics (heroserve_*):")
-        for line in c.metrics().splitlines():
-            if line.startswith("heroserve_") and "_created" not in line:
-                print("  " + line)
-        if a.hold:
-            print(f"\nholding for {a.hold:g}s (Ctrl-C ends it)")
-            time.sleep(a.hold)
-    return _report_leftovers(spec.tag)

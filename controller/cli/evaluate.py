@@ -5,29 +5,24 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-from collections.abc import Sequence
 
 from controller.errors import InputError
 from controller.inputs.args import (
-    OneLineParser,
     bounded,
     make_dir,
     output_dir,
-    report_error,
     seed,
 )
 from controller.inputs.limits import MAX_SERVERS, MAX_SIM_REQUESTS, MAX_WORKERS
 
+HELP = "reproduce the paper's evaluation (Fig. 7-10) on a scenario"
 
-def parser() -> argparse.ArgumentParser:
+
+def add_args(p: argparse.ArgumentParser) -> None:
     from controller.evaluation.scenarios import SCENARIOS
 
-    p = OneLineParser(
-        prog="heroserve evaluate",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p.description = __doc__
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.add_argument("--scenario", required=True, help=" | ".join(SCENARIOS))
     p.add_argument(
         "--out", type=output_dir, default=None, help="output folder (default: eval/<scenario>)"
@@ -69,16 +64,14 @@ def parser() -> argparse.ArgumentParser:
         help="HeroServe's points run its online scheduler (docs/policy-table.md)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    return p
 
 
-def run(argv: Sequence[str]) -> int:
+def run(a: argparse.Namespace) -> int:
     from controller.cli.progress import ProgressLine
     from controller.evaluation.run import evaluate
     from controller.evaluation.scenarios import scenario
     from controller.evaluation.sweep import Runner
 
-    a = parser().parse_args(list(argv))
     planners = tuple(x.strip() for x in a.planners.split(",")) if a.planners else None
     s = scenario(a.scenario, requests=a.requests, servers=a.servers, planners=planners)
     if s.topology != "testbed" and s.servers:
@@ -100,13 +93,3 @@ def run(argv: Sequence[str]) -> int:
         f"ina_throughput.csv notes.md plans/" + (" kv_memory.csv" if s.kv_rate_per_gpu else "")
     )
     return 0 if summary else 1
-
-
-def main(argv: Sequence[str]) -> int:
-    try:
-        return run(argv)
-    except InputError as e:
-        return report_error("heroserve evaluate", e)
-    except KeyboardInterrupt:
-        print("heroserve evaluate: interrupted", file=sys.stderr)
-        return 130

@@ -234,6 +234,9 @@ def issue(
 
 
 # -- command line ----------------------------------------------------------------------------
+HELP = "make the CA and certificates for mutual TLS (docs/control-plane.md)"
+
+
 def add_args(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="pki_action", required=True)
     fmt = DefaultsHelpFormatter

@@ -1,7 +1,11 @@
-"""Command-line parts of the seed planners: the options ``heroserve plan`` gains for them, the
-plan command's path for ``--planner helix|costeff|hetero-search`` (and Helix's baselines),
-``heroserve simulate`` of a colocated plan, and ``heroserve compare`` (``compare.py``).
-Bad input prints one line and exits 2, as everywhere."""
+"""Command-line parts of the seed planners (docs/related-planners.md):
+
+- :func:`add_related_args`, :func:`related_options`: the options ``heroserve plan`` and
+  ``heroserve compare`` gain for them;
+- :func:`run_related_plan`, :func:`colocated_summary`: ``heroserve plan --planner
+  helix|costeff|hetero-search`` (and Helix's baselines);
+- :func:`run_colocated`, :func:`colocated_report`: ``heroserve simulate`` of a colocated plan.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +14,9 @@ import json
 import math
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
-from controller.errors import InputError
+from controller.cli.report import fmt_seconds, text_table
 from controller.inputs.args import bounded
 from controller.plan import Plan
 
@@ -83,29 +86,13 @@ def related_options(a: argparse.Namespace):
     )
 
 
-def resolve_inputs(a: argparse.Namespace):
-    """(cluster, model, workload, SLA) from the plan command's arguments."""
-    from controller.cli import default_model
-    from controller.models import model_spec
-    from controller.related.clusters import resolve_cluster
-    from controller.workload import SLA, default_sla, resolve_workload
-
-    g = resolve_cluster(a.topology)
-    name = a.model or ("LLaMA-2-70B" if a.topology == "helix24" else default_model(a.topology))
-    model = model_spec(name)
-    workload = resolve_workload(a.workload, seed=a.seed)
-    scale = "large" if a.topology in ("2tracks", "8tracks") else "testbed"
-    base = default_sla(
-        workload.name if workload.name in ("chatbot", "summarization") else "chatbot", scale
-    )
-    return g, model, workload, SLA(a.sla_ttft or base.ttft_s, a.sla_tpot or base.tpot_s)
-
-
 def run_related_plan(a: argparse.Namespace) -> int:
     """``heroserve plan --planner helix|costeff|hetero-search|swarm|helix-sp|helix-petals``."""
+    from controller.cli.common import resolve_inputs
     from controller.related import plan_related
+    from controller.related.clusters import resolve_cluster
 
-    g, model, workload, sla = resolve_inputs(a)
+    g, model, workload, sla = resolve_inputs(a, resolve_cluster)
     t0 = time.perf_counter()
 
     def progress(msg: str) -> None:
@@ -127,15 +114,14 @@ def run_related_plan(a: argparse.Namespace) -> int:
 
 def colocated_summary(plan: Plan, limit: int = 40) -> str:
     """A colocated plan for the terminal: predicted figures, nodes, replicas, notes."""
-    from controller.cli.report import _fmt_s, _table
-
     col = plan.colocated
     assert col is not None
     pr = plan.predicted
     lines = [
         f"optimises   {col.objective}",
         f"predicted   {pr.rate:.3f} req/s ({pr.rate_per_gpu:.4f} per GPU, {pr.gpus_used} GPUs), "
-        f"TTFT {_fmt_s(pr.ttft_s)}, TPOT {_fmt_s(pr.tpot_s)}, {col.tokens_per_s:.0f} tokens/s",
+        f"TTFT {fmt_seconds(pr.ttft_s)}, TPOT {fmt_seconds(pr.tpot_s)}, "
+        f"{col.tokens_per_s:.0f} tokens/s",
         f"scheduler   {col.scheduler}"
         + (", partial inference" if col.partial_inference and col.flows else ""),
         "",
@@ -150,7 +136,7 @@ def colocated_summary(plan: Plan, limit: int = 40) -> str:
             n.name, ",".join(n.gpus), f"[{n.start}, {n.end})", f"{n.tokens_per_s:.0f}",
             f"{through[n.name]:.0f}" if n.name in through else "-",
         ])  # fmt: skip
-    lines.append(_table(rows))
+    lines.append(text_table(rows))
     if len(col.nodes) > limit:
         lines.append(f"... {len(col.nodes) - limit} more nodes (see --json)")
     if col.replicas:
@@ -159,7 +145,7 @@ def colocated_summary(plan: Plan, limit: int = 40) -> str:
         for k, r in enumerate(col.replicas[:limit]):
             share = ", ".join(f"{c} {v:.2f}" for c, v in r.share.items() if v > 0) or "-"
             rows.append([str(k), "->".join(r.nodes), f"{r.rate:.3f}", share])
-        lines.append(_table(rows))
+        lines.append(text_table(rows))
     lines.append("")
     lines += [f"note: {n}" for n in plan.notes]
     return "\n".join(lines)
@@ -173,8 +159,7 @@ def run_colocated(a: argparse.Namespace, plan: Plan) -> int:
     from controller.sim import make_requests
     from controller.workload import resolve_workload
 
-    topo = a.topology or plan.topology
-    g = resolve_cluster(topo)
+    g = resolve_cluster(a.topology or plan.topology)
     w = resolve_workload(a.workload or plan.workload or "chatbot")
     model = build_colocated(plan, g, w)
     rate = a.rate * model.gpus_used if a.per_gpu else a.rate
@@ -215,18 +200,3 @@ def colocated_report(res) -> str:
         f"simulated       {res.events} events in {res.wall_s:.2f} s",
     ]
     return "\n".join(lines)
-
-
-def main_compare(argv: Sequence[str]) -> int:
-    from controller.related.compare import run
-
-    try:
-        return run(argv)
-    except InputError as e:
-        print(f"heroserve compare: error: {e}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        return 0
-    except KeyboardInterrupt:
-        print("heroserve compare: interrupted", file=sys.stderr)
-        return 130

@@ -5,7 +5,7 @@ from __future__ import annotations
 from controller.plan import Plan
 
 
-def _fmt_s(x: float) -> str:
+def fmt_seconds(x: float) -> str:
     if x >= 1:
         return f"{x:.2f} s"
     if x >= 1e-3:
@@ -13,7 +13,7 @@ def _fmt_s(x: float) -> str:
     return f"{x * 1e6:.1f} us"
 
 
-def _table(rows: list[list[str]]) -> str:
+def text_table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for k, r in enumerate(rows):
@@ -51,15 +51,15 @@ def comparison_table(plans: dict[str, Plan], reference: str = "heroserve") -> st
                 f"{p.decode.tp}x{p.decode.pp} ({len(p.decode.instances)} inst, "
                 f"B={p.decode.batch_size})",
                 str(pr.gpus_used),
-                _fmt_s(pr.ttft_s),
-                _fmt_s(pr.tpot_s),
-                _fmt_s(pr.kv_transfer_s),
+                fmt_seconds(pr.ttft_s),
+                fmt_seconds(pr.tpot_s),
+                fmt_seconds(pr.kv_transfer_s),
                 f"{pr.rate:.3f}",
                 f"{pr.rate_per_gpu:.4f}",
                 ratio,
             ]
         )
-    return _table(rows)
+    return text_table(rows)
 
 
 def groups_table(plan: Plan, limit: int = 40) -> str:
@@ -83,11 +83,11 @@ def groups_table(plan: Plan, limit: int = 40) -> str:
                     gr.scheme,
                     gr.switch or "-",
                     slots,
-                    _fmt_s(gr.allreduce_s),
+                    fmt_seconds(gr.allreduce_s),
                     gr.reason,
                 ]
             )
-    out = _table(rows)
+    out = text_table(rows)
     if total > shown:
         out += f"\n... {total - shown} more groups (see --json)"
     return out

@@ -9,15 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 
-from agents.cliutil import DefaultsHelpFormatter
 from controller.errors import InputError
 from controller.inputs.args import (
-    OneLineParser,
     bounded,
     output_file,
-    report_error,
     seed,
     write_text,
 )
@@ -28,13 +24,13 @@ from controller.inputs.limits import (
     MAX_SIM_TOKENS,
 )
 
+HELP = "simulate a plan: SLA attainment, TTFT/TPOT, INA throughput, KV memory"
 
-def parser() -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog="heroserve simulate",
-        formatter_class=DefaultsHelpFormatter,
-        description="Simulate a plan on its cluster: SLA attainment, TTFT/TPOT percentiles, "
-        "INA throughput, peak KV-cache memory.",
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.description = (
+        "Simulate a plan on its cluster: SLA attainment, TTFT/TPOT percentiles, "
+        "INA throughput, peak KV-cache memory."
     )
     p.add_argument("--plan", required=True, help="a plan JSON file (heroserve plan --json)")
     p.add_argument(
@@ -70,24 +66,6 @@ def parser() -> argparse.ArgumentParser:
         help="run the online scheduler (docs/policy-table.md)",
     )
     p.add_argument("--json", metavar="PATH", type=output_file, help="write the full result as JSON")
-    return p
-
-
-def load_plan(path: str):
-    """A plan file, checked (controller/inputs/plan_checks.py)."""
-    from controller.inputs.plan_checks import load_plan as load
-
-    return load(path)
-
-
-def resolve_for_plan(plan, topology: str | None, workload: str | None, source: str = "plan"):
-    """The plan's cluster (checked against the plan) and workload."""
-    from controller.cli.validate import cluster_for_plan
-    from controller.workload import resolve_workload
-
-    g = cluster_for_plan(plan, topology, source)
-    w = resolve_workload(workload or (plan.workload if plan.workload else "chatbot"))
-    return g, w
 
 
 def check_work(reqs, rate: float) -> None:
@@ -102,17 +80,17 @@ def check_work(reqs, rate: float) -> None:
         )
 
 
-def run(argv: Sequence[str]) -> int:
+def run(a: argparse.Namespace) -> int:
+    from controller.cli.common import plan_and_workload
+    from controller.cli.related import run_colocated
+    from controller.inputs.plan_checks import load_plan
     from controller.sim import SimOptions, build_model, make_requests
     from controller.sim.engine import Simulator
 
-    a = parser().parse_args(list(argv))
     plan = load_plan(a.plan)
-    if plan.layout == "colocated":  # the seed planners' plans (controller/related/colocated.py)
-        from controller.cli.related import run_colocated
-
+    if plan.layout == "colocated":  # the seed planners' plans (controller/related/colocated/)
         return run_colocated(a, plan)
-    g, w = resolve_for_plan(plan, a.topology, a.workload, a.plan)
+    g, w = plan_and_workload(plan, a.topology, a.workload, a.plan)
     model = build_model(plan, g, w)
     rate = a.rate * model.gpus_used if a.per_gpu else a.rate
     reqs = make_requests(w, rate, a.requests, a.seed, a.cv)
@@ -159,15 +137,3 @@ def report(res) -> str:
         f"({res.requests_per_wall_s:.0f} requests per wall-clock second)",
     ]
     return "\n".join(lines)
-
-
-def main(argv: Sequence[str]) -> int:
-    try:
-        return run(argv)
-    except InputError as e:
-        return report_error("heroserve simulate", e)
-    except BrokenPipeError:
-        return 0
-    except KeyboardInterrupt:
-        print("heroserve simulate: interrupted", file=sys.stderr)
-        return 130

@@ -1,55 +1,29 @@
-"""The input files every command and the controller read, behind one door.
+"""``heroserve validate FILE``: check a topology, plan or trace file with the very functions
+every command reads it with, and print a one-line summary.
 
-- topologies: :func:`load_topology` / :func:`topology_from_dict` (``controller/topology/io.py``)
-- plans: :func:`load_plan` / :func:`parse_plan` / :func:`validate_plan_dict`, and
-  :func:`check_plan_on_topology` / :func:`cluster_for_plan` against a cluster
-  (``controller/inputs/plan_checks.py``)
-- traces: :func:`load_trace` (``controller/workload/traces.py``)
+- topologies: ``controller.topology.load_topology`` / ``topology_from_dict``
+- plans: ``controller.inputs.plan_checks`` on their own, and against their cluster
+  (:func:`controller.cli.common.cluster_for_plan`)
+- traces: ``controller.workload.traces.load_trace``
 
 Each raises :class:`controller.errors.InputError` naming the file and the offending item;
-the bounds are in ``controller/inputs/limits.py`` and docs/topology.md. ``heroserve validate
-FILE`` runs the same functions on any of the three and prints a one-line summary.
+the bounds are in ``controller/inputs/limits.py`` and docs/topology.md.
 """
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
-import networkx as nx
-
+from controller.cli.common import cluster_for_plan
 from controller.errors import InputError
 from controller.inputs.limits import MAX_PLAN_BYTES, MAX_TOPOLOGY_JSON_BYTES
-from controller.inputs.plan_checks import (
-    check_plan_on_topology,
-    load_plan,
-    parse_plan,
-    validate_plan_dict,
-)
+from controller.inputs.plan_checks import load_plan, validate_plan_dict
 from controller.inputs.schema import parse_json, read_text
-from controller.plan import Plan
-from controller.topology import load_topology, resolve_topology, topology_from_dict
+from controller.topology import load_topology, topology_from_dict
 from controller.workload.traces import load_trace
 
 KINDS = ("topology", "plan", "trace")
-
-
-def cluster_for_plan(plan: Plan, topology: str | None = None, source: str = "plan") -> nx.Graph:
-    """The cluster a plan runs on (``topology``, else the plan's own, a built-in name or a
-    file), with the plan (read from ``source``) checked against it."""
-    spec = topology or plan.topology
-    try:
-        g = resolve_topology(spec)
-    except InputError as e:
-        if topology is None:
-            raise InputError(
-                f"plan's topology {spec!r} cannot be resolved ({e}): pass --topology"
-            ) from None
-        raise
-    try:
-        check_plan_on_topology(plan, g)
-    except InputError as e:
-        raise InputError(f"{source}: {e}") from None
-    return g
 
 
 def kind_of(path: str | Path) -> str:
@@ -118,16 +92,24 @@ def validate_file(path: str | Path, kind: str | None = None, topology: str | Non
     )
 
 
-__all__ = [
-    "KINDS",
-    "check_plan_on_topology",
-    "cluster_for_plan",
-    "kind_of",
-    "load_plan",
-    "load_topology",
-    "load_trace",
-    "parse_plan",
-    "topology_from_dict",
-    "validate_file",
-    "validate_plan_dict",
-]
+HELP = "check a topology, plan or trace file as every command reads it (limits: docs/topology.md)"
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="a topology (.yaml/.yml/.json), plan (.json) or trace (.csv/.json)")
+    p.add_argument(
+        "--as",
+        dest="kind",
+        choices=["topology", "plan", "trace"],
+        help="what the file holds (default: told by its extension; a JSON list is a trace, "
+        "a mapping with 'links' a topology, another mapping a plan)",
+    )
+    p.add_argument(
+        "--topology",
+        help="a plan is checked against this cluster (default: the plan's own topology)",
+    )
+
+
+def run(a: argparse.Namespace) -> int:
+    print(validate_file(a.file, a.kind, a.topology))
+    return 0

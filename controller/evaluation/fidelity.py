@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -292,43 +292,3 @@ def _why() -> str:
         wire=net.ina_wire_ratio,
         fp16_ratio=_ratio(hero16, base16),
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from controller.inputs.args import OneLineParser, bounded
-
-    p = OneLineParser(
-        prog="heroserve fidelity",
-        description="the paper's claims beside the project's figures (docs/fidelity.md)",
-    )
-    p.add_argument("--out", default="docs/fidelity.md", help="where to write the report")
-    p.add_argument(
-        "--eval-dir", default="eval", help="where `heroserve evaluate` wrote its scenarios"
-    )
-    p.add_argument(
-        "--servers",
-        type=bounded(int, 16, 1200),
-        default=48,
-        help="servers of the track clusters (a multiple of their unit: 6 and 16)",
-    )
-    p.add_argument("--quick", action="store_true", help="the testbed only")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    try:
-        a = p.parse_args(argv)
-        import sys
-
-        def say(m: str) -> None:
-            if not a.quiet:
-                print(m, file=sys.stderr, flush=True)
-
-        text = report(a.servers, Path(a.eval_dir), a.quick, say)
-        from controller.inputs.args import write_text
-
-        write_text(Path(a.out), text, "--out")
-    except InputError as e:
-        import sys
-
-        print(f"heroserve fidelity: error: {e}", file=sys.stderr)
-        return 2
-    print(f"written to {a.out}")
-    return 0

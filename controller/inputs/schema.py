@@ -7,9 +7,8 @@ lengths and string lengths, and rejects unknown keys by name::
 
     links[3].latncy_us: unknown key (did you mean latency_us?)
 
-Errors are :class:`controller.errors.InputError` with the offending item's place in the
-document (``where``), so the CLI prints one line and exits 2, and the controller answers
-INVALID_ARGUMENT, with the same words for the same file.
+Errors are :class:`controller.errors.InputError` naming the offending item's place
+(``where``): one line and exit 2 from the CLI, INVALID_ARGUMENT from the controller.
 """
 
 from __future__ import annotations

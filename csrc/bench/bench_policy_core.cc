@@ -89,7 +89,7 @@ static double SelectNs(size_t n, int threads, uint64_t iters) {
 // Whole plugin path: ns per getCollInfo (shm check, table store poll, selection, counters,
 // cost-table rewrite) with a 16-policy table published in a private segment; then the same
 // call with the segment stalled (an agent killed mid-publish left the seqlock odd), garbled,
-// and republished every call, and the writer's publish time. Issue 10: a collective is
+// and republished every call, and the writer's publish time. The target: a collective is
 // decided within 10 us of the segment read, whatever the segment holds.
 struct CallTimes {
   double mean, median, p99;  // ns per getCollInfo (each call timed alone)
