@@ -15,7 +15,16 @@ import struct
 import threading
 from dataclasses import dataclass, field
 
-from agents.ina.packet import INA_UDP_PORT, VECTOR_LEN, ipv4_checksum
+from agents.ina.packet import (
+    HEADER_LEN,
+    HEADER_STRUCT,
+    INA_UDP_PORT,
+    LATE_WINDOW,
+    MAX_WORKERS,
+    VECTOR_BYTES,
+    VECTOR_LEN,
+    ipv4_checksum,
+)
 
 from .tables import (
     ActionSpec,
@@ -29,8 +38,6 @@ from .tables import (
 DROP_PORT = 511
 NUM_PORTS = 512
 NUM_SLOTS = 1024
-MAX_WORKERS = 32
-LATE_WINDOW = 128  # a generation this far or further behind its copy's is late
 
 # ina_drops indices (the P4 program's DROP_* constants).
 DROP_SHORT_HEADER = 0
@@ -75,10 +82,7 @@ EVENT_NAMES = {
 _ETH_LEN = 14
 _IPV4_LEN = 20
 _UDP_LEN = 8
-_INA_LEN = 8
-_DATA_LEN = 4 * VECTOR_LEN
-_INA_HDR = struct.Struct("!HHBBBB")
-_DATA = struct.Struct(f"!{VECTOR_LEN}I")
+_DATA = struct.Struct(f"!{VECTOR_LEN}I")  # the lanes as P4 reads them: unsigned bit<32>
 _ALL_ONES = 0xFFFFFFFF
 
 
@@ -190,15 +194,15 @@ class InaParser:
             if ihl == 5 and frag_offset == 0 and ip[9] == 17 and n >= off + _UDP_LEN:
                 h.udp = bytearray(frame[off : off + _UDP_LEN])
                 off += _UDP_LEN
-                if (h.udp[2] << 8 | h.udp[3]) == INA_UDP_PORT and n >= off + _INA_LEN:
-                    g, a, w, nw, flags, gen = _INA_HDR.unpack_from(frame, off)
+                if (h.udp[2] << 8 | h.udp[3]) == INA_UDP_PORT and n >= off + HEADER_LEN:
+                    g, a, w, nw, flags, gen = HEADER_STRUCT.unpack_from(frame, off)
                     h.ina = InaH(
                         g, a, w, nw, flags >> 7, (flags >> 6) & 1, (flags >> 5) & 1, flags & 31, gen
                     )
-                    off += _INA_LEN
-                    if n >= off + _DATA_LEN:
+                    off += HEADER_LEN
+                    if n >= off + VECTOR_BYTES:
                         h.ina_data = list(_DATA.unpack_from(frame, off))
-                        off += _DATA_LEN
+                        off += VECTOR_BYTES
         h.payload = frame[off:]
         return h
 
@@ -474,7 +478,7 @@ class InaDeparser:
             i = hdr.ina
             flags = (i.version << 7) | (i.is_retx << 6) | (i.is_result << 5) | i.reserved
             parts.append(
-                _INA_HDR.pack(
+                HEADER_STRUCT.pack(
                     i.group_id, i.agg_index, i.worker_id, i.num_workers, flags, i.generation
                 )
             )

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agents.ina.packet import MAX_WORKERS
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from controller.plan import Group, Plan, SlotRange
 from controller.scheduler.online import TableError, parse_table
@@ -63,7 +64,6 @@ DEFAULT_SLOTS_PER_GROUP = 16
 # Collective sequence numbers a new table version waits before it applies, beyond the
 # highest one any member reported: every member must receive the table before that.
 DEFAULT_APPLY_MARGIN = 1024
-MAX_WORKERS = 32  # the switch's bitmap of workers seen (p4/heroserve_ina.p4)
 MAX_INDEX = 1 << 20  # instance and stage numbers: far above any cluster's instance count
 
 
