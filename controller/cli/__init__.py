@@ -38,7 +38,7 @@ COMMANDS: dict[
 
 # -- plan ------------------------------------------------------------------------------------
 def _plan_args(p: argparse.ArgumentParser) -> None:
-    from controller.costmodel.network import DEFAULT_INA_LANES, INA_LANES
+    from controller.costmodel.netparams import DEFAULT_INA_LANES, INA_LANES
     from controller.topology.fabric import PIPELINED
 
     p.add_argument(
@@ -133,7 +133,7 @@ def default_model(topology: str) -> str:
 def run_plan(a: argparse.Namespace) -> int:
     from controller.cli.progress import ProgressLine
     from controller.cli.report import comparison_table, groups_table
-    from controller.costmodel.network import NetParams
+    from controller.costmodel.netparams import NetParams
     from controller.models import model_spec
     from controller.planner import BASELINES, PLANNERS, PlannerOptions, plan
     from controller.related import HELIX_BASELINES, RELATED

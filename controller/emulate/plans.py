@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from controller.costmodel.network import NetParams, ring_pattern
+from controller.costmodel.netparams import NetParams
+from controller.costmodel.ring import ring_pattern
 from controller.emulate.spec import NetworkSpec, ring_route
 from controller.errors import InputError
 from controller.plan import SLA, Group, Instance, PhasePlan, Plan, Predicted, Rail, SlotRange
