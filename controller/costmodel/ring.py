@@ -11,14 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import networkx as nx
+
 from controller.costmodel.netparams import NetParams
 from controller.costmodel.network import CommPattern, Phase, choose_routes
 from controller.topology.fabric import Fabric, Path
 
 
-def ring_order(fabric: Fabric, members: Sequence[str]) -> list[str]:
-    """NCCL's ring order: servers in turn, GPUs in index order inside a server (NVLink)."""
-    g = fabric.g
+def ring_order(fabric: Fabric | nx.Graph, members: Sequence[str]) -> list[str]:
+    """NCCL's ring order: servers in turn, GPUs in index order inside a server (NVLink).
+
+    Takes the fabric being priced or, where none is built (the emulation), its graph."""
+    g = fabric.g if isinstance(fabric, Fabric) else fabric
     return sorted(members, key=lambda n: (g.nodes[n].get("server") or "", g.nodes[n]["index"], n))
 
 
