@@ -22,7 +22,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agents.ina.packet import INA_UDP_PORT, VECTOR_LEN, InaHeader, build_frame  # noqa: E402
+from agents.ina.packet import (  # noqa: E402
+    INA_UDP_PORT,
+    MAX_WORKERS,
+    VECTOR_LEN,
+    InaHeader,
+    build_frame,
+)
 from agents.softswitch.pipeline import InaPipeline  # noqa: E402
 
 SLOTS = 64  # window of in-flight aggregator slots, as a host library would use
@@ -190,8 +196,11 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--no-veth", action="store_true", help="only the pure pipeline")
     args = ap.parse_args()
-    if not 1 <= args.workers <= 32 or args.rounds < 1:
-        print("bench_softswitch: --workers must be 1..32 and --rounds >= 1", file=sys.stderr)
+    if not 1 <= args.workers <= MAX_WORKERS or args.rounds < 1:
+        print(
+            f"bench_softswitch: --workers must be 1..{MAX_WORKERS} and --rounds >= 1",
+            file=sys.stderr,
+        )
         return 2
     bench_pipeline(args.workers, args.rounds)
     if not args.no_veth:

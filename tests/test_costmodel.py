@@ -10,9 +10,12 @@ from controller.costmodel.compute import (
     layer_weights,
     prefill_layer_time,
 )
+from controller.costmodel.ina import T_AGG_S, ina_pattern
 from controller.costmodel.kvcache import kv_shares
-from controller.costmodel.network import T_AGG_S, NetParams, flow_times, ina_pattern, ring_pattern
+from controller.costmodel.netparams import NetParams
+from controller.costmodel.network import flow_times
 from controller.costmodel.queueing import max_rate_within, pk_queue_delay
+from controller.costmodel.ring import ring_pattern
 from controller.errors import InputError
 from controller.models import model_spec
 from controller.topology import fig2
@@ -249,7 +252,7 @@ def test_rail_routes_are_routes_between_filtered_by_nccl_rules():
     peer's NIC on one of the destination's rails (PXN)."""
     import random
 
-    from controller.costmodel.network import rail_routes
+    from controller.costmodel.ring import rail_routes
     from controller.topology.fabric import Fabric
     from controller.topology.generators import tracks
 

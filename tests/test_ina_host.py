@@ -304,7 +304,7 @@ def test_member_data_is_reproducible_and_bounded() -> None:
 
 def test_the_wire_as_scapy_reads_it_window_rounds_and_a_retransmission() -> None:
     """One member against a switch played by this test, every datagram parsed and answered
-    with scapy's INA layer (agents/ina/packet.py), independent of the library's own codec:
+    with scapy's INA layer (agents/ina/scapy_layer.py), independent of the library's own codec:
     chunk c goes to aggregator c % window as that aggregator's next round (the version bit
     alternates), nothing more than the window is outstanding, a chunk whose result is held
     back comes again flagged as a retransmission with the same lanes, and the member's

@@ -12,13 +12,13 @@ from __future__ import annotations
 import pytest
 from ina_sim import HostSimulation, Network, ProtocolViolation, worker_port
 
-from agents.softswitch.pipeline import (
+from agents.softswitch.headers import (
     DROP_LATE,
     EVT_COMPLETED,
     EVT_RETX_ABSORBED,
     EVT_RETX_ANSWERED,
-    InaPipeline,
 )
+from agents.softswitch.pipeline import InaPipeline
 
 GROUP, MCAST = 5, 77
 

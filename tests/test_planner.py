@@ -2,7 +2,7 @@
 
 import pytest
 
-from controller.costmodel.network import ina_pattern
+from controller.costmodel.ina import ina_pattern
 from controller.errors import InputError
 from controller.inputs.plan_checks import load_plan
 from controller.models import model_spec

@@ -10,7 +10,7 @@ import pytest
 
 from controller.cli import main
 from controller.costmodel.compute import decode_layer_time
-from controller.costmodel.network import NetParams
+from controller.costmodel.netparams import NetParams
 from controller.models import model_spec
 from controller.planner import PLANNERS, PlannerOptions, Problem, plan
 from controller.planner.evaluate import Evaluator

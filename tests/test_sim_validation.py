@@ -5,7 +5,7 @@ rate."""
 import numpy as np
 import pytest
 
-from controller.costmodel.network import NetParams
+from controller.costmodel.netparams import NetParams
 from controller.evaluation.sweep import max_rates
 from controller.models import model_spec
 from controller.planner import PlannerOptions, plan

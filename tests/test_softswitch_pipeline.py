@@ -15,7 +15,7 @@ from agents.ina.packet import (
     pack,
     unpack,
 )
-from agents.softswitch.pipeline import (
+from agents.softswitch.headers import (
     DROP_BAD_INDEX,
     DROP_BAD_WORKER_ID,
     DROP_FRAGMENT,
@@ -31,8 +31,8 @@ from agents.softswitch.pipeline import (
     EVT_RETX_ABSORBED,
     EVT_RETX_ANSWERED,
     EVT_TRANSIT,
-    InaPipeline,
 )
+from agents.softswitch.pipeline import InaPipeline
 from agents.softswitch.tables import TableEntry
 
 PORTS = [1, 2, 3, 4]

@@ -8,6 +8,12 @@ table version, writer pid), 32 per-process counter slots, then the JSON payload
 the plugin treats it: hostile. Every length is checked against the file, a write in progress
 (odd seqlock) or a changed counter is read again, and a payload that fails its checksum or
 does not parse is reported, never trusted.
+
+Holds the layout (``MAGIC``, ``LAYOUT_VERSION``, ``MAX_PROCS``, ``MAX_POLICIES``,
+``DATA_OFFSET``, ``MAX_CAPACITY``), the header's fields (:class:`SegmentHeader`,
+:func:`read_header`), the checked read of a segment (:func:`read_segment`, giving
+:class:`Published`) and the demo's one-line description of it (:func:`describe`).
+tests/test_gpu_shmview.py reads what the C++ writer wrote, so the two layouts cannot drift.
 """
 
 from __future__ import annotations
@@ -21,19 +27,42 @@ from typing import Any
 
 MAGIC = b"HSRVPOL1"
 LAYOUT_VERSION = 1
+MAX_PROCS = 32  # shm.h kMaxProcs: counter slots, one per serving process
+MAX_POLICIES = 256  # shm.h kMaxPolicies: {selections, bytes} counters per slot
 _HEADER = struct.Struct("<8sII6Q")  # magic, layout, reserved, capacity .. writer_pid
-_PROC_SLOT_BYTES = 4 * 8 + 256 * 16  # pid, version, last_seq, reserved, 256 counters
-DATA_OFFSET = (_HEADER.size + 32 * _PROC_SLOT_BYTES + 63) // 64 * 64
+_PROC_SLOT_BYTES = 4 * 8 + MAX_POLICIES * 16  # pid, version, last_seq, reserved, counters
+DATA_OFFSET = (_HEADER.size + MAX_PROCS * _PROC_SLOT_BYTES + 63) // 64 * 64
 MAX_CAPACITY = 1 << 30  # shm.h kMaxCapacity: a bigger segment is not one of ours
 _TRIES = 5  # reads of a segment being rewritten before giving up on it
 _RETRY_S = 0.001  # a publish copies a few KB: far less than this
 
 
 def fnv1a64(data: bytes) -> int:
+    """shm.h's ``Checksum``: FNV-1a 64 of ``data``."""
     h = 1469598103934665603
     for b in data:
         h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
     return h
+
+
+@dataclass(frozen=True)
+class SegmentHeader:
+    """The fields of shm.h's ``Header`` before its counter slots (``reserved`` left out)."""
+
+    magic: bytes
+    layout: int
+    capacity: int  # payload bytes the writer made room for
+    seq: int  # seqlock counter: odd while a write is in progress
+    length: int  # payload bytes
+    checksum: int  # FNV-1a 64 of the payload
+    version: int  # newest table version in the payload
+    writer_pid: int
+
+
+def read_header(raw: bytes) -> SegmentHeader:
+    """The header at the start of ``raw`` (at least 64 bytes), as it is: nothing checked."""
+    magic, layout, _, capacity, seq, length, checksum, version, pid = _HEADER.unpack_from(raw)
+    return SegmentHeader(magic, layout, capacity, seq, length, checksum, version, pid)
 
 
 @dataclass(frozen=True)
@@ -64,15 +93,15 @@ def _parse(raw: bytes) -> Published | None:
     """None while a write is in progress (odd seqlock)."""
     if len(raw) < DATA_OFFSET:
         return Published(0, [], f"{len(raw)} bytes, shorter than its header")
-    magic, layout, _, capacity, seq, length, checksum, version, _pid = _HEADER.unpack_from(raw)
-    if magic != MAGIC or layout != LAYOUT_VERSION:
-        return Published(0, [], f"not a policy segment (magic {magic!r}, layout {layout})")
-    if seq % 2:
+    h = read_header(raw)
+    if h.magic != MAGIC or h.layout != LAYOUT_VERSION:
+        return Published(0, [], f"not a policy segment (magic {h.magic!r}, layout {h.layout})")
+    if h.seq % 2:
         return None
-    if length > min(capacity, len(raw) - DATA_OFFSET):
-        return Published(0, [], f"payload length {length} outside the segment")
-    payload = raw[DATA_OFFSET : DATA_OFFSET + length]
-    if fnv1a64(payload) != checksum:
+    if h.length > min(h.capacity, len(raw) - DATA_OFFSET):
+        return Published(0, [], f"payload length {h.length} outside the segment")
+    payload = raw[DATA_OFFSET : DATA_OFFSET + h.length]
+    if fnv1a64(payload) != h.checksum:
         return Published(0, [], "payload fails its checksum")
     try:
         doc = json.loads(payload)
@@ -81,7 +110,7 @@ def _parse(raw: bytes) -> Published | None:
             raise TypeError("tables is not a list of objects")
     except (ValueError, KeyError, TypeError) as exc:
         return Published(0, [], f"payload is not a table list ({exc})")
-    return Published(version, tables)
+    return Published(h.version, tables)
 
 
 def describe_policy(p: dict[str, Any]) -> str:

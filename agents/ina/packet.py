@@ -17,6 +17,16 @@ switch's aggregation exactly-once under loss, duplication, reordering and delay
 Values are fixed-point: a real ``x`` travels as ``round(x * scale)`` saturated to int32;
 the switch adds them with two's-complement wrap-around, so the sender must pick a scale
 for which ``num_workers * max|x| * scale < 2**31``.
+
+This module is the one home of the wire constants every other part imports (the switch
+model agents/softswitch, the host transport, the controller's slot pool, group ids and
+input limits, the cost model's packet size): the UDP port, vector and header sizes, the
+header's ``struct`` layout (``HEADER_STRUCT``), the worker limit (``MAX_WORKERS``), the
+group-id and aggregator-slot limits (``MAX_GROUP_ID``, ``MAX_AGGREGATOR_SLOTS``), the flag
+bits and the generation window. It holds the codec (:class:`InaHeader`, :func:`pack`,
+:func:`unpack`, fixed point, :func:`build_frame`) and, loaded on first use so that the
+controller's imports of the constants do not load scapy, the scapy layer ``INA``
+(agents/ina/scapy_layer.py).
 """
 
 from __future__ import annotations
@@ -24,16 +34,21 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-from scapy.fields import BitField, ByteField, FieldListField, ShortField, SignedIntField
-from scapy.layers.inet import UDP
-from scapy.packet import Packet, bind_layers
+from typing import Any
 
 INA_UDP_PORT = 48879  # 0xBEEF
 VECTOR_LEN = 32
+VECTOR_BYTES = 4 * VECTOR_LEN  # int32 lanes: 128 bytes
 HEADER_LEN = 8
-PAYLOAD_LEN = HEADER_LEN + 4 * VECTOR_LEN  # 136 bytes after the UDP header
-MAX_WORKERS = 32  # width of the switch's bitmap of workers seen
+PAYLOAD_LEN = HEADER_LEN + VECTOR_BYTES  # 136 bytes after the UDP header
+# The header's fields in order: group_id, agg_index, worker_id, num_workers, flags, generation.
+HEADER_STRUCT = struct.Struct("!HHBBBB")
+MAX_WORKERS = 32  # width of the switch's bitmap of workers seen (INA_MAX_WORKERS in P4)
+# group_id is 16 bits and 0 means "no group" (docs/dataplane.md): ids are 1..MAX_GROUP_ID.
+MAX_GROUP_ID = (1 << 16) - 1
+# agg_index, and the aggregation table's slot that it selects, are 16 bits: neither a group
+# nor a switch can address more aggregators than this, whatever an inventory says.
+MAX_AGGREGATOR_SLOTS = 1 << 16
 
 FLAG_VERSION = 0x80
 FLAG_RETX = 0x40
@@ -51,7 +66,6 @@ DEFAULT_SCALE = 2**16  # 16 fractional bits: resolution 1.5e-5, range +-32768
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1
 
-_HEADER = struct.Struct("!HHBBBB")
 _VECTOR = struct.Struct(f"!{VECTOR_LEN}i")
 
 
@@ -139,7 +153,7 @@ def pack(header: InaHeader, values: Sequence[int]) -> bytes:
     for v in values:
         if not INT32_MIN <= v <= INT32_MAX:
             raise ValueError(f"value {v} is not an int32 (use to_fixed)")
-    return _HEADER.pack(
+    return HEADER_STRUCT.pack(
         header.group_id,
         header.agg_index,
         header.worker_id,
@@ -157,7 +171,8 @@ def unpack(payload: bytes) -> InaMessage:
     """
     if len(payload) < PAYLOAD_LEN:
         raise InaDecodeError(f"INA payload is {len(payload)} bytes, needs {PAYLOAD_LEN}")
-    group_id, agg_index, worker_id, num_workers, flags, generation = _HEADER.unpack_from(payload, 0)
+    fields = HEADER_STRUCT.unpack_from(payload, 0)
+    group_id, agg_index, worker_id, num_workers, flags, generation = fields
     if flags & FLAG_RESERVED:
         raise InaDecodeError(f"INA reserved flag bits set: {flags & FLAG_RESERVED:#04x}")
     values = _VECTOR.unpack_from(payload, HEADER_LEN)
@@ -262,27 +277,11 @@ def build_frame(
     return eth + bytes(ip_hdr) + udp + payload
 
 
-class INA(Packet):
-    """Scapy layer for the INA header + vector, bound to UDP port ``INA_UDP_PORT``."""
+def __getattr__(name: str) -> Any:
+    """``INA``, the scapy layer, imported on first use: scapy takes about a second to load,
+    and most importers of this module want only the constants and the codec."""
+    if name == "INA":
+        from agents.ina.scapy_layer import INA
 
-    name = "HeroServeINA"
-    fields_desc = [
-        ShortField("group_id", 0),
-        ShortField("agg_index", 0),
-        ByteField("worker_id", 0),
-        ByteField("num_workers", 1),
-        BitField("version", 0, 1),
-        BitField("is_retx", 0, 1),
-        BitField("is_result", 0, 1),
-        BitField("reserved", 0, 5),
-        ByteField("generation", 0),
-        FieldListField(
-            "values",
-            [0] * VECTOR_LEN,
-            SignedIntField("v", 0),
-            count_from=lambda pkt: VECTOR_LEN,
-        ),
-    ]
-
-
-bind_layers(UDP, INA, dport=INA_UDP_PORT)
+        return INA
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

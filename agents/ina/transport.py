@@ -39,6 +39,8 @@ import numpy as np
 from agents.ina.lanes import LANE_DTYPE, agreed_exponent, exponent_lanes
 from agents.ina.packet import (
     INA_UDP_PORT,
+    MAX_AGGREGATOR_SLOTS,
+    MAX_GROUP_ID,
     MAX_WORKERS,
     PAYLOAD_LEN,
     VECTOR_LEN,
@@ -73,14 +75,14 @@ class InaGroup:
     switch_port: int = INA_UDP_PORT
 
     def __post_init__(self) -> None:
-        if not 0 < self.group_id < 1 << 16:
-            raise ValueError(f"group id {self.group_id} outside 1..65535")
+        if not 0 < self.group_id <= MAX_GROUP_ID:
+            raise ValueError(f"group id {self.group_id} outside 1..{MAX_GROUP_ID}")
         if not 1 <= self.num_workers <= MAX_WORKERS:
             raise ValueError(f"{self.num_workers} workers: the switch allows 1..{MAX_WORKERS}")
         if not 0 <= self.worker_id < self.num_workers:
             raise ValueError(f"worker id {self.worker_id} of {self.num_workers}")
-        if not 1 <= self.window < 1 << 16:
-            raise ValueError(f"window {self.window} outside 1..65535")
+        if not 1 <= self.window < MAX_AGGREGATOR_SLOTS:  # one agg_index per in-flight chunk
+            raise ValueError(f"window {self.window} outside 1..{MAX_AGGREGATOR_SLOTS - 1}")
 
 
 @dataclass(frozen=True)

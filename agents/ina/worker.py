@@ -35,7 +35,7 @@ import numpy as np
 
 from agents.ina.hier import HierMember
 from agents.ina.lanes import LaneError, exponent_of, max_abs, to_lanes
-from agents.ina.packet import INA_UDP_PORT
+from agents.ina.packet import INA_UDP_PORT, MAX_AGGREGATOR_SLOTS, MAX_GROUP_ID, MAX_WORKERS
 from agents.ina.ring import RING_PORT, PeerListener, Ring, RingError
 from agents.ina.transport import InaGroup, InaSession, InaTimeout, Timeouts
 
@@ -103,10 +103,10 @@ class Worker:
 
     def session(self, spec: dict[str, Any]) -> InaSession:
         g = InaGroup(
-            group_id=_int(spec, "group_id", 1, 65535),
-            worker_id=_int(spec, "worker_id", 0, 31),
-            num_workers=_int(spec, "num_workers", 1, 32),
-            window=_int(spec, "window", 1, 65535),
+            group_id=_int(spec, "group_id", 1, MAX_GROUP_ID),
+            worker_id=_int(spec, "worker_id", 0, MAX_WORKERS - 1),
+            num_workers=_int(spec, "num_workers", 1, MAX_WORKERS),
+            window=_int(spec, "window", 1, MAX_AGGREGATOR_SLOTS - 1),
             switch_ip=_str(spec, "switch_ip"),
         )
         s = self.sessions.get(g.group_id)

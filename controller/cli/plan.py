@@ -20,7 +20,7 @@ HELP = "plan a disaggregated deployment and compare it with the baselines"
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    from controller.costmodel.network import DEFAULT_INA_LANES, INA_LANES
+    from controller.costmodel.netparams import DEFAULT_INA_LANES, INA_LANES
     from controller.topology.fabric import PIPELINED
 
     p.add_argument(
@@ -109,7 +109,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def run(a: argparse.Namespace) -> int:
     from controller.cli.progress import ProgressLine
     from controller.cli.report import comparison_table, groups_table
-    from controller.costmodel.network import NetParams
+    from controller.costmodel.netparams import NetParams
     from controller.planner import BASELINES, PLANNERS, PlannerOptions, plan
     from controller.related import HELIX_BASELINES, RELATED
     from controller.topology import resolve_topology

@@ -4,8 +4,10 @@
 |---|---|
 | Eq. 1 (objective), Eq. 2-5 | ``controller.planner.evaluate`` (assembles the terms) |
 | Eq. 6 (pipeline hop) | ``controller.planner.evaluate.pipeline_hop_time`` |
-| Eqs. 7-10 (INA) | ``network.ina_pattern`` |
-| Eq. 11 (ring) | ``network.ring_pattern`` |
+| Eq. 10 over shared links (flows, phases) | ``network.flow_times``, ``network.compile_phase`` |
+| cost mode, INA lanes, per-step latencies | ``netparams.NetParams`` |
+| Eqs. 7-10 (INA) | ``ina.ina_pattern``, ``ina.ina_on_routes`` |
+| Eq. 11 (ring) | ``ring.ring_pattern`` (order: ``ring.ring_order``) |
 | hierarchical INA (docs/design.md §5) | ``hier.hier_pattern``, ``hier.hier_on_rails`` |
 | latency matrix (Alg. 2 lines 1-3) | ``pairs.pair_times`` |
 | Eqs. 12-13 (compute) | ``compute.prefill_layer_time``, ``compute.decode_layer_time`` |

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from controller.costmodel.ina import T_AGG_S
+from controller.costmodel.netparams import NetParams
 from controller.costmodel.network import (
-    T_AGG_S,
     CommPattern,
-    NetParams,
     Phase,
     RailPattern,
     choose_routes,

@@ -19,7 +19,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controller.costmodel.network import flow_times, path_time, rail_routes
+from controller.costmodel.network import flow_times, path_time
+from controller.costmodel.ring import rail_routes
 from controller.models.specs import ModelSpec
 from controller.topology.fabric import Fabric, Path
 

@@ -1,4 +1,5 @@
-"""Communication costs (docs/design.md §5, paper Eqs. 6-11). Units: bytes, seconds.
+"""Communication costs (docs/design.md §5, paper Eqs. 6-11): the machinery every scheme's
+pattern is built from. Units: bytes, seconds.
 
 A collective is a :class:`CommPattern`: one or more sequential :class:`Phase` s, each a set of
 flows (a route and the share of the message it carries) that run at once and share links, in
@@ -11,134 +12,23 @@ simulator need: with every load proportional to the message, each flow's time is
 it, so a phase is compiled once per fabric (:func:`compile_phase`) into per-flow slopes and
 intercepts that both the cost model and the simulator evaluate.
 
-Schemes: ``ring`` (Eq. 11, NCCL's ring), ``ina`` (Eqs. 8-10, flat in-network aggregation),
-``hier`` (hierarchical INA: NVLink reduce-scatter, INA per rail, NVLink all-gather; see
-``hier.py``). docs/costmodel.md gives every formula and parameter source.
+Holds: flow prices (:func:`flow_times`, :func:`path_time`), route choice under shared links
+(:func:`choose_routes`), phases and their compiled form (:class:`Phase`,
+:class:`CompiledPhase`, :func:`compile_phase`) and patterns (:class:`CommPattern`,
+:class:`RailPattern`). The schemes build patterns elsewhere: ``ring`` in ``ring.py`` (Eq. 11,
+NCCL's ring), ``ina`` in ``ina.py`` (Eqs. 8-10, flat in-network aggregation), ``hier`` in
+``hier.py`` (hierarchical INA: NVLink reduce-scatter, INA per rail, NVLink all-gather); their
+parameters (:class:`NetParams`, INA lane formats) are in ``netparams.py``. docs/costmodel.md
+gives every formula and parameter source.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-import networkx as nx
-
-from controller.errors import InputError
-from controller.topology.fabric import COST_MODES, PIPELINED, ROCE_MTU_BYTES, Edge, Fabric, Path
-
-T_AGG_S = 1e-6  # aggregation inside the switch, Eq. 8 (paper: about 1 us, its refs [42, 43])
-
-# The INA packet of the project's P4 program (p4/heroserve_ina.p4, docs/dataplane.md): a
-# 128-byte vector behind Ethernet (14), IPv4 (20), UDP (8) and the INA header (8), plus on the
-# wire the FCS (4), preamble and start delimiter (8) and the inter-frame gap (12).
-INA_PAYLOAD_BYTES = 128
-INA_OVERHEAD_BYTES = 14 + 20 + 8 + 8 + 4 + 8 + 12
-
-
-@dataclass(frozen=True)
-class LaneFormat:
-    """How the switch aggregates one FP16 element: ``element_bytes`` on the wire plus
-    ``scale_bytes`` per element for a block's shared scale."""
-
-    name: str
-    element_bytes: int
-    scale_bytes: float
-    source: str
-
-
-INA_LANES: dict[str, LaneFormat] = {
-    lane.name: lane
-    for lane in (
-        # SwitchML (NSDI'21): floats scaled to 32-bit fixed point, the switch adds integers;
-        # the project's P4 program aggregates 32 int32 lanes per packet.
-        LaneFormat("int32", 4, 0.0, "SwitchML fixed point; p4/heroserve_ina.p4"),
-        # Block-scaled 16-bit integers: one 8-bit shared scale per block of 32 elements, the
-        # block of the OCP Microscaling (MX) formats v1.0.
-        LaneFormat("int16", 2, 1.0 / 32, "block-scaled int16, OCP MX block of 32"),
-        # FPISA (NSDI'22): floating-point addition in a Tofino pipeline, 16-bit lanes.
-        LaneFormat("fp16", 2, 0.0, "FPISA 16-bit floating-point lanes"),
-    )
-}
-DEFAULT_INA_LANES = "int32"  # what p4/heroserve_ina.p4 aggregates
-
-
-@dataclass(frozen=True)
-class NetParams:
-    """Cost-mode, wire-format and latency terms of the network model (docs/costmodel.md)."""
-
-    cost_mode: str = PIPELINED  # "pipelined" or "paper" (store and forward, the paper's Eq. 10)
-    ina_lanes: str = DEFAULT_INA_LANES  # "int32", "int16" or "fp16" (INA_LANES)
-    # NCCL's per-hop latency of a ring step, LL128 protocol (src/graph/tuning.cc, hwLat):
-    ring_step_net_s: float = 4.0e-6  # over the network
-    ring_step_nvlink_s: float = 1.9e-6  # on NVLink
-    ina_host_s: float = 4e-6  # host overhead of one INA all-reduce (one synchronisation, as a step)
-    dtype_bytes: int = 2  # FP16 activations
-    packet_bytes: float = ROCE_MTU_BYTES  # a pipelined hop's packet for RDMA flows (ring, KV)
-    ina_payload_bytes: int = INA_PAYLOAD_BYTES  # vector bytes per INA packet
-    ina_overhead_bytes: int = INA_OVERHEAD_BYTES  # headers and framing per INA packet
-
-    def __post_init__(self) -> None:
-        if self.cost_mode not in COST_MODES:
-            raise InputError(
-                f"cost mode must be one of {', '.join(COST_MODES)}, got {self.cost_mode!r}"
-            )
-        if self.ina_lanes not in INA_LANES:
-            raise InputError(
-                f"INA lanes must be one of {', '.join(INA_LANES)}, got {self.ina_lanes!r}"
-            )
-        for name in ("ring_step_net_s", "ring_step_nvlink_s", "ina_host_s", "ina_overhead_bytes"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
-                raise InputError(f"{name} must be a finite number >= 0, got {v!r}")
-        for name in ("dtype_bytes", "packet_bytes", "ina_payload_bytes"):
-            v = getattr(self, name)
-            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
-                raise InputError(f"{name} must be a finite number > 0, got {v!r}")
-
-    @property
-    def lane(self) -> LaneFormat:
-        return INA_LANES[self.ina_lanes]
-
-    @property
-    def ina_frame_bytes(self) -> float:
-        """An INA packet on the wire: the packet a pipelined hop serialises for INA flows."""
-        return self.ina_payload_bytes + self.ina_overhead_bytes
-
-    @property
-    def ina_wire_ratio(self) -> float:
-        """Bytes on the wire per byte of message for INA: lane width plus block scale over the
-        message's element size, times the packet's headers and framing over its payload."""
-        lane = self.lane
-        per_element = (lane.element_bytes + lane.scale_bytes) / self.dtype_bytes
-        return per_element * self.ina_frame_bytes / self.ina_payload_bytes
-
-    def fabric(self, g: nx.Graph, *, relay: bool = True) -> Fabric:
-        """The routes and prices of ``g`` in this cost mode."""
-        return Fabric(g, relay=relay, cost_mode=self.cost_mode, packet_bytes=self.packet_bytes)
-
-    def plan_options(self) -> dict[str, Any]:
-        """What a plan records (``Plan.options``) so that it is simulated as it was priced."""
-        return {"cost_mode": self.cost_mode, "ina_lanes": self.ina_lanes}
-
-    @classmethod
-    def from_plan_options(cls, options: Mapping[str, Any] | None) -> NetParams:
-        """NetParams from a plan's ``options`` (keys ``cost_mode``, ``ina_lanes``; missing:
-        the defaults). A plan file is input: a bad value raises InputError naming it."""
-        if options is None:
-            return cls()
-        if not isinstance(options, Mapping):
-            raise InputError(f"plan options must be a mapping, got {type(options).__name__}")
-        kw = {}
-        for key in ("cost_mode", "ina_lanes"):
-            if key in options:
-                v = options[key]
-                if not isinstance(v, str):
-                    raise InputError(f"plan option {key} must be a string, got {v!r}")
-                kw[key] = v
-        return cls(**kw)
+from controller.topology.fabric import Edge, Fabric, Path
 
 
 # -- flows and their prices --------------------------------------------------------------
@@ -509,145 +399,3 @@ class CommPattern:
             (sum(table[e][1] for e in _edges(p)) for p, _ in self.flows),
             default=0.0,
         )
-
-
-def ina_on_routes(
-    routes: Mapping[str, Path], switch: str, params: NetParams, members: Sequence[str] = ()
-) -> CommPattern:
-    """Flat INA over given routes (member -> its route up to ``switch``): every member streams
-    its vector, as ``params``' lanes on the wire, up its route, and the switch streams the sum
-    back down it (Eqs. 8-10; overlapped when pipelined)."""
-    order = list(members) or list(routes)
-    flows = [(list(routes[m]), params.ina_wire_ratio) for m in order]
-    phase = Phase(
-        flows,
-        1.0,
-        0.0,
-        T_AGG_S + params.ina_host_s,
-        duplex=True,
-        packet_bytes=params.ina_frame_bytes,
-    )
-    return CommPattern("ina", [phase], switch, {m: list(routes[m]) for m in order})
-
-
-def ina_pattern(
-    fabric: Fabric, members: Sequence[str], switch: str, nbytes: float, params: NetParams
-) -> CommPattern | None:
-    """INA all-reduce at ``switch`` (Eqs. 8-10): every member sends its vector to the switch
-    over its cheapest route given the other members' flows (routes may relay over NVLink when
-    ``fabric.relay``); the result returns the same way (full duplex). Paper mode: T_ina = T_col
-    + T_agg + T_dis (+ one host synchronisation); pipelined: collection and distribution
-    overlap (``Phase``). None if a member cannot reach the switch."""
-    wire = params.ina_wire_ratio
-    options = [fabric.routes_to_switch(m, switch) for m in members]
-    if any(not o for o in options):
-        return None
-    routes, _ = choose_routes(
-        fabric,
-        options,
-        [nbytes * wire] * len(members),
-        sweeps=1,
-        packet_bytes=params.ina_frame_bytes,
-    )
-    return ina_on_routes(dict(zip(members, routes, strict=True)), switch, params, members)
-
-
-def ring_order(fabric: Fabric, members: Sequence[str]) -> list[str]:
-    """NCCL's ring order: servers in turn, GPUs in index order inside a server (NVLink)."""
-    g = fabric.g
-    return sorted(members, key=lambda n: (g.nodes[n].get("server") or "", g.nodes[n]["index"], n))
-
-
-def rail_routes(fabric: Fabric, src: str, dst: str) -> list[Path]:
-    """NCCL's routes for one inter-server channel: leave through the source GPU's own NIC or,
-    with PXN, through an NVLink peer's NIC on the destination's rail; arrive at the destination
-    GPU's own NIC. Built once per pair (``Fabric.memo``; shared, read-only lists)."""
-    key = ("rail", src, dst)
-    hit = fabric.memo.get(key)
-    if hit is None:
-        hit = fabric.memo[key] = _rail_routes(fabric, src, dst)
-    return hit  # type: ignore[return-value]
-
-
-def _rail_routes(fabric: Fabric, src: str, dst: str) -> list[Path]:
-    if src == dst or fabric.nvlink_path(src, dst) is not None:
-        return fabric.routes_between(src, dst)
-    own = [f for f in fabric.exits(dst) if len(f) == 2]  # dst's own NICs: [dst, switch]
-    rails = {f[-1] for f in own}
-    keep = []
-    for e in fabric.exits(src):  # (routes_between's order, without building the others)
-        if len(e) != 2 and e[-1] not in rails:
-            continue  # a peer's NIC that is not on the destination's rail
-        for f in own:
-            sp = fabric.switch_path(e[-1], f[-1])
-            if sp is not None:
-                keep.append(e + sp[1:] + f[::-1][1:])
-    return keep or fabric.routes_between(src, dst)
-
-
-def local_path(fabric: Fabric, u: str, v: str) -> Path:
-    """The route between two GPUs of one server: NVLink (or PCIe), else the shortest route."""
-    return fabric.nvlink_path(u, v) or min(fabric.routes_between(u, v), key=len)
-
-
-def ring_pattern(
-    fabric: Fabric, members: Sequence[str], nbytes: float, params: NetParams
-) -> CommPattern:
-    """Ring all-reduce (Eq. 11): 2(P-1) steps; in each, every GPU sends D/P bytes to its
-    successor. Between servers NCCL runs one channel per NIC pair (as many as the smaller side
-    has members), each over its cheapest route (PXN may relay over NVLink), so the D/P bytes
-    crossing from one server to the next are spread over those NICs.
-
-    Paper mode: each step lasts as long as its slowest flow plus the per-step latency.
-    Pipelined (NCCL's own tuning model): 2(P-1) times the slowest flow's bytes over bandwidth,
-    plus the latency a chunk accumulates going round: 2(N-1) network hops and 2(P-N) NVLink
-    hops for N servers, each hop its route's latency plus NCCL's per-hop overhead."""
-    order = ring_order(fabric, members)
-    p = len(order)
-    if p == 1:
-        return CommPattern("ring", [], None, {})
-    g = fabric.g
-    blocks: list[list[str]] = []
-    for n in order:
-        if blocks and g.nodes[blocks[-1][0]].get("server") == g.nodes[n].get("server"):
-            blocks[-1].append(n)
-        else:
-            blocks.append([n])
-    share = 1.0 / p
-    intra: list[tuple[Path, float]] = []
-    paths: dict[str, Path] = {}
-    for b in blocks:
-        for u, v in zip(b, b[1:], strict=False):
-            paths[u] = local_path(fabric, u, v)
-            intra.append((paths[u], share))
-    steps = 2 * (p - 1)
-    if len(blocks) == 1:
-        paths[order[-1]] = local_path(fabric, order[-1], order[0])
-        intra.append((paths[order[-1]], share))
-        chain = ((float(steps), tuple(range(len(intra))), params.ring_step_nvlink_s),)
-        phase = Phase(intra, steps, params.ring_step_nvlink_s, chain=chain)
-        return CommPattern("ring", [phase], None, paths)
-    channels = min(len(b) for b in blocks)
-    options, sizes = [], []
-    for i, b in enumerate(blocks):
-        nxt = blocks[(i + 1) % len(blocks)]
-        for c in range(channels):
-            options.append(rail_routes(fabric, b[c], nxt[c]))
-            sizes.append(nbytes * share / channels)
-    cross, _ = choose_routes(
-        fabric, options, sizes, sweeps=1, background=[(q, s * nbytes) for q, s in intra]
-    )
-    for i, b in enumerate(blocks):  # the plan's ring edge from a server's last GPU onwards
-        nxt = blocks[(i + 1) % len(blocks)][0]
-        paths[b[-1]] = list(
-            min(rail_routes(fabric, b[-1], nxt), key=lambda q: fabric.path_time(q, nbytes * share))
-        )
-    flows = intra + [(r, share / channels) for r in cross]
-    n_servers = len(blocks)
-    net_hops = 2 * (n_servers - 1)
-    chain = (
-        (float(steps - net_hops), tuple(range(len(intra))), params.ring_step_nvlink_s),
-        (float(net_hops), tuple(range(len(intra), len(flows))), params.ring_step_net_s),
-    )
-    phase = Phase(flows, steps, params.ring_step_net_s, chain=chain)
-    return CommPattern("ring", [phase], None, paths)

@@ -23,9 +23,10 @@ import numpy as np
 
 from agents.ina import lanes
 from agents.ina.worker import lanes_digest, member_data
+from controller.costmodel.ring import ring_order
 from controller.emulate.cluster import Cluster, Proc
 from controller.emulate.mn import ROOT
-from controller.emulate.plans import GroupRun, ring_members
+from controller.emulate.plans import GroupRun
 from controller.emulate.spec import ring_route
 from controller.topology.graph import gpu_sort_key
 
@@ -169,7 +170,7 @@ def ring_channels(cluster: Cluster, members: list[str]) -> dict[str, list[list]]
     servers: as many as the smallest server has members, channel c entering every server at
     its c-th GPU, so the traffic between servers leaves through c different NICs."""
     g, spec = cluster.g, cluster.spec
-    order = ring_members(g, members)
+    order = ring_order(g, members)
     blocks: list[list[str]] = []
     for n in order:
         if blocks and g.nodes[blocks[-1][0]].get("server") == g.nodes[n].get("server"):

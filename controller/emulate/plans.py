@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from controller.costmodel.network import NetParams, ring_pattern
+from controller.costmodel.netparams import NetParams
+from controller.costmodel.ring import ring_order, ring_pattern
 from controller.emulate.spec import NetworkSpec, ring_route
 from controller.errors import InputError
 from controller.plan import SLA, Group, Instance, PhasePlan, Plan, Predicted, Rail, SlotRange
@@ -77,14 +78,9 @@ def check_plan(plan: Plan, g: nx.Graph, spec: NetworkSpec) -> None:
                         f"group {r.name}: {gpu} does not reach {switch} through its own NIC; "
                         "the emulated switch delivers results to one worker per port"
                     )
-        order = ring_members(g, grp.gpus)
+        order = ring_order(g, grp.gpus)
         for a, b in zip(order, order[1:] + order[:1], strict=True):
             ring_route(spec, a, b)  # raises InputError naming the pair
-
-
-def ring_members(g: nx.Graph, gpus: list[str]) -> list[str]:
-    """NCCL's ring order, as the cost model's ``ring_order``: by server, then GPU index."""
-    return sorted(gpus, key=gpu_sort_key(g))
 
 
 def _whole_servers(gpus: list[str], g: nx.Graph, k: int) -> list[str]:

@@ -21,12 +21,15 @@ from typing import Any
 
 import networkx as nx
 
-from controller.costmodel import network as netmodel
+from agents.ina.packet import HEADER_LEN
 from controller.costmodel.hier import hier_pattern
+from controller.costmodel.ina import ina_pattern
+from controller.costmodel.netparams import NetParams
+from controller.costmodel.ring import ring_pattern
 from controller.emulate.spec import NetworkSpec
 
 LANE_BYTES = 4
-FRAME_HEADER_BYTES = 14 + 20 + 8 + 8  # Ethernet, IPv4, UDP, INA header: what tbf counts
+FRAME_HEADER_BYTES = 14 + 20 + 8 + HEADER_LEN  # Ethernet, IPv4, UDP, INA header: what tbf counts
 TCP_FRAME_BYTES = 1514  # a full TCP segment's frame at MTU 1500
 
 
@@ -72,10 +75,10 @@ def emulated_graph(g: nx.Graph, slowdown: float, hop_latency: dict[str, float]) 
     return h
 
 
-def lane_params() -> netmodel.NetParams:
+def lane_params() -> NetParams:
     """The cost model's NetParams for the emulated wire (module docstring)."""
     return dataclasses.replace(
-        netmodel.NetParams(),
+        NetParams(),
         dtype_bytes=LANE_BYTES,
         ina_lanes="int32",
         ina_overhead_bytes=FRAME_HEADER_BYTES,
@@ -92,10 +95,10 @@ def predict(
     params = lane_params()
     if scheme == "ina":
         fab = params.fabric(h, relay=False)
-        pat = netmodel.ina_pattern(fab, members, str(switch), nbytes, params)
+        pat = ina_pattern(fab, members, str(switch), nbytes, params)
     elif scheme == "ring":
         fab = params.fabric(h, relay=True)
-        pat = netmodel.ring_pattern(fab, members, nbytes, params)
+        pat = ring_pattern(fab, members, nbytes, params)
     else:
         fab = params.fabric(h, relay=False)
         pat = hier_pattern(fab, members, nbytes, params)

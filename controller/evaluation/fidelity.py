@@ -19,7 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from controller.costmodel.network import NetParams, flow_times, ina_pattern
+from controller.costmodel.ina import ina_pattern
+from controller.costmodel.netparams import NetParams
+from controller.costmodel.network import flow_times
 from controller.errors import InputError
 from controller.models import model_spec
 from controller.plan import Plan

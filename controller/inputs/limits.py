@@ -10,6 +10,9 @@ deployment, low enough that the work stays small" and say so.
 
 from __future__ import annotations
 
+# A bound the INA wire format sets is defined with it and only listed here.
+from agents.ina.packet import MAX_AGGREGATOR_SLOTS as MAX_AGGREGATOR_SLOTS
+
 MiB = 1 << 20
 
 # -- documents (JSON/YAML) -------------------------------------------------------------------
@@ -40,8 +43,7 @@ ID_PATTERN = r"[A-Za-z0-9_.:-]+"  # '/' and '|' join ids into group and link nam
 MAX_LINK_GBPS = 1e6
 MAX_LATENCY_US = 1e6  # one second per hop
 MAX_MEMORY_GB = 1e4  # 10 TB per GPU; H200 has 141 GB
-# The INA header's aggregator index is 16 bits (agents/ina/packet.py, p4/): 2^16 slots.
-MAX_AGGREGATOR_SLOTS = 1 << 16
+# MAX_AGGREGATOR_SLOTS (imported above): the INA header's aggregator index is 16 bits.
 MAX_SLOT_BYTES = 9000  # a slot's payload travels in one packet: a jumbo frame's MTU
 
 # -- plans -----------------------------------------------------------------------------------

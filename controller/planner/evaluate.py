@@ -21,16 +21,11 @@ from controller.costmodel.compute import (
     prefill_layer_time,
 )
 from controller.costmodel.hier import hier_pattern
+from controller.costmodel.ina import T_AGG_S, ina_pattern
 from controller.costmodel.kvcache import KVFlow, kv_route, kv_shares, kv_time
-from controller.costmodel.network import (
-    T_AGG_S,
-    CommPattern,
-    CompiledPhase,
-    ina_pattern,
-    path_time,
-    ring_pattern,
-)
+from controller.costmodel.network import CommPattern, CompiledPhase, path_time
 from controller.costmodel.queueing import max_rate_within, pk_queue_delay
+from controller.costmodel.ring import ring_pattern
 from controller.models.gpus import gpu_spec
 from controller.planner.grouping import PodGroups, latency_matrix, shape_signature
 from controller.planner.options import Policy, Problem

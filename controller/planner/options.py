@@ -7,7 +7,7 @@ from typing import Literal
 
 import networkx as nx
 
-from controller.costmodel.network import NetParams
+from controller.costmodel.netparams import NetParams
 from controller.models.specs import ModelSpec
 from controller.workload.generators import Workload
 from controller.workload.sla import SLA

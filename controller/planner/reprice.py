@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import networkx as nx
 
-from controller.costmodel.network import NetParams
+from controller.costmodel.netparams import NetParams
 from controller.models import model_spec
 from controller.plan import Plan
 from controller.planner import PLANNERS

@@ -11,7 +11,7 @@ planner is priced on one model of the cluster:
   (vLLM's continuous batching, Helix's dynamic batching) shares the weight read and the
   GEMMs: ``max(C4 W, C1 W (K_in + B)) / TP + C2 / (b TP) 3h K2 + C5 / TP 3 h_kv K_ctx +
   max(C3, C6)``, which is exactly Eq. 12 when B = 0 and exactly Eq. 13 when K_in = 0;
-- TP all-reduces are the NCCL ring of ``costmodel.network.ring_pattern`` over the server's
+- TP all-reduces are the NCCL ring of ``costmodel.ring.ring_pattern`` over the server's
   NVLink (or PCIe), two per layer of (K_in + B) tokens x h x 2 bytes;
 - KV cache room is ``r_frac`` of the group's memory minus the weights of its layers and one
   embedding matrix (the first node holds the token embedding, the last the LM head).
@@ -36,7 +36,9 @@ from controller.costmodel.compute import (
     layer_weights,
     prefill_layer_time,
 )
-from controller.costmodel.network import NetParams, path_time, ring_pattern
+from controller.costmodel.netparams import NetParams
+from controller.costmodel.network import path_time
+from controller.costmodel.ring import ring_pattern
 from controller.errors import InputError
 from controller.models.gpus import gpu_spec
 from controller.models.specs import ModelSpec

@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from agents.ina.packet import MAX_WORKERS
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from controller.plan import Group, Plan, SlotRange
 from controller.scheduler.online import TableError, parse_table
@@ -53,7 +54,8 @@ from controller.service.store import GroupIdsExhausted, Store
 if TYPE_CHECKING:
     import networkx as nx
 
-    from controller.costmodel.network import CommPattern, NetParams
+    from controller.costmodel.netparams import NetParams
+    from controller.costmodel.network import CommPattern
     from controller.planner.evaluate import Evaluator
     from controller.topology.fabric import Fabric
 
@@ -63,7 +65,6 @@ DEFAULT_SLOTS_PER_GROUP = 16
 # Collective sequence numbers a new table version waits before it applies, beyond the
 # highest one any member reported: every member must receive the table before that.
 DEFAULT_APPLY_MARGIN = 1024
-MAX_WORKERS = 32  # the switch's bitmap of workers seen (p4/heroserve_ina.p4)
 MAX_INDEX = 1 << 20  # instance and stage numbers: far above any cluster's instance count
 
 
@@ -418,7 +419,9 @@ class PolicyTimer:
         """The cost-model pattern of one policy of group ``g``; None when it is not priced
         (TP=1, routes the cluster does not have, or rails that do not fit the group)."""
         from controller.costmodel.hier import hier_on_rails
-        from controller.costmodel.network import CommPattern, ina_on_routes, ring_pattern
+        from controller.costmodel.ina import ina_on_routes
+        from controller.costmodel.network import CommPattern
+        from controller.costmodel.ring import ring_pattern
 
         ev, net = self.ev, self.ev.net
         if len(g.gpus) < 2 or not self._routes_exist(paths):
@@ -476,7 +479,7 @@ class Alternatives:
     def _setup(self) -> tuple[Fabric, Fabric, NetParams, dict[str, float]]:
         """The fabrics, built on first use: only hierarchical groups need them."""
         if self._fabrics is None:
-            from controller.costmodel.network import NetParams
+            from controller.costmodel.netparams import NetParams
             from controller.topology.fabric import Fabric
 
             ev = getattr(self.timer, "ev", None)
@@ -506,7 +509,7 @@ class Alternatives:
         return self._setup()[3]
 
     def flat(self, role: str, g: Group) -> CommPattern | None:
-        from controller.costmodel.network import ina_pattern
+        from controller.costmodel.ina import ina_pattern
 
         key = tuple(g.gpus)
         if key not in self._flat:
@@ -524,7 +527,7 @@ class Alternatives:
         return self._flat[key]
 
     def ring(self, role: str, g: Group) -> CommPattern:
-        from controller.costmodel.network import ring_pattern
+        from controller.costmodel.ring import ring_pattern
 
         key = tuple(g.gpus)
         if key not in self._ring:
@@ -725,7 +728,7 @@ def _hier_policy(name: str, g: Group, alt: Alternatives) -> pb.Policy:
     """Policy 0 of a hierarchical group: each member's route to its rail's switch, and the
     NVLink links of the reduce-scatter and all-gather inside each server (consecutive
     members of a server in ring order, over NVLink, as NCCL's intra-node ring runs)."""
-    from controller.costmodel.network import ring_order
+    from controller.costmodel.ring import ring_order
 
     paths: dict[str, list[str]] = {}
     for r in g.rails:

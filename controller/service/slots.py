@@ -12,12 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# A switch cannot address more slots than the 16-bit slot index, whatever its inventory says.
+from agents.ina.packet import MAX_AGGREGATOR_SLOTS as MAX_SLOTS
 from controller.service.store import Store
-
-# The aggregation table's slot index and the INA header's agg_index are 16 bits
-# (p4/heroserve_ina.p4, docs/dataplane.md): a switch cannot address more slots than this,
-# whatever its inventory says (2^32 - 1 was accepted).
-MAX_SLOTS = 1 << 16
 
 
 class SlotError(Exception):

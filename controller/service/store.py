@@ -32,10 +32,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from agents.ina.packet import MAX_GROUP_ID
+
 SCHEMA_VERSION = 1
 
-# The INA header's group_id is 16 bits and 0 means "none" (docs/dataplane.md).
-MAX_GROUP_ID = (1 << 16) - 1
 # Collective sequence numbers and table versions are counters that start at 0 and grow by
 # one per collective (per table change): 2^53 is 285 years at a million collectives per
 # second, is exact in a JSON double, and leaves room for apply_from_seq = last + 1 + margin

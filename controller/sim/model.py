@@ -19,8 +19,9 @@ import networkx as nx
 
 from controller.costmodel.compute import decode_layer_time, layer_weights, prefill_layer_time
 from controller.costmodel.hier import hier_on_rails
+from controller.costmodel.ina import ina_on_routes
 from controller.costmodel.kvcache import kv_route, kv_share_terms, kv_shares
-from controller.costmodel.network import CommPattern, ina_on_routes
+from controller.costmodel.network import CommPattern
 from controller.errors import InputError
 from controller.inputs.plan_checks import check_plan_on_topology
 from controller.models.specs import ModelSpec

@@ -1,0 +1,130 @@
+"""Parameters of the network cost model (docs/costmodel.md): the cost mode, the INA wire
+format and the per-step latencies.
+
+Holds :class:`NetParams` (what a plan records as its ``options`` so that it is simulated as
+it was priced), the INA lane formats (:class:`LaneFormat`, ``INA_LANES``,
+``DEFAULT_INA_LANES``) and the INA packet's payload and framing bytes
+(``INA_PAYLOAD_BYTES``, ``INA_OVERHEAD_BYTES``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+
+from agents.ina.packet import HEADER_LEN, VECTOR_BYTES
+from controller.errors import InputError
+from controller.topology.fabric import COST_MODES, PIPELINED, ROCE_MTU_BYTES, Fabric
+
+# The INA packet of the project's P4 program (p4/heroserve_ina.p4, docs/dataplane.md): a
+# 128-byte vector behind Ethernet (14), IPv4 (20), UDP (8) and the INA header (8), plus on the
+# wire the FCS (4), preamble and start delimiter (8) and the inter-frame gap (12).
+INA_PAYLOAD_BYTES = VECTOR_BYTES
+INA_OVERHEAD_BYTES = 14 + 20 + 8 + HEADER_LEN + 4 + 8 + 12
+
+
+@dataclass(frozen=True)
+class LaneFormat:
+    """How the switch aggregates one FP16 element: ``element_bytes`` on the wire plus
+    ``scale_bytes`` per element for a block's shared scale."""
+
+    name: str
+    element_bytes: int
+    scale_bytes: float
+    source: str
+
+
+INA_LANES: dict[str, LaneFormat] = {
+    lane.name: lane
+    for lane in (
+        # SwitchML (NSDI'21): floats scaled to 32-bit fixed point, the switch adds integers;
+        # the project's P4 program aggregates 32 int32 lanes per packet.
+        LaneFormat("int32", 4, 0.0, "SwitchML fixed point; p4/heroserve_ina.p4"),
+        # Block-scaled 16-bit integers: one 8-bit shared scale per block of 32 elements, the
+        # block of the OCP Microscaling (MX) formats v1.0.
+        LaneFormat("int16", 2, 1.0 / 32, "block-scaled int16, OCP MX block of 32"),
+        # FPISA (NSDI'22): floating-point addition in a Tofino pipeline, 16-bit lanes.
+        LaneFormat("fp16", 2, 0.0, "FPISA 16-bit floating-point lanes"),
+    )
+}
+DEFAULT_INA_LANES = "int32"  # what p4/heroserve_ina.p4 aggregates
+
+
+@dataclass(frozen=True)
+class NetParams:
+    """Cost-mode, wire-format and latency terms of the network model (docs/costmodel.md)."""
+
+    cost_mode: str = PIPELINED  # "pipelined" or "paper" (store and forward, the paper's Eq. 10)
+    ina_lanes: str = DEFAULT_INA_LANES  # "int32", "int16" or "fp16" (INA_LANES)
+    # NCCL's per-hop latency of a ring step, LL128 protocol (src/graph/tuning.cc, hwLat):
+    ring_step_net_s: float = 4.0e-6  # over the network
+    ring_step_nvlink_s: float = 1.9e-6  # on NVLink
+    ina_host_s: float = 4e-6  # host overhead of one INA all-reduce (one synchronisation, as a step)
+    dtype_bytes: int = 2  # FP16 activations
+    packet_bytes: float = ROCE_MTU_BYTES  # a pipelined hop's packet for RDMA flows (ring, KV)
+    ina_payload_bytes: int = INA_PAYLOAD_BYTES  # vector bytes per INA packet
+    ina_overhead_bytes: int = INA_OVERHEAD_BYTES  # headers and framing per INA packet
+
+    def __post_init__(self) -> None:
+        if self.cost_mode not in COST_MODES:
+            raise InputError(
+                f"cost mode must be one of {', '.join(COST_MODES)}, got {self.cost_mode!r}"
+            )
+        if self.ina_lanes not in INA_LANES:
+            raise InputError(
+                f"INA lanes must be one of {', '.join(INA_LANES)}, got {self.ina_lanes!r}"
+            )
+        for name in ("ring_step_net_s", "ring_step_nvlink_s", "ina_host_s", "ina_overhead_bytes"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
+                raise InputError(f"{name} must be a finite number >= 0, got {v!r}")
+        for name in ("dtype_bytes", "packet_bytes", "ina_payload_bytes"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
+                raise InputError(f"{name} must be a finite number > 0, got {v!r}")
+
+    @property
+    def lane(self) -> LaneFormat:
+        return INA_LANES[self.ina_lanes]
+
+    @property
+    def ina_frame_bytes(self) -> float:
+        """An INA packet on the wire: the packet a pipelined hop serialises for INA flows."""
+        return self.ina_payload_bytes + self.ina_overhead_bytes
+
+    @property
+    def ina_wire_ratio(self) -> float:
+        """Bytes on the wire per byte of message for INA: lane width plus block scale over the
+        message's element size, times the packet's headers and framing over its payload."""
+        lane = self.lane
+        per_element = (lane.element_bytes + lane.scale_bytes) / self.dtype_bytes
+        return per_element * self.ina_frame_bytes / self.ina_payload_bytes
+
+    def fabric(self, g: nx.Graph, *, relay: bool = True) -> Fabric:
+        """The routes and prices of ``g`` in this cost mode."""
+        return Fabric(g, relay=relay, cost_mode=self.cost_mode, packet_bytes=self.packet_bytes)
+
+    def plan_options(self) -> dict[str, Any]:
+        """What a plan records (``Plan.options``) so that it is simulated as it was priced."""
+        return {"cost_mode": self.cost_mode, "ina_lanes": self.ina_lanes}
+
+    @classmethod
+    def from_plan_options(cls, options: Mapping[str, Any] | None) -> NetParams:
+        """NetParams from a plan's ``options`` (keys ``cost_mode``, ``ina_lanes``; missing:
+        the defaults). A plan file is input: a bad value raises InputError naming it."""
+        if options is None:
+            return cls()
+        if not isinstance(options, Mapping):
+            raise InputError(f"plan options must be a mapping, got {type(options).__name__}")
+        kw = {}
+        for key in ("cost_mode", "ina_lanes"):
+            if key in options:
+                v = options[key]
+                if not isinstance(v, str):
+                    raise InputError(f"plan option {key} must be a string, got {v!r}")
+                kw[key] = v
+        return cls(**kw)
