@@ -1,6 +1,6 @@
-"""The conventions every command keeps: --help shows defaults, `simulate` labels simulated and wall-clock
-time and units, default state lives out of the repository, the README links only inside it,
-and help strings point to files that ship."""
+"""The conventions every command keeps: --help shows defaults, `simulate` labels simulated
+and wall-clock time and units, default state lives out of the repository, the README links
+only inside it, and help strings point to files that ship."""
 
 from __future__ import annotations
 
