@@ -13,7 +13,7 @@ from controller.inputs.args import (
     output_dir,
     seed,
 )
-from controller.inputs.limits import MAX_SERVERS, MAX_SIM_REQUESTS, MAX_WORKERS
+from controller.inputs.limits import MAX_SERVERS, MAX_SIM_REQUESTS, MAX_SWEEP_WORKERS
 
 HELP = "reproduce the paper's evaluation (Fig. 7-10) on a scenario"
 
@@ -29,7 +29,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--workers",
-        type=bounded(int, 1, MAX_WORKERS),
+        type=bounded(int, 1, MAX_SWEEP_WORKERS),
         default=os.cpu_count() or 1,
         help="simulation processes (default: every core)",
     )

@@ -72,4 +72,4 @@ MAX_CV = 100.0
 MAX_SIM_REQUESTS = 1_000_000
 MAX_SIM_TOKENS = 1_000_000_000
 MAX_CANDIDATES = 1000  # --max-candi of Alg. 1 (the paper uses 20)
-MAX_WORKERS = 1024  # --workers of evaluate
+MAX_SWEEP_WORKERS = 1024  # --workers of evaluate (not the INA limit, agents.ina.packet)
