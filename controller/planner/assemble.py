@@ -20,7 +20,10 @@ from controller.plan import (
     Rail,
     SlotRange,
 )
-from controller.planner.evaluate import Evaluator, GroupEval, InstanceEval, PhaseResult, combine
+from controller.planner.allreduce import GroupEval
+from controller.planner.combine import combine
+from controller.planner.evaluate import Evaluator
+from controller.planner.results import InstanceEval, PhaseResult
 from controller.planner.search import SearchResult
 from controller.topology.fabric import Fabric, Path
 from controller.topology.graph import DEFAULT_AGGREGATOR_SLOTS, DEFAULT_SLOT_BYTES

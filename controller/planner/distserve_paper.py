@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from controller.planner.candidates import valid_tp
-from controller.planner.evaluate import Evaluator, combine
+from controller.planner.combine import combine
+from controller.planner.evaluate import Evaluator
 from controller.planner.options import Policy, Problem
 from controller.planner.search import SearchResult, capacity_bound, settle_kv
 from controller.topology.graph import gpus, servers

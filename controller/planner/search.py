@@ -31,9 +31,11 @@ from controller.costmodel.queueing import max_rate_within, pk_queue_delay
 from controller.errors import InputError
 from controller.models.gpus import gpu_spec
 from controller.planner.candidates import tp_pp_candidates
-from controller.planner.evaluate import Combination, Evaluator, PhaseResult, combine
+from controller.planner.combine import Combination, combine
+from controller.planner.evaluate import Evaluator
 from controller.planner.grouping import PodGroups
 from controller.planner.options import Policy, Problem
+from controller.planner.results import PhaseResult
 from controller.planner.roles import (
     RoleSpace,
     Split,
