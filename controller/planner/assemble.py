@@ -22,9 +22,9 @@ from controller.plan import (
 )
 from controller.planner.allreduce import GroupEval
 from controller.planner.combine import combine
+from controller.planner.deployment import SearchResult
 from controller.planner.evaluate import Evaluator
 from controller.planner.results import InstanceEval, PhaseResult
-from controller.planner.search import SearchResult
 from controller.topology.fabric import Fabric, Path
 from controller.topology.graph import DEFAULT_AGGREGATOR_SLOTS, DEFAULT_SLOT_BYTES
 
