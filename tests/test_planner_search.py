@@ -12,7 +12,8 @@ from controller.errors import InputError
 from controller.inputs.plan_checks import parse_plan
 from controller.models import model_spec
 from controller.planner import BASELINES, PlannerOptions, plan
-from controller.planner.evaluate import InstanceEval, PhaseResult, combine
+from controller.planner.combine import combine
+from controller.planner.results import InstanceEval, PhaseResult
 from controller.topology import testbed as make_testbed
 from controller.topology.generators import eight_tracks, two_tracks
 from controller.topology.synthetic import random_cluster

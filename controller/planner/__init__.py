@@ -1,8 +1,17 @@
 """Offline planners (docs/design.md §6). Every planner returns a :class:`controller.plan.Plan`.
 
 ``plan(cluster, model, workload, sla, options, planner=...)`` is the common interface;
-``PLANNERS`` lists the names: heroserve (Alg. 1 + 2), distserve, ds-atp, ds-switchml and
-exhaustive (small clusters only)."""
+``PLANNERS`` lists the names: heroserve (Alg. 1 + 2), distserve, ds-atp, ds-switchml,
+distserve-paper and exhaustive (small clusters only); ``SEARCHES`` the planners whose search
+is not the common one; ``BASELINES`` the paper's baselines.
+
+The package's modules: ``search`` (Alg. 1, the common search) with ``bounds``,
+``deployment`` and ``roles``; ``evaluate`` (the ``Evaluator``, which prices placements) with
+its parts ``context``, ``allreduce``, ``pipeline``, ``instances`` and ``kvtransfer``, and
+``results`` and ``combine`` (Eq. 1); the groupings ``grouping``, ``heroserve``,
+``baselines``, ``exhaustive``; ``colocated`` and ``distserve_paper`` (DistServe's own
+placement); ``candidates``, ``options``, ``assemble`` (search result to plan) and
+``reprice`` (a plan priced again)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,11 @@
 """Turning a search result into a :class:`controller.plan.Plan`: the scheme of each group at
 the phase's operating message size, the aggregation switch and its slot range (Alg. 2 line 7:
 the cheapest switch that still has room for the group's window of aggregator slots), paths,
-KV-transfer pairs and the predicted figures."""
+KV-transfer pairs and the predicted figures.
+
+Holds ``build_plan`` (the entry point), ``SlotPool`` (the aggregator slots of every switch,
+handed out as groups claim them) and ``window_slots`` (the slots one aggregation keeps in
+flight)."""
 
 from __future__ import annotations
 
@@ -20,8 +24,11 @@ from controller.plan import (
     Rail,
     SlotRange,
 )
-from controller.planner.evaluate import Evaluator, GroupEval, InstanceEval, PhaseResult, combine
-from controller.planner.search import SearchResult
+from controller.planner.allreduce import GroupEval
+from controller.planner.combine import combine
+from controller.planner.deployment import SearchResult
+from controller.planner.evaluate import Evaluator
+from controller.planner.results import InstanceEval, PhaseResult
 from controller.topology.fabric import Fabric, Path
 from controller.topology.graph import DEFAULT_AGGREGATOR_SLOTS, DEFAULT_SLOT_BYTES
 

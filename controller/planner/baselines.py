@@ -10,6 +10,10 @@
 - ``ds-atp``: the same with ATP's asynchronous, best-effort INA: groups share a switch's
   aggregators without reservation; when they want more slots than the switch has, the
   overflowing share of their traffic goes to the end-host fallback (priced as the ring).
+
+Holds their policies (``DISTSERVE``, ``DS_SWITCHML``, ``DS_ATP``) and ``packed_grouper``,
+DistServe's grouping, which HeroServe also prices. DistServe's own low-affinity placement is
+``distserve_paper``.
 """
 
 from __future__ import annotations

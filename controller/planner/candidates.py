@@ -1,4 +1,6 @@
-"""Alg. 1 line 2 (gen_tp_pp_candi): candidate (TP, PP) pairs from the memory bound."""
+"""Alg. 1 line 2 (gen_tp_pp_candi): candidate (TP, PP) pairs from the memory bound.
+
+Holds ``tp_pp_candidates``, ``valid_tp`` (TP must split the heads) and ``min_gpus``."""
 
 from __future__ import annotations
 

@@ -1,29 +1,21 @@
 """DistServe's own placement for clusters with slow cross-node links (DistServe, OSDI'24,
 §4.3, "low node-affinity" placement, its Algorithm 2): the ``distserve-paper`` baseline.
 
-Each instance is cut into ``P`` pipeline stages over ``P`` nodes of one GPU type. On every
-node, stage ``s`` of a prefill instance (``TP_p`` GPUs) and stage ``s`` of a decode instance
-(``TP_d`` GPUs, ``TP_p + TP_d`` at most the node's GPUs) sit side by side, so the KV cache of
-each stage moves over NVLink; tensor parallelism stays inside a node, only pipeline hops cross
-nodes. DistServe enumerates ``(P, TP_p, TP_d)``, prices each (here with the project's cost
-model and NCCL's ring, no INA, as DistServe runs), and replicates the best unit over every
-group of ``P`` nodes of a type.
-
-``colocated_search`` is the search with any evaluator: DistServe's (ring only) for this
-baseline, and HeroServe's, which prices the same layouts with its schemes and routes so that
-its candidates contain this baseline's too.
+- ``DISTSERVE_PAPER``: its policy: NCCL's ring only, no INA, as DistServe runs.
+- ``search``: its planner's search (the common ``search`` signature): the low-affinity
+  layouts (``colocated.colocated_search``, which describes them) priced under that policy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from controller.planner.candidates import valid_tp
-from controller.planner.evaluate import Evaluator, combine
+from controller.errors import InputError
+from controller.planner.colocated import colocated_search
+from controller.planner.deployment import SearchResult
+from controller.planner.evaluate import Evaluator
 from controller.planner.options import Policy, Problem
-from controller.planner.search import SearchResult, capacity_bound, settle_kv
-from controller.topology.graph import gpus, servers
-from controller.units import GB
+from controller.topology.graph import gpus
 
 DISTSERVE_PAPER = Policy(
     "distserve-paper",
@@ -35,102 +27,8 @@ DISTSERVE_PAPER = Policy(
 )
 
 
-def _nodes_by_type(problem: Problem) -> dict[str, list[list[str]]]:
-    """Per GPU type, its servers' GPUs (index order) that may hold both roles, server order."""
-    g = problem.cluster
-    out: dict[str, list[list[str]]] = {}
-    for _, members in sorted(servers(g).items()):
-        free = [x for x in members if g.nodes[x].get("role", "any") == "any"]
-        types = {g.nodes[x]["gpu_type"] for x in free}
-        if free and len(types) == 1:
-            out.setdefault(types.pop(), []).append(free)
-    return out
-
-
-def unit_candidates(
-    problem: Problem, node_gpus: int, nodes: int, memory_gb: float
-) -> list[tuple[int, int, int]]:
-    """(P, TP_p, TP_d): P dividing the layers with P nodes available, TP_p + TP_d at most the
-    node's GPUs, each a power of two splitting the heads (as ``tp_pp_candidates``) whose
-    1 / (TP * P) weight shard fits."""
-    model, r = problem.model, problem.options.r_frac
-    out = []
-    for pp in range(1, nodes + 1):
-        if model.layers % pp:
-            continue
-        powers = [1 << k for k in range(node_gpus.bit_length()) if 1 << k < node_gpus]
-        for tp_p in powers:
-            for tp_d in (t for t in powers if tp_p + t <= node_gpus):
-                if not (valid_tp(model, tp_p) and valid_tp(model, tp_d)):
-                    continue
-                shard = model.param_bytes / (min(tp_p, tp_d) * pp)
-                if shard <= memory_gb * GB * r:
-                    out.append((pp, tp_p, tp_d))
-    return out
-
-
-def _layout(
-    nodes: Sequence[list[str]], pp: int, tp_p: int, tp_d: int
-) -> tuple[list[list[list[str]]], list[list[list[str]]]]:
-    """Prefill and decode instances of every unit of ``pp`` consecutive nodes: on each node
-    the first ``tp_p`` GPUs hold the prefill stage and the next ``tp_d`` the decode stage."""
-    pre, dec = [], []
-    for u in range(len(nodes) // pp):
-        unit = nodes[u * pp : (u + 1) * pp]
-        pre.append([list(n[:tp_p]) for n in unit])
-        dec.append([list(n[tp_p : tp_p + tp_d]) for n in unit])
-    return pre, dec
-
-
-def colocated_search(ev: Evaluator) -> SearchResult | None:
-    """The best DistServe low-affinity layout priced by ``ev`` (module docstring), or None
-    when no unit fits. Units of one type; the type whose layout gives the most H is kept
-    (mixing types would put different units' rates in one deployment, which ``combine``
-    handles, but DistServe replicates one configuration)."""
-    problem = ev.problem
-    best: SearchResult | None = None
-    tried = 0
-    g = problem.cluster
-    for _gpu_type, nodes in sorted(_nodes_by_type(problem).items()):
-        size = min(len(n) for n in nodes)
-        mem = min(g.nodes[x]["memory_gb"] for n in nodes for x in n)
-        for pp, tp_p, tp_d in unit_candidates(problem, size, len(nodes), mem):
-            pre_stages, dec_stages = _layout(nodes, pp, tp_p, tp_d)
-            if not pre_stages:
-                continue
-            bound = min(
-                capacity_bound(
-                    ev, "prefill", [x for i in pre_stages for s in i for x in s], tp_p, pp
-                ),
-                capacity_bound(
-                    ev, "decode", [x for i in dec_stages for s in i for x in s], tp_d, pp
-                ),
-            )
-            if best is not None and bound <= best.combination.rate * (1 + 1e-9):
-                continue  # cannot beat the best layout found (compute alone bounds it)
-            tried += 1
-            pre = ev.phase_result("prefill", tp_p, pp, [ev.prefill_instance(s) for s in pre_stages])
-            dec = ev.phase_result(
-                "decode", tp_d, pp, [ev.decode_instance(s, 0.0) for s in dec_stages]
-            )
-            comb0 = combine(pre, dec, problem.sla.ttft_s, problem.options.max_gpus)
-            if comb0 is None:
-                continue
-            settled = settle_kv(ev, pre, dec, lambda t_f, dec=dec: ev.reevaluate(dec, t_f), comb0)
-            if settled is None:
-                continue
-            comb, rd, t_f, flows = settled
-            if best is None or comb.better_than(best.combination):
-                best = SearchResult(ev, pre, rd, comb, t_f, flows, tried)
-    if best is not None:
-        best.candidates_tried = tried
-    return best
-
-
 def search(problem: Problem, policy: Policy, groupers: Sequence = ()) -> SearchResult:
     """The ``distserve-paper`` planner's search (the common ``search`` signature)."""
-    from controller.errors import InputError
-
     result = colocated_search(Evaluator(problem, policy))
     if result is None:
         n = len(gpus(problem.cluster))

@@ -6,7 +6,9 @@ groups of TP (n! / ((TP!)^k k!) of them), prices each with the same evaluator as
 (INA at every candidate switch with NVLink-assisted routes, or ring, per group), and keeps
 the partition with the most capacity (sum of instance rates); the search then combines the
 phases exactly as Alg. 1 does. It refuses pools whose partitions exceed
-``options.exhaustive_limit``."""
+``options.exhaustive_limit``.
+
+Holds its ``POLICY``, ``exhaustive_grouper``, ``partitions`` and ``count_partitions``."""
 
 from __future__ import annotations
 

@@ -11,6 +11,10 @@
   all-reduce time (seeded, reproducible).
 - ``packed_groups``: DistServe's placement, consecutive GPUs in server order.
 - ``pods``: servers that share access switches; large clusters are grouped pod by pod.
+- ``by_pods`` and ``PodGroups``: a pool grouped pod by pod, twin pods once; ``blocks`` merges
+  pods too small for an instance.
+- ``pod_signature`` and ``shape_signature``: keys equal for pods, groups and stage pairs that
+  sit the same way in the same hardware, so their prices are shared.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """HeroServe's planner (Alg. 1 + Alg. 2): k-means-constrained grouping on an MDS embedding of
 the latency matrix, INA or ring per group with NVLink-assisted INA routes, random-swap
-perturbation, pod by pod with reuse across identical pods."""
+perturbation, pod by pod with reuse across identical pods.
+
+Holds its ``POLICY``, ``heroserve_grouper`` (a pool, pod by pod) and ``group_pod`` (one pod)."""
 
 from __future__ import annotations
 

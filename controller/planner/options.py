@@ -1,4 +1,7 @@
-"""Planner options and the problem every planner solves."""
+"""Planner options and the problem every planner solves.
+
+Holds ``PlannerOptions`` (the user's knobs), ``Policy`` (what a planner may use: grouping,
+INA schemes, routes) and ``Problem`` (cluster, model, workload, SLA and options together)."""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@ did (its model, SLA and cost-model options, with its planner's policy).
 The simulator (``controller/sim/model.py``) and the controller's policy pricing
 (``controller/service``) both re-price plans read from files; this is the one place that
 says how.
+
+Holds ``evaluator_for_plan`` and ``policy_of`` (the policy a plan's planner name stands for).
 """
 
 from __future__ import annotations

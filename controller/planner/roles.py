@@ -17,6 +17,9 @@ the vectors around the balance point of a linear model: each class's prefill and
 per server, measured by pricing the whole cluster in each role, and the split maximising
 ``min(sum_c k_c p_c, sum_c (n_c - k_c) d_c)`` (a fractional knapsack: classes sorted by
 ``p_c / d_c``, at most one class split), then its integer neighbours.
+
+Holds ``role_space`` (``RoleSpace``, ``ServerClass``), ``Split``, ``exhaustive_splits``,
+``balanced_splits`` and ``balanced_counts``.
 """
 
 from __future__ import annotations

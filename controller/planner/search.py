@@ -16,24 +16,32 @@ style of DistServe's: list candidates, evaluate each, pick.
    best plan found.
 
 The result is the split, the pair of phases and the combination with the highest H.
+
+Here: ``search`` (the loop over splits), ``PhaseSearch`` and ``PhaseOption`` (phases per
+role, pool and candidate, cached), ``candidates_for`` (step 2's list), ``decode_ref_bytes``
+(decode's reference all-reduce size for grouping), ``split_bound`` and the ``Grouper`` type.
+Shared with DistServe's low-affinity layouts, and so in their own modules: the capacity
+bound (``bounds``), the KV settling of a pair and the ``SearchResult`` (``deployment``), and
+those layouts themselves (``colocated``), which HeroServe's search prices too.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NoReturn
 
-from controller.costmodel.compute import decode_layer_time, prefill_layer_time
-from controller.costmodel.kvcache import kv_busiest_link_s
-from controller.costmodel.queueing import max_rate_within, pk_queue_delay
 from controller.errors import InputError
-from controller.models.gpus import gpu_spec
+from controller.planner.bounds import capacity_bound
 from controller.planner.candidates import tp_pp_candidates
-from controller.planner.evaluate import Combination, Evaluator, PhaseResult, combine
+from controller.planner.colocated import colocated_search
+from controller.planner.combine import Combination, combine
+from controller.planner.deployment import SearchResult, settle_kv
+from controller.planner.evaluate import Evaluator
 from controller.planner.grouping import PodGroups
 from controller.planner.options import Policy, Problem
+from controller.planner.results import PhaseResult
 from controller.planner.roles import (
     RoleSpace,
     Split,
@@ -46,19 +54,6 @@ from controller.units import GB
 # A grouper turns a pool of GPUs into TP-sized groups for one phase.
 Grouper = Callable[[Evaluator, str, list[str], int, int, float], list[PodGroups]]
 ROLES = ("prefill", "decode")
-
-
-@dataclass
-class SearchResult:
-    evaluator: Evaluator
-    prefill: PhaseResult
-    decode: PhaseResult
-    combination: Combination
-    t_f: float
-    kv_flows: list
-    candidates_tried: int
-    split: Split | None = None
-    splits_priced: int = 0
 
 
 @dataclass
@@ -104,46 +99,6 @@ def candidates_for(
         return local or tp_pp_candidates(model, mem, opts.r_frac, opts.max_candi)
     out = tp_pp_candidates(model, mem, opts.r_frac, opts.max_candi)
     return sorted(set(out) | set(local), key=lambda c: (c[0] * c[1], c[1]))
-
-
-def capacity_bound(ev: Evaluator, role: str, pool: Sequence[str], tp: int, pp: int) -> float:
-    """An upper bound on the phase's capacity (requests/s) on ``pool`` with (TP, PP):
-    as many instances as the GPUs allow, each computing on the fastest GPU type of the
-    pool with no communication (an all-reduce, hop or KV transfer only adds time)."""
-    problem = ev.problem
-    model = problem.model
-    need = model.param_bytes / (tp * pp * problem.options.r_frac)
-    kinds = [(mem, t, k) for (mem, t), k in ev.pool_summary(pool).items() if mem * GB >= need]
-    n = sum(k for _, _, k in kinds) // (tp * pp)
-    if n == 0:
-        return 0.0
-    fastest = max({t for _, t, _ in kinds}, key=lambda t: gpu_spec(t).fp16_flops)
-    co = ev.coeffs(fastest)
-    if role == "prefill":
-        layer = prefill_layer_time(co, model, tp, ev.mean_in, ev.mean_in2)
-        serve = model.layers * layer
-        return n * max_rate_within(problem.sla.ttft_s, serve, serve / pp)
-    most = max(mem for mem, _, _ in kinds) * GB * problem.options.r_frac
-    room = most - model.param_bytes / (tp * pp)
-    ctx = problem.workload.mean_kv_tokens
-    b_max = min(
-        problem.options.max_batch,
-        int(room * tp / (ctx * model.kv_bytes_per_token())) if room > 0 else 0,
-    )
-
-    def step(b: int) -> float:
-        return model.layers * decode_layer_time(co, model, tp, b, b * ctx)
-
-    if b_max < 1 or step(1) > problem.sla.tpot_s:
-        return 0.0
-    lo, hi = 1, b_max
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if step(mid) <= problem.sla.tpot_s:
-            lo = mid
-        else:
-            hi = mid - 1
-    return n * lo / (step(lo) / pp * ev.mean_out)
 
 
 class PhaseSearch:
@@ -289,106 +244,6 @@ def _best_pair(
     return comb, pre, rd, t_f, flows, tried
 
 
-KV_BISECT_STEPS = 12  # the KV-bound rate to 1/4096 of the first bracket
-
-
-def settle_kv(
-    ev: Evaluator,
-    pre: PhaseResult,
-    dec: PhaseResult,
-    price_decode: Callable[[float], PhaseResult],
-    comb: Combination,
-    beat: float = 0.0,
-) -> tuple[Combination, PhaseResult, float, list] | None:
-    """The decode phase priced at the KV transfer of the instances it deploys: from the
-    deployment at T_f = 0 (``comb`` of ``pre`` and ``dec``; ``price_decode(T_f)`` prices the
-    same decode instances at another T_f), price T_f between the deployed instances (re-ordering
-    decode stages next to their layers, ``Evaluator.kv_transfer``), price decode at that T_f,
-    combine again, until the numbers deployed repeat (three rounds at most). The flows
-    returned are those of exactly the instances deployed, in their final stage order, so the
-    plan's KV transfers name its own GPUs.
-
-    H is then bounded by the links' capacity for KV (see below). ``beat``: an H the caller
-    already has; None as soon as this deployment cannot exceed it (its KV capacity is
-    judged on the instances deployed at T_f = 0, before re-pricing)."""
-    problem = ev.problem
-    cap = problem.options.max_gpus
-    reorder: dict[tuple, list[list[str]]] = {}
-    rd = dec
-    t_f = 0.0
-    if beat > 0.0:
-        # Drop a deployment whose KV capacity at T_f = 0 cannot beat ``beat`` before pricing
-        # its transfer (the search meets thousands of them). Pair by pair: the busiest
-        # link's load only grows as pairs are added, so n over it bounds the capacity.
-        pairs = ev.kv_pairs(pre, dec, comb.n_prefill, comb.n_decode)
-        loads: dict = {}
-        for pair in pairs:
-            busy = kv_busiest_link_s(ev.ring_fabric, ev.kv_routed([pair]), loads)
-            if busy > 0.0 and len(pairs) / busy <= beat * (1 + 1e-9):
-                return None
-    for _ in range(3):
-        t_f, _, more = ev.kv_transfer(pre, rd, comb.n_prefill, comb.n_decode)
-        reorder.update(more)
-        rd = ev.reprice_decode(price_decode(t_f), t_f, reorder)
-        new = combine(pre, rd, problem.sla.ttft_s, cap)
-        if new is None:
-            return None
-        same = (new.n_prefill, new.n_decode) == (comb.n_prefill, comb.n_decode)
-        comb = new
-        if same:
-            break
-    pairs = ev.kv_pairs(pre, rd, comb.n_prefill, comb.n_decode)
-    t_dep, flows = ev.kv_price(pairs)
-    t_f = max(t_f, t_dep)
-    # The links carry H requests' KV per second: the busiest one's utilisation must stay
-    # below 1, and a request queues behind others' transfers there (P-K, deterministic
-    # service). Per request, the bottleneck is busy ``service`` seconds (the priced pairs
-    # each moving one request, shared out: exact when every pair is priced, pessimistic for
-    # pairs on disjoint links otherwise). H is the fixed point where the decode phase, priced
-    # at T_f plus that wait, serves the rate that causes the wait.
-    service = kv_busiest_link_s(ev.ring_fabric, flows) / max(1, len(pairs))
-    if service <= 0.0:
-        return comb, rd, t_f, flows
-
-    def at(load: float) -> tuple[Combination | None, PhaseResult, float]:
-        t = t_f + pk_queue_delay(load, service)
-        d = ev.reprice_decode(price_decode(t), t, reorder)
-        return combine(pre, d, problem.sla.ttft_s, cap), d, t
-
-    hi = min(comb.rate, (1.0 - 1e-9) / service)
-    if hi <= beat * (1 + 1e-9):
-        return None
-    top, d_hi, t_hi = at(hi)
-    if top is not None and top.rate >= hi * (1 - 1e-6):
-        return _kv_bound(ev, pre, top, hi, d_hi, t_hi)
-    lo, best = 0.0, None
-    if beat > 0.0:  # the fixed point lies below beat when the rate at beat's wait is lower
-        got = at(beat * (1 + 1e-9))
-        if got[0] is None or got[0].rate < beat * (1 + 1e-9):
-            return None
-        lo, best = beat * (1 + 1e-9), got
-    for _ in range(KV_BISECT_STEPS):
-        mid = (lo + hi) / 2
-        got = at(mid)
-        if got[0] is not None and got[0].rate >= mid:
-            lo, best = mid, got
-        else:
-            hi = mid
-    if best is None or best[0] is None:
-        return None
-    c, d, t = best
-    return _kv_bound(ev, pre, c, lo, d, t)
-
-
-def _kv_bound(
-    ev: Evaluator, pre: PhaseResult, comb: Combination, rate: float, dec: PhaseResult, t: float
-) -> tuple[Combination, PhaseResult, float, list]:
-    """``comb`` at the KV-bound ``rate``, with the flows of exactly the instances it deploys
-    (the count may have changed with the wait)."""
-    _, flows = ev.kv_price(ev.kv_pairs(pre, dec, comb.n_prefill, comb.n_decode))
-    return replace(comb, rate=rate, rate_per_gpu=rate / comb.gpus_used), dec, t, flows
-
-
 def _class_rates(ps: PhaseSearch, space: RoleSpace, sample: int) -> tuple[list[float], list[float]]:
     """Per class, the rate one of its servers adds in each role: the best candidate priced on
     up to ``sample`` servers of every class at once in that role (fixed-role GPUs included),
@@ -465,8 +320,6 @@ def search(problem: Problem, policy: Policy, groupers: Sequence[Grouper]) -> Sea
     # all priced too (on a cluster of hundreds of servers they cost more than the rest of
     # the search and the rail network's own splits beat them)
     if policy.colocated_layouts and space.n_splits <= opts.max_splits:
-        from controller.planner.distserve_paper import colocated_search
-
         co = colocated_search(ev)
         if co is not None and (best is None or co.combination.better_than(best.combination)):
             problem.say(f"  DistServe low-affinity layout: H {co.combination.rate:.3f} req/s")

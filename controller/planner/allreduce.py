@@ -1,0 +1,228 @@
+"""All-reduce pricing of tensor-parallel groups (Alg. 2 getlatency; Eqs. 7-11).
+
+- ``GroupEval``: a group's schemes at a reference message size: the ring, flat INA at each
+  switch worth routing to, hierarchical INA.
+- ``GroupTimes``: a group's all-reduce time as a function of the message size.
+- ``AllReducePricing``: the evaluator's part that finds a group's INA candidate switches,
+  routes and prices its schemes (with a lower bound that skips switches that cannot win),
+  and times an all-reduce. Its caches: schemes per group, times per group shape.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from controller.costmodel.hier import hier_pattern
+from controller.costmodel.ina import T_AGG_S, ina_pattern
+from controller.costmodel.network import CommPattern, CompiledPhase
+from controller.costmodel.ring import ring_pattern
+from controller.planner.context import EvalContext
+from controller.planner.options import Policy, Problem
+from controller.topology.fabric import Fabric
+from controller.topology.graph import SWITCH
+
+
+@dataclass
+class GroupEval:
+    """A tensor-parallel group priced at a reference message size (Alg. 2 getlatency): the
+    ring, flat INA at each switch worth routing to, and hierarchical INA where the policy and
+    the group's shape allow it."""
+
+    members: tuple[str, ...]
+    ring: CommPattern
+    ina: list[CommPattern]  # allowed flat-INA options, cheapest first at the reference size
+    ina_note: str  # why INA is absent, when it is
+    hier: CommPattern | None = None
+    ina_all: list[CommPattern] | None = None  # every candidate switch (``Evaluator.all_ina``)
+
+    def options(self, ev: EvalContext, allow_ina: bool = True) -> list[tuple[CommPattern, Fabric]]:
+        """Every allowed pattern with the fabric it is priced on."""
+        out = [(self.ring, ev.ring_fabric)]
+        if allow_ina:
+            out += [(p, ev.ina_fabric) for p in self.ina]
+            if self.hier is not None:
+                out.append((self.hier, ev.ina_fabric))
+        return out
+
+    def time(self, ev: EvalContext, nbytes: float, allow_ina: bool = True) -> float:
+        return min(p.time(f, nbytes) for p, f in self.options(ev, allow_ina))
+
+
+@dataclass
+class GroupTimes:
+    """A group's all-reduce time as a function of the message size: the ring's compiled
+    phases and every other allowed scheme's (``CommPattern.compiled``)."""
+
+    ring: list[CompiledPhase]
+    others: list[list[CompiledPhase]]
+
+    def time(self, nbytes: float, allow_ina: bool = True) -> float:
+        t = sum(c.time(nbytes) for c in self.ring)
+        if allow_ina:
+            for phases in self.others:
+                t = min(t, sum(c.time(nbytes) for c in phases))
+        return t
+
+
+class AllReducePricing(EvalContext):
+    """Prices the all-reduce of tensor-parallel groups. Caches group evaluations, which is
+    what makes perturbation and large clusters affordable."""
+
+    def __init__(self, problem: Problem, policy: Policy) -> None:
+        super().__init__(problem, policy)
+        self._groups: dict[tuple, GroupEval] = {}
+        self._times: dict[tuple, GroupTimes] = {}
+
+    def ina_candidates(self, members: Sequence[str]) -> list[str]:
+        """Switches a group may aggregate on (Alg. 2 line 7): the first-hop switches its
+        members' routes reach; the tier above them only when no first-hop switch is reachable
+        by every member (a higher tier only adds hops otherwise). INA-capable only."""
+        reach = [{e[-1] for e in self.ina_fabric.exits(m)} for m in members]
+        first = set().union(*reach)
+        common = set.intersection(*reach) if reach else set()
+        near = set(first)
+        if not common:
+            for a in first:
+                near.update(v for v in self.g.neighbors(a) if self.g.nodes[v]["kind"] == SWITCH)
+        return sorted(s for s in near if self.g.nodes[s].get("ina"))
+
+    def group(self, members: Sequence[str], nbytes: float) -> GroupEval:
+        """Price a group's schemes (Alg. 2 lines 25-31 with the third scheme). Routes are
+        chosen once per group, at the first size asked (the phase's reference message);
+        other sizes re-price the same routes (CommPattern.time).
+
+        Flat INA is routed only at switches whose lower bound (``ina_bound``) beats the best
+        scheme found so far, cheapest bound first: the route choice is the costly part, and a
+        switch that cannot win at the reference size is not a candidate worth keeping."""
+        key = tuple(members)
+        hit = self._groups.get(key)
+        if hit is not None:
+            return hit
+        ring = ring_pattern(self.ring_fabric, members, nbytes, self.net)
+        ina: list[CommPattern] = []
+        hier = None
+        note = ""
+        servers = {self.g.nodes[m].get("server") for m in members}
+        if len(members) == 1:
+            note = "TP=1: no all-reduce"
+        elif self.policy.ina == "none":
+            note = f"{self.policy.name} uses NCCL ring only"
+        elif self.policy.ina_cross_server_only and len(servers) == 1:
+            note = "group inside one server: NCCL ring over NVLink"
+        else:
+            best = ring.time(self.ring_fabric, nbytes)
+            if self.policy.hier:
+                hier = hier_pattern(self.ina_fabric, members, nbytes, self.net)
+                if hier is not None:
+                    best = min(best, hier.time(self.ina_fabric, nbytes))
+            bounds = sorted(
+                (self.ina_bound(members, s, nbytes), s) for s in self.ina_candidates(members)
+            )
+            for bound, s in bounds:
+                if bound >= best:
+                    if not ina and hier is None:
+                        note = (
+                            f"flat INA cannot beat {best * 1e6:.1f} us "
+                            f"(at least {bound * 1e6:.1f} us at {s})"
+                        )
+                    break
+                p = self._flat_ina(members, s, nbytes)
+                if p is not None:
+                    ina.append(p)
+                    best = min(best, p.time(self.ina_fabric, nbytes))
+            ina.sort(key=lambda p: (p.time(self.ina_fabric, nbytes), p.switch))
+            if not ina and hier is None and not note:
+                note = "no INA switch reachable"
+        ev = GroupEval(tuple(members), ring, ina, note, hier)
+        self._groups[key] = ev
+        return ev
+
+    def all_ina(self, members: Sequence[str], nbytes: float) -> list[CommPattern]:
+        """Flat INA at every candidate switch, cheapest first: the alternatives the online
+        scheduler may switch to under load (``group`` keeps only the switches that can win
+        unloaded). Computed on demand, kept in the group's evaluation."""
+        ge = self.group(members, nbytes)
+        if ge.ina_all is None:
+            if (
+                len(members) < 2
+                or self.policy.ina == "none"
+                or (
+                    self.policy.ina_cross_server_only
+                    and len({self.g.nodes[m].get("server") for m in members}) == 1
+                )
+            ):
+                ge.ina_all = []
+            else:
+                have = {p.switch: p for p in ge.ina}
+                out = []
+                for s in self.ina_candidates(members):
+                    p = have.get(s) or self._flat_ina(members, s, nbytes)
+                    if p is not None:
+                        out.append(p)
+                ge.ina_all = sorted(out, key=lambda p: (p.time(self.ina_fabric, nbytes), p.switch))
+        return ge.ina_all
+
+    def _flat_ina(self, members: Sequence[str], switch: str, nbytes: float) -> CommPattern | None:
+        """Flat INA at ``switch``: with NVLink relays allowed, the Ethernet-only routes are
+        tried too and the cheaper kept (the greedy route choice with more options is not
+        always better), so HeroServe's options contain the homogeneous baselines'."""
+        p = ina_pattern(self.ina_fabric, members, switch, nbytes, self.net)
+        if self.policy.ina_relay:
+            q = ina_pattern(self.eth_fabric, members, switch, nbytes, self.net)
+            if q is not None and (
+                p is None or q.time(self.ina_fabric, nbytes) < p.time(self.ina_fabric, nbytes)
+            ):
+                p = q
+        return p
+
+    def ina_bound(self, members: Sequence[str], switch: str, nbytes: float) -> float:
+        """A lower bound on flat INA at ``switch``: the slowest member's cheapest route alone
+        (its own bytes, no sharing, one way) plus the aggregation and host overhead. Sharing
+        links and the way back only add time, in either cost mode. Inf if unreachable."""
+        wire = nbytes * self.net.ina_wire_ratio
+        worst = 0.0
+        for m in members:
+            routes = self.ina_fabric.routes_to_switch(m, switch)
+            if not routes:
+                return math.inf
+            worst = max(worst, min(self.ina_fabric.path_time(r, wire) for r in routes))
+        return worst + T_AGG_S + self.net.ina_host_s
+
+    def group_cost(self, members: Sequence[str], nbytes: float) -> float:
+        """One all-reduce of ``nbytes`` on ``members``, the best allowed scheme: what the
+        grouping compares. Groups with the same ``shape_signature`` cost the same, so their
+        routes are chosen once (the perturbation tries many groups that are twins)."""
+        return self.times(members, nbytes).time(nbytes)
+
+    def times(self, members: Sequence[str], nbytes: float) -> GroupTimes:
+        """The all-reduce times of ``members``' schemes as functions of the message size,
+        shared by every group of the same shape (``shape_signature``): a group's routes are
+        chosen once per shape, at the first size asked."""
+        key = self.shape(members)
+        hit = self._times.get(key)
+        if hit is None:
+            ge = self.group(members, nbytes)
+            others = [p.compiled(f) for p, f in ge.options(self)[1:]]
+            if self.problem.options.free_ina and self.ina_allowed(members):
+                others.append([])  # free INA: an all-reduce of no time
+            hit = self._times[key] = GroupTimes(
+                [c for p, f in ge.options(self, allow_ina=False) for c in p.compiled(f)], others
+            )
+        return hit
+
+    def ina_allowed(self, members: Sequence[str]) -> bool:
+        """Whether the policy may aggregate this group in the network at all."""
+        if len(members) < 2 or self.policy.ina == "none":
+            return False
+        one_server = len({self.g.nodes[m].get("server") for m in members}) == 1
+        return not (self.policy.ina_cross_server_only and one_server)
+
+    def allreduce_time(self, members: Sequence[str], nbytes: float) -> float:
+        """One all-reduce of ``nbytes`` on a stage's group, the best allowed scheme; the ring
+        only where the group lost INA to the aggregator slots (``forced_ring``)."""
+        if len(members) == 1:
+            return 0.0
+        allow = tuple(members) not in self.forced_ring
+        return self.times(members, nbytes).time(nbytes, allow_ina=allow)

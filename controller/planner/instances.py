@@ -1,0 +1,161 @@
+"""Instances (Eqs. 2-5, 12-13): one prefill or decode instance priced from its stages.
+
+``InstancePricing`` is the evaluator's part that prices an instance: per stage, its compute
+(Eqs. 12-13, at the slowest GPU's pace), its all-reduces (``allreduce``) and the hop to the
+next stage (Eq. 6, ``pipeline``); then prefill's rate within the TTFT bound (P-K queueing)
+and decode's largest batch within the TPOT bound and the KV memory. Its cache: instances per
+shape of their stages. ``tpot_quantile`` sets how much of the KV transfer a TPOT carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from controller.costmodel.compute import decode_layer_time, prefill_layer_time
+from controller.costmodel.queueing import max_rate_within
+from controller.planner.allreduce import AllReducePricing
+from controller.planner.options import Policy, Problem
+from controller.planner.pipeline import PipelinePricing
+from controller.planner.results import InstanceEval
+from controller.units import GB
+
+
+class InstancePricing(AllReducePricing, PipelinePricing):
+    """Prices prefill and decode instances from their stages."""
+
+    def __init__(self, problem: Problem, policy: Policy) -> None:
+        super().__init__(problem, policy)
+        self._instances: dict[tuple, InstanceEval] = {}
+        w = problem.workload
+        self._tpot_quantile = tpot_quantile(w.outputs, problem.sla.attainment)
+
+    def stage_parts(
+        self, stages: list[list[str]], nbytes: float
+    ) -> tuple[list[float], list[float]]:
+        """Per stage, one all-reduce of ``nbytes``; per pair of consecutive stages, the
+        pipeline hop (Eq. 6)."""
+        ar = [self.allreduce_time(s, nbytes) for s in stages]
+        hops = [
+            self.pipeline_hop_time(stages[i], stages[i + 1], nbytes) for i in range(len(stages) - 1)
+        ]
+        return ar, hops
+
+    def _memo_instance(
+        self, kind: str, stages: list[list[str]], t_f: float, price: Callable[[], InstanceEval]
+    ) -> InstanceEval:
+        """Instances of the same shape (``shape_signature`` of their stages, in order) price
+        the same: the first is priced, its twins get a copy with their own GPU names."""
+        forced = tuple(tuple(s) in self.forced_ring for s in stages)
+        key = (kind, self.shape(*stages), t_f, forced)
+        hit = self._instances.get(key)
+        if hit is None:
+            hit = price()
+            if len(self._instances) < 100_000:
+                self._instances[key] = hit
+            return hit
+        return replace(hit, stages=[list(s) for s in stages])
+
+    def prefill_instance(self, stages: list[list[str]]) -> InstanceEval:
+        """A prefill instance priced (``_prefill_instance``), once per shape."""
+        return self._memo_instance("p", stages, 0.0, lambda: self._prefill_instance(stages))
+
+    def decode_instance(self, stages: list[list[str]], t_f: float) -> InstanceEval:
+        """A decode instance priced at KV transfer time ``t_f`` (``_decode_instance``), once
+        per shape."""
+        return self._memo_instance("d", stages, t_f, lambda: self._decode_instance(stages, t_f))
+
+    def _prefill_instance(self, stages: list[list[str]]) -> InstanceEval:
+        """TTFT side (Eqs. 3, 5-12): one request of mean length per batch; the queue is served
+        by the busiest stage (P-K with deterministic service)."""
+        m = self.model
+        tp, pp = len(stages[0]), len(stages)
+        co = self.coeffs(self.slowest_type([g for s in stages for g in s]))
+        layer = prefill_layer_time(co, m, tp, self.mean_in, self.mean_in2)
+        lps = m.layers / pp
+        ar, hops = self.stage_parts(stages, self.prefill_bytes())
+        stage_s = [lps * (layer + 2 * a) for a in ar]
+        busy = [s + (hops[i] if i < len(hops) else 0.0) for i, s in enumerate(stage_s)]
+        serve = sum(stage_s) + sum(hops)
+        rate = max_rate_within(self.problem.sla.ttft_s, serve, max(busy))
+        comm = sum(2 * lps * a for a in ar) + sum(hops)
+        return InstanceEval(stages, ar, hops, m.layers * layer, comm, serve, max(busy), rate, 1)
+
+    def kv_room_bytes(self, members: Sequence[str], tp: int, pp: int) -> float:
+        """Memory left per GPU for KV cache: r_frac of its memory minus its weight shard."""
+        r = self.problem.options.r_frac
+        weights = self.model.param_bytes / (tp * pp)
+        return min(self.g.nodes[x]["memory_gb"] * GB * r for x in members) - weights
+
+    def decode_step(self, stages: list[list[str]], batch: int) -> tuple[float, float, float, float]:
+        """(step time over all stages, busiest stage, compute, comm) for a micro-batch."""
+        m = self.model
+        tp, pp = len(stages[0]), len(stages)
+        co = self.coeffs(self.slowest_type([g for s in stages for g in s]))
+        ctx = self.problem.workload.mean_kv_tokens
+        layer = decode_layer_time(co, m, tp, batch, batch * ctx)
+        lps = m.layers / pp
+        ar, hops = self.stage_parts(stages, self.activation_bytes(batch))
+        stage_s = [lps * (layer + 2 * a) for a in ar]
+        busy = [s + (hops[i] if i < len(hops) else 0.0) for i, s in enumerate(stage_s)]
+        comm = sum(2 * lps * a for a in ar) + sum(hops)
+        return sum(stage_s) + sum(hops), max(busy), m.layers * layer, comm
+
+    def tpot_kv_share(self, t_f: float) -> float:
+        """The KV transfer's part of a request's TPOT at the SLA percentile. DistServe and the
+        simulator measure TPOT as (last token - first token) / (output tokens - 1), so T_f is
+        paid once and spread over the request's output tokens; the requests that feel it most
+        are the shortest, and ``attainment`` of them must meet the bound, so the share is
+        T_f / q with q from ``tpot_quantile``.
+        ``tpot_mode="eq4"`` charges T_f to every token, as the paper's Eq. 4 is written."""
+        if t_f <= 0:
+            return 0.0
+        if self.problem.options.tpot_mode == "eq4":
+            return t_f
+        return t_f / self._tpot_quantile
+
+    def _decode_instance(self, stages: list[list[str]], t_f: float) -> InstanceEval:
+        """TPOT side (Eqs. 4, 13): the largest batch whose step time plus the KV transfer's
+        share (``tpot_kv_share``) meets the TPOT bound and whose KV cache fits; ``pp``
+        micro-batches are in flight. Rate in requests/s: batch / (busiest stage * mean output
+        length)."""
+        tp, pp = len(stages[0]), len(stages)
+        ctx = self.problem.workload.mean_kv_tokens
+        room = self.kv_room_bytes([g for s in stages for g in s], tp, pp)
+        b_mem = int(room * tp / (ctx * self.model.kv_bytes_per_token())) if room > 0 else 0
+        b_max = min(b_mem, self.problem.options.max_batch)
+        bound = self.problem.sla.tpot_s
+        kv = self.tpot_kv_share(t_f)
+
+        def ok(b: int) -> bool:
+            return self.decode_step(stages, b)[0] + kv <= bound
+
+        if b_max < 1 or not ok(1):
+            step, busy, comp, comm = self.decode_step(stages, 1)
+            return InstanceEval(stages, [], [], comp, comm, step, busy, 0.0, 0, step + kv)
+        lo, hi = 1, b_max  # largest b with ok(b): step time grows with b
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        step, busy, comp, comm = self.decode_step(stages, lo)
+        ar, hops = self.stage_parts(stages, self.activation_bytes(lo))
+        rate = lo / (busy * self.mean_out)
+        return InstanceEval(stages, ar, hops, comp, comm, step, busy, rate, lo, step + kv)
+
+
+def tpot_quantile(outputs: Sequence[int], attainment: float) -> float:
+    """q such that the requests with fewer than q output tokens after the first (whose TPOT
+    takes more than T_f / q of the KV transfer) are at most ``1 - attainment`` of all requests.
+    A request of one output token has no TPOT (the simulator counts it as meeting the
+    bound), so it never misses. At least 1."""
+    rest = np.sort(np.asarray(outputs, dtype=float) - 1.0)
+    allowed = int((1.0 - attainment) * len(rest) + 1e-9)
+    rest = rest[rest >= 1]
+    if len(rest) == 0:
+        return 1.0
+    return max(1.0, float(rest[min(allowed, len(rest) - 1)]))

@@ -1,0 +1,85 @@
+"""Pipeline stages (Eq. 6): the hop between two stages, and chaining groups into instances.
+
+``PipelinePricing`` is the evaluator's part that prices a hop at any message size from two
+latency matrices per stage pair (shared by stage pairs of the same shape), and chains a
+pool's groups into instances of PP stages, cheapest hop first. Its caches: the hop matrices
+per stage pair and per shape, and the chains per set of groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from controller.planner.context import EvalContext
+from controller.planner.grouping import latency_matrix
+from controller.planner.options import Policy, Problem
+
+
+class PipelinePricing(EvalContext):
+    """Prices pipeline hops and orders groups into pipeline stages."""
+
+    def __init__(self, problem: Problem, policy: Policy) -> None:
+        super().__init__(problem, policy)
+        self._hops: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._hop_by_shape: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._chains: dict[tuple, tuple] = {}  # order_stages, which no T_f changes
+
+    def pipeline_hop_time(self, a: Sequence[str], b: Sequence[str], nbytes: float) -> float:
+        """Eq. 6: T_pp(i) = min over receivers r in stage i+1 of max over senders k in stage i
+        of the cost of sending the activation k -> r. Each pair's cost is affine in the size
+        on its route (latency plus bytes over bandwidth, in either cost mode), so two
+        matrices per pair of stages price every size; stage pairs of the same shape
+        (``shape_signature``) share them, as the min-max does not depend on the order."""
+        key = (tuple(a), tuple(b))
+        hit = self._hops.get(key)
+        if hit is None:
+            shape = self.shape(a, b)
+            hit = self._hop_by_shape.get(shape)
+            if hit is None:
+                ref = self.prefill_bytes()
+                members = [*a, *b]
+                d0 = latency_matrix(self.ring_fabric, members, 0.0)
+                d1 = latency_matrix(self.ring_fabric, members, ref)
+                na = len(a)
+                lat = d0[:na, na:]
+                hit = self._hop_by_shape[shape] = (lat, (d1[:na, na:] - lat) / ref)
+            self._hops[key] = hit
+        lat, slope = hit
+        return float(np.min(np.max(lat + slope * nbytes, axis=0)))
+
+    def order_stages(
+        self, groups: list[list[str]], pp: int
+    ) -> tuple[list[list[list[str]]], list[list[str]]]:
+        """Chain groups into instances of ``pp`` stages: start from the first free group (in
+        server order) and append the free group with the cheapest pipeline hop (Eq. 6 at the
+        prefill message, every pair of groups priced at once from the GPUs' latency matrix:
+        O(N^2 S) for N GPUs). Returns the instances and the groups left over."""
+        if pp == 1:
+            return [[grp] for grp in groups], []
+        key = (pp, tuple(tuple(grp) for grp in groups))
+        hit = self._chains.get(key)
+        if hit is None:
+            hit = self._chains[key] = self._order_stages(groups, pp)
+        chains, rest = hit  # fresh outer lists: callers extend what they get
+        return [list(c) for c in chains], list(rest)
+
+    def _order_stages(
+        self, groups: list[list[str]], pp: int
+    ) -> tuple[list[list[list[str]]], list[list[str]]]:
+        n, size = len(groups), len(groups[0])
+        members = [x for grp in groups for x in grp]
+        d = latency_matrix(self.ring_fabric, members, self.prefill_bytes())
+        # hop[a, b] = min over receivers r in b of max over senders k in a of d[k, r]
+        hop = d.reshape(n, size, n, size).max(axis=1).min(axis=2)
+        free = list(range(n))
+        out = []
+        while len(free) >= pp:
+            chain = [free.pop(0)]
+            while len(chain) < pp:
+                row = hop[chain[-1]]
+                best = min(range(len(free)), key=lambda i: row[free[i]])
+                chain.append(free.pop(best))
+            out.append([groups[i] for i in chain])
+        return out, [groups[i] for i in free]
