@@ -28,7 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from controller.errors import InputError
-from controller.sim.metrics import SimResult, summarise
+from controller.sim.metrics import RunRecord, SimResult, summarise
 from controller.sim.model import CommOption, InstanceModel, PlanModel, StageModel
 from controller.sim.network import Activity, FluidNetwork, Work
 from controller.sim.scheduler import GroupSchedulers
@@ -241,7 +241,16 @@ class Simulator:
                     self._push(t + self.o.window_s, "win", None)
         self._book()
         wall = time.perf_counter() - t0
-        return summarise(self, wall, n_events)
+        return summarise(self.m, self._record(), wall, n_events)
+
+    def _record(self) -> RunRecord:
+        """The finished run as plain data, for ``metrics.summarise``."""
+        return RunRecord(
+            self.arrival, self.start_pf, self.first, self.kv_done, self.finish, self.out,
+            self.now, self.q_area, self.sys_area, self.ina_bytes, self.ar_bytes,
+            self.policy_use, self.kv_peak_tokens_gpu, self.kv_peak_frac, self.kv_overflow,
+            self.preemptions, self.net.rerates, self.kv_timeline,
+        )  # fmt: skip
 
     # -- arrivals and prefill ------------------------------------------------------------
     def _choose(self, n: int, load) -> int:

@@ -48,7 +48,7 @@ from controller.models import model_spec
 from controller.plan import ColocatedPlan, Plan
 from controller.related.costeff_configs import workload_class
 from controller.related.perf import LengthStats, NodeHW, PerfModel, node_hw
-from controller.sim.metrics import _pct
+from controller.sim.metrics import percentiles
 from controller.workload import Request, Workload
 
 SOURCE = "source"
@@ -750,9 +750,9 @@ class ColocatedSim:
             gpus_used=m.gpus_used,
             sla=sla,
             attainment=float(ok.mean()),
-            ttft_s=_pct(ttft[done]),
-            tpot_s=_pct(tpot[done & (out > 1)]),
-            e2e_s=_pct((fin - arr)[done]),
+            ttft_s=percentiles(ttft[done]),
+            tpot_s=percentiles(tpot[done & (out > 1)]),
+            e2e_s=percentiles((fin - arr)[done]),
             throughput_rps=float(done.sum()) / span,
             tokens_per_s=float(np.sum((inp + out)[done])) / span,
             decode_tokens_per_s=float(em.size) / span,
