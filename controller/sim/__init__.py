@@ -8,9 +8,10 @@ import networkx as nx
 
 from controller.errors import InputError
 from controller.plan import Plan
-from controller.sim.engine import SimOptions, Simulator
+from controller.sim.engine import Simulator
 from controller.sim.metrics import SimResult
 from controller.sim.model import PlanModel, build_model
+from controller.sim.options import SimOptions
 from controller.workload import Request, Workload
 
 
