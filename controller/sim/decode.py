@@ -21,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.sim.flows import Work
 from controller.sim.model import CommOption, InstanceModel, PlanModel, StageModel
-from controller.sim.network import Activity, FluidNetwork, Work
+from controller.sim.network import Activity, FluidNetwork
 from controller.sim.options import SimOptions
 from controller.sim.scheduler import GroupSchedulers
 

@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 
 from controller.errors import InputError
 from controller.sim.decode import DecodeSide
+from controller.sim.flows import Work
 from controller.sim.metrics import RunRecord, SimResult, summarise
 from controller.sim.model import CommOption, InstanceModel, PlanModel, StageModel
-from controller.sim.network import Activity, FluidNetwork, Work
+from controller.sim.network import Activity, FluidNetwork
 from controller.sim.options import SimOptions
 from controller.sim.scheduler import GroupSchedulers
 from controller.workload import Request

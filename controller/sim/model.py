@@ -27,7 +27,8 @@ from controller.models.specs import ModelSpec
 from controller.plan import Group, Plan
 from controller.planner.evaluate import Evaluator
 from controller.planner.reprice import evaluator_for_plan
-from controller.sim.network import Envelope, Flow, Links, Work, alone_time, envelope
+from controller.sim.flows import Envelope, Flow, Work, alone_time, envelope
+from controller.sim.network import Links
 from controller.topology.fabric import PIPELINED, Fabric
 from controller.topology.graph import link_id
 from controller.workload import Workload
