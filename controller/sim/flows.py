@@ -1,9 +1,10 @@
 """What an activity of the simulator's fluid network moves, and its time (docs/design.md §7).
 
-Holds the flow types (:data:`Flow`, :data:`Part`, :data:`Envelope`), :class:`Work` (an
-activity's flows grouped in parts) and the functions that price them: :func:`alone_time`,
-:func:`flow_sums`, :func:`flow_slope`, :func:`envelope`. ``network.py`` shares links among
-activities; ``model.py`` builds the flows from the cost model's.
+Holds the flow types (:data:`Flow`, :data:`Part`, :data:`Envelope`), the stretch vector's
+(:class:`Stretch`, :data:`ONES`), :class:`Work` (an activity's flows grouped in parts) and
+the functions that price them: :func:`alone_time`, :func:`flow_sums`, :func:`flow_slope`,
+:func:`envelope`. ``network.py`` shares links among activities; ``model.py`` builds the
+flows from the cost model's.
 
 An *activity* is anything that moves bytes: one pipeline stage's iteration (its compute plus
 the 2 L/P all-reduces of its layers) or one request's KV-cache transfer. Its uncontended
@@ -25,12 +26,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 # A flow of an activity: ((link index, seconds per unit on that link), ...), latency seconds.
 Flow = tuple[tuple[tuple[int, float], ...], float]
 # A part of an activity: (multiplier, first flow, end flow) over its flat flow list.
 Part = tuple[float, int, int]
 Envelope = tuple[tuple[float, float], ...]
+
+
+class Stretch(Protocol):
+    """Per directed link index, its stretch factor ``x_e >= 1`` (``Links.stretch``, or
+    :data:`ONES`)."""
+
+    def __getitem__(self, e: int, /) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -63,7 +72,7 @@ class Work:
         flows = tuple(flows)
         return cls(flows, ((mult, 0, len(flows)),), (envelope(flows, pipelined),), pipelined)
 
-    def sums(self, stretch) -> list[tuple[float, float]]:
+    def sums(self, stretch: Stretch) -> list[tuple[float, float]]:
         """The flows' (K_f(x), lat_f); for ``singles``, only the stretched flows' (a flow at
         x = 1 is never above the envelope alone, and a stretched flow's value alone is never
         above its value stretched, so the maximum is the same)."""
@@ -100,7 +109,9 @@ def alone_time(
     return t
 
 
-def flow_sums(flows: Sequence[Flow], stretch, pipelined: bool) -> list[tuple[float, float]]:
+def flow_sums(
+    flows: Sequence[Flow], stretch: Stretch, pipelined: bool
+) -> list[tuple[float, float]]:
     """``(K_f(x), lat_f)`` of each flow under the stretch vector ``stretch``: its most
     stretched hop (pipelined) or the sum of its hops."""
     if pipelined:

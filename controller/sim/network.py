@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 
 import networkx as nx
 
-from controller.sim.flows import Work
+from controller.sim.flows import Stretch, Work
 
 EPS = 1e-9
 
@@ -127,7 +127,7 @@ class Activity:
         self.base_s = 0.0  # t(1): what the cost model predicts alone
         self.loads: list[tuple[int, float]] = []  # (link, weight) it adds while active
 
-    def time(self, stretch) -> float:
+    def time(self, stretch: Stretch) -> float:
         return self.time_from(self.work.sums(stretch))
 
     def time_from(self, sums: Sequence[tuple[float, float]]) -> float:

@@ -1,5 +1,5 @@
-"""Settings of one simulator run: :class:`SimOptions` (docs/simulator.md lists what each
-changes)."""
+"""Settings of one simulator run: :class:`SimOptions` (each field's comment says what it
+changes; docs/simulator.md describes the behaviour behind them)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class SimOptions:
+    """Settings of one run; the defaults are the ones docs/simulator.md reports with."""
+
     prefill_token_budget: int = 2048  # most input tokens in one prefill batch
     online_scheduler: bool = False  # docs/design.md §8 on every group with several policies
     window_s: float = 0.05  # T_u: the scheduler's utilisation window
