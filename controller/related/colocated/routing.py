@@ -25,6 +25,7 @@ from controller.related.colocated.model import (
     Stage,
 )
 from controller.related.costeff_configs import workload_class
+from controller.related.hetero_mapper import Mapper
 
 IWRR_MAX_WEIGHT = 100  # flows become integer IWRR weights of at most this (1% resolution)
 
@@ -178,8 +179,6 @@ class ReplicaRouter(Router):
                 if idx:
                     self.by_cls[c] = IWRR(idx, integer_weights([share[k] for k in idx]))
         elif policy in ("os", "mb"):
-            from controller.related.hetero_mapper import Mapper
-
             self.mapper = Mapper.from_params(col.params, n, policy, rng)
         elif policy not in ("rr", "si"):
             raise InputError(f"unknown request mapper {policy!r}")
