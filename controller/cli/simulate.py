@@ -108,7 +108,7 @@ def run(argv: Sequence[str]) -> int:
 
     a = parser().parse_args(list(argv))
     plan = load_plan(a.plan)
-    if plan.layout == "colocated":  # the seed planners' plans (controller/related/colocated.py)
+    if plan.layout == "colocated":  # the seed planners' plans (controller/related/colocated/)
         from controller.cli.related import run_colocated
 
         return run_colocated(a, plan)
