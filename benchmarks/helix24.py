@@ -5,7 +5,7 @@ throughput of Helix against its baselines Swarm and separate pipelines (and Peta
 Offline throughput as Helix §6.3 measures it: every request is queued at the start (arrivals
 at ``--offered`` times the plan's predicted rate), the run stops at ``--horizon`` simulated
 seconds, and the figure is output tokens per second after a warm-up of a fifth of the horizon.
-Every planner's plan is simulated on the same requests by controller/related/colocated.py.
+Every planner's plan is simulated on the same requests by controller/related/colocated/.
 
     .venv/bin/python benchmarks/helix24.py [--time-limit 60] [--horizon 300] [--seed 0]
 """

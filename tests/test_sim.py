@@ -15,8 +15,9 @@ from controller.models import model_spec
 from controller.planner import PLANNERS, PlannerOptions, Problem, plan
 from controller.planner.evaluate import Evaluator
 from controller.sim import SimOptions, Simulator, build_model, make_requests, simulate
+from controller.sim.flows import Work
 from controller.sim.model import comm_option
-from controller.sim.network import Activity, FluidNetwork, Links, Work
+from controller.sim.network import Activity, FluidNetwork, Links
 from controller.topology import fig2
 from controller.topology import testbed as make_testbed
 from controller.topology.graph import add_link, add_switch

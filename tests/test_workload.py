@@ -7,7 +7,7 @@ import pytest
 
 from controller.errors import InputError
 from controller.workload import SLA, chatbot, default_sla, load_trace, summarization
-from controller.workload.generators import Workload
+from controller.workload.base import Workload
 
 
 def test_generators_match_published_means():

@@ -32,7 +32,7 @@ from controller.planner.heroserve import POLICY as HEROSERVE
 from controller.planner.heroserve import heroserve_grouper
 from controller.planner.options import PlannerOptions, Policy, Problem
 from controller.planner.search import search
-from controller.workload.generators import Workload
+from controller.workload.base import Workload
 from controller.workload.sla import SLA
 
 # Each planner: its policy (what it may use) and its groupings, every one priced for every

@@ -12,7 +12,7 @@ import networkx as nx
 
 from controller.costmodel.netparams import NetParams
 from controller.models.specs import ModelSpec
-from controller.workload.generators import Workload
+from controller.workload.base import Workload
 from controller.workload.sla import SLA
 
 Progress = object  # a callable(str) or None; kept loose to stay plain data

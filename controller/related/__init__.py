@@ -18,7 +18,7 @@ from controller.errors import InputError
 from controller.models.specs import ModelSpec
 from controller.plan import Plan
 from controller.related.common import RelatedOptions
-from controller.workload.generators import Workload
+from controller.workload.base import Workload
 from controller.workload.sla import SLA
 
 RELATED = ("helix", "costeff", "hetero-search")

@@ -14,7 +14,7 @@ from controller.models.specs import ModelSpec
 from controller.plan import ColocatedPlan, PhasePlan, Plan, Predicted
 from controller.related.perf import LengthStats, NodeHW, PerfModel, node_hw
 from controller.topology.graph import servers
-from controller.workload.generators import Workload
+from controller.workload.base import Workload
 from controller.workload.sla import SLA
 
 

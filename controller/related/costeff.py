@@ -32,7 +32,7 @@ from controller.related.costeff_configs import (
 from controller.related.costeff_milp import CostProblem, CostSolution, solve_binary, solve_milp
 from controller.related.perf import PerfModel
 from controller.topology.graph import servers
-from controller.workload.generators import Workload
+from controller.workload.base import Workload
 from controller.workload.sla import SLA
 
 OBJECTIVE = (

@@ -51,7 +51,7 @@ from controller.related.helix_flow import (
 from controller.related.helix_heuristics import complete, petals, separate_pipelines, swarm
 from controller.related.helix_milp import MilpResult, SolverOptions, solve
 from controller.related.perf import TOKEN_ID_BYTES, LengthStats, NodeHW, PerfModel
-from controller.workload.generators import Workload
+from controller.workload.base import Workload
 from controller.workload.sla import SLA
 
 HIGH_WATER = 1.0  # Helix masks a node whose estimated KV use would pass its KV room

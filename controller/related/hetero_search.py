@@ -29,7 +29,7 @@ from controller.related.hetero_model import (
 )
 from controller.related.perf import NodeHW, PerfModel, node_hw
 from controller.topology.graph import servers
-from controller.workload.generators import Workload
+from controller.workload.base import Workload
 from controller.workload.sla import SLA
 
 MAPPERS = ("os", "rr", "wrr", "mb", "si")

@@ -1,6 +1,13 @@
 """Discrete-event simulator of a disaggregated prefill/decode cluster running a plan
 (docs/design.md §7). ``simulate(plan, cluster, workload, rate, n)`` is the one-call entry;
-``build_model`` + ``Simulator`` reuse a priced plan across runs (rate sweeps)."""
+``build_model`` + ``Simulator`` reuse a priced plan across runs (rate sweeps).
+
+Holds :func:`make_requests` (a workload's requests at a rate, or a trace's own arrivals) and
+:func:`simulate`. Modules: ``model`` (the plan priced by the planner's functions),
+``flows`` (what an activity moves and its time), ``network`` (link sharing: the fluid
+network), ``engine`` (the event loop, prefill, stage iterations), ``decode`` (KV transfers,
+continuous batching, preemption), ``scheduler`` (the online scheduler inside a run),
+``metrics`` (what a run reports), ``options`` (a run's settings)."""
 
 from __future__ import annotations
 
@@ -8,9 +15,10 @@ import networkx as nx
 
 from controller.errors import InputError
 from controller.plan import Plan
-from controller.sim.engine import SimOptions, Simulator
+from controller.sim.engine import Simulator
 from controller.sim.metrics import SimResult
 from controller.sim.model import PlanModel, build_model
+from controller.sim.options import SimOptions
 from controller.workload import Request, Workload
 
 
@@ -46,6 +54,7 @@ def simulate(
     cv: float = 1.0,
     options: SimOptions | None = None,
 ) -> SimResult:
+    """Price ``plan`` on ``cluster`` and run ``n`` requests of ``workload`` at ``rate``."""
     model = build_model(plan, cluster, workload)
     return Simulator(model, options).run(make_requests(workload, rate, n, seed, cv))
 

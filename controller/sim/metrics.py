@@ -1,21 +1,27 @@
 """What a simulation run reports (docs/design.md §7): per-request TTFT, TPOT and end-to-end latency,
 SLA attainment, percentiles, INA throughput, link utilisation and KV-cache memory.
 
+Holds :func:`percentiles` (the mean/p50/p90/p99 summary every simulator reports, the
+colocated one included), :class:`SimResult` (a run's report), :class:`RunRecord` (what a
+finished run hands over: plain data, so this module needs nothing of the engine) and
+:func:`summarise` (the one from the other).
+
 Units: seconds, bytes, bytes/s; utilisation and attainment are fractions."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    from controller.sim.engine import Simulator
+from controller.sim.model import PlanModel
+from controller.topology.graph import link_id
 
 
-def _pct(x: np.ndarray) -> dict[str, float]:
+def percentiles(x: np.ndarray) -> dict[str, float]:
+    """Mean, p50, p90 and p99 of ``x`` (all NaN when ``x`` is empty)."""
     if x.size == 0:
         return {"mean": math.nan, "p50": math.nan, "p90": math.nan, "p99": math.nan}
     return {
@@ -67,16 +73,39 @@ class SimResult:
         return self.requests / self.wall_s if self.wall_s > 0 else math.inf
 
 
-def summarise(sim: Simulator, wall_s: float, events: int) -> SimResult:
-    from controller.topology.graph import link_id
+@dataclass
+class RunRecord:
+    """What one finished run hands to :func:`summarise`: per request (in the order given to
+    the run; NaN where the request never got there) and the run's counters."""
 
-    m = sim.m
-    arr = np.asarray(sim.arrival, dtype=float)
-    first = np.asarray(sim.first, dtype=float)
-    fin = np.asarray(sim.finish, dtype=float)
-    out = np.asarray(sim.out, dtype=float)
-    kvd = np.asarray(sim.kv_done, dtype=float)
-    start = np.asarray(sim.start_pf, dtype=float)
+    arrival: list[float]
+    start_prefill: list[float]  # left the prefill queue
+    first_token: list[float]
+    kv_done: list[float]  # its KV cache reached the decode instance
+    finish: list[float]
+    output_tokens: list[int]
+    end_s: float  # simulated time when the run stopped
+    q_area: float  # prefill queue length integrated over time, request-seconds
+    sys_area: float  # requests in the system integrated over time
+    ina_bytes: float  # all-reduce message bytes aggregated in switches
+    allreduce_bytes: float  # all-reduce message bytes, any scheme
+    policy_use: dict[str, int]  # stage iterations per all-reduce policy
+    kv_peak_tokens_gpu: float  # KV tokens on the busiest decode GPU at its peak
+    kv_peak_fraction: float
+    kv_overflow: int
+    preemptions: int
+    rerates: int
+    kv_timeline: list[tuple[float, float]]
+
+
+def summarise(m: PlanModel, run: RunRecord, wall_s: float, events: int) -> SimResult:
+    """The report of ``run`` on ``m`` (link bytes are read from ``m.links``)."""
+    arr = np.asarray(run.arrival, dtype=float)
+    first = np.asarray(run.first_token, dtype=float)
+    fin = np.asarray(run.finish, dtype=float)
+    out = np.asarray(run.output_tokens, dtype=float)
+    kvd = np.asarray(run.kv_done, dtype=float)
+    start = np.asarray(run.start_prefill, dtype=float)
     done = ~np.isnan(fin)
     ttft = first - arr
     tpot = np.where(out > 1, (fin - first) / np.maximum(out - 1, 1), 0.0)
@@ -84,7 +113,7 @@ def summarise(sim: Simulator, wall_s: float, events: int) -> SimResult:
     sla = m.plan.sla.to_dict()
     ok = done & (ttft <= sla["ttft_s"]) & (tpot <= sla["tpot_s"])
     t_begin = float(np.min(arr))
-    t_end = float(np.nanmax(fin)) if done.any() else float(sim.now)
+    t_end = float(np.nanmax(fin)) if done.any() else float(run.end_s)
     span = max(t_end - t_begin, 1e-12)
     n = len(arr)
     arr_span = float(np.max(arr) - t_begin)
@@ -93,8 +122,8 @@ def summarise(sim: Simulator, wall_s: float, events: int) -> SimResult:
     wait = start - arr
     lam = n / span
     w_q = float(np.nanmean(wait))
-    l_q = sim.q_area / span
-    l_sys = sim.sys_area / span
+    l_q = run.q_area / span
+    l_sys = run.sys_area / span
     w_sys = float(np.nanmean(e2e))
     little = {
         "L": l_q,
@@ -105,7 +134,7 @@ def summarise(sim: Simulator, wall_s: float, events: int) -> SimResult:
         "W_system": w_sys,
         "ratio_system": l_sys / (lam * w_sys) if lam * w_sys > 0 else 1.0,
     }
-    lk = sim.links
+    lk = m.links
     util: dict[str, float] = {}
     eth = []
     for e, (u, v) in enumerate(lk.ends):
@@ -132,23 +161,23 @@ def summarise(sim: Simulator, wall_s: float, events: int) -> SimResult:
         gpus_used=m.gpus_used,
         sla=sla,
         attainment=float(ok.mean()),
-        ttft_s=_pct(ttft[done]),
-        tpot_s=_pct(tpot[done & (out > 1)]),
-        e2e_s=_pct(e2e[done]),
-        kv_transfer_s=_pct((kvd - first)[~np.isnan(kvd)]),
-        ina_throughput_Bps=sim.ina_bytes / span,
-        allreduce_throughput_Bps=sim.ar_bytes / span,
-        policy_use=dict(sorted(sim.policy_use.items())),
-        peak_kv_bytes_per_gpu=sim.kv_peak_tokens_gpu * kvpt,
-        peak_kv_fraction=sim.kv_peak_frac,
-        kv_overflow_events=sim.kv_overflow,
-        preemptions=sim.preemptions,
+        ttft_s=percentiles(ttft[done]),
+        tpot_s=percentiles(tpot[done & (out > 1)]),
+        e2e_s=percentiles(e2e[done]),
+        kv_transfer_s=percentiles((kvd - first)[~np.isnan(kvd)]),
+        ina_throughput_Bps=run.ina_bytes / span,
+        allreduce_throughput_Bps=run.allreduce_bytes / span,
+        policy_use=dict(sorted(run.policy_use.items())),
+        peak_kv_bytes_per_gpu=run.kv_peak_tokens_gpu * kvpt,
+        peak_kv_fraction=run.kv_peak_fraction,
+        kv_overflow_events=run.kv_overflow,
+        preemptions=run.preemptions,
         ethernet_util=ethernet,
         little=little,
         wall_s=wall_s,
         events=events,
-        rerates=sim.net.rerates,
-        kv_timeline=sim.kv_timeline,
+        rerates=run.rerates,
+        kv_timeline=run.kv_timeline,
         per_request={
             "arrival_s": arr.tolist(),
             "ttft_s": ttft.tolist(),

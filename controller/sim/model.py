@@ -7,6 +7,11 @@ stage's group as flows over directed links (Eqs. 8-11, ``CommPattern``) and, per
 instance pair, the KV-cache transfer (Eqs. 14-15). Because these are the evaluator's functions
 and routes, a lone request in the simulator takes exactly the time the cost model predicts
 (the low-load validation in tests/test_sim_validation.py).
+
+Holds :class:`CommOption` and :func:`comm_option` (a group's candidate all-reduce policy as
+link terms), :class:`StageModel`, :class:`InstanceModel`, :class:`KVModel`,
+:class:`PlanModel` (the plan priced: compute, hops, KV transfers), :func:`build_model` (price
+and check a plan) and :func:`planned_pattern` (the cost-model pattern of the plan's scheme).
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from controller.models.specs import ModelSpec
 from controller.plan import Group, Plan
 from controller.planner.evaluate import Evaluator
 from controller.planner.reprice import evaluator_for_plan
-from controller.sim.network import Envelope, Flow, Links, Work, alone_time, envelope
+from controller.sim.flows import Envelope, Flow, Work, alone_time, envelope
+from controller.sim.network import Links
 from controller.topology.fabric import PIPELINED, Fabric
 from controller.topology.graph import link_id
 from controller.workload import Workload
@@ -293,8 +299,10 @@ class PlanModel:
 
 
 def _check_plan(plan: Plan, g: nx.Graph) -> None:
-    """The shared checks of a plan against its cluster (``validate_plan``), and the ones
-    only a plan built in code can miss."""
+    """The plan against its cluster (``plan_checks.check_plan_on_topology``), then only what
+    ``controller/inputs/plan_checks.py`` leaves to the simulator: a phase with no instance
+    (the controller serves such partial plans; a simulation needs both phases) and a decode
+    batch below 1 (the plan schema refuses it in files; a plan built in code skips it)."""
     check_plan_on_topology(plan, g)
     for phase in (plan.prefill, plan.decode):
         if not phase.instances:

@@ -17,6 +17,9 @@ model priced the options at): per decision of n = 2 L/P_pipe all-reduces, latenc
 n t_c(0) and bandwidth = D_ref / (t_c(D_ref) - t_c(0)), so an iteration of D_ref-byte
 all-reduces (D = n D_ref) costs delta_c = n t_c(D_ref) / T_u, its time alone over the window.
 At zero load the scheduler therefore picks the option the cost model prices fastest.
+
+Holds :func:`reference_bytes`, :func:`time_model`, :func:`policy_table` (a group's table,
+docs/policy-table.md) and :class:`GroupSchedulers` (one scheduler per group with a choice).
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
-"""Workloads: request lengths and arrivals (docs/design.md §4), and SLAs."""
+"""Workloads: request lengths and arrivals (docs/design.md §4), and SLAs.
 
-from controller.workload.generators import (
-    WORKLOADS,
-    Request,
-    Workload,
-    chatbot,
-    resolve_workload,
-    summarization,
-)
+Modules: ``base`` (Request, Workload), ``generators`` (chatbot, summarization), ``traces``
+(load_trace), ``resolve`` (resolve_workload: a name or a trace file), ``sla`` (SLA,
+default_sla). This package only re-exports their public names."""
+
+from controller.workload.base import Request, Workload
+from controller.workload.generators import WORKLOADS, chatbot, summarization
+from controller.workload.resolve import resolve_workload
 from controller.workload.sla import SLA, default_sla
 from controller.workload.traces import load_trace
 

@@ -1,4 +1,4 @@
-"""Request generators and trace loaders. No data set is downloaded at run time.
+"""Synthetic workloads after the paper's data sets. No data set is downloaded at run time.
 
 Length statistics (documented approximations of the public data sets, in tokens):
 - chatbot, ShareGPT as vLLM's paper reports it: input mean 161, output mean 338; both
@@ -6,77 +6,20 @@ Length statistics (documented approximations of the public data sets, in tokens)
 - summarization, LongBench as DistServe's paper reports it: input mean 1738, output mean 90.
 Lengths are clipped to [1, max_context] with input + output <= max_context (OPT: 2048).
 
-Arrivals: Poisson at rate lambda, or gamma inter-arrival times with a given CV (CV 1 is
-Poisson; larger is burstier).
-
-Trace files (CSV, JSON, ShareGPT) are read by ``traces.py``.
+Holds :func:`chatbot`, :func:`summarization` and :data:`WORKLOADS` (name -> generator).
+The :class:`~controller.workload.base.Workload` they build, and its arrival sampling, are in
+``base.py``; trace files
+(CSV, JSON, ShareGPT) are read by ``traces.py``; ``resolve.py`` turns a name or a file into a
+workload.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from controller.errors import InputError
-
-
-@dataclass(frozen=True)
-class Request:
-    arrival_s: float
-    input_tokens: int
-    output_tokens: int
-
-
-@dataclass
-class Workload:
-    """A length distribution, sampled or taken from a trace."""
-
-    name: str
-    inputs: np.ndarray  # token counts
-    outputs: np.ndarray
-    arrivals: np.ndarray | None = None  # trace timestamps, if the trace had them
-
-    @property
-    def mean_input(self) -> float:
-        return float(np.mean(self.inputs))
-
-    @property
-    def mean_input_sq(self) -> float:
-        return float(np.mean(self.inputs.astype(float) ** 2))
-
-    @property
-    def mean_output(self) -> float:
-        return float(np.mean(self.outputs))
-
-    @property
-    def mean_kv_tokens(self) -> float:
-        """Time-average KV tokens held per request in a decode batch: a request holds
-        l + t tokens at its t-th step for o steps, and requests stay in proportion to o, so
-        the average is E[o (l + o/2)] / E[o] (length-biased, not l + o/2 of the means)."""
-        o = self.outputs.astype(float)
-        return float(np.sum(o * (self.inputs + o / 2)) / np.sum(o))
-
-    def requests(self, rate: float, n: int, seed: int = 0, cv: float = 1.0) -> list[Request]:
-        """``n`` requests at ``rate`` req/s: Poisson (cv=1) or gamma inter-arrivals."""
-        if rate <= 0:
-            raise InputError(f"request rate must be positive, got {rate}")
-        if n <= 0:
-            raise InputError(f"number of requests must be positive, got {n}")
-        rng = np.random.default_rng(seed)
-        if cv == 1.0:
-            gaps = rng.exponential(1.0 / rate, n)
-        else:
-            shape = 1.0 / (cv * cv)
-            gaps = rng.gamma(shape, 1.0 / (rate * shape), n)
-        times = np.cumsum(gaps) - gaps[0]
-        idx = rng.integers(0, len(self.inputs), n)
-        return [
-            Request(float(t), int(self.inputs[i]), int(self.outputs[i]))
-            for t, i in zip(times, idx, strict=True)
-        ]
+from controller.workload.base import Workload
 
 
 def _lognormal(rng: np.random.Generator, mean: float, cv: float, n: int) -> np.ndarray:
@@ -114,13 +57,3 @@ def summarization(n: int = 20000, seed: int = 0, max_context: int = 2048) -> Wor
 
 
 WORKLOADS = {"chatbot": chatbot, "summarization": summarization}
-
-
-def resolve_workload(spec: str, seed: int = 0) -> Workload:
-    if spec in WORKLOADS:
-        return WORKLOADS[spec](seed=seed)
-    if Path(spec).suffix in (".csv", ".json"):
-        from controller.workload.traces import load_trace  # traces builds on this module
-
-        return load_trace(spec)
-    raise InputError(f"unknown workload {spec!r}: use chatbot, summarization or a .csv/.json trace")

@@ -1,4 +1,7 @@
-"""Service-level agreement: TTFT and TPOT bounds and the attainment percentile."""
+"""Service-level agreement: TTFT and TPOT bounds and the attainment percentile.
+
+Holds :func:`default_sla` (the paper's bounds per workload and scale) and re-exports
+:class:`~controller.plan.SLA`, which a plan records (``controller/plan.py``)."""
 
 from __future__ import annotations
 

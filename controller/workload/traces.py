@@ -11,6 +11,10 @@ Formats (docs/simulator.md):
 
 Token counts are integers in [1, MAX_TOKENS]; arrivals finite seconds in [0, MAX_ARRIVAL_S],
 given for every request or for none. Errors name the file and the row or item.
+
+Holds :func:`load_trace` (a file), :func:`trace_rows` (a parsed JSON document),
+:func:`workload_of` (checked rows to a :class:`~controller.workload.base.Workload`) and
+:func:`tokens_of` (ShareGPT's token approximation).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from controller.inputs.schema import (
     shown,
     unknown_key,
 )
-from controller.workload.generators import Workload
+from controller.workload.base import Workload
 
 CHARS_PER_TOKEN = 4.0
 
@@ -193,6 +197,7 @@ def _checked(rows: list[tuple[dict[str, Any], str]], source: str) -> list[dict[s
 
 
 def workload_of(rows: list[dict[str, Any]], name: str, source: str) -> Workload:
+    """The workload of checked ``rows``; InputError (naming ``source``) when there are none."""
     if not rows:
         raise InputError(f"{source}: no requests found")
     inputs = np.array([r["input_tokens"] for r in rows], dtype=np.int64)
