@@ -378,7 +378,8 @@ def _worker(w: int, group: int, agg: int) -> dict:
     from scapy.layers.l2 import Ether
     from test_softswitch_netns import SWITCH_IP, SWITCH_MAC, worker_ip, worker_mac
 
-    from agents.ina.packet import INA, INA_UDP_PORT, unpack
+    from agents.ina.packet import INA_UDP_PORT, unpack
+    from agents.ina.scapy_layer import INA
 
     conf.verb = 0
     rx = so.socket(so.AF_INET, so.SOCK_DGRAM)

@@ -309,7 +309,7 @@ def test_the_wire_as_scapy_reads_it_window_rounds_and_a_retransmission() -> None
     alternates), nothing more than the window is outstanding, a chunk whose result is held
     back comes again flagged as a retransmission with the same lanes, and the member's
     result is what the switch answered."""
-    from agents.ina.packet import INA
+    from agents.ina.scapy_layer import INA
 
     window, n = 2, 3 * 32
     lanes_in = np.arange(-(n // 2), n - n // 2, dtype=np.int32) * 1000

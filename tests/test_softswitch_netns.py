@@ -303,7 +303,8 @@ def _worker(w: int) -> dict:
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
 
-    from agents.ina.packet import INA, INA_UDP_PORT, unpack
+    from agents.ina.packet import INA_UDP_PORT, unpack
+    from agents.ina.scapy_layer import INA
 
     conf.verb = 0
     rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -24,9 +24,8 @@ input limits, the cost model's packet size): the UDP port, vector and header siz
 header's ``struct`` layout (``HEADER_STRUCT``), the worker limit (``MAX_WORKERS``), the
 group-id and aggregator-slot limits (``MAX_GROUP_ID``, ``MAX_AGGREGATOR_SLOTS``), the flag
 bits and the generation window. It holds the codec (:class:`InaHeader`, :func:`pack`,
-:func:`unpack`, fixed point, :func:`build_frame`) and, loaded on first use so that the
-controller's imports of the constants do not load scapy, the scapy layer ``INA``
-(agents/ina/scapy_layer.py).
+:func:`unpack`, fixed point, :func:`build_frame`); the scapy layer ``INA`` is in
+agents/ina/scapy_layer.py, so that importing the constants does not load scapy.
 """
 
 from __future__ import annotations
@@ -275,13 +274,3 @@ def build_frame(
     struct.pack_into("!H", ip_hdr, 10, ipv4_checksum(bytes(ip_hdr)))
     eth = mac_bytes(dst_mac) + mac_bytes(src_mac) + b"\x08\x00"
     return eth + bytes(ip_hdr) + udp + payload
-
-
-def __getattr__(name: str) -> Any:
-    """``INA``, the scapy layer, imported on first use: scapy takes about a second to load,
-    and most importers of this module want only the constants and the codec."""
-    if name == "INA":
-        from agents.ina.scapy_layer import INA
-
-        return INA
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

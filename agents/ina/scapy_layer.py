@@ -3,7 +3,7 @@ bound to UDP destination port ``INA_UDP_PORT`` when this module is imported.
 
 Apart from agents/ina/packet.py because scapy takes about a second to import: the codec
 and the wire constants are imported by the controller and the agents, which never need
-scapy; tests and packet captures get this layer as ``agents.ina.packet.INA``.
+scapy; tests and packet captures import this module.
 """
 
 from __future__ import annotations
