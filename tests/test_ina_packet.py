@@ -8,7 +8,6 @@ from scapy.layers.l2 import Ether
 from scapy.packet import raw
 
 from agents.ina.packet import (
-    INA,
     INA_UDP_PORT,
     PAYLOAD_LEN,
     ROUND_MODULUS,
@@ -22,6 +21,7 @@ from agents.ina.packet import (
     unpack,
     wrap_int32,
 )
+from agents.ina.scapy_layer import INA
 
 
 def test_header_layout_is_big_endian_with_flag_bits() -> None:

@@ -33,7 +33,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 INA_UDP_PORT = 48879  # 0xBEEF
 VECTOR_LEN = 32
