@@ -26,6 +26,7 @@ from test_gpu_agent_e2e import (  # tests/ is on sys.path: the agent e2e helpers
 from test_online_scheduler_sim import shared_uplink_cluster, shared_uplink_plan
 
 from agents.proto.heroserve.v1 import control_pb2 as pb
+from controller.errors import InputError
 from controller.models import model_spec
 from controller.planner import plan as make_plan
 from controller.scheduler.online import OnlineScheduler, parse_table
@@ -208,7 +209,7 @@ def test_gpu_agent_carries_the_fields_and_refuses_bad_ones(
         before = segment(prefix).read_bytes()
         timer.by_scheme[pb.SCHEME_RING] = (-1e-6, 0.0)
         # The controller refuses a table its GPU agents would refuse, naming group and field...
-        with pytest.raises(policies.PlanError) as ei:
+        with pytest.raises(InputError) as ei:
             apply_plan(server, reverse=True)
         assert str(ei.value) == (
             "group prefill/0/0: invalid policy table: policy 1: latency_s must be >= 0, got -1e-06"

@@ -703,13 +703,13 @@ def test_hier_table_is_priced_whole_or_not_at_all(tmp_path: Path, monkeypatch) -
     ],
 )
 def test_bad_hier_groups_are_refused(tmp_path: Path, edit, message: str) -> None:  # noqa: ANN001
-    from controller.service.core import Controller, RequestError
-    from controller.service.policies import PlanError
+    from controller.errors import InputError
+    from controller.service.core import Controller
 
     p = hier_plan()
     edit(p.prefill.groups[0])
     c = Controller(Store(tmp_path / "c.db"))
-    with pytest.raises((PlanError, RequestError), match=re.escape(message)):
+    with pytest.raises(InputError, match=re.escape(message)):
         c.apply_plan(p.to_json())
     assert c.epoch == 0 and c.pool.switches() == []
 

@@ -3,7 +3,8 @@
 Transport-free (the gRPC servicer in :mod:`controller.service.servicer` calls it), and
 single-threaded: every method runs on the server's asyncio event loop.
 
-Nothing an agent says is trusted: every request is bounded
+Nothing an agent says is trusted (a malformed request is
+:class:`~controller.errors.InputError`): every request is bounded
 (:data:`controller.service.binding.LIMITS`) and checked against what the plan's cluster gives
 the speaking identity (:class:`controller.service.binding.ClusterIndex`) before it changes
 anything; a request is applied whole or refused whole.
@@ -21,11 +22,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from agents.proto.heroserve.v1 import control_pb2 as pb
+from controller.errors import InputError
 from controller.plan import Plan
 from controller.service import policies
 from controller.service.binding import LIMITS, ClusterIndex, Denied
 from controller.service.metrics import Metrics
-from controller.service.planinput import PlanInputError, parse_plan, parse_plan_canonical
+from controller.service.planinput import parse_plan, parse_plan_canonical
 from controller.service.slots import MAX_SLOTS, SlotError, SlotPool
 from controller.service.store import MAX_SEQ, Store, StoreError, plan_id_of
 
@@ -47,10 +49,6 @@ RESYNC_DELAY_S = 0.1
 ACK_FLUSH_S = 0.05
 _MAC = re.compile(r"^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$")
 _IPV4 = re.compile(r"^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$")
-
-
-class RequestError(ValueError):
-    """A malformed request (INVALID_ARGUMENT)."""
 
 
 class NotRegistered(RuntimeError):
@@ -139,10 +137,11 @@ class Controller:
             pid, text = current
             try:
                 plan = parse_plan(text, f"stored plan {pid}")
-                policies.validate(plan)
-            except PlanInputError as exc:
+            except InputError as exc:
                 raise StoreError(str(exc)) from None
-            except policies.PlanError as exc:
+            try:
+                policies.validate(plan)
+            except InputError as exc:
                 raise StoreError(f"stored plan {pid}: {exc}") from None
             with store.transaction():  # a plan this controller cannot serve changes nothing
                 self.state = self._derive(plan, pid, store.epoch())
@@ -171,12 +170,10 @@ class Controller:
 
     def apply_plan(self, plan_json: str | bytes) -> tuple[int, str]:
         """Make ``plan_json`` current; returns (epoch, plan id). The same plan again is a
-        no-op (same epoch). Raises RequestError / policies.PlanError (TopologyUnavailable
-        when the plan's cluster cannot be resolved) / SlotError; then nothing changed."""
-        try:
-            plan, canonical = parse_plan_canonical(plan_json)
-        except PlanInputError as exc:
-            raise RequestError(str(exc)) from None
+        no-op (same epoch). Raises InputError (its subclass
+        :class:`~controller.service.policies.TopologyUnavailable` when the plan's cluster
+        cannot be resolved) / SlotError; then nothing changed."""
+        plan, canonical = parse_plan_canonical(plan_json)
         policies.validate(plan)
         pid = plan_id_of(canonical)
         if self.state is not None and self.state.plan_id == pid:
@@ -203,10 +200,7 @@ class Controller:
         """``--plan`` at start-up (docs/control-plane.md, "Restart"): the database is the
         truth. The plan is applied only when the database has never held it; the plan it
         holds, or one it superseded, is left as it is. Returns what was done, for the log."""
-        try:
-            _, canonical = parse_plan_canonical(plan_json, source)
-        except PlanInputError as exc:
-            raise RequestError(str(exc)) from None
+        _, canonical = parse_plan_canonical(plan_json, source)
         pid = plan_id_of(canonical)
         current = self.state.plan_id if self.state is not None else None
         if pid == current:
@@ -336,7 +330,7 @@ class Controller:
             inv = _check_gpu_inventory(req)
         _bounded_text(req.agent_version, LIMITS.agent_version_chars, "agent_version")
         if len(req.held_tables) > LIMITS.held_tables:
-            raise RequestError(
+            raise InputError(
                 f"held_tables lists {len(req.held_tables)}, limit {LIMITS.held_tables}"
             )
         index = self.index
@@ -346,7 +340,7 @@ class Controller:
                 index.check_gpus(ident.node_id, (g.gpu_id for g in req.gpu.gpus))
                 for g in req.gpu.gpus:
                     if g.server and g.server != index.gpu_server.get(g.gpu_id, g.server):
-                        raise RequestError(
+                        raise InputError(
                             f"GPU {g.gpu_id}: server {g.server!r} differs from topology's "
                             f"{index.gpu_server[g.gpu_id]!r}"
                         )
@@ -358,7 +352,7 @@ class Controller:
         kind = KIND_NAMES[ident.kind]
         old = self.agents.get(ident.node_id)
         if old is not None and old.kind != kind:
-            raise RequestError(f"node {ident.node_id!r} registered before as a {old.kind}")
+            raise InputError(f"node {ident.node_id!r} registered before as a {old.kind}")
         if old is None and len(self.agents) >= LIMITS.agents:
             raise RegistryFull(f"the agent registry holds {LIMITS.agents} identities")
         # Checked: from here on the request changes state.
@@ -411,7 +405,7 @@ class Controller:
         for h in held:
             _bounded_text(h.group_id, LIMITS.name_chars, "held_tables.group_id")
             if h.version > MAX_SEQ or h.last_seq > MAX_SEQ:
-                raise RequestError(f"held table {h.group_id}: version or last_seq above {MAX_SEQ}")
+                raise InputError(f"held table {h.group_id}: version or last_seq above {MAX_SEQ}")
             if h.group_id not in mine:
                 self.metrics.telemetry_dropped.labels("held_table_not_own").inc()
                 continue
@@ -428,11 +422,11 @@ class Controller:
     def check_session(self, identity: pb.NodeIdentity, session_id: str) -> pb.NodeIdentity:
         ident = _check_identity(identity)
         if not session_id:
-            raise RequestError("session_id is empty")
+            raise InputError("session_id is empty")
         _bounded_text(session_id, 64, "session_id")
         rec = self.agents.get(ident.node_id)
         if rec is not None and KIND_OF_NAME[rec.kind] != ident.kind:
-            raise RequestError(f"node {ident.node_id!r} is a {rec.kind}")
+            raise InputError(f"node {ident.node_id!r} is a {rec.kind}")
         if self.sessions.get(ident.node_id) != session_id:
             raise NotRegistered(f"node {ident.node_id!r} has no session {session_id}: register")
         return ident
@@ -467,7 +461,7 @@ class Controller:
     def ack(self, req: pb.AckRequest) -> pb.AckResponse:
         ident = self.check_session(req.identity, req.session_id)
         if req.epoch == 0 or req.epoch > self.epoch:
-            raise RequestError(f"ack of epoch {req.epoch}: current epoch is {self.epoch}")
+            raise InputError(f"ack of epoch {req.epoch}: current epoch is {self.epoch}")
         index = self.index
         if index is not None:
             index.check_agent(ident.kind == pb.NODE_KIND_SWITCH, ident.node_id)
@@ -506,7 +500,7 @@ class Controller:
         ident = self.check_session(req.identity, req.session_id)
         is_switch = ident.kind == pb.NODE_KIND_SWITCH
         if not math.isfinite(req.window_s) or not 0 <= req.window_s <= LIMITS.window_s:
-            raise RequestError(f"window_s {req.window_s} must be in [0, {LIMITS.window_s}]")
+            raise InputError(f"window_s {req.window_s} must be in [0, {LIMITS.window_s}]")
         for what, items in (
             ("links", req.links),
             ("ports", req.ports),
@@ -514,9 +508,7 @@ class Controller:
             ("selections", req.selections),
         ):
             if len(items) > LIMITS.telemetry_records:
-                raise RequestError(
-                    f"{what}: {len(items)} records, limit {LIMITS.telemetry_records}"
-                )
+                raise InputError(f"{what}: {len(items)} records, limit {LIMITS.telemetry_records}")
         index = self.index
         links: list[tuple[str, float]] = []
         for lk in req.links:
@@ -525,13 +517,13 @@ class Controller:
                 self.metrics.telemetry_dropped.labels("no_cluster").inc()
                 continue  # nothing to check it against, and nothing uses it before a plan
             if lid not in index.links:
-                raise RequestError(f"link {lid} is not in topology {index.name!r}")
+                raise InputError(f"link {lid} is not in topology {index.name!r}")
             if not index.link_ends_owned(is_switch, ident.node_id, lid):
                 raise Denied(f"link {lid} does not end at {ident.node_id!r} or its GPUs")
             links.append((lid, lk.utilisation))
         for p in req.ports:
             if p.port >= LIMITS.ports:
-                raise RequestError(f"port {p.port} is not below {LIMITS.ports}")
+                raise InputError(f"port {p.port} is not below {LIMITS.ports}")
         for c in req.counters:
             _bounded_text(c.name, LIMITS.name_chars, "counter name")
         selections = self._check_selections(ident, req.selections)
@@ -567,12 +559,12 @@ class Controller:
             if s.group_id not in mine:
                 raise Denied(f"group {s.group_id} has none of {ident.node_id!r}'s GPUs")
             if s.last_seq > MAX_SEQ or s.version > MAX_SEQ:
-                raise RequestError(
+                raise InputError(
                     f"group {s.group_id}: last_seq {s.last_seq} / version {s.version} above "
                     f"{MAX_SEQ}"
                 )
             if s.policy_id not in self.state.policy_ids[s.group_id]:
-                raise RequestError(f"group {s.group_id} has no policy {s.policy_id}")
+                raise InputError(f"group {s.group_id} has no policy {s.policy_id}")
             out.append(s)
         return out
 
@@ -604,20 +596,20 @@ def _in_cluster(index: ClusterIndex, kind: str, node_id: str) -> bool:
 
 def _bounded_text(value: str, limit: int, what: str) -> str:
     if len(value) > limit:
-        raise RequestError(f"{what} is {len(value)} characters, limit {limit}")
+        raise InputError(f"{what} is {len(value)} characters, limit {limit}")
     return value
 
 
 def _check_identity(identity: pb.NodeIdentity) -> pb.NodeIdentity:
     node = identity.node_id
     if not node:
-        raise RequestError("identity.node_id is empty")
+        raise InputError("identity.node_id is empty")
     if len(node) > LIMITS.name_chars or not node.isprintable() or any(c.isspace() for c in node):
-        raise RequestError(f"identity.node_id {node[:40]!r} is not a node name")
+        raise InputError(f"identity.node_id {node[:40]!r} is not a node name")
     if "|" in node:
-        raise RequestError(f"identity.node_id {node[:40]!r} holds '|' (the link id separator)")
+        raise InputError(f"identity.node_id {node[:40]!r} holds '|' (the link id separator)")
     if identity.kind not in KIND_NAMES:
-        raise RequestError(f"identity.kind {identity.kind} is not switch or gpu")
+        raise InputError(f"identity.kind {identity.kind} is not switch or gpu")
     return identity
 
 
@@ -625,75 +617,71 @@ def _check_node_name(value: str, what: str, allow_empty: bool = False) -> None:
     if not value and allow_empty:
         return
     if not value or len(value) > LIMITS.name_chars or not value.isprintable() or "|" in value:
-        raise RequestError(f"{what} {value[:40]!r} is not a node name")
+        raise InputError(f"{what} {value[:40]!r} is not a node name")
 
 
 def _check_switch_inventory(req: pb.RegisterRequest) -> pb.SwitchInventory:
     if req.WhichOneof("inventory") != "switch_inventory":
-        raise RequestError("a switch must register with switch_inventory")
+        raise InputError("a switch must register with switch_inventory")
     inv = req.switch_inventory
     if len(inv.ports) > LIMITS.ports:
-        raise RequestError(f"switch_inventory lists {len(inv.ports)} ports, limit {LIMITS.ports}")
+        raise InputError(f"switch_inventory lists {len(inv.ports)} ports, limit {LIMITS.ports}")
     ports = [p.port for p in inv.ports]
     if len(ports) != len(set(ports)):
-        raise RequestError("switch_inventory lists a port twice")
+        raise InputError("switch_inventory lists a port twice")
     for p in inv.ports:
         if p.port >= LIMITS.ports:
-            raise RequestError(f"switch_inventory: port {p.port} is not below {LIMITS.ports}")
+            raise InputError(f"switch_inventory: port {p.port} is not below {LIMITS.ports}")
         if not math.isfinite(p.capacity) or p.capacity < 0:
-            raise RequestError("switch_inventory: port capacity must be finite and >= 0")
+            raise InputError("switch_inventory: port capacity must be finite and >= 0")
         _check_node_name(p.peer, f"port {p.port} peer", allow_empty=True)
         _bounded_text(p.name, LIMITS.name_chars, f"port {p.port} name")
         if p.peer_mac and not _MAC.match(p.peer_mac):
-            raise RequestError(f"port {p.port}: peer_mac {p.peer_mac[:40]!r} is not a MAC")
+            raise InputError(f"port {p.port}: peer_mac {p.peer_mac[:40]!r} is not a MAC")
         if p.peer_ipv4 and not _IPV4.match(p.peer_ipv4):
-            raise RequestError(f"port {p.port}: peer_ipv4 {p.peer_ipv4[:40]!r} is not IPv4")
+            raise InputError(f"port {p.port}: peer_ipv4 {p.peer_ipv4[:40]!r} is not IPv4")
     if inv.aggregator_slots > MAX_SLOTS:
-        raise RequestError(
+        raise InputError(
             f"switch_inventory: aggregator_slots {inv.aggregator_slots} above {MAX_SLOTS} "
             "(the slot index is 16 bits)"
         )
     if inv.slot_bytes > LIMITS.slot_bytes:
-        raise RequestError(
-            f"switch_inventory: slot_bytes {inv.slot_bytes} above {LIMITS.slot_bytes}"
-        )
+        raise InputError(f"switch_inventory: slot_bytes {inv.slot_bytes} above {LIMITS.slot_bytes}")
     _bounded_text(inv.p4_program, LIMITS.name_chars, "p4_program")
     return inv
 
 
 def _check_gpu_inventory(req: pb.RegisterRequest) -> pb.GpuInventory:
     if req.WhichOneof("inventory") != "gpu":
-        raise RequestError("a GPU agent must register with gpu inventory")
+        raise InputError("a GPU agent must register with gpu inventory")
     inv = req.gpu
     if len(inv.gpus) > LIMITS.gpus_per_agent:
-        raise RequestError(
-            f"gpu inventory lists {len(inv.gpus)} GPUs, limit {LIMITS.gpus_per_agent}"
-        )
+        raise InputError(f"gpu inventory lists {len(inv.gpus)} GPUs, limit {LIMITS.gpus_per_agent}")
     ids = [g.gpu_id for g in inv.gpus]
     if any(not i for i in ids) or len(ids) != len(set(ids)):
-        raise RequestError("gpu inventory: every GPU needs a distinct gpu_id")
+        raise InputError("gpu inventory: every GPU needs a distinct gpu_id")
     for g in inv.gpus:
         _check_node_name(g.gpu_id, "gpu_id")
         _check_node_name(g.server, f"GPU {g.gpu_id} server", allow_empty=True)
         _bounded_text(g.gpu_type, LIMITS.name_chars, f"GPU {g.gpu_id} gpu_type")
         if g.local_index >= LIMITS.gpus_per_agent:
-            raise RequestError(f"GPU {g.gpu_id}: local_index {g.local_index} out of range")
+            raise InputError(f"GPU {g.gpu_id}: local_index {g.local_index} out of range")
         if g.mac and not _MAC.match(g.mac):
-            raise RequestError(f"GPU {g.gpu_id}: mac {g.mac[:40]!r} is not a MAC")
+            raise InputError(f"GPU {g.gpu_id}: mac {g.mac[:40]!r} is not a MAC")
         if g.ipv4 and not _IPV4.match(g.ipv4):
-            raise RequestError(f"GPU {g.gpu_id}: ipv4 {g.ipv4[:40]!r} is not IPv4")
+            raise InputError(f"GPU {g.gpu_id}: ipv4 {g.ipv4[:40]!r} is not IPv4")
     return inv
 
 
 def _check_link_report(lk: pb.LinkUtilisation) -> str:
-    """The canonical id of a well-formed link report, else RequestError."""
+    """The canonical id of a well-formed link report, else InputError."""
     ends = lk.link_id.split("|")
     if len(ends) != 2 or not all(ends) or len(lk.link_id) > 2 * LIMITS.name_chars + 1:
-        raise RequestError(f"link id {lk.link_id[:80]!r} is not '<nodeA>|<nodeB>'")
+        raise InputError(f"link id {lk.link_id[:80]!r} is not '<nodeA>|<nodeB>'")
     if not (0.0 <= lk.utilisation <= 1.0):
-        raise RequestError(f"link {lk.link_id}: utilisation {lk.utilisation} not in [0,1]")
+        raise InputError(f"link {lk.link_id}: utilisation {lk.utilisation} not in [0,1]")
     if not math.isfinite(lk.bytes_per_s) or lk.bytes_per_s < 0:
-        raise RequestError(f"link {lk.link_id}: bytes_per_s {lk.bytes_per_s} not finite >= 0")
+        raise InputError(f"link {lk.link_id}: bytes_per_s {lk.bytes_per_s} not finite >= 0")
     return policies.link_id(*ends)
 
 

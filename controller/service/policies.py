@@ -19,7 +19,8 @@
 * Link capacities come from the plan's cluster graph (:func:`resolve_cluster`: the
   controller's ``--topology``, else the plan's ``topology`` resolved as ``heroserve plan
   --topology`` resolves it); a plan whose cluster the controller cannot get is refused
-  (:class:`TopologyUnavailable`). Every table is checked with the scheduler's own validator
+  (:class:`TopologyUnavailable`, an :class:`~controller.errors.InputError`; every other
+  refusal is a plain InputError). Every table is checked with the scheduler's own validator
   (:func:`controller.scheduler.online.parse_table`) before it is published: a table the GPU
   agents would refuse makes the plan an error naming the group and the field.
 * Each policy's Eq. 16 time model (docs/policy-table.md) comes from the cost model
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from agents.proto.heroserve.v1 import control_pb2 as pb
+from controller.errors import InputError
 from controller.plan import Group, Plan, SlotRange
 from controller.scheduler.online import TableError, parse_table
 from controller.service.binding import LIMITS, ClusterIndex
@@ -67,11 +69,7 @@ MAX_WORKERS = 32  # the switch's bitmap of workers seen (p4/heroserve_ina.p4)
 MAX_INDEX = 1 << 20  # instance and stage numbers: far above any cluster's instance count
 
 
-class PlanError(ValueError):
-    """A plan the controller cannot serve (names the group and the problem)."""
-
-
-class TopologyUnavailable(PlanError):
+class TopologyUnavailable(InputError):
     """The controller cannot get the cluster graph a plan names (an unknown built-in name, a
     missing or invalid file): the plan may be fine, the controller needs ``--topology``."""
 
@@ -115,7 +113,6 @@ def resolve_cluster(plan: Plan, given: nx.Graph | None = None) -> nx.Graph:
                 "plan names topology %r, serving it on --topology %r", plan.topology, given.name
             )
         return given
-    from controller.errors import InputError
     from controller.topology import resolve_topology
 
     try:
@@ -181,25 +178,25 @@ def _groups(plan: Plan) -> Iterable[tuple[str, Group]]:
 
 
 def validate(plan: Plan) -> None:
-    """Raise :class:`PlanError` naming the first group the controller cannot serve. The plan
+    """Raise :class:`InputError` naming the first group the controller cannot serve. The plan
     schema (:func:`controller.inputs.plan_checks.validate_plan_dict`) has checked its shape (types,
     every GPU used once, groups matching instances, paths starting at their member, slot
     ranges); this checks what serving it needs: the scheme, INA worker counts and routes to
     the switch, node names usable in link ids, and whole rails for hierarchical groups."""
     for name, g in _groups(plan):
         if not (0 <= g.instance < MAX_INDEX and 0 <= g.stage < MAX_INDEX):
-            raise PlanError(f"group {name}: instance and stage must be in 0..{MAX_INDEX - 1}")
+            raise InputError(f"group {name}: instance and stage must be in 0..{MAX_INDEX - 1}")
         if not g.gpus:
-            raise PlanError(f"group {name}: no GPUs")
+            raise InputError(f"group {name}: no GPUs")
         for n in g.gpus:
             _check_name(name, n)
         if g.scheme not in ("ina", "ring", "hier"):
-            raise PlanError(f"group {name}: unknown scheme {g.scheme!r}")
+            raise InputError(f"group {name}: unknown scheme {g.scheme!r}")
         if g.scheme == "ina":
             if not g.switch:
-                raise PlanError(f"group {name}: INA without an aggregation switch")
+                raise InputError(f"group {name}: INA without an aggregation switch")
             if not has_allreduce(g):
-                raise PlanError(f"group {name}: INA with one GPU (TP=1 has no all-reduce)")
+                raise InputError(f"group {name}: INA with one GPU (TP=1 has no all-reduce)")
             _check_agg(name, g.switch, g.gpus, g.paths, g.slots)
         if g.scheme == "hier":
             _check_rails(name, g)
@@ -207,7 +204,7 @@ def validate(plan: Plan) -> None:
 
 def _check_name(group: str, node: str) -> None:
     if not node or len(node) > LIMITS.name_chars or not node.isprintable() or "|" in node:
-        raise PlanError(f"group {group}: {node[:40]!r} is not a node name")
+        raise InputError(f"group {group}: {node[:40]!r} is not a node name")
 
 
 def _check_agg(
@@ -220,13 +217,13 @@ def _check_agg(
     """One aggregation group: worker count, routes to the switch, slot range."""
     _check_name(name, switch)
     if len(members) > MAX_WORKERS:
-        raise PlanError(f"group {name}: {len(members)} workers, INA allows {MAX_WORKERS}")
+        raise InputError(f"group {name}: {len(members)} workers, INA allows {MAX_WORKERS}")
     if slots is not None and not (0 < slots.count <= MAX_SLOTS and 0 <= slots.start < MAX_SLOTS):
-        raise PlanError(f"group {name}: slot range {slots} is outside 0..{MAX_SLOTS}")
+        raise InputError(f"group {name}: slot range {slots} is outside 0..{MAX_SLOTS}")
     for gpu in members:
         path = paths.get(gpu)
         if not path or path[0] != gpu or switch not in path:
-            raise PlanError(f"group {name}: path of {gpu} must start at it and reach {switch}")
+            raise InputError(f"group {name}: path of {gpu} must start at it and reach {switch}")
         for n in path:
             _check_name(name, n)
 
@@ -235,43 +232,39 @@ def _check_rails(name: str, g: Group) -> None:
     """A hierarchical group: one rail per shard, each GPU in exactly one rail, two or more
     members per rail (one member per server: a rail of one has nothing to aggregate)."""
     if not has_allreduce(g):
-        raise PlanError(f"group {name}: hierarchical INA with one GPU (TP=1 has no all-reduce)")
+        raise InputError(f"group {name}: hierarchical INA with one GPU (TP=1 has no all-reduce)")
     if not g.rails:
-        raise PlanError(f"group {name}: hierarchical INA without rails")
+        raise InputError(f"group {name}: hierarchical INA without rails")
     shards = sorted(r.shard for r in g.rails)
     if shards != list(range(len(g.rails))) or any(r.shards != len(g.rails) for r in g.rails):
-        raise PlanError(
+        raise InputError(
             f"group {name}: rails must hold shards 0..{len(g.rails) - 1} once each, "
             f"each saying shards = {len(g.rails)}"
         )
     placed: dict[str, int] = {}
     for r in g.rails:
         if len(r.members) < 2:
-            raise PlanError(f"group {name}: rail {r.shard} has {len(r.members)} member(s)")
+            raise InputError(f"group {name}: rail {r.shard} has {len(r.members)} member(s)")
         for m in r.members:
             if m not in g.gpus:
-                raise PlanError(f"group {name}: rail {r.shard} member {m!r} is not in the group")
+                raise InputError(f"group {name}: rail {r.shard} member {m!r} is not in the group")
             if m in placed:
-                raise PlanError(f"group {name}: {m} is in rails {placed[m]} and {r.shard}")
+                raise InputError(f"group {name}: {m} is in rails {placed[m]} and {r.shard}")
             placed[m] = r.shard
         _check_agg(rail_name(name, r.shard), r.switch, r.members, r.paths, r.slots)
     missing = [m for m in g.gpus if m not in placed]
     if missing:
-        raise PlanError(f"group {name}: {missing[0]} is in no rail")
+        raise InputError(f"group {name}: {missing[0]} is in no rail")
 
 
 def check_cluster(plan: Plan, cluster: nx.Graph) -> None:
-    """Raise :class:`PlanError` when the plan does not fit ``cluster``: a GPU or switch it
+    """Raise :class:`InputError` when the plan does not fit ``cluster``: a GPU or switch it
     lacks, a switch that cannot aggregate, a hop that is not a link, a GPU used in a role its
     topology reserves for the other (the one plan-on-topology check of every command,
     :func:`controller.inputs.plan_checks.check_plan_on_topology`)."""
-    from controller.errors import InputError
     from controller.inputs.plan_checks import check_plan_on_topology
 
-    try:
-        check_plan_on_topology(plan, cluster)
-    except InputError as exc:
-        raise PlanError(str(exc)) from None
+    check_plan_on_topology(plan, cluster)
 
 
 @dataclass(frozen=True)
@@ -390,7 +383,6 @@ class PolicyTimer:
         """The timer for ``plan`` on ``cluster`` (the graph :func:`resolve_cluster` gave: the
         controller resolves it once per plan, for capacities and prices alike), or None when
         the plan's model or workload cannot be had (a hand-made plan)."""
-        from controller.errors import InputError
         from controller.planner.reprice import evaluator_for_plan
         from controller.workload import resolve_workload
 
@@ -572,12 +564,12 @@ def table_json(t: pb.PolicyTable) -> dict:
 
 
 def check_table(t: pb.PolicyTable) -> None:
-    """Raise :class:`PlanError` naming the group and the field when the online scheduler's
+    """Raise :class:`InputError` naming the group and the field when the online scheduler's
     validator (the one the GPU agents run) would refuse ``t``."""
     try:
         parse_table(table_json(t))
     except TableError as exc:
-        raise PlanError(f"group {t.group_id}: invalid policy table: {exc}") from exc
+        raise InputError(f"group {t.group_id}: invalid policy table: {exc}") from exc
 
 
 # Digests of table contents that passed check_table: the validator is a pure function of
@@ -627,7 +619,7 @@ def build(
     (default :func:`aggregation_groups`); ``apply_from(group)`` gives the apply_from_seq of a
     new table version; ``timer`` prices the policies for Eq. 16 (None: no latency_s /
     bandwidth); ``alternatives`` routes a hierarchical group's other policies (default: from
-    ``cluster`` and ``timer``). Groups of one GPU get no table. Raises :class:`PlanError` when
+    ``cluster`` and ``timer``). Groups of one GPU get no table. Raises :class:`InputError` when
     a table names a link the cluster lacks or would not pass :func:`check_table`."""
     if specs is None:
         specs = aggregation_groups(plan)
@@ -687,7 +679,7 @@ def build(
         t.policies.extend(policies)
         for lid in sorted({lk for p in policies for lk in p.links}):
             if lid not in caps:
-                raise PlanError(
+                raise InputError(
                     f"group {name}: link {lid} is not in topology {cluster.name!r} "
                     "(its capacity is unknown)"
                 )
@@ -742,7 +734,7 @@ def _hier_policy(name: str, g: Group, alt: Alternatives) -> pb.Policy:
         for u, v in zip(gpus, gpus[1:] + gpus[:1], strict=False):
             route = fab.nvlink_path(u, v) if u != v else None
             if route is None and u != v:
-                raise PlanError(f"group {name}: {u} and {v} share a server but no NVLink path")
+                raise InputError(f"group {name}: {u} and {v} share a server but no NVLink path")
             extra.extend(path_links(route or []))
     links = sorted(set(pol.links) | set(extra))
     del pol.links[:]

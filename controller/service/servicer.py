@@ -1,12 +1,12 @@
 """gRPC servicers (asyncio) of ``heroserve.v1.Control`` and ``heroserve.v1.Admin``.
 
-Maps the core's errors to status codes: malformed requests -> INVALID_ARGUMENT, no
-session -> FAILED_PRECONDITION, an identity the client certificate does not name, or a
-claim the plan does not give that identity -> PERMISSION_DENIED, a plan whose slots or
-group ids do not fit or a full agent registry -> RESOURCE_EXHAUSTED, a plan whose topology
-the controller cannot resolve (it needs ``--topology``) -> FAILED_PRECONDITION. Anything
-else is a controller bug: INTERNAL with a fixed message (the traceback goes to the log,
-never to the client).
+Maps the core's errors to status codes: malformed requests and plans (InputError) ->
+INVALID_ARGUMENT, no session -> FAILED_PRECONDITION, an identity the client certificate does
+not name, or a claim the plan does not give that identity -> PERMISSION_DENIED, a plan whose
+slots or group ids do not fit or a full agent registry -> RESOURCE_EXHAUSTED, a plan whose
+topology the controller cannot resolve (TopologyUnavailable: it needs ``--topology``) ->
+FAILED_PRECONDITION. Anything else is a controller bug: INTERNAL with a fixed message (the
+traceback goes to the log, never to the client).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import grpc
 
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
+from controller.errors import InputError
 from controller.service import policies
 from controller.service.binding import Denied
 from controller.service.core import (
@@ -25,7 +26,6 @@ from controller.service.core import (
     Controller,
     NotRegistered,
     RegistryFull,
-    RequestError,
 )
 from controller.service.slots import SlotError
 from controller.service.store import StoreError
@@ -50,10 +50,11 @@ class _Base:
         self.tls = tls
 
     async def _fail(self, context: grpc.aio.ServicerContext, rpc: str, exc: Exception) -> None:
+        # TopologyUnavailable is an InputError that needs another status: tested first
         if isinstance(exc, policies.TopologyUnavailable):
             log.warning("%s: %s", rpc, exc)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        if isinstance(exc, RequestError | policies.PlanError):
+        if isinstance(exc, InputError):
             self.core.metrics.invalid.labels(rpc).inc()
             log.warning("%s: invalid request: %s", rpc, exc)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
