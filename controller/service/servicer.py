@@ -20,13 +20,8 @@ from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.errors import InputError
 from controller.service import policies
-from controller.service.binding import Denied
-from controller.service.core import (
-    KIND_NAMES,
-    Controller,
-    NotRegistered,
-    RegistryFull,
-)
+from controller.service.binding import KIND_NAMES, Denied
+from controller.service.core import Controller, NotRegistered, RegistryFull
 from controller.service.slots import SlotError
 from controller.service.store import StoreError
 
