@@ -265,7 +265,7 @@ def test_malformed_table_keeps_last_good_one(
     controller, tmp_path: Path, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from controller.errors import InputError
-    from controller.service import policies
+    from controller.service import tables
 
     register_switch(controller.port)
     e1 = apply_plan(controller)
@@ -281,7 +281,7 @@ def test_malformed_table_keeps_last_good_one(
             apply_plan(controller, reverse=True)
         # ...and a controller that publishes it anyway (one without the check, a bug) meets
         # the agent's own validator, which keeps the last good table.
-        monkeypatch.setattr(policies, "check_table", lambda _t: None)
+        monkeypatch.setattr(tables, "check_table", lambda _t: None)
         e2 = apply_plan(controller, reverse=True)
         _wait(lambda: "keeping the last good tables" in agent.text(), what="error log")
         assert "capacity must be > 0" in agent.text()

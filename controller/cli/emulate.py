@@ -130,7 +130,7 @@ def _needs_root() -> None:
 def _hier_accepted() -> bool:
     """Whether this controller installs hierarchical groups (its plan check says so)."""
     from controller.plan import Group, Rail
-    from controller.service.policies import validate
+    from controller.service.admission import validate
     from controller.service.sample import sample_plan
 
     probe = Group(0, 0, ["a", "b"], "hier", None, None, {}, 0.0, None, 0.0, "probe")
@@ -148,7 +148,7 @@ def _setup(a: argparse.Namespace, slowdown: float) -> tuple[Any, Any, Any, list[
     from controller.emulate.plans import check_plan, emulation_plan
     from controller.emulate.spec import network_spec
     from controller.inputs.plan_checks import load_plan
-    from controller.service.policies import validate
+    from controller.service.admission import validate
     from controller.topology import resolve_topology
 
     _needs_root()

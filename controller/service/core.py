@@ -1,7 +1,8 @@
 """The controller's state machine (docs/design.md §9): plans, epochs, agents, telemetry.
 
 Transport-free (the gRPC servicer in :mod:`controller.service.servicer` calls it), and
-single-threaded: every method runs on the server's asyncio event loop. Nothing an agent says
+single-threaded: every method runs on the server's asyncio event loop. A plan becomes what
+every agent should hold through :func:`controller.service.state.derive`. Nothing an agent says
 is trusted: every request passes the checks of :mod:`controller.service.binding` (bounds, and
 what the plan's cluster gives the speaking identity) before it changes anything; a request is
 applied whole or refused whole. A malformed request or plan is
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from controller.errors import InputError
 from controller.plan import Plan
-from controller.service import policies
+from controller.service.admission import validate
 from controller.service.binding import (
     KIND_NAMES,
     KIND_OF_NAME,
@@ -33,9 +34,11 @@ from controller.service.binding import (
     check_session_id,
     check_telemetry,
 )
+from controller.service.groups import DEFAULT_SLOTS_PER_GROUP
 from controller.service.metrics import Metrics
 from controller.service.planinput import parse_plan, parse_plan_canonical
 from controller.service.slots import SlotError, SlotPool
+from controller.service.state import NodeState, PlanState, derive, node_state
 from controller.service.store import Store, StoreError, plan_id_of
 
 if TYPE_CHECKING:
@@ -52,6 +55,9 @@ RESYNC_DELAY_S = 0.1
 # loses at most this window of acks, which the agents repeat: on reconnect they get the full
 # state and acknowledge it again.
 ACK_FLUSH_S = 0.05
+# Collective sequence numbers a new table version waits before it applies, beyond the
+# highest one any member reported: every member must receive the table before that.
+DEFAULT_APPLY_MARGIN = 1024
 
 
 class NotRegistered(RuntimeError):
@@ -65,10 +71,10 @@ class RegistryFull(RuntimeError):
 @dataclass
 class Options:
     default_slots: int = 1024  # aggregator slots of a switch that has not registered yet
-    slots_per_group: int = policies.DEFAULT_SLOTS_PER_GROUP
+    slots_per_group: int = DEFAULT_SLOTS_PER_GROUP
     window_s: float = 0.1  # T_u (seconds) written into policy tables
     gamma: float = 0.5  # Eq. 18 smoothing written into policy tables
-    apply_margin: int = policies.DEFAULT_APPLY_MARGIN
+    apply_margin: int = DEFAULT_APPLY_MARGIN
     telemetry_interval_s: float = 1.0
 
 
@@ -99,7 +105,8 @@ class Controller:
         topology: nx.Graph | None = None,
     ) -> None:
         """``topology``: the cluster graph of ``--topology``, used for every plan; without it
-        each plan's own ``topology`` is resolved (:func:`policies.resolve_cluster`). Raises
+        each plan's own ``topology`` is resolved
+        (:func:`controller.service.admission.resolve_cluster`). Raises
         :class:`StoreError` when the database holds something it cannot serve."""
         self.store = store
         self.opts = options or Options()
@@ -107,7 +114,7 @@ class Controller:
         self.pool = SlotPool(store)
         self.topology = topology
         self._index_cache: tuple[nx.Graph, ClusterIndex] | None = None
-        self.state: policies.PlanState | None = None
+        self.state: PlanState | None = None
         self.plan: Plan | None = None
         self.sessions: dict[str, str] = {}  # node id -> session id (lost on restart)
         self.subscribers: dict[str, Subscriber] = {}
@@ -143,7 +150,7 @@ class Controller:
             except InputError as exc:
                 raise StoreError(str(exc)) from None
             try:
-                policies.validate(plan)
+                validate(plan)
             except InputError as exc:
                 raise StoreError(f"stored plan {pid}: {exc}") from None
             with store.transaction():  # a plan this controller cannot serve changes nothing
@@ -174,10 +181,10 @@ class Controller:
     def apply_plan(self, plan_json: str | bytes) -> tuple[int, str]:
         """Make ``plan_json`` current; returns (epoch, plan id). The same plan again is a
         no-op (same epoch). Raises InputError (its subclass
-        :class:`~controller.service.policies.TopologyUnavailable` when the plan's cluster
+        :class:`~controller.service.admission.TopologyUnavailable` when the plan's cluster
         cannot be resolved) / SlotError; then nothing changed."""
         plan, canonical = parse_plan_canonical(plan_json)
-        policies.validate(plan)
+        validate(plan)
         pid = plan_id_of(canonical)
         if self.state is not None and self.state.plan_id == pid:
             return self.state.epoch, pid
@@ -219,44 +226,24 @@ class Controller:
         held = f"the database held plan {current}" if current else "the database held no plan"
         return f"--plan {pid} applied at epoch {epoch} ({held})"
 
-    def _derive(self, plan: Plan, pid: str, epoch: int) -> policies.PlanState:
+    def _derive(self, plan: Plan, pid: str, epoch: int) -> PlanState:
         with self.metrics.plan_seconds.time():
-            return self._derive_timed(plan, pid, epoch)
+            return derive(
+                plan,
+                pid,
+                epoch,
+                self.store,
+                self.pool,
+                self.topology,
+                self._apply_from,
+                default_slots=self.opts.default_slots,
+                slots_per_group=self.opts.slots_per_group,
+                window_s=self.opts.window_s,
+                gamma=self.opts.gamma,
+                index_of=self._index_of,
+            )
 
-    def _derive_timed(self, plan: Plan, pid: str, epoch: int) -> policies.PlanState:
-        # One resolved cluster per plan: the tables' link capacities, the cost model's prices
-        # (latency_s, bandwidth) and the agents' bindings all come from it.
-        cluster = policies.resolve_cluster(plan, self.topology)
-        index = self._index_of(cluster)
-        policies.check_cluster(plan, cluster)
-        timer = policies.PolicyTimer.for_plan(plan, cluster)
-        alternatives = policies.Alternatives(cluster, timer)
-        specs = policies.aggregation_groups(plan, alternatives)
-        slots = policies.allocate(
-            plan,
-            self.store,
-            self.pool,
-            self.opts.default_slots,
-            self.opts.slots_per_group,
-            specs=specs,
-        )
-        return policies.build(
-            plan,
-            pid,
-            epoch,
-            self.store,
-            slots,
-            cluster,
-            self.opts.window_s,
-            self.opts.gamma,
-            self._apply_from,
-            timer,
-            specs=specs,
-            alternatives=alternatives,
-            index=index,
-        )
-
-    def _publish(self, state: policies.PlanState, plan: Plan) -> None:
+    def _publish(self, state: PlanState, plan: Plan) -> None:
         self.state, self.plan = state, plan
         self.metrics.epoch.set(state.epoch)
         self._update_gauges()
@@ -398,12 +385,13 @@ class Controller:
             raise NotRegistered(f"node {ident.node_id!r} has no session {session_id}: register")
         return ident
 
-    def node_state(self, ident: pb.NodeIdentity) -> policies.NodeState:
+    def node_state(self, ident: pb.NodeIdentity) -> NodeState:
+        """What agent ``ident`` should hold now (nothing before any plan)."""
         if self.state is None:
-            return policies.NodeState()
+            return NodeState()
         rec = self.agents.get(ident.node_id)
         inv = rec.inventory if rec is not None else None
-        return policies.node_state(self.state, ident, inv, self.utilisation)
+        return node_state(self.state, ident, inv, self.utilisation)
 
     def subscribe(self, ident: pb.NodeIdentity) -> Subscriber:
         old = self.subscribers.get(ident.node_id)

@@ -6,9 +6,8 @@ bounds the size and the encoding, then hands the text to the project's one plan 
 Plan dataclasses, unknown keys refused, every GPU used once, groups matching instances), so a
 plan gets the same answer here as from every other command. A refusal is
 :class:`~controller.errors.InputError` naming the item (``plan: prefill.groups[0].gpus:
-...``). What only
-the controller needs (schemes it can serve, worker counts, rails) follows in
-:func:`controller.service.policies.validate`, and the plan against its cluster in
+...``). What only the controller needs (INA worker counts, node names, rails) follows in
+:func:`controller.service.admission.validate`, and the plan against its cluster in
 :func:`controller.inputs.plan_checks.check_plan_on_topology`.
 """
 

@@ -39,8 +39,8 @@ from agents.cliutil import DefaultsHelpFormatter, UsageError
 from agents.logs import add_log_args, setup_logging
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.errors import InputError
-from controller.service import policies
 from controller.service.core import Controller, Options
+from controller.service.groups import DEFAULT_SLOTS_PER_GROUP
 from controller.service.metrics import Metrics
 from controller.service.paths import data_dir
 from controller.service.planinput import MAX_PLAN_BYTES
@@ -333,7 +333,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--slots-per-group",
         type=int,
-        default=policies.DEFAULT_SLOTS_PER_GROUP,
+        default=DEFAULT_SLOTS_PER_GROUP,
         help="slots of an INA group whose plan gives no range",
     )
     p.add_argument("--window-s", type=float, default=0.1, help="T_u of policy tables (s)")

@@ -19,10 +19,11 @@ import grpc
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.errors import InputError
-from controller.service import policies
+from controller.service.admission import TopologyUnavailable
 from controller.service.binding import KIND_NAMES, Denied
 from controller.service.core import Controller, NotRegistered, RegistryFull
 from controller.service.slots import SlotError
+from controller.service.state import NodeState, diff
 from controller.service.store import StoreError
 
 log = logging.getLogger("heroserve.controller")
@@ -46,7 +47,7 @@ class _Base:
 
     async def _fail(self, context: grpc.aio.ServicerContext, rpc: str, exc: Exception) -> None:
         # TopologyUnavailable is an InputError that needs another status: tested first
-        if isinstance(exc, policies.TopologyUnavailable):
+        if isinstance(exc, TopologyUnavailable):
             log.warning("%s: %s", rpc, exc)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         if isinstance(exc, InputError):
@@ -101,14 +102,14 @@ class ControlServicer(_Base, pb_grpc.ControlServicer):
             raise
         sub = self.core.subscribe(ident)
         kind = ident.kind
-        last: policies.NodeState | None = None
+        last: NodeState | None = None
         sent = -1
         try:
             while True:
                 epoch = self.core.epoch
                 if epoch != sent:
                     state = self.core.node_state(ident)
-                    body, _changed = policies.diff(last, state, kind, ident.node_id)
+                    body, _changed = diff(last, state, kind, ident.node_id)
                     upd = pb.PolicyUpdate(
                         epoch=epoch,
                         full=last is None,
