@@ -264,7 +264,8 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
 def test_malformed_table_keeps_last_good_one(
     controller, tmp_path: Path, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from controller.service import policies
+    from controller.errors import InputError
+    from controller.service import tables
 
     register_switch(controller.port)
     e1 = apply_plan(controller)
@@ -276,11 +277,11 @@ def test_malformed_table_keeps_last_good_one(
         cluster = controller.server.core.topology
         for k in range(4):
             cluster.edges[f"p0-g{k}", "s1"]["capacity"] = 0.0
-        with pytest.raises(policies.PlanError, match="capacity must be > 0"):
+        with pytest.raises(InputError, match="capacity must be > 0"):
             apply_plan(controller, reverse=True)
         # ...and a controller that publishes it anyway (one without the check, a bug) meets
         # the agent's own validator, which keeps the last good table.
-        monkeypatch.setattr(policies, "check_table", lambda _t: None)
+        monkeypatch.setattr(tables, "check_table", lambda _t: None)
         e2 = apply_plan(controller, reverse=True)
         _wait(lambda: "keeping the last good tables" in agent.text(), what="error log")
         assert "capacity must be > 0" in agent.text()

@@ -226,7 +226,7 @@ def test_a_paper_scenario_plans_in_network_aggregation():
     tensor group across both A100 servers (TP 8 > 4 GPUs a server), where hierarchical INA
     (NVLink reduce-scatter, one INA group per rail, NVLink all-gather) beats the ring; the
     test names the group, its rails and both times."""
-    from controller.service.policies import group_name
+    from controller.service.groups import group_name
 
     p = plan(make_testbed(), model_spec("OPT-66B"), summarization(), default_sla("summarization"))
     ina = [(ph.role, gr) for ph in (p.prefill, p.decode) for gr in ph.groups if gr.scheme != "ring"]

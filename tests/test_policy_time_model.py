@@ -26,37 +26,40 @@ from test_gpu_agent_e2e import (  # tests/ is on sys.path: the agent e2e helpers
 from test_online_scheduler_sim import shared_uplink_cluster, shared_uplink_plan
 
 from agents.proto.heroserve.v1 import control_pb2 as pb
+from controller.errors import InputError
 from controller.models import model_spec
 from controller.planner import plan as make_plan
 from controller.scheduler.online import OnlineScheduler, parse_table
-from controller.service import policies
+from controller.service import tables as service_tables
 from controller.service.core import Controller
+from controller.service.pricing import PolicyTimer
 from controller.service.sample import sample_plan, sample_topology
 from controller.service.slots import SlotPool
+from controller.service.state import derive
 from controller.service.store import Store
+from controller.service.tables import table_json
 from controller.sim import build_model
 from controller.topology import testbed as make_testbed
 from controller.workload import chatbot, default_sla
 
-# The JSON form of docs/policy-table.md, as the GPU agent writes it (bandwidth 0 left out:
-# proto3's "absent").
-table_json = policies.table_json
+# table_json: the JSON form of docs/policy-table.md, as the GPU agent writes it (bandwidth 0
+# left out: proto3's "absent").
 
 
 def build_tables(tmp_path: Path, plan, cluster) -> dict[str, pb.PolicyTable]:  # noqa: ANN001
     store = Store(tmp_path / "c.db")
-    slots = policies.allocate(plan, store, SlotPool(store), 1024)
-    state = policies.build(
+    state = derive(
         plan,
         "pid",
         1,
         store,
-        slots,
+        SlotPool(store),
         cluster,
-        0.05,
-        0.3,
         lambda _g: 0,
-        timer=policies.PolicyTimer.for_plan(plan, cluster),
+        default_slots=1024,
+        slots_per_group=16,
+        window_s=0.05,
+        gamma=0.3,
     )
     return {t.group_id: t for t in state.tables}
 
@@ -106,7 +109,7 @@ def test_planned_ring_is_priced_like_the_planner(tmp_path: Path) -> None:
     c = Controller(Store(tmp_path / "c.db"))  # resolves the plan's topology by name
     c.apply_plan(p.to_json())
     tables = {t.group_id: t for t in c.state.tables}
-    timer = policies.PolicyTimer.for_plan(p, g)
+    timer = PolicyTimer.for_plan(p, g)
     assert timer is not None
     assert timer.ref["decode"] == max(1, p.decode.batch_size) * model_spec("OPT-66B").hidden * 2
     rings, want = 0, []
@@ -170,7 +173,7 @@ def prefix() -> Iterator[str]:
         f.unlink()
 
 
-class FixedTimer(policies.PolicyTimer):
+class FixedTimer(PolicyTimer):
     """(latency_s, bandwidth) by scheme, whatever the plan."""
 
     def __init__(self, by_scheme: dict[int, tuple[float, float]]) -> None:
@@ -195,7 +198,7 @@ def test_gpu_agent_carries_the_fields_and_refuses_bad_ones(
     server, tmp_path: Path, prefix: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     timer = FixedTimer({pb.SCHEME_INA: (13e-6, 1.5625e9), pb.SCHEME_RING: (24e-6, 0.0)})
-    monkeypatch.setattr(policies.PolicyTimer, "for_plan", lambda plan, cluster=None: timer)
+    monkeypatch.setattr(PolicyTimer, "for_plan", lambda plan, cluster=None: timer)
     register_switch(server.port)  # every link 12.5e9 B/s
     e1 = apply_plan(server)
     agent = start_agent(tmp_path, prefix, f"127.0.0.1:{server.port}")
@@ -208,14 +211,14 @@ def test_gpu_agent_carries_the_fields_and_refuses_bad_ones(
         before = segment(prefix).read_bytes()
         timer.by_scheme[pb.SCHEME_RING] = (-1e-6, 0.0)
         # The controller refuses a table its GPU agents would refuse, naming group and field...
-        with pytest.raises(policies.PlanError) as ei:
+        with pytest.raises(InputError) as ei:
             apply_plan(server, reverse=True)
         assert str(ei.value) == (
             "group prefill/0/0: invalid policy table: policy 1: latency_s must be >= 0, got -1e-06"
         )
         assert server.server.core.epoch == e1
         # ...and one that publishes it anyway (no check: a bug) meets the agent's validator.
-        monkeypatch.setattr(policies, "check_table", lambda _t: None)
+        monkeypatch.setattr(service_tables, "check_table", lambda _t: None)
         e2 = apply_plan(server, reverse=True)
         _wait(lambda: "keeping the last good tables" in agent.text(), what="error log")
         assert "policy 1: latency_s must be >= 0" in agent.text()

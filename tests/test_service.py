@@ -387,7 +387,7 @@ def test_tp1_groups_get_no_table_and_the_others_valid_ones(
 ) -> None:
     from controller.models.gpus import gpu_spec
     from controller.scheduler.online import parse_table
-    from controller.service.policies import table_json
+    from controller.service.tables import table_json
     from controller.topology import testbed
 
     plan = validate_plan_dict(json.loads(testbed_plan))
@@ -558,7 +558,7 @@ def hier_plan(model: str = "none"):  # noqa: ANN201
 def test_hier_group_gets_rails_and_three_policies(tmp_path: Path) -> None:
     from controller.scheduler.online import parse_table
     from controller.service.core import Controller
-    from controller.service.policies import table_json
+    from controller.service.tables import table_json
 
     c = Controller(Store(tmp_path / "c.db"))
     c.apply_plan(hier_plan().to_json())
@@ -631,8 +631,8 @@ def test_hier_table_is_priced_by_the_cost_model(tmp_path: Path) -> None:
     on the plan's own rails as the planner prices them (costmodel.hier.hier_on_rails), flat
     INA and the ring as for any group; so at D_ref t_c = latency_s + D_ref / bandwidth."""
     from controller.costmodel.hier import hier_on_rails
-    from controller.service import policies
     from controller.service.core import Controller
+    from controller.service.pricing import PolicyTimer
     from controller.topology import testbed
 
     p = hier_plan(model="OPT-66B")
@@ -642,7 +642,7 @@ def test_hier_table_is_priced_by_the_cost_model(tmp_path: Path) -> None:
     (t,) = c.state.tables
     assert [q.scheme for q in t.policies] == [pb.SCHEME_HIER, pb.SCHEME_INA, pb.SCHEME_RING]
     assert all(q.latency_s > 0 and q.bandwidth > 0 for q in t.policies)
-    timer = policies.PolicyTimer.for_plan(p, testbed())
+    timer = PolicyTimer.for_plan(p, testbed())
     assert timer is not None
     ref = timer.ref["prefill"]
     g = p.prefill.groups[0]
@@ -703,13 +703,13 @@ def test_hier_table_is_priced_whole_or_not_at_all(tmp_path: Path, monkeypatch) -
     ],
 )
 def test_bad_hier_groups_are_refused(tmp_path: Path, edit, message: str) -> None:  # noqa: ANN001
-    from controller.service.core import Controller, RequestError
-    from controller.service.policies import PlanError
+    from controller.errors import InputError
+    from controller.service.core import Controller
 
     p = hier_plan()
     edit(p.prefill.groups[0])
     c = Controller(Store(tmp_path / "c.db"))
-    with pytest.raises((PlanError, RequestError), match=re.escape(message)):
+    with pytest.raises(InputError, match=re.escape(message)):
         c.apply_plan(p.to_json())
     assert c.epoch == 0 and c.pool.switches() == []
 

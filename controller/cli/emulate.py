@@ -107,28 +107,11 @@ def _needs_root() -> None:
         raise InputError("the emulation needs root (network namespaces, raw sockets)")
 
 
-def _hier_accepted() -> bool:
-    """Whether this controller installs hierarchical groups (its plan check says so)."""
-    from controller.plan import Group, Rail
-    from controller.service.policies import PlanError, validate
-    from controller.service.sample import sample_plan
-
-    probe = Group(0, 0, ["a", "b"], "hier", None, None, {}, 0.0, None, 0.0, "probe")
-    probe.rails = [Rail("s", 0, 1, ["a", "b"], None, {"a": ["a", "s"], "b": ["b", "s"]})]
-    plan = sample_plan(ina_groups=0, ring_groups=1, workers=2)
-    plan.decode.groups[0] = probe
-    try:
-        validate(plan)
-    except PlanError:
-        return False
-    return True
-
-
 def prepare(a: argparse.Namespace, slowdown: float) -> tuple[Any, Any, Any, list[str]]:
     from controller.emulate.plans import check_plan, emulation_plan
     from controller.emulate.spec import network_spec
     from controller.inputs.plan_checks import load_plan
-    from controller.service.policies import PlanError, validate
+    from controller.service.admission import validate
     from controller.topology import resolve_topology
 
     _needs_root()
@@ -141,15 +124,11 @@ def prepare(a: argparse.Namespace, slowdown: float) -> tuple[Any, Any, Any, list
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"--plan {a.plan}: not a plan ({type(exc).__name__}: {exc})") from None
     else:
-        hier = _hier_accepted()
-        plan = emulation_plan(g, window=a.window, hier=hier)
-        notes.append(
-            "plan: made for the emulation (heroserve plan may choose no INA group here)"
-            + ("" if hier else "; no hierarchical group: this controller does not install them")
-        )
+        plan = emulation_plan(g, window=a.window, hier=True)
+        notes.append("plan: made for the emulation (heroserve plan may choose no INA group here)")
     try:
         validate(plan)
-    except PlanError as exc:
+    except InputError as exc:
         raise InputError(f"the controller would refuse the plan: {exc}") from None
     check_plan(plan, g, spec)
     return g, spec, plan, notes

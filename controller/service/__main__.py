@@ -1,5 +1,5 @@
 import sys
 
-from controller.service import main
+from controller.service.server import main
 
 sys.exit(main())

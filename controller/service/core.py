@@ -1,41 +1,51 @@
-"""The controller's state machine: plans, epochs, agents, subscribers, telemetry (§9).
+"""The controller's state machine (docs/design.md §9): plans, epochs, agents, telemetry.
 
 Transport-free (the gRPC servicer in :mod:`controller.service.servicer` calls it), and
-single-threaded: every method runs on the server's asyncio event loop.
-
-Nothing an agent says is trusted: every request is bounded
-(:data:`controller.service.binding.LIMITS`) and checked against what the plan's cluster gives
-the speaking identity (:class:`controller.service.binding.ClusterIndex`) before it changes
-anything; a request is applied whole or refused whole.
+single-threaded: every method runs on the server's asyncio event loop. A plan becomes what
+every agent should hold through :func:`controller.service.state.derive`. Nothing an agent says
+is trusted: every request passes the checks of :mod:`controller.service.binding` (bounds, and
+what the plan's cluster gives the speaking identity) before it changes anything; a request is
+applied whole or refused whole. A malformed request or plan is
+:class:`~controller.errors.InputError`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import re
 import secrets
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from agents.proto.heroserve.v1 import control_pb2 as pb
+from controller.errors import InputError
 from controller.plan import Plan
-from controller.service import policies
-from controller.service.binding import LIMITS, ClusterIndex, Denied
+from controller.service.admission import validate
+from controller.service.binding import (
+    KIND_NAMES,
+    KIND_OF_NAME,
+    LIMITS,
+    ClusterIndex,
+    check_held,
+    check_identity,
+    check_registration,
+    check_selections,
+    check_session_id,
+    check_telemetry,
+)
+from controller.service.groups import DEFAULT_SLOTS_PER_GROUP
 from controller.service.metrics import Metrics
-from controller.service.planinput import PlanInputError, parse_plan, parse_plan_canonical
-from controller.service.slots import MAX_SLOTS, SlotError, SlotPool
-from controller.service.store import MAX_SEQ, Store, StoreError, plan_id_of
+from controller.service.planinput import parse_plan, parse_plan_canonical
+from controller.service.slots import SlotError, SlotPool
+from controller.service.state import NodeState, PlanState, derive, node_state
+from controller.service.store import Store, StoreError, plan_id_of
 
 if TYPE_CHECKING:
     import networkx as nx
 
 log = logging.getLogger("heroserve.controller")
 
-KIND_NAMES = {pb.NODE_KIND_SWITCH: "switch", pb.NODE_KIND_GPU: "gpu"}
-KIND_OF_NAME = {v: k for k, v in KIND_NAMES.items()}
 # How long the controller gathers registrations that report table versions above its own
 # (agents of a controller that lost its database) before it re-issues those tables in one
 # epoch rather than one per agent.
@@ -45,12 +55,9 @@ RESYNC_DELAY_S = 0.1
 # loses at most this window of acks, which the agents repeat: on reconnect they get the full
 # state and acknowledge it again.
 ACK_FLUSH_S = 0.05
-_MAC = re.compile(r"^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$")
-_IPV4 = re.compile(r"^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$")
-
-
-class RequestError(ValueError):
-    """A malformed request (INVALID_ARGUMENT)."""
+# Collective sequence numbers a new table version waits before it applies, beyond the
+# highest one any member reported: every member must receive the table before that.
+DEFAULT_APPLY_MARGIN = 1024
 
 
 class NotRegistered(RuntimeError):
@@ -64,10 +71,10 @@ class RegistryFull(RuntimeError):
 @dataclass
 class Options:
     default_slots: int = 1024  # aggregator slots of a switch that has not registered yet
-    slots_per_group: int = policies.DEFAULT_SLOTS_PER_GROUP
+    slots_per_group: int = DEFAULT_SLOTS_PER_GROUP
     window_s: float = 0.1  # T_u (seconds) written into policy tables
     gamma: float = 0.5  # Eq. 18 smoothing written into policy tables
-    apply_margin: int = policies.DEFAULT_APPLY_MARGIN
+    apply_margin: int = DEFAULT_APPLY_MARGIN
     telemetry_interval_s: float = 1.0
 
 
@@ -98,7 +105,8 @@ class Controller:
         topology: nx.Graph | None = None,
     ) -> None:
         """``topology``: the cluster graph of ``--topology``, used for every plan; without it
-        each plan's own ``topology`` is resolved (:func:`policies.resolve_cluster`). Raises
+        each plan's own ``topology`` is resolved
+        (:func:`controller.service.admission.resolve_cluster`). Raises
         :class:`StoreError` when the database holds something it cannot serve."""
         self.store = store
         self.opts = options or Options()
@@ -106,7 +114,7 @@ class Controller:
         self.pool = SlotPool(store)
         self.topology = topology
         self._index_cache: tuple[nx.Graph, ClusterIndex] | None = None
-        self.state: policies.PlanState | None = None
+        self.state: PlanState | None = None
         self.plan: Plan | None = None
         self.sessions: dict[str, str] = {}  # node id -> session id (lost on restart)
         self.subscribers: dict[str, Subscriber] = {}
@@ -139,10 +147,11 @@ class Controller:
             pid, text = current
             try:
                 plan = parse_plan(text, f"stored plan {pid}")
-                policies.validate(plan)
-            except PlanInputError as exc:
+            except InputError as exc:
                 raise StoreError(str(exc)) from None
-            except policies.PlanError as exc:
+            try:
+                validate(plan)
+            except InputError as exc:
                 raise StoreError(f"stored plan {pid}: {exc}") from None
             with store.transaction():  # a plan this controller cannot serve changes nothing
                 self.state = self._derive(plan, pid, store.epoch())
@@ -171,13 +180,11 @@ class Controller:
 
     def apply_plan(self, plan_json: str | bytes) -> tuple[int, str]:
         """Make ``plan_json`` current; returns (epoch, plan id). The same plan again is a
-        no-op (same epoch). Raises RequestError / policies.PlanError (TopologyUnavailable
-        when the plan's cluster cannot be resolved) / SlotError; then nothing changed."""
-        try:
-            plan, canonical = parse_plan_canonical(plan_json)
-        except PlanInputError as exc:
-            raise RequestError(str(exc)) from None
-        policies.validate(plan)
+        no-op (same epoch). Raises InputError (its subclass
+        :class:`~controller.service.admission.TopologyUnavailable` when the plan's cluster
+        cannot be resolved) / SlotError; then nothing changed."""
+        plan, canonical = parse_plan_canonical(plan_json)
+        validate(plan)
         pid = plan_id_of(canonical)
         if self.state is not None and self.state.plan_id == pid:
             return self.state.epoch, pid
@@ -203,10 +210,7 @@ class Controller:
         """``--plan`` at start-up (docs/control-plane.md, "Restart"): the database is the
         truth. The plan is applied only when the database has never held it; the plan it
         holds, or one it superseded, is left as it is. Returns what was done, for the log."""
-        try:
-            _, canonical = parse_plan_canonical(plan_json, source)
-        except PlanInputError as exc:
-            raise RequestError(str(exc)) from None
+        _, canonical = parse_plan_canonical(plan_json, source)
         pid = plan_id_of(canonical)
         current = self.state.plan_id if self.state is not None else None
         if pid == current:
@@ -222,44 +226,24 @@ class Controller:
         held = f"the database held plan {current}" if current else "the database held no plan"
         return f"--plan {pid} applied at epoch {epoch} ({held})"
 
-    def _derive(self, plan: Plan, pid: str, epoch: int) -> policies.PlanState:
+    def _derive(self, plan: Plan, pid: str, epoch: int) -> PlanState:
         with self.metrics.plan_seconds.time():
-            return self._derive_timed(plan, pid, epoch)
+            return derive(
+                plan,
+                pid,
+                epoch,
+                self.store,
+                self.pool,
+                self.topology,
+                self._apply_from,
+                default_slots=self.opts.default_slots,
+                slots_per_group=self.opts.slots_per_group,
+                window_s=self.opts.window_s,
+                gamma=self.opts.gamma,
+                index_of=self._index_of,
+            )
 
-    def _derive_timed(self, plan: Plan, pid: str, epoch: int) -> policies.PlanState:
-        # One resolved cluster per plan: the tables' link capacities, the cost model's prices
-        # (latency_s, bandwidth) and the agents' bindings all come from it.
-        cluster = policies.resolve_cluster(plan, self.topology)
-        index = self._index_of(cluster)
-        policies.check_cluster(plan, cluster)
-        timer = policies.PolicyTimer.for_plan(plan, cluster)
-        alternatives = policies.Alternatives(cluster, timer)
-        specs = policies.aggregation_groups(plan, alternatives)
-        slots = policies.allocate(
-            plan,
-            self.store,
-            self.pool,
-            self.opts.default_slots,
-            self.opts.slots_per_group,
-            specs=specs,
-        )
-        return policies.build(
-            plan,
-            pid,
-            epoch,
-            self.store,
-            slots,
-            cluster,
-            self.opts.window_s,
-            self.opts.gamma,
-            self._apply_from,
-            timer,
-            specs=specs,
-            alternatives=alternatives,
-            index=index,
-        )
-
-    def _publish(self, state: policies.PlanState, plan: Plan) -> None:
+    def _publish(self, state: PlanState, plan: Plan) -> None:
         self.state, self.plan = state, plan
         self.metrics.epoch.set(state.epoch)
         self._update_gauges()
@@ -278,7 +262,7 @@ class Controller:
         want = {
             node
             for node, a in self.agents.items()
-            if index is not None and _in_cluster(index, a.kind, node)
+            if index is not None and index.has_agent(a.kind == "switch", node)
         }
         for node in self._gauged - want:
             self.metrics.acked_epoch.remove(node)
@@ -327,38 +311,17 @@ class Controller:
     # --- agents -------------------------------------------------------------------------
 
     def register(self, req: pb.RegisterRequest) -> pb.RegisterResponse:
-        ident = _check_identity(req.identity)
-        is_switch = ident.kind == pb.NODE_KIND_SWITCH
-        inv: pb.SwitchInventory | pb.GpuInventory
-        if is_switch:
-            inv = _check_switch_inventory(req)
-        else:
-            inv = _check_gpu_inventory(req)
-        _bounded_text(req.agent_version, LIMITS.agent_version_chars, "agent_version")
-        if len(req.held_tables) > LIMITS.held_tables:
-            raise RequestError(
-                f"held_tables lists {len(req.held_tables)}, limit {LIMITS.held_tables}"
-            )
         index = self.index
-        if index is not None:
-            index.check_agent(is_switch, ident.node_id)
-            if not is_switch:
-                index.check_gpus(ident.node_id, (g.gpu_id for g in req.gpu.gpus))
-                for g in req.gpu.gpus:
-                    if g.server and g.server != index.gpu_server.get(g.gpu_id, g.server):
-                        raise RequestError(
-                            f"GPU {g.gpu_id}: server {g.server!r} differs from topology's "
-                            f"{index.gpu_server[g.gpu_id]!r}"
-                        )
-        _bounded_text(req.generation, 64, "generation")
+        ident, inv = check_registration(req, index)
+        is_switch = ident.kind == pb.NODE_KIND_SWITCH
         # Versions held under another controller generation (this one lost its database):
         # new versions must exceed them. Under ours they are ours already.
         foreign = bool(req.generation) and req.generation != self.generation
-        held = self._check_held(ident, req.held_tables)
+        held = check_held(req.held_tables, self._agent_groups(ident), self._dropped)
         kind = KIND_NAMES[ident.kind]
         old = self.agents.get(ident.node_id)
         if old is not None and old.kind != kind:
-            raise RequestError(f"node {ident.node_id!r} registered before as a {old.kind}")
+            raise InputError(f"node {ident.node_id!r} registered before as a {old.kind}")
         if old is None and len(self.agents) >= LIMITS.agents:
             raise RegistryFull(f"the agent registry holds {LIMITS.agents} identities")
         # Checked: from here on the request changes state.
@@ -400,23 +363,9 @@ class Controller:
             generation=self.generation,
         )
 
-    def _check_held(
-        self, ident: pb.NodeIdentity, held: list[pb.HeldTable]
-    ) -> list[tuple[str, int, int]]:
-        """The held tables worth acting on: the agent's own groups in the current plan. The
-        others are ignored, counted: a plan change may have moved the agent's GPUs while it
-        was away, and a table it holds for another group never touches that group."""
-        out = []
-        mine = self._agent_groups(ident)
-        for h in held:
-            _bounded_text(h.group_id, LIMITS.name_chars, "held_tables.group_id")
-            if h.version > MAX_SEQ or h.last_seq > MAX_SEQ:
-                raise RequestError(f"held table {h.group_id}: version or last_seq above {MAX_SEQ}")
-            if h.group_id not in mine:
-                self.metrics.telemetry_dropped.labels("held_table_not_own").inc()
-                continue
-            out.append((h.group_id, h.version, h.last_seq))
-        return out
+    def _dropped(self, reason: str) -> None:
+        """Count an item of a request left out (``heroserve_telemetry_dropped_total``)."""
+        self.metrics.telemetry_dropped.labels(reason).inc()
 
     def _agent_groups(self, ident: pb.NodeIdentity) -> set[str]:
         """The table names whose members include a GPU of ``ident`` under the current plan."""
@@ -426,23 +375,23 @@ class Controller:
         return set().union(*(self.state.by_gpu.get(g, set()) for g in gpus))
 
     def check_session(self, identity: pb.NodeIdentity, session_id: str) -> pb.NodeIdentity:
-        ident = _check_identity(identity)
-        if not session_id:
-            raise RequestError("session_id is empty")
-        _bounded_text(session_id, 64, "session_id")
+        """``identity`` when it holds session ``session_id``, else :class:`NotRegistered`."""
+        ident = check_identity(identity)
+        check_session_id(session_id)
         rec = self.agents.get(ident.node_id)
         if rec is not None and KIND_OF_NAME[rec.kind] != ident.kind:
-            raise RequestError(f"node {ident.node_id!r} is a {rec.kind}")
+            raise InputError(f"node {ident.node_id!r} is a {rec.kind}")
         if self.sessions.get(ident.node_id) != session_id:
             raise NotRegistered(f"node {ident.node_id!r} has no session {session_id}: register")
         return ident
 
-    def node_state(self, ident: pb.NodeIdentity) -> policies.NodeState:
+    def node_state(self, ident: pb.NodeIdentity) -> NodeState:
+        """What agent ``ident`` should hold now (nothing before any plan)."""
         if self.state is None:
-            return policies.NodeState()
+            return NodeState()
         rec = self.agents.get(ident.node_id)
         inv = rec.inventory if rec is not None else None
-        return policies.node_state(self.state, ident, inv, self.utilisation)
+        return node_state(self.state, ident, inv, self.utilisation)
 
     def subscribe(self, ident: pb.NodeIdentity) -> Subscriber:
         old = self.subscribers.get(ident.node_id)
@@ -467,7 +416,7 @@ class Controller:
     def ack(self, req: pb.AckRequest) -> pb.AckResponse:
         ident = self.check_session(req.identity, req.session_id)
         if req.epoch == 0 or req.epoch > self.epoch:
-            raise RequestError(f"ack of epoch {req.epoch}: current epoch is {self.epoch}")
+            raise InputError(f"ack of epoch {req.epoch}: current epoch is {self.epoch}")
         index = self.index
         if index is not None:
             index.check_agent(ident.kind == pb.NODE_KIND_SWITCH, ident.node_id)
@@ -504,37 +453,14 @@ class Controller:
 
     def telemetry(self, req: pb.TelemetryReport) -> pb.TelemetryAck:
         ident = self.check_session(req.identity, req.session_id)
-        is_switch = ident.kind == pb.NODE_KIND_SWITCH
-        if not math.isfinite(req.window_s) or not 0 <= req.window_s <= LIMITS.window_s:
-            raise RequestError(f"window_s {req.window_s} must be in [0, {LIMITS.window_s}]")
-        for what, items in (
-            ("links", req.links),
-            ("ports", req.ports),
-            ("counters", req.counters),
-            ("selections", req.selections),
-        ):
-            if len(items) > LIMITS.telemetry_records:
-                raise RequestError(
-                    f"{what}: {len(items)} records, limit {LIMITS.telemetry_records}"
-                )
-        index = self.index
-        links: list[tuple[str, float]] = []
-        for lk in req.links:
-            lid = _check_link_report(lk)
-            if index is None:
-                self.metrics.telemetry_dropped.labels("no_cluster").inc()
-                continue  # nothing to check it against, and nothing uses it before a plan
-            if lid not in index.links:
-                raise RequestError(f"link {lid} is not in topology {index.name!r}")
-            if not index.link_ends_owned(is_switch, ident.node_id, lid):
-                raise Denied(f"link {lid} does not end at {ident.node_id!r} or its GPUs")
-            links.append((lid, lk.utilisation))
-        for p in req.ports:
-            if p.port >= LIMITS.ports:
-                raise RequestError(f"port {p.port} is not below {LIMITS.ports}")
-        for c in req.counters:
-            _bounded_text(c.name, LIMITS.name_chars, "counter name")
-        selections = self._check_selections(ident, req.selections)
+        links = check_telemetry(req, ident, self.index, self._dropped)
+        selections = check_selections(
+            ident.node_id,
+            req.selections,
+            self.state.policy_ids if self.state is not None else {},
+            self._agent_groups(ident),
+            self._dropped,
+        )
         # Checked: apply.
         for lid, u in links:
             self.utilisation[lid] = u
@@ -550,31 +476,6 @@ class Controller:
         self.metrics.telemetry.inc()
         n = len(links) + len(selections) + len(req.ports) + len(req.counters)
         return pb.TelemetryAck(accepted=n)
-
-    def _check_selections(
-        self, ident: pb.NodeIdentity, selections: list[pb.PolicySelection]
-    ) -> list[pb.PolicySelection]:
-        """Selections for the sender's own groups with the table's policy ids and bounded
-        counters. A group the current plan does not have is dropped (a report racing a plan
-        change), counted; another agent's group is PERMISSION_DENIED."""
-        out = []
-        mine = self._agent_groups(ident)
-        for s in selections:
-            _bounded_text(s.group_id, LIMITS.name_chars, "selection group_id")
-            if self.state is None or s.group_id not in self.state.members:
-                self.metrics.telemetry_dropped.labels("unknown_group").inc()
-                continue
-            if s.group_id not in mine:
-                raise Denied(f"group {s.group_id} has none of {ident.node_id!r}'s GPUs")
-            if s.last_seq > MAX_SEQ or s.version > MAX_SEQ:
-                raise RequestError(
-                    f"group {s.group_id}: last_seq {s.last_seq} / version {s.version} above "
-                    f"{MAX_SEQ}"
-                )
-            if s.policy_id not in self.state.policy_ids[s.group_id]:
-                raise RequestError(f"group {s.group_id} has no policy {s.policy_id}")
-            out.append(s)
-        return out
 
     def agent_states(self) -> list[pb.AgentState]:
         self.flush_acks()
@@ -592,109 +493,6 @@ class Controller:
         self.flush_acks()
         for sub in self.subscribers.values():
             sub.queue.put_nowait(_CLOSE)
-
-
-def _in_cluster(index: ClusterIndex, kind: str, node_id: str) -> bool:
-    try:
-        index.check_agent(kind == "switch", node_id)
-    except Denied:
-        return False
-    return True
-
-
-def _bounded_text(value: str, limit: int, what: str) -> str:
-    if len(value) > limit:
-        raise RequestError(f"{what} is {len(value)} characters, limit {limit}")
-    return value
-
-
-def _check_identity(identity: pb.NodeIdentity) -> pb.NodeIdentity:
-    node = identity.node_id
-    if not node:
-        raise RequestError("identity.node_id is empty")
-    if len(node) > LIMITS.name_chars or not node.isprintable() or any(c.isspace() for c in node):
-        raise RequestError(f"identity.node_id {node[:40]!r} is not a node name")
-    if "|" in node:
-        raise RequestError(f"identity.node_id {node[:40]!r} holds '|' (the link id separator)")
-    if identity.kind not in KIND_NAMES:
-        raise RequestError(f"identity.kind {identity.kind} is not switch or gpu")
-    return identity
-
-
-def _check_node_name(value: str, what: str, allow_empty: bool = False) -> None:
-    if not value and allow_empty:
-        return
-    if not value or len(value) > LIMITS.name_chars or not value.isprintable() or "|" in value:
-        raise RequestError(f"{what} {value[:40]!r} is not a node name")
-
-
-def _check_switch_inventory(req: pb.RegisterRequest) -> pb.SwitchInventory:
-    if req.WhichOneof("inventory") != "switch_inventory":
-        raise RequestError("a switch must register with switch_inventory")
-    inv = req.switch_inventory
-    if len(inv.ports) > LIMITS.ports:
-        raise RequestError(f"switch_inventory lists {len(inv.ports)} ports, limit {LIMITS.ports}")
-    ports = [p.port for p in inv.ports]
-    if len(ports) != len(set(ports)):
-        raise RequestError("switch_inventory lists a port twice")
-    for p in inv.ports:
-        if p.port >= LIMITS.ports:
-            raise RequestError(f"switch_inventory: port {p.port} is not below {LIMITS.ports}")
-        if not math.isfinite(p.capacity) or p.capacity < 0:
-            raise RequestError("switch_inventory: port capacity must be finite and >= 0")
-        _check_node_name(p.peer, f"port {p.port} peer", allow_empty=True)
-        _bounded_text(p.name, LIMITS.name_chars, f"port {p.port} name")
-        if p.peer_mac and not _MAC.match(p.peer_mac):
-            raise RequestError(f"port {p.port}: peer_mac {p.peer_mac[:40]!r} is not a MAC")
-        if p.peer_ipv4 and not _IPV4.match(p.peer_ipv4):
-            raise RequestError(f"port {p.port}: peer_ipv4 {p.peer_ipv4[:40]!r} is not IPv4")
-    if inv.aggregator_slots > MAX_SLOTS:
-        raise RequestError(
-            f"switch_inventory: aggregator_slots {inv.aggregator_slots} above {MAX_SLOTS} "
-            "(the slot index is 16 bits)"
-        )
-    if inv.slot_bytes > LIMITS.slot_bytes:
-        raise RequestError(
-            f"switch_inventory: slot_bytes {inv.slot_bytes} above {LIMITS.slot_bytes}"
-        )
-    _bounded_text(inv.p4_program, LIMITS.name_chars, "p4_program")
-    return inv
-
-
-def _check_gpu_inventory(req: pb.RegisterRequest) -> pb.GpuInventory:
-    if req.WhichOneof("inventory") != "gpu":
-        raise RequestError("a GPU agent must register with gpu inventory")
-    inv = req.gpu
-    if len(inv.gpus) > LIMITS.gpus_per_agent:
-        raise RequestError(
-            f"gpu inventory lists {len(inv.gpus)} GPUs, limit {LIMITS.gpus_per_agent}"
-        )
-    ids = [g.gpu_id for g in inv.gpus]
-    if any(not i for i in ids) or len(ids) != len(set(ids)):
-        raise RequestError("gpu inventory: every GPU needs a distinct gpu_id")
-    for g in inv.gpus:
-        _check_node_name(g.gpu_id, "gpu_id")
-        _check_node_name(g.server, f"GPU {g.gpu_id} server", allow_empty=True)
-        _bounded_text(g.gpu_type, LIMITS.name_chars, f"GPU {g.gpu_id} gpu_type")
-        if g.local_index >= LIMITS.gpus_per_agent:
-            raise RequestError(f"GPU {g.gpu_id}: local_index {g.local_index} out of range")
-        if g.mac and not _MAC.match(g.mac):
-            raise RequestError(f"GPU {g.gpu_id}: mac {g.mac[:40]!r} is not a MAC")
-        if g.ipv4 and not _IPV4.match(g.ipv4):
-            raise RequestError(f"GPU {g.gpu_id}: ipv4 {g.ipv4[:40]!r} is not IPv4")
-    return inv
-
-
-def _check_link_report(lk: pb.LinkUtilisation) -> str:
-    """The canonical id of a well-formed link report, else RequestError."""
-    ends = lk.link_id.split("|")
-    if len(ends) != 2 or not all(ends) or len(lk.link_id) > 2 * LIMITS.name_chars + 1:
-        raise RequestError(f"link id {lk.link_id[:80]!r} is not '<nodeA>|<nodeB>'")
-    if not (0.0 <= lk.utilisation <= 1.0):
-        raise RequestError(f"link {lk.link_id}: utilisation {lk.utilisation} not in [0,1]")
-    if not math.isfinite(lk.bytes_per_s) or lk.bytes_per_s < 0:
-        raise RequestError(f"link {lk.link_id}: bytes_per_s {lk.bytes_per_s} not finite >= 0")
-    return policies.link_id(*ends)
 
 
 def now_ns() -> int:

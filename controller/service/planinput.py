@@ -5,9 +5,9 @@ bounds the size and the encoding, then hands the text to the project's one plan 
 (:func:`controller.inputs.plan_checks.parse_plan`: strict JSON, types and ranges derived from the
 Plan dataclasses, unknown keys refused, every GPU used once, groups matching instances), so a
 plan gets the same answer here as from every other command. A refusal is
-:class:`PlanInputError` naming the item (``plan: prefill.groups[0].gpus: ...``). What only
-the controller needs (schemes it can serve, worker counts, rails) follows in
-:func:`controller.service.policies.validate`, and the plan against its cluster in
+:class:`~controller.errors.InputError` naming the item (``plan: prefill.groups[0].gpus:
+...``). What only the controller needs (INA worker counts, node names, rails) follows in
+:func:`controller.service.admission.validate`, and the plan against its cluster in
 :func:`controller.inputs.plan_checks.check_plan_on_topology`.
 """
 
@@ -28,12 +28,8 @@ from controller.plan import Plan
 MAX_PLAN_BYTES = SCHEMA_MAX_PLAN_BYTES
 
 
-class PlanInputError(ValueError):
-    """A plan text that is not a Plan; the message names where."""
-
-
 def parse_plan(text: str | bytes, source: str = "plan") -> Plan:
-    """The :class:`Plan` in ``text`` (JSON), or :class:`PlanInputError` naming the problem
+    """The :class:`Plan` in ``text`` (JSON), or :class:`InputError` naming the problem
     (after ``source``: "plan" for a request, the file for ``--plan``)."""
     return parse_plan_canonical(text, source)[0]
 
@@ -43,18 +39,15 @@ def parse_plan_canonical(text: str | bytes, source: str = "plan") -> tuple[Plan,
     gives (what the plan id hashes), written without ``dataclasses.asdict``'s deep copies (a
     tenth of an ApplyPlan of 1,000 GPUs)."""
     if len(text) > MAX_PLAN_BYTES:
-        raise PlanInputError(f"{source}: {len(text)} bytes, above the limit of {MAX_PLAN_BYTES}")
+        raise InputError(f"{source}: {len(text)} bytes, above the limit of {MAX_PLAN_BYTES}")
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise PlanInputError(f"{source}: not UTF-8 text (byte {exc.start})") from None
+            raise InputError(f"{source}: not UTF-8 text (byte {exc.start})") from None
     if "\x00" in text:
-        raise PlanInputError(f"{source}: holds a NUL character, not JSON text")
-    try:
-        plan = parse_plan_text(text, source)
-    except InputError as exc:
-        raise PlanInputError(str(exc)) from None
+        raise InputError(f"{source}: holds a NUL character, not JSON text")
+    plan = parse_plan_text(text, source)
     return plan, json.dumps(plain(plan))
 
 

@@ -38,8 +38,9 @@ from grpc_reflection.v1alpha import reflection
 from agents.cliutil import DefaultsHelpFormatter, UsageError
 from agents.logs import add_log_args, setup_logging
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
-from controller.service import policies
-from controller.service.core import Controller, Options, RequestError
+from controller.errors import InputError
+from controller.service.core import Controller, Options
+from controller.service.groups import DEFAULT_SLOTS_PER_GROUP
 from controller.service.metrics import Metrics
 from controller.service.paths import data_dir
 from controller.service.planinput import MAX_PLAN_BYTES
@@ -263,7 +264,6 @@ class ThreadedServer:
 def load_cluster(spec: str) -> nx.Graph:
     """The cluster graph of ``--topology`` (a built-in name or a topology file), resolved as
     ``heroserve plan --topology`` resolves it."""
-    from controller.errors import InputError
     from controller.topology import resolve_topology
 
     try:
@@ -333,7 +333,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--slots-per-group",
         type=int,
-        default=policies.DEFAULT_SLOTS_PER_GROUP,
+        default=DEFAULT_SLOTS_PER_GROUP,
         help="slots of an INA group whose plan gives no range",
     )
     p.add_argument("--window-s", type=float, default=0.1, help="T_u of policy tables (s)")
@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         if plan_text is not None:
             log.info("%s", server.core.apply_startup_plan(plan_text, args.plan))
         asyncio.run(_serve(server, args.port_file))
-    except (UsageError, RequestError, policies.PlanError, SlotError) as exc:
+    except (UsageError, InputError, SlotError) as exc:
         print(f"heroserve controller: {exc}", file=sys.stderr)
         return 2
     except (StoreError, sqlite3.Error) as exc:

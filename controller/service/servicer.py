@@ -1,12 +1,12 @@
 """gRPC servicers (asyncio) of ``heroserve.v1.Control`` and ``heroserve.v1.Admin``.
 
-Maps the core's errors to status codes: malformed requests -> INVALID_ARGUMENT, no
-session -> FAILED_PRECONDITION, an identity the client certificate does not name, or a
-claim the plan does not give that identity -> PERMISSION_DENIED, a plan whose slots or
-group ids do not fit or a full agent registry -> RESOURCE_EXHAUSTED, a plan whose topology
-the controller cannot resolve (it needs ``--topology``) -> FAILED_PRECONDITION. Anything
-else is a controller bug: INTERNAL with a fixed message (the traceback goes to the log,
-never to the client).
+Maps the core's errors to status codes: malformed requests and plans (InputError) ->
+INVALID_ARGUMENT, no session -> FAILED_PRECONDITION, an identity the client certificate does
+not name, or a claim the plan does not give that identity -> PERMISSION_DENIED, a plan whose
+slots or group ids do not fit or a full agent registry -> RESOURCE_EXHAUSTED, a plan whose
+topology the controller cannot resolve (TopologyUnavailable: it needs ``--topology``) ->
+FAILED_PRECONDITION. Anything else is a controller bug: INTERNAL with a fixed message (the
+traceback goes to the log, never to the client).
 """
 
 from __future__ import annotations
@@ -18,16 +18,12 @@ import grpc
 
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
-from controller.service import policies
-from controller.service.binding import Denied
-from controller.service.core import (
-    KIND_NAMES,
-    Controller,
-    NotRegistered,
-    RegistryFull,
-    RequestError,
-)
+from controller.errors import InputError
+from controller.service.admission import TopologyUnavailable
+from controller.service.binding import KIND_NAMES, Denied
+from controller.service.core import Controller, NotRegistered, RegistryFull
 from controller.service.slots import SlotError
+from controller.service.state import NodeState, diff
 from controller.service.store import StoreError
 
 log = logging.getLogger("heroserve.controller")
@@ -50,10 +46,11 @@ class _Base:
         self.tls = tls
 
     async def _fail(self, context: grpc.aio.ServicerContext, rpc: str, exc: Exception) -> None:
-        if isinstance(exc, policies.TopologyUnavailable):
+        # TopologyUnavailable is an InputError that needs another status: tested first
+        if isinstance(exc, TopologyUnavailable):
             log.warning("%s: %s", rpc, exc)
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        if isinstance(exc, RequestError | policies.PlanError):
+        if isinstance(exc, InputError):
             self.core.metrics.invalid.labels(rpc).inc()
             log.warning("%s: invalid request: %s", rpc, exc)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -105,14 +102,14 @@ class ControlServicer(_Base, pb_grpc.ControlServicer):
             raise
         sub = self.core.subscribe(ident)
         kind = ident.kind
-        last: policies.NodeState | None = None
+        last: NodeState | None = None
         sent = -1
         try:
             while True:
                 epoch = self.core.epoch
                 if epoch != sent:
                     state = self.core.node_state(ident)
-                    body, _changed = policies.diff(last, state, kind, ident.node_id)
+                    body, _changed = diff(last, state, kind, ident.node_id)
                     upd = pb.PolicyUpdate(
                         epoch=epoch,
                         full=last is None,
