@@ -406,7 +406,7 @@ def _worker(w: int, group: int, agg: int) -> dict:
 def test_switch_agent_over_mutual_tls(procs: Procs, tmp_path: Path) -> None:
     """The agent process speaks mutual TLS to the controller: with a certificate naming
     s1 it is served; with one naming s2 it is refused and nothing reaches the switch."""
-    from pki import CA
+    from support.pki import CA
 
     ca = CA()
     (tmp_path / "ca.crt").write_bytes(ca.pem)

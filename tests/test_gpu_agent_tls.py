@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pki import CA  # tests/ is on sys.path: the shared test PKI
+from support.pki import CA
 from test_gpu_agent_e2e import AGENT, PLUGIN, Proc, _wait, acked, agent_env, segment
 
 pytestmark = pytest.mark.skipif(

@@ -10,7 +10,7 @@ tests/test_softswitch_bmv2_diff.py.
 from __future__ import annotations
 
 import pytest
-from ina_sim import HostSimulation, Network, ProtocolViolation, worker_port
+from support.ina_sim import HostSimulation, Network, ProtocolViolation, worker_port
 
 from agents.softswitch.headers import (
     DROP_LATE,

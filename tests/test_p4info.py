@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from bmv2 import compile_v1model, tool_missing
+from support.bmv2 import compile_v1model, tool_missing
 
 ROOT = Path(__file__).resolve().parents[1]
 P4_SRC = ROOT / "p4" / "heroserve_ina.p4"

@@ -17,7 +17,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from pki import CA  # tests/ is on sys.path: the shared test PKI
+from support.pki import CA
 
 from agents.client import ClientTls, channel
 from agents.proto.heroserve.v1 import control_pb2 as pb

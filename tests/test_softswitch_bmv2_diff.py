@@ -20,8 +20,8 @@ import random
 from pathlib import Path
 
 import pytest
-from bmv2 import COUNTERS, Bmv2Netns, bmv2_missing, compile_v1model
-from ina_sim import HostSimulation, Network, worker_port
+from support.bmv2 import COUNTERS, Bmv2Netns, bmv2_missing, compile_v1model
+from support.ina_sim import HostSimulation, Network, worker_port
 
 from agents.ina.packet import VECTOR_LEN, InaHeader, build_frame
 from agents.softswitch.pipeline import InaPipeline

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from bmv2 import bmv2_missing, compile_v1model
+from support.bmv2 import bmv2_missing, compile_v1model
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.slow]
 

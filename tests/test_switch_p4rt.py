@@ -79,7 +79,7 @@ def test_reinstall_on_bmv2_leaves_one_replica_per_port(tmp_path: Path) -> None:
     """An agent that replaces BMv2's pipeline (another device config) and re-inserts its
     multicast group gets the group once: BMv2 keeps groups in its replication engine
     across a push unless they are deleted first (observed with its own CLI, mc_dump)."""
-    from bmv2 import Bmv2Netns, bmv2_missing, compile_v1model
+    from support.bmv2 import Bmv2Netns, bmv2_missing, compile_v1model
 
     reason = bmv2_missing()
     if reason:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from pki import CA  # tests/ is on sys.path (no tests/__init__.py): the shared test PKI
+from support.pki import CA
 
 from agents.client import ClientTls, channel
 from agents.cliutil import UsageError

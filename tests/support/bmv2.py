@@ -29,7 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+# tests/support/bmv2.py; not `from support import ROOT`: this file also runs as a script
+ROOT = Path(__file__).resolve().parents[2]
 P4_SRC = ROOT / "p4" / "heroserve_ina.p4"
 P4INFO = ROOT / "p4" / "heroserve_ina.p4info.txtpb"
 ENV = dict(os.environ, PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python", PYTHONPATH=str(ROOT))
