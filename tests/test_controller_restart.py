@@ -272,7 +272,7 @@ def test_python_agent_gets_versions_above_what_it_held(tmp_path: Path) -> None:
 def test_gpu_agent_never_acks_a_table_it_ignores(tmp_path: Path) -> None:
     """The C++ daemon after the controller lost its database: it used to keep its higher old
     version silently and acknowledge the new controller's epochs."""
-    from test_gpu_agent_e2e import AGENT, PLUGIN, ROOT, Proc, agent_env, segment, start_agent
+    from support.gpu_agent import AGENT, PLUGIN, Proc, agent_env, segment, start_agent
 
     if not (AGENT.exists() and PLUGIN.exists()):
         pytest.skip("C++ GPU agent not built (make cxx)")

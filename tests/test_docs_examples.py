@@ -6,26 +6,14 @@ import re
 from pathlib import Path
 
 import pytest
+from support import ROOT
+from support.docs import examples
 
 import controller.inputs.limits as limits
 from controller.inputs.plan_checks import validate_plan_dict
 from controller.inputs.schema import parse_document
 from controller.topology import topology_from_dict
 from controller.workload.traces import load_trace, trace_rows
-
-ROOT = Path(__file__).resolve().parent.parent
-DOCS = sorted([*(ROOT / "docs").glob("*.md"), ROOT / "README.md"])
-FENCE = re.compile(r"^```(yaml|yml|json|csv)[^\n]*\n(.*?)^```", re.M | re.S)
-
-
-def examples() -> list[tuple[str, str, str]]:
-    out = []
-    for doc in DOCS:
-        text = doc.read_text()
-        for m in FENCE.finditer(text):
-            line = text[: m.start()].count("\n") + 1
-            out.append((f"{doc.relative_to(ROOT)}:{line}", m.group(1), m.group(2)))
-    return out
 
 
 def check(where: str, lang: str, text: str, tmp: Path | None = None) -> str:

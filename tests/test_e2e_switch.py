@@ -304,9 +304,9 @@ def test_four_workers_aggregate_through_agent_installed_entries(
     """Real packets (network namespaces, as tests/test_softswitch_netns.py): 4 workers send
     contributions for the group the controller planned; the entries come only from the
     switch agent; every worker's UDP socket receives the exact sum."""
-    from test_softswitch_netns import NetnsBed, _netns_unavailable
+    from support.netns import NetnsBed, netns_unavailable
 
-    reason = _netns_unavailable()
+    reason = netns_unavailable()
     if reason:
         pytest.skip(reason)
     bed = NetnsBed()
@@ -360,7 +360,7 @@ def test_four_workers_aggregate_through_agent_installed_entries(
 
 
 def _netns_ports() -> list[str]:
-    from test_softswitch_netns import worker_ip, worker_mac
+    from support.netns import worker_ip, worker_mac
 
     return [f"{w + 1}=p0-g{w},mac={worker_mac(w)},ip={worker_ip(w)}" for w in range(4)]
 
@@ -376,7 +376,7 @@ def _worker(w: int, group: int, agg: int) -> dict:
     from scapy.all import conf, sendp
     from scapy.layers.inet import IP, UDP
     from scapy.layers.l2 import Ether
-    from test_softswitch_netns import SWITCH_IP, SWITCH_MAC, worker_ip, worker_mac
+    from support.netns import SWITCH_IP, SWITCH_MAC, worker_ip, worker_mac
 
     from agents.ina.packet import INA_UDP_PORT, unpack
     from agents.ina.scapy_layer import INA

@@ -10,40 +10,32 @@ Skipped when the C++ build (`make cxx`) is absent.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import grpc
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-BUILD = ROOT / "build" / "csrc"
-AGENT = BUILD / "heroserve-gpu-agent"
-PLUGIN = BUILD / "libnccl-tuner-heroserve.so"
-GROUP = "prefill/0/0"
+from support import ROOT
+from support.gpu_agent import (
+    AGENT,
+    GROUP,
+    PLUGIN,
+    Proc,
+    acked,
+    agent_env,
+    apply_plan,
+    register_switch,
+    segment,
+    start_agent,
+    wait_until,
+)
 
 pytestmark = pytest.mark.skipif(
     not (AGENT.exists() and PLUGIN.exists()), reason="C++ GPU agent not built (make cxx)"
 )
-
-pb = pytest.importorskip("agents.proto.heroserve.v1.control_pb2")
-pb_grpc = pytest.importorskip("agents.proto.heroserve.v1.control_pb2_grpc")
-
-
-def _wait(pred, timeout: float = 15.0, what: str = "condition"):  # noqa: ANN001, ANN202
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
@@ -71,95 +63,6 @@ def controller(tmp_path: Path) -> Iterator:
     s.stop()
 
 
-def register_switch(port: int, capacity: float = 12.5e9) -> None:
-    """The switch s1 reports its ports (the controller takes link capacities from the
-    topology, sample_topology's 12.5e9 B/s, not from these)."""
-    inv = pb.SwitchInventory(device_id=1, aggregator_slots=1024, slot_bytes=128)
-    for k in range(4):
-        inv.ports.add(port=k + 1, peer=f"p0-g{k}", capacity=capacity)
-    req = pb.RegisterRequest(identity=pb.NodeIdentity(node_id="s1", kind=pb.NODE_KIND_SWITCH))
-    req.switch_inventory.CopyFrom(inv)
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
-        pb_grpc.ControlStub(ch).Register(req, timeout=5)
-
-
-def apply_plan(srv, reverse: bool = False) -> int:  # noqa: ANN001
-    from controller.service.sample import sample_plan
-
-    p = sample_plan(ina_groups=1, ring_groups=0, workers=4)
-    if reverse:  # same group, different member order: a new table version
-        p.prefill.groups[0].gpus.reverse()
-    epoch, _ = srv.call(lambda: srv.server.core.apply_plan(p.to_json()))
-    return epoch
-
-
-class Proc:
-    """A child process with its stderr collected in a file (read it any time)."""
-
-    def __init__(self, args: list[str], env: dict[str, str], log: Path, stdin: bool = False):
-        self.log = log
-        self._f = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        self.p = subprocess.Popen(
-            args,
-            env=env,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE if stdin else self._f,
-            stderr=self._f,
-            text=stdin,
-        )
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def ask(self, line: str) -> dict:
-        self.p.stdin.write(line + "\n")
-        self.p.stdin.flush()
-        reply = self.p.stdout.readline()
-        if not reply:
-            raise AssertionError(f"{self.p.args} exited ({self.p.wait(5)}): {self.text()}")
-        return json.loads(reply)
-
-    def stop(self) -> int:
-        if self.p.stdin and self.p.poll() is None:
-            try:
-                self.p.stdin.write("quit\n")
-                self.p.stdin.close()
-                self.p.wait(5)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-        self._f.close()
-        return self.p.returncode
-
-
-def agent_env(prefix: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["HEROSERVE_SHM_PREFIX"] = prefix
-    env["HEROSERVE_GROUP"] = GROUP
-    return env
-
-
-def start_agent(tmp_path: Path, prefix: str, controller_addr: str, *extra: str) -> Proc:
-    args = [str(AGENT), "--controller", controller_addr, "--node-id", "p0"]
-    args += ["--gpu", "p0-g1:0", "--telemetry-interval", "0.2", *extra]
-    return Proc(args, agent_env(prefix), tmp_path / "agent.log")
-
-
-def segment(prefix: str) -> Path:
-    return Path("/dev/shm") / f"heroserve-{prefix}{GROUP.replace('/', '.')}"
-
-
-def acked(srv, epoch: int) -> bool:  # noqa: ANN001
-    rec = srv.server.core.store.agent("p0")
-    return rec is not None and rec.acked_epoch >= epoch
-
-
 def test_table_reaches_plugin_and_selections_come_back(
     controller, tmp_path: Path, prefix: str
 ) -> None:
@@ -168,7 +71,7 @@ def test_table_reaches_plugin_and_selections_come_back(
     agent = start_agent(tmp_path, prefix, f"127.0.0.1:{controller.port}")
     driver = None
     try:
-        _wait(lambda: acked(controller, e1), what=f"ack of epoch {e1}\n{agent.text()}")
+        wait_until(lambda: acked(controller, e1), what=f"ack of epoch {e1}\n{agent.text()}")
         assert segment(prefix).exists()
         driver = Proc(
             [
@@ -191,7 +94,7 @@ def test_table_reaches_plugin_and_selections_come_back(
         assert {c[1] for c in first["choices"]} == {1}  # version 1 in force
         # The plugin's selections come back as telemetry: the controller learns the sequence.
         store = controller.server.core.store
-        _wait(lambda: store.last_seq(GROUP) == 19, what="telemetry with last_seq 19")
+        wait_until(lambda: store.last_seq(GROUP) == 19, what="telemetry with last_seq 19")
         reg = controller.server.core.metrics.registry
         total = sum(
             reg.get_sample_value(
@@ -203,12 +106,12 @@ def test_table_reaches_plugin_and_selections_come_back(
         assert total == 20
         # A new version: it applies from last_seq + 1 + margin = 25.
         e2 = apply_plan(controller, reverse=True)
-        _wait(lambda: acked(controller, e2), what=f"ack of epoch {e2}\n{agent.text()}")
+        wait_until(lambda: acked(controller, e2), what=f"ack of epoch {e2}\n{agent.text()}")
         second = driver.ask("run 10 1048576")
         assert second["agree"], second
         versions = [(c[0], c[1]) for c in second["choices"]]
         assert versions == [(s, 1 if s < 25 else 2) for s in range(20, 30)]
-        _wait(lambda: store.last_seq(GROUP) == 29, what="telemetry with last_seq 29")
+        wait_until(lambda: store.last_seq(GROUP) == 29, what="telemetry with last_seq 29")
         assert "published group prefill/0/0 version 2" in agent.text()
     finally:
         if driver is not None:
@@ -219,7 +122,7 @@ def test_table_reaches_plugin_and_selections_come_back(
 def test_bad_controller_address_keeps_running(tmp_path: Path, prefix: str) -> None:
     agent = start_agent(tmp_path, prefix, "127.0.0.1:1")
     try:
-        _wait(lambda: agent.text().count("cannot register") >= 2, what="retries")
+        wait_until(lambda: agent.text().count("cannot register") >= 2, what="retries")
         assert agent.p.poll() is None
     finally:
         assert agent.stop() == 0
@@ -241,7 +144,7 @@ def test_bad_certificates_keep_running(tmp_path: Path, prefix: str) -> None:
         str(bad),
     )
     try:
-        _wait(lambda: "TLS: cannot read" in agent.text(), what="TLS error")
+        wait_until(lambda: "TLS: cannot read" in agent.text(), what="TLS error")
         assert agent.p.poll() is None
     finally:
         assert agent.stop() == 0
@@ -271,7 +174,7 @@ def test_malformed_table_keeps_last_good_one(
     e1 = apply_plan(controller)
     agent = start_agent(tmp_path, prefix, f"127.0.0.1:{controller.port}")
     try:
-        _wait(lambda: acked(controller, e1), what="first ack")
+        wait_until(lambda: acked(controller, e1), what="first ack")
         before = segment(prefix).read_bytes()
         # Links of capacity 0 in the cluster: the controller itself refuses the table...
         cluster = controller.server.core.topology
@@ -283,7 +186,7 @@ def test_malformed_table_keeps_last_good_one(
         # the agent's own validator, which keeps the last good table.
         monkeypatch.setattr(tables, "check_table", lambda _t: None)
         e2 = apply_plan(controller, reverse=True)
-        _wait(lambda: "keeping the last good tables" in agent.text(), what="error log")
+        wait_until(lambda: "keeping the last good tables" in agent.text(), what="error log")
         assert "capacity must be > 0" in agent.text()
         assert not acked(controller, e2)  # acknowledged with ok=false
         assert agent.p.poll() is None

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import grpc
 import pytest
-from test_gpu_agent_e2e import AGENT, PLUGIN, ROOT, Proc, _wait  # tests/ is on sys.path
+from support import ROOT
+from support.gpu_agent import AGENT, PLUGIN, Proc, wait_until
 
 pb = pytest.importorskip("agents.proto.heroserve.v1.control_pb2")
 pb_grpc = pytest.importorskip("agents.proto.heroserve.v1.control_pb2_grpc")
@@ -104,7 +105,7 @@ def test_hier_policy_reaches_the_plugin_as_collnet_direct(tmp_path: Path, prefix
     agent = start_agent(tmp_path, prefix, port)
     driver = None
     try:
-        _wait(lambda: control.acks, what=f"an ack\n{agent.text()}")
+        wait_until(lambda: control.acks, what=f"an ack\n{agent.text()}")
         assert control.acks[0] == (1, True, ""), control.acks
         driver = Proc(
             [sys.executable, "-m", "agents.gpu.tuner_driver", str(PLUGIN)],
@@ -146,7 +147,7 @@ def test_hier_policy_without_rails_is_refused_and_acked_not_ok(tmp_path: Path, p
     server, port = serve(control)
     agent = start_agent(tmp_path, prefix, port)
     try:
-        _wait(lambda: control.acks, what=f"an ack\n{agent.text()}")
+        wait_until(lambda: control.acks, what=f"an ack\n{agent.text()}")
         epoch, ok, error = control.acks[0]
         assert (epoch, ok) == (1, False)
         assert "a hier policy needs a non-empty rails list" in error

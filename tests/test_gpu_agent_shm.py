@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_gpu_agent_e2e import Proc  # tests/ is on sys.path
+from support.gpu_agent import Proc
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "build" / "csrc" / "libnccl-tuner-heroserve.so"

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.gpu_agent import AGENT, PLUGIN, Proc, acked, agent_env, segment, wait_until
 from support.pki import CA
-from test_gpu_agent_e2e import AGENT, PLUGIN, Proc, _wait, acked, agent_env, segment
 
 pytestmark = pytest.mark.skipif(
     not (AGENT.exists() and PLUGIN.exists()), reason="C++ GPU agent not built (make cxx)"
@@ -73,7 +73,7 @@ def test_agent_with_signed_certificate_gets_its_table(srv, ca: CA, tmp_path: Pat
     ca_pem.write_bytes(ca.pem)
     agent = start(tmp_path, prefix, srv.port, str(ca_pem), ca.issue("p0").write(tmp_path, "a"))
     try:
-        _wait(lambda: acked(srv, 1), what=f"ack over TLS\n{agent.text()}")
+        wait_until(lambda: acked(srv, 1), what=f"ack over TLS\n{agent.text()}")
         assert segment(prefix).exists()
         assert "insecure" not in agent.text()
     finally:
@@ -88,7 +88,7 @@ def test_certificate_from_another_ca_is_refused_and_retried(
     rogue = CA("rogue CA").issue("p0").write(tmp_path, "rogue")
     agent = start(tmp_path, prefix, srv.port, str(ca_pem), rogue)
     try:
-        _wait(lambda: agent.text().count("cannot register") >= 2, what="refusals")
+        wait_until(lambda: agent.text().count("cannot register") >= 2, what="refusals")
         assert agent.p.poll() is None
         assert not acked(srv, 1)
         assert not segment(prefix).exists()

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-from test_docs_examples import examples
+from support.docs import examples
 
 from controller.cli import main
 from controller.models import model_spec

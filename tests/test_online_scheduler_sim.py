@@ -16,60 +16,17 @@ faster than INA on c1 here, is also where an idle group starts; the last tests c
 zero-load choice against ``CommOption.time``.
 """
 
-import networkx as nx
 import numpy as np
 import pytest
+from support.plans import shared_uplink_cluster, shared_uplink_plan
 
 from controller.models import model_spec
-from controller.plan import SLA, Group, Instance, PhasePlan, Plan, Predicted, SlotRange
 from controller.planner import plan as make_plan
 from controller.scheduler.online import OnlineScheduler
 from controller.sim import SimOptions, Simulator, build_model, make_requests
 from controller.sim.scheduler import GroupSchedulers, policy_table, reference_bytes
 from controller.topology import testbed as make_testbed
-from controller.topology.generators import add_server
-from controller.topology.graph import add_link, add_switch
-from controller.units import gbps
 from controller.workload import Request, chatbot, default_sla
-
-
-def shared_uplink_cluster() -> nx.Graph:
-    g = nx.Graph(name="shared-uplink")
-    for s, tier in (("c1", "core"), ("a1", "access"), ("a2", "access"), ("a3", "access")):
-        add_switch(g, s, tier=tier)
-    for a in ("a1", "a2", "a3"):
-        add_link(g, a, "c1", link="ethernet", capacity=gbps(100))
-    for gid in add_server(g, "p0", gpu_type="A100-40GB", n_gpus=4, role="prefill"):
-        add_link(g, gid, "a3", link="ethernet", capacity=gbps(100))
-    for k in range(4):
-        gids = add_server(g, f"d{k}", gpu_type="A100-40GB", n_gpus=2, role="decode")
-        first, second = ("a1", "a2") if k % 2 == 0 else ("a2", "a1")
-        add_link(g, gids[0], first, link="ethernet", capacity=gbps(100))
-        add_link(g, gids[1], second, link="ethernet", capacity=gbps(100))
-    return g
-
-
-def shared_uplink_plan() -> Plan:
-    pre_gpus = [f"p0-gpu{i}" for i in range(4)]
-    pre = PhasePlan(
-        "prefill", 1, 1, "A100-40GB", [Instance([[x]]) for x in pre_gpus],
-        [Group(i, 0, [x], "ring", None, None, {}, 0.0, None, 0.0, "TP=1")
-         for i, x in enumerate(pre_gpus)],
-        0.0, 0.0, 1, 0.0,
-    )  # fmt: skip
-    groups, insts = [], []
-    for k, (a, b) in enumerate((("d0-gpu0", "d1-gpu0"), ("d2-gpu0", "d3-gpu0"))):
-        insts.append(Instance([[a, b]]))
-        paths = {a: [a, "a1", "c1"], b: [b, "a2", "c1"]}
-        groups.append(Group(k, 0, [a, b], "ina", "c1", SlotRange(8 * k, 8), paths, 0.0, 0.0,
-                            0.0, "Ethernet-only INA on the common core switch"))  # fmt: skip
-    dec = PhasePlan("decode", 2, 1, "A100-40GB", insts, groups, 0.0, 0.0, 48, 0.0)
-    return Plan(
-        "ds-switchml", "shared-uplink", "OPT-13B", "chatbot",
-        SLA(2.5, 0.15, 0.9), pre, dec, [],
-        Predicted(0.1, 0.05, 0.01, 10.0, 1.0, 8),
-    )  # fmt: skip
-
 
 UPLINKS = ("a1|c1", "a2|c1")
 

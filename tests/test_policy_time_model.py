@@ -13,17 +13,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_gpu_agent_e2e import (  # tests/ is on sys.path: the agent e2e helpers
+from support.gpu_agent import (
     AGENT,
     PLUGIN,
-    _wait,
     acked,
     apply_plan,
     register_switch,
     segment,
     start_agent,
+    wait_until,
 )
-from test_online_scheduler_sim import shared_uplink_cluster, shared_uplink_plan
+from support.plans import shared_uplink_cluster, shared_uplink_plan
 
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from controller.errors import InputError
@@ -203,7 +203,7 @@ def test_gpu_agent_carries_the_fields_and_refuses_bad_ones(
     e1 = apply_plan(server)
     agent = start_agent(tmp_path, prefix, f"127.0.0.1:{server.port}")
     try:
-        _wait(lambda: acked(server, e1), what=f"ack of epoch {e1}\n{agent.text()}")
+        wait_until(lambda: acked(server, e1), what=f"ack of epoch {e1}\n{agent.text()}")
         ina, ring = published(prefix)["policies"]
         assert (ina["latency_s"], ina["bandwidth"]) == (13e-6, 1.5625e9)
         # bandwidth 0 in the proto: absent, so the bottleneck capacity
@@ -220,7 +220,7 @@ def test_gpu_agent_carries_the_fields_and_refuses_bad_ones(
         # ...and one that publishes it anyway (no check: a bug) meets the agent's validator.
         monkeypatch.setattr(service_tables, "check_table", lambda _t: None)
         e2 = apply_plan(server, reverse=True)
-        _wait(lambda: "keeping the last good tables" in agent.text(), what="error log")
+        wait_until(lambda: "keeping the last good tables" in agent.text(), what="error log")
         assert "policy 1: latency_s must be >= 0" in agent.text()
         assert not acked(server, e2)
         assert segment(prefix).read_bytes() == before

@@ -7,6 +7,7 @@ import json
 
 import networkx as nx
 import pytest
+from support.plans import HIER_DECODE, hier_plan
 
 from controller.cli import main
 from controller.costmodel.compute import decode_layer_time
@@ -322,8 +323,6 @@ def test_whole_pass_decode_steps_equal_stage_by_stage(tb_plan, monkeypatch):
 def test_hier_group_offers_hier_ring_and_flat_ina():
     """The plan's hierarchical INA first, then the ring and flat INA at each switch, each
     priced like the cost model; the online scheduler runs with the three kinds."""
-    from test_sim_validation import HIER_DECODE, hier_plan
-
     from controller.costmodel.hier import hier_on_rails
 
     g = make_testbed()
@@ -346,8 +345,6 @@ def test_hier_group_offers_hier_ring_and_flat_ina():
 
 
 def test_plan_with_rails_that_do_not_fit_is_refused():
-    from test_sim_validation import hier_plan
-
     from controller.errors import InputError
 
     g = make_testbed()
@@ -413,8 +410,6 @@ def test_aggregation_throughput_runs_each_group_on_its_fastest_option():
     fastest alone at M. The testbed hier plan's two groups share no link (prefill on srv0's
     NVLink, decode on srv2/srv3 and the switches), so each finishes in its fastest option's
     uncontended time and the throughput is 2 M / the slower of the two."""
-    from test_sim_validation import hier_plan
-
     from controller.evaluation.ina import aggregation_throughput
 
     g = make_testbed()

@@ -4,6 +4,7 @@ rate."""
 
 import numpy as np
 import pytest
+from support.plans import HIER_DECODE, hier_plan
 
 from controller.costmodel.netparams import NetParams
 from controller.evaluation.sweep import max_rates
@@ -14,7 +15,7 @@ from controller.sim import SimOptions, Simulator, build_model, make_requests
 from controller.sim.model import planned_pattern
 from controller.topology import testbed as make_testbed
 from controller.topology.graph import scale_bandwidth
-from controller.workload import SLA, Request, Workload, chatbot, default_sla, summarization
+from controller.workload import Request, Workload, chatbot, default_sla, summarization
 
 IN, OUT = 161, 338
 
@@ -156,42 +157,6 @@ def test_doubling_every_link_never_lowers_the_max_rate(tb):
     print({k: (b.lo, b.hi) for k, b in br.items()})
     assert br["1x"].lo > 0
     assert br["2x"].lo >= br["1x"].lo
-
-
-# -- hierarchical INA ----------------------------------------------------------------------
-HIER_DECODE = ["srv2-gpu0", "srv2-gpu1", "srv3-gpu0", "srv3-gpu1"]
-
-
-def hier_plan(g, mode: str = "pipelined"):
-    """A hand-made testbed plan whose decode group (TP4 over two V100 servers, two GPUs on
-    each) runs hierarchical INA: rail 0 (GPU 0 of both) at s1, rail 1 (GPU 1) at s2, with
-    the routes ``hier_pattern`` chooses; prefill is one TP4 ring inside srv0."""
-    from controller.costmodel.hier import hier_pattern
-    from controller.plan import Group, Instance, PhasePlan, Plan, Predicted, Rail, SlotRange
-
-    net = NetParams(cost_mode=mode)
-    h = hier_pattern(net.fabric(g), HIER_DECODE, 48 * 5120 * 2, net)
-    rails = [
-        Rail(r.switch, r.shard, r.shards, r.members, SlotRange(8 * r.shard, 8), r.paths)
-        for r in h.rails
-    ]
-    pre_gpus = [f"srv0-gpu{i}" for i in range(4)]
-    pre = PhasePlan(
-        "prefill", 4, 1, "A100-40GB", [Instance([pre_gpus])],
-        [Group(0, 0, pre_gpus, "ring", None, None, {}, 0.0, None, 0.0, "NVLink ring")],
-        0.0, 0.0, 1, 0.0,
-    )  # fmt: skip
-    dec = PhasePlan(
-        "decode", 4, 1, "V100-32GB", [Instance([HIER_DECODE])],
-        [Group(0, 0, HIER_DECODE, "hier", None, None, dict(h.paths), 0.0, None, 0.0,
-               "hierarchical INA", rails)],
-        0.0, 0.0, 48, 0.0,
-    )  # fmt: skip
-    return Plan(
-        "heroserve", "testbed", "OPT-13B", "chatbot",
-        SLA(2.5, 0.15, 0.9), pre, dec, [],
-        Predicted(0.1, 0.05, 0.01, 10.0, 1.0, 8), options=net.plan_options(),
-    )  # fmt: skip
 
 
 @pytest.mark.parametrize("mode", ["pipelined", "paper"])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -20,87 +19,32 @@ from pathlib import Path
 
 import pytest
 from support.bmv2 import bmv2_missing, compile_v1model
+from support.netns import (
+    SWITCH_IP,
+    SWITCH_MAC,
+    N,
+    NetnsBed,
+    netns_unavailable,
+    run_checked,
+    worker_ip,
+    worker_mac,
+)
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 P4INFO = ROOT / "p4" / "heroserve_ina.p4info.txtpb"
 ENV = dict(os.environ, PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python", PYTHONPATH=str(ROOT))
-N = 4
 GROUP, AGG, SLOT, MCAST = 3, 0, 11, 1
-SWITCH_MAC, SWITCH_IP = "02:00:00:00:00:fe", "10.77.0.254"
-
-
-def worker_mac(w: int) -> str:
-    return f"02:00:00:00:01:{w + 1:02x}"
-
-
-def worker_ip(w: int) -> str:
-    return f"10.77.0.{w + 1}"
 
 
 def worker_values(w: int) -> list[int]:
     return [(w + 1) * 1000 * (-1) ** i + i for i in range(32)]
 
 
-def _sh(*cmd: str) -> None:
-    subprocess.run(cmd, check=True, capture_output=True, timeout=30)
-
-
-def _netns_unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root for network namespaces and AF_PACKET sockets"
-    for tool, package in (("ip", "iproute2"), ("sysctl", "procps")):
-        if shutil.which(tool) is None:
-            return f"`{tool}` not found (Debian package {package})"
-    probe = f"hsprobe{os.getpid()}"
-    try:
-        _sh("ip", "netns", "add", probe)
-        _sh("ip", "netns", "del", probe)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-        return f"`ip netns` does not work here: {e}"
-    return None
-
-
-class NetnsBed:
-    """4 worker namespaces; their veth peers stay in this namespace as switch ports 1..4."""
-
-    def __init__(self) -> None:
-        tag = f"{os.getpid() % 100000}"
-        self.ns = [f"hsw{tag}w{w}" for w in range(N)]
-        self.ports = [f"hs{tag}p{w + 1}" for w in range(N)]
-
-    def up(self) -> None:
-        for w in range(N):
-            ns, port, peer = self.ns[w], self.ports[w], f"{self.ports[w]}h"
-            _sh("ip", "netns", "add", ns)
-            _sh("ip", "link", "add", port, "type", "veth", "peer", "name", peer)
-            _sh("ip", "link", "set", peer, "netns", ns)
-            for cmd in (
-                # No IPv6: its neighbour discovery would add frames the counters see.
-                ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"],
-                ["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],
-                ["ip", "link", "set", peer, "name", "eth0"],
-                ["ip", "link", "set", "eth0", "address", worker_mac(w)],
-                ["ip", "addr", "add", f"{worker_ip(w)}/24", "dev", "eth0"],
-                ["ip", "link", "set", "eth0", "up"],
-                ["ip", "link", "set", "lo", "up"],
-                ["ip", "neigh", "add", SWITCH_IP, "lladdr", SWITCH_MAC, "dev", "eth0"],
-            ):
-                _sh("ip", "netns", "exec", ns, *cmd)
-            _sh("sysctl", "-qw", f"net.ipv6.conf.{port}.disable_ipv6=1")
-            _sh("ip", "link", "set", port, "up")
-
-    def down(self) -> None:
-        for ns in self.ns:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
-        for port in self.ports:
-            subprocess.run(["ip", "link", "del", port], capture_output=True, timeout=30)
-
-
 @pytest.fixture
 def testbed():
-    reason = _netns_unavailable()
+    reason = netns_unavailable()
     if reason:
         pytest.skip(reason)
     bed = NetnsBed()
@@ -196,17 +140,19 @@ def test_bmv2_aggregates_real_packets(testbed: NetnsBed, tmp_path: Path) -> None
     # simple_switch_grpc opens a Thrift port on every address: it runs in a namespace of
     # its own, holding the switch ends of the workers' veth pairs.
     ns = f"hsw{os.getpid() % 100000}sw"
-    _sh("ip", "netns", "add", ns)
+    run_checked("ip", "netns", "add", ns)
     sw = None
     try:
-        _sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        run_checked("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
         cmd = ["ip", "netns", "exec", ns, "simple_switch_grpc", "--device-id", "1", "--no-p4"]
         for i, p in enumerate(testbed.ports):
-            _sh("ip", "link", "set", p, "netns", ns)
+            run_checked("ip", "link", "set", p, "netns", ns)
             # A port moved into a namespace takes its IPv6 defaults: off again, or its
             # neighbour discovery frames reach BMv2 and the port counters.
-            _sh("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{p}.disable_ipv6=1")
-            _sh("ip", "netns", "exec", ns, "ip", "link", "set", p, "up")
+            run_checked(
+                "ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{p}.disable_ipv6=1"
+            )
+            run_checked("ip", "netns", "exec", ns, "ip", "link", "set", p, "up")
             cmd += ["-i", f"{i + 1}@{p}"]
         cmd += ["--", "--grpc-server-addr", "127.0.0.1:9559"]
         sw = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

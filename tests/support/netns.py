@@ -1,0 +1,75 @@
+"""Four worker network namespaces joined to this namespace by veth pairs, whose ends here are
+a switch's ports 1..4, with the addresses the workers and the switch use. Root only:
+``netns_unavailable`` says why the bed cannot be built here, or None."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+N = 4
+SWITCH_MAC, SWITCH_IP = "02:00:00:00:00:fe", "10.77.0.254"
+
+
+def worker_mac(w: int) -> str:
+    return f"02:00:00:00:01:{w + 1:02x}"
+
+
+def worker_ip(w: int) -> str:
+    return f"10.77.0.{w + 1}"
+
+
+def run_checked(*cmd: str) -> None:
+    subprocess.run(cmd, check=True, capture_output=True, timeout=30)
+
+
+def netns_unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root for network namespaces and AF_PACKET sockets"
+    for tool, package in (("ip", "iproute2"), ("sysctl", "procps")):
+        if shutil.which(tool) is None:
+            return f"`{tool}` not found (Debian package {package})"
+    probe = f"hsprobe{os.getpid()}"
+    try:
+        run_checked("ip", "netns", "add", probe)
+        run_checked("ip", "netns", "del", probe)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+        return f"`ip netns` does not work here: {e}"
+    return None
+
+
+class NetnsBed:
+    """4 worker namespaces; their veth peers stay in this namespace as switch ports 1..4."""
+
+    def __init__(self) -> None:
+        tag = f"{os.getpid() % 100000}"
+        self.ns = [f"hsw{tag}w{w}" for w in range(N)]
+        self.ports = [f"hs{tag}p{w + 1}" for w in range(N)]
+
+    def up(self) -> None:
+        for w in range(N):
+            ns, port, peer = self.ns[w], self.ports[w], f"{self.ports[w]}h"
+            run_checked("ip", "netns", "add", ns)
+            run_checked("ip", "link", "add", port, "type", "veth", "peer", "name", peer)
+            run_checked("ip", "link", "set", peer, "netns", ns)
+            for cmd in (
+                # No IPv6: its neighbour discovery would add frames the counters see.
+                ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"],
+                ["sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1"],
+                ["ip", "link", "set", peer, "name", "eth0"],
+                ["ip", "link", "set", "eth0", "address", worker_mac(w)],
+                ["ip", "addr", "add", f"{worker_ip(w)}/24", "dev", "eth0"],
+                ["ip", "link", "set", "eth0", "up"],
+                ["ip", "link", "set", "lo", "up"],
+                ["ip", "neigh", "add", SWITCH_IP, "lladdr", SWITCH_MAC, "dev", "eth0"],
+            ):
+                run_checked("ip", "netns", "exec", ns, *cmd)
+            run_checked("sysctl", "-qw", f"net.ipv6.conf.{port}.disable_ipv6=1")
+            run_checked("ip", "link", "set", port, "up")
+
+    def down(self) -> None:
+        for ns in self.ns:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+        for port in self.ports:
+            subprocess.run(["ip", "link", "del", port], capture_output=True, timeout=30)
