@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import ROOT
 
 from agents.logs import JsonFormatter, TextFormatter, formatter, utc_timestamp
 
@@ -84,14 +85,13 @@ def test_the_controller_process_logs_json_lines(tmp_path: Path) -> None:
     sample_plan().save(plan)
     topo = save_sample_topology(tmp_path / "topology.json")
     port = tmp_path / "port"
-    root = Path(__file__).resolve().parent.parent
     argv = ["-m", "controller.service", "--db", str(tmp_path / "c.db"), "--plan", str(plan)]
     argv += ["--listen", "127.0.0.1:0", "--log-format", "json"]
     p = subprocess.Popen(
         [sys.executable, *argv, "--topology", str(topo), "--port-file", str(port)],
         stderr=subprocess.PIPE,
         text=True,
-        cwd=root,
+        cwd=ROOT,
     )
     try:
         deadline = time.monotonic() + 60
@@ -106,7 +106,7 @@ def test_the_controller_process_logs_json_lines(tmp_path: Path) -> None:
     assert warnings and "insecure" in warnings[0]["msg"]
     # Without the sample topology the plan cannot be served: one plain line, exit 2.
     r = subprocess.run(
-        [sys.executable, *argv], capture_output=True, text=True, timeout=60, cwd=root
+        [sys.executable, *argv], capture_output=True, text=True, timeout=60, cwd=ROOT
     )
     assert r.returncode == 2
     (line,) = r.stderr.splitlines()

@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 
 import networkx as nx
+from support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("controller", "agents")
 MAX_LINES = 500
 # Longer modules, each with the reason it stays whole.

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import networkx as nx
 import numpy as np
 import pytest
+from support import ROOT
 
 from agents.ina import lanes
 from agents.ina.impairments import MIN_REORDER_DELAY_S, Impairments
@@ -267,7 +268,7 @@ def test_bad_input_from_the_command_line_is_status_2() -> None:
 
     r = subprocess.run(
         [sys.executable, "-m", "controller.cli", "emulate", "--loss", "1.5"],
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from support import ROOT
 from support.bmv2 import compile_v1model, tool_missing
 
-ROOT = Path(__file__).resolve().parents[1]
 P4_SRC = ROOT / "p4" / "heroserve_ina.p4"
 P4INFO = ROOT / "p4" / "heroserve_ina.p4info.txtpb"
 

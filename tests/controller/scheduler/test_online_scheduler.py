@@ -13,13 +13,14 @@ import importlib.util
 import json
 import math
 import re
-from pathlib import Path
 
 import pytest
+from support import ROOT
 
 from controller.scheduler.online import OnlineScheduler, TableError, parse_table, sharing_ratio
 
-VECTORS = Path(__file__).parent / "vectors" / "online_scheduler.json"
+# tests/vectors, not beside this file: csrc/CMakeLists.txt points the C++ tests there too
+VECTORS = ROOT / "tests" / "vectors" / "online_scheduler.json"
 VECTORS_HIER = VECTORS.with_name("online_scheduler_hier.json")
 GBPS = 1e9 / 8
 

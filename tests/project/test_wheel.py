@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from support import ROOT
 
 from agents import __version__
 
-ROOT = Path(__file__).resolve().parent.parent
 UV = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
 P4RUNTIME_SHELL = "p4runtime-shell==0.0.6"
 

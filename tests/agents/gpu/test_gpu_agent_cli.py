@@ -13,11 +13,10 @@ import signal
 import subprocess
 import time
 import tomllib
-from pathlib import Path
 
 import pytest
+from support import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 AGENT = ROOT / "build" / "csrc" / "heroserve-gpu-agent"
 TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
 

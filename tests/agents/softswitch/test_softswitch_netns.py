@@ -32,9 +32,15 @@ from support.netns import (
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
+# Three folders below the root; not `from support import ROOT`: this file also runs as a script
+ROOT = Path(__file__).resolve().parents[3]
 P4INFO = ROOT / "p4" / "heroserve_ina.p4info.txtpb"
-ENV = dict(os.environ, PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python", PYTHONPATH=str(ROOT))
+# The children run this file as a script: its imports of support.* need tests/ on the path.
+ENV = dict(
+    os.environ,
+    PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python",
+    PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+)
 GROUP, AGG, SLOT, MCAST = 3, 0, 11, 1
 
 

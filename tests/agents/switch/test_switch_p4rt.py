@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+# Three folders below the root; not `from support import ROOT`: this file also runs as a script
+ROOT = Path(__file__).resolve().parents[3]
 P4INFO = ROOT / "p4" / "heroserve_ina.p4info.txtpb"
 ENV = dict(os.environ, PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python", PYTHONPATH=str(ROOT))
 

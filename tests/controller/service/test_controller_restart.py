@@ -16,6 +16,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from support import ROOT
 
 from agents.client import AgentClient, Backoff, PolicyState
 from agents.proto.heroserve.v1 import control_pb2 as pb
@@ -23,8 +24,6 @@ from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service.sample import sample_plan, sample_topology, save_sample_topology
 from controller.service.slots import SlotPool
 from controller.service.store import Store
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def wait_for(what: str, fn: Callable[[], object], timeout: float = 30.0) -> None:

@@ -23,7 +23,8 @@ from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service.sample import sample_plan, save_sample_topology
 
-ROOT = Path(__file__).resolve().parent.parent
+# Three folders below the root; not `from support import ROOT`: this file also runs as a script
+ROOT = Path(__file__).resolve().parents[3]
 PY = sys.executable
 PORTS = [f"{k + 1}=p0-g{k},mac=02:00:00:00:00:0{k + 1},ip=10.0.0.{k + 1}" for k in range(4)]
 

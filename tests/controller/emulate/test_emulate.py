@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import ROOT
 
 from agents.ina.packet import InaHeader
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
 GPU_AGENT = ROOT / "build" / "csrc" / "heroserve-gpu-agent"
 EXACTLY_ONCE_SWITCH = hasattr(InaHeader, "at_round")  # see tests/test_ina_host.py
 

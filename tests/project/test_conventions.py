@@ -11,11 +11,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from support import ROOT
 
 from controller.cli import main
 from controller.service.paths import data_dir
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _help(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:

@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import ROOT
 from support.gpu_agent import Proc
 
-ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "build" / "csrc" / "libnccl-tuner-heroserve.so"
 CORE = ROOT / "build" / "csrc" / "libheroserve_policy.so"
 GROUP = "decode/3/0"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import ROOT
 
 from agents.gpu.policy_core import library_path, publish_to_shm
 from agents.gpu.shmview import (
@@ -35,7 +36,6 @@ from agents.gpu.shmview import (
     read_segment,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 SHM_H = ROOT / "csrc" / "include" / "heroserve" / "shm.h"
 GROUP = "prefill/2/1"
 DEFAULT_CAPACITY = 1 << 20  # shm.h kDefaultCapacity: what hs_shm_publish_json creates
