@@ -18,11 +18,6 @@ pytestmark = pytest.mark.skipif(
 pb = pytest.importorskip("agents.proto.heroserve.v1.control_pb2")
 
 
-@pytest.fixture(scope="module")
-def ca() -> CA:
-    return CA()
-
-
 @pytest.fixture
 def prefix() -> Iterator[str]:
     p = f"tls{time.monotonic_ns() % 10000000}."

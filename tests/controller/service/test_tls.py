@@ -22,11 +22,6 @@ S1 = pb.NodeIdentity(node_id="s1", kind=pb.NODE_KIND_SWITCH)
 S2 = pb.NodeIdentity(node_id="s2", kind=pb.NODE_KIND_SWITCH)
 
 
-@pytest.fixture(scope="module")
-def ca() -> CA:
-    return CA()
-
-
 @pytest.fixture
 def srv(tmp_path: Path, ca: CA) -> Iterator[ThreadedServer]:
     cert = ca.issue("controller", dns=("localhost",), ips=("127.0.0.1",), server=True)
