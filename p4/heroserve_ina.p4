@@ -10,8 +10,9 @@
  *             -o build/p4/heroserve_ina.json p4/heroserve_ina.p4
  *
  * The executable model agents/softswitch/ implements this program exactly (same names,
- * registers, drop reasons); keep the two in step (tests/test_softswitch_bmv2_diff.py
- * compares them packet by packet where BMv2 is installed).
+ * registers, drop reasons); keep the two in step
+ * (tests/agents/softswitch/test_softswitch_bmv2_diff.py compares them packet by packet where
+ * BMv2 is installed).
  *
  * Packet: Ethernet / IPv4 (no options, not a fragment) / UDP dst port 48879 /
  *         ina_h (8 bytes) / ina_data_h (32 x int32 two's complement, big-endian).

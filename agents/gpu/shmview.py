@@ -13,7 +13,8 @@ Holds the layout (``MAGIC``, ``LAYOUT_VERSION``, ``MAX_PROCS``, ``MAX_POLICIES``
 ``DATA_OFFSET``, ``MAX_CAPACITY``), the header's fields (:class:`SegmentHeader`,
 :func:`read_header`), the checked read of a segment (:func:`read_segment`, giving
 :class:`Published`) and the demo's one-line description of it (:func:`describe`).
-tests/test_gpu_shmview.py reads what the C++ writer wrote, so the two layouts cannot drift.
+tests/agents/gpu/test_gpu_shmview.py reads what the C++ writer wrote, so the two layouts cannot
+drift.
 """
 
 from __future__ import annotations

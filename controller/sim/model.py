@@ -6,7 +6,7 @@ compute time (Eqs. 12-13), the pipeline hop (Eq. 6), the candidate all-reduce po
 stage's group as flows over directed links (Eqs. 8-11, ``CommPattern``) and, per prefill/decode
 instance pair, the KV-cache transfer (Eqs. 14-15). Because these are the evaluator's functions
 and routes, a lone request in the simulator takes exactly the time the cost model predicts
-(the low-load validation in tests/test_sim_validation.py).
+(the low-load validation in tests/controller/sim/test_sim_validation.py).
 
 Holds :class:`CommOption` and :func:`comm_option` (a group's candidate all-reduce policy as
 link terms), :class:`StageModel`, :class:`InstanceModel`, :class:`KVModel`,

@@ -150,7 +150,8 @@ TEST(ParseTable, RejectsTablesBeyondTheBounds) {
 
 // Two policies on disjoint links (no penalties), T_u = 1 ms: INA over 100 Gb/s (12.5e9 B/s)
 // with 100 us of latency, ring over 50 Gb/s (6.25e9 B/s) with none. Same numbers as
-// tests/test_online_scheduler.py::test_latency_makes_the_faster_link_lose_small_transfers.
+// test_latency_makes_the_faster_link_lose_small_transfers in
+// tests/controller/scheduler/test_online_scheduler.py.
 std::string AffineJson(const std::string& extra0 = "\"latency_s\": 0.0001",
                        const std::string& extra1 = "") {
   return R"({"group_id": "decode/0/1", "version": 1, "apply_from_seq": 0, "window_s": 0.001,

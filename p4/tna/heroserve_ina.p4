@@ -3,9 +3,9 @@
  *
  * Not compiled for a Tofino here: bf-p4c and the SDE are proprietary. The program is
  * front-end checked with the open-source p4test against the open-source Tofino includes
- * (docs/dataplane.md, "Checking the P4 programs"; tests/test_p4info.py). It keeps
- * the behaviour of the v1model program p4/heroserve_ina.p4 (same headers, table names and
- * keys, drop reasons, counters and slot protocol; docs/dataplane.md), written with TNA
+ * (docs/dataplane.md, "Checking the P4 programs"; tests/agents/softswitch/test_p4info.py). It
+ * keeps the behaviour of the v1model program p4/heroserve_ina.p4 (same headers, table names
+ * and keys, drop reasons, counters and slot protocol; docs/dataplane.md), written with TNA
  * idioms, as the starting point of a Tofino build. Expect to adjust it to the SDE at hand.
  *
  * Differences forced by the hardware (each register may be touched once per packet, by

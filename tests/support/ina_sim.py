@@ -14,7 +14,7 @@ implements it:
 - it accepts a result only when (group, agg_index, round) is the one it waits for there,
   and ignores anything else.
 
-Not a test module: tests/test_ina_protocol_property.py and the BMv2 tests use it.
+Not a test module: tests/agents/softswitch/test_ina_protocol_property.py and the BMv2 tests use it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Generate tests/vectors/online_scheduler.json and online_scheduler_hier.json from the Python
 reference scheduler.
 
-The files are shared by tests/test_online_scheduler.py and csrc/tests/test_vectors.cc: the C++
-policy core must reproduce every choice exactly and every cost within 1e-9 relative. The
-hierarchical-INA cases (scheme "hier" with rails) are a file of their own, so a C++
-core that predates the scheme keeps passing the others.
+The files are shared by tests/controller/scheduler/test_online_scheduler.py and
+csrc/tests/test_vectors.cc: the C++ policy core must reproduce every choice exactly and every
+cost within 1e-9 relative. The hierarchical-INA cases (scheme "hier" with rails) are a file of
+their own, so a C++ core that predates the scheme keeps passing the others.
 
 Run: .venv/bin/python tests/vectors/gen_online_scheduler.py  (rewrites the file; the pytest
 suite checks the committed file still matches the reference).

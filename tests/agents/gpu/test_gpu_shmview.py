@@ -2,7 +2,7 @@
 writer (csrc/include/heroserve/shm.h, csrc/src/shm.cc): the segment is written by the same
 ``Segment::Create`` and ``Segment::Publish`` the daemon runs (through the policy core's C API,
 agents/gpu/policy_core.py) and read back field by field, so a change to either layout fails
-here. The reader's answers on hostile segments are tests/test_emulate_spec.py's.
+here. The reader's answers on hostile segments are tests/controller/emulate/test_emulate_spec.py's.
 
 The first test needs the C++ build (``make cxx``) and is skipped without it; the second only
 reads shm.h, so the reader's constants are checked on every machine.

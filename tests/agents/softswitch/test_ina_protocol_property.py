@@ -3,8 +3,8 @@ executable switch: seeded random interleavings of loss, duplication, reordering 
 delays of up to ~15 rounds, 2-8 workers, hundreds of rounds per run. Every result the
 switch emits must be the exact sum of its round's contributions, and every worker must
 end with every chunk's exact sum (no round lost). The hosts follow the documented host
-contract (tests/ina_sim.py). The same switch inputs replayed through BMv2 are in
-tests/test_softswitch_bmv2_diff.py.
+contract (tests/support/ina_sim.py). The same switch inputs replayed through BMv2 are in
+tests/agents/softswitch/test_softswitch_bmv2_diff.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The checked-in P4Info agrees with p4/heroserve_ina.p4 (docs/design.md §10).
 
-Where p4c is on PATH (tests/bmv2.py), the checked-in file must be p4c's own output, byte
+Where p4c is on PATH (tests/support/bmv2.py), the checked-in file must be p4c's own output, byte
 for byte, and the v1model program must compile without a warning; the TNA program must
 front-end-check clean with p4test against the open-source Tofino includes (their
 ``p4include`` folder named by HEROSERVE_TNA_INCLUDE). Everywhere, this reads the P4 source

@@ -5,12 +5,12 @@ p4c give the same output frames on every port, in order, and the same counters.
 Sequences: normal rounds, loss and retransmission, duplication, reordering, late packets
 (the delayed duplicate, stale generations), malformed packets (one of each drop
 reason, truncations at every length, fragments, random mutations), L2 traffic, and the
-switch inputs of the property test's random interleavings (tests/ina_sim.py), so that
+switch inputs of the property test's random interleavings (tests/support/ina_sim.py), so that
 "the same sequences through BMv2 give the same results" holds for those too. Where
 they differ, the P4 program is the reference and the model is to be fixed.
 
 Needs the P4 toolchain on PATH and root (BMv2 runs in a namespace of its own); skipped
-with the reason otherwise (tests/bmv2.py). The model half of every sequence also runs
+with the reason otherwise (tests/support/bmv2.py). The model half of every sequence also runs
 without BMv2, so the sequences themselves stay valid.
 """
 
@@ -84,7 +84,7 @@ BASE_SETUP: dict = {
 
 
 def sim_setup(workers: int, window: int) -> dict:
-    """The property test's switch (tests/test_ina_protocol_property.py)."""
+    """The property test's switch (tests/agents/softswitch/test_ina_protocol_property.py)."""
     return {
         "aggregation": [[5, a, 100 + a, workers, 77] for a in range(window)],
         "worker_port": [[5, w, worker_port(w)] for w in range(workers)],
@@ -112,7 +112,7 @@ def apply_setup(p: InaPipeline, setup: dict) -> None:
 
 
 def run_model(setup: dict, frames: list[tuple[int, bytes]]) -> dict:
-    """The model's side, in the driver's format (tests/bmv2.py)."""
+    """The model's side, in the driver's format (tests/support/bmv2.py)."""
     p = InaPipeline()
     apply_setup(p, setup)
     outputs: dict[str, list[str]] = {}

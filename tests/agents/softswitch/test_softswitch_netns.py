@@ -2,7 +2,7 @@
 veth pairs send INA contributions with scapy, and every worker's own UDP socket receives
 the exact sum. Also: a lost result recovered by retransmission, a malformed packet
 dropped and counted, counters read over P4Runtime. Then, when ``p4c-bm2-ss`` and
-``simple_switch_grpc`` are both on PATH (tests/bmv2.py), the same scenario against BMv2
+``simple_switch_grpc`` are both on PATH (tests/support/bmv2.py), the same scenario against BMv2
 running the compiled P4 program, in a namespace of its own.
 
 Needs root (network namespaces, AF_PACKET); skipped with the reason otherwise.

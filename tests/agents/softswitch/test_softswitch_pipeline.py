@@ -1,7 +1,7 @@
 """The executable model of p4/heroserve_ina.p4 (agents/softswitch/pipeline.py), packet by
 packet: exact sums, retransmissions, slot reuse across rounds, late packets, worker-port
 binding, drop reasons, L2. The protocol under random interleavings is
-tests/test_ina_protocol_property.py."""
+tests/agents/softswitch/test_ina_protocol_property.py."""
 
 import struct
 

@@ -302,9 +302,9 @@ def test_plan_reaches_the_switch_and_agent_restart_reconciles(procs: Procs, tmp_
 def test_four_workers_aggregate_through_agent_installed_entries(
     procs: Procs, tmp_path: Path
 ) -> None:
-    """Real packets (network namespaces, as tests/test_softswitch_netns.py): 4 workers send
-    contributions for the group the controller planned; the entries come only from the
-    switch agent; every worker's UDP socket receives the exact sum."""
+    """Real packets (network namespaces, as tests/agents/softswitch/test_softswitch_netns.py):
+    4 workers send contributions for the group the controller planned; the entries come only
+    from the switch agent; every worker's UDP socket receives the exact sum."""
     from support.netns import NetnsBed, netns_unavailable
 
     reason = netns_unavailable()

@@ -28,7 +28,7 @@ from agents.ina.packet import InaHeader
 pytestmark = [pytest.mark.needs_root, pytest.mark.slow]
 
 GPU_AGENT = ROOT / "build" / "csrc" / "heroserve-gpu-agent"
-EXACTLY_ONCE_SWITCH = hasattr(InaHeader, "at_round")  # see tests/test_ina_host.py
+EXACTLY_ONCE_SWITCH = hasattr(InaHeader, "at_round")  # see tests/agents/ina/test_ina_host.py
 
 
 def _unavailable() -> str | None:
