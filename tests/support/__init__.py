@@ -1,7 +1,8 @@
 """Helpers shared by the test modules (not tests themselves): the BMv2 driver, the INA host
 simulation, the test PKI, and what several test modules need alike. pyproject.toml puts
 tests/ on sys.path (pytest's ``pythonpath``), so test modules import ``support.x``; a test
-file run as a script puts tests/ on sys.path itself."""
+file that also runs as a script in a child process gives the child tests/ on its path
+(PYTHONPATH, or in its ``__main__`` branch) where that child imports support."""
 
 from pathlib import Path
 
