@@ -128,15 +128,17 @@ class KVPricing(EvalContext):
         total = self.mean_in * self.model.kv_bytes_per_token()
         fab = self.ring_fabric
         cost = np.zeros((pp, pp))
-        for k, grp in enumerate(dec_stages):
-            for j in range(pp):
-                # the shares stage j would receive if group k held it (the other stages are
-                # placeholders whose shares are dropped)
-                trial = [list(grp) if i == j else [""] * len(grp) for i in range(pp)]
-                for src, dst, f in kv_shares(self.model, pre_stages, trial):
-                    if dst:
-                        nb = f * total
-                        cost[j, k] += path_time(fab, self.kv_route(src, dst, nb), nb)
+        tp = len(dec_stages[0])
+        for j in range(pp):
+            # the shares stage j receives, by member position q: the same for every group that
+            # would hold it (groups of one instance have one size), so worked out once per
+            # stage instead of once per (stage, group); the other stages are placeholders
+            trial = [[str(q) for q in range(tp)] if i == j else [""] * tp for i in range(pp)]
+            shares = [(s, int(q), f) for s, q, f in kv_shares(self.model, pre_stages, trial) if q]
+            for k, grp in enumerate(dec_stages):
+                for src, q, f in shares:
+                    nb = f * total
+                    cost[j, k] += path_time(fab, self.kv_route(src, grp[q], nb), nb)
         rows, cols = linear_sum_assignment(cost)
         order = [dec_stages[int(c)] for _, c in sorted(zip(rows, cols, strict=True))]
         if order == dec_stages:
