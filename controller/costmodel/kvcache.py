@@ -38,30 +38,53 @@ def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
     return max(0.0, min(a1, b1) - max(a0, b0))
 
 
+def _stage_shares(
+    model: ModelSpec, pre_stages: Sequence[Sequence[str]], pp_d: int, k: int, tp_d: int
+) -> list[tuple[int, int, str, int, float]]:
+    """(prefill stage i, member j, prefill GPU, decode member q, fraction) for decode stage
+    ``k`` of ``pp_d`` stages of ``tp_d`` GPUs: the layers both hold times the KV-head shards
+    both hold. O(PP_p * TP_p * TP_d)."""
+    layers = model.layers
+    pp_p = len(pre_stages)
+    m0, m1 = k * layers / pp_d, (k + 1) * layers / pp_d
+    out = []
+    for i, stage in enumerate(pre_stages):
+        l0, l1 = i * layers / pp_p, (i + 1) * layers / pp_p
+        lo = _overlap(l0, l1, m0, m1) / layers
+        if lo == 0:
+            continue
+        tp_p = len(stage)
+        for j, src in enumerate(stage):
+            h0, h1 = j / tp_p, (j + 1) / tp_p
+            for q in range(tp_d):
+                ho = _overlap(h0, h1, q / tp_d, (q + 1) / tp_d)
+                if ho > 0:
+                    out.append((i, j, src, q, lo * ho))
+    return out
+
+
+def stage_kv_shares(
+    model: ModelSpec, pre_stages: Sequence[Sequence[str]], pp_d: int, k: int, tp_d: int
+) -> list[tuple[str, int, float]]:
+    """(prefill GPU, position q in the stage, fraction of the request's whole KV cache) that
+    decode stage ``k`` of ``pp_d`` stages of ``tp_d`` GPUs receives, whichever GPUs hold it."""
+    return [(src, q, f) for _, _, src, q, f in _stage_shares(model, pre_stages, pp_d, k, tp_d)]
+
+
 def kv_shares(
     model: ModelSpec, pre_stages: Sequence[Sequence[str]], dec_stages: Sequence[Sequence[str]]
 ) -> list[tuple[str, str, float]]:
     """(prefill GPU, decode GPU, fraction of the request's whole KV cache) for every pair that
-    shares layers and KV-head shards. Fractions over all pairs sum to 1."""
-    layers = model.layers
-    out = []
-    pp_p, pp_d = len(pre_stages), len(dec_stages)
-    for i, stage in enumerate(pre_stages):
-        l0, l1 = i * layers / pp_p, (i + 1) * layers / pp_p
-        tp_p = len(stage)
-        for j, src in enumerate(stage):
-            h0, h1 = j / tp_p, (j + 1) / tp_p
-            for k, dstage in enumerate(dec_stages):
-                m0, m1 = k * layers / pp_d, (k + 1) * layers / pp_d
-                lo = _overlap(l0, l1, m0, m1) / layers
-                if lo == 0:
-                    continue
-                tp_d = len(dstage)
-                for q, dst in enumerate(dstage):
-                    ho = _overlap(h0, h1, q / tp_d, (q + 1) / tp_d)
-                    if ho > 0:
-                        out.append((src, dst, lo * ho))
-    return out
+    shares layers and KV-head shards, in prefill order (stage, member, then decode stage and
+    member). Fractions over all pairs sum to 1."""
+    pp_d = len(dec_stages)
+    rows = [
+        (i, j, k, q, src, dstage[q], f)
+        for k, dstage in enumerate(dec_stages)
+        for i, j, src, q, f in _stage_shares(model, pre_stages, pp_d, k, len(dstage))
+    ]
+    rows.sort(key=lambda r: r[:4])
+    return [(src, dst, f) for *_, src, dst, f in rows]
 
 
 def kv_route(fabric: Fabric, src: str, dst: str, nbytes: float) -> Path:

@@ -14,7 +14,7 @@ from dataclasses import replace
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from controller.costmodel.kvcache import KVFlow, kv_route, kv_shares, kv_time
+from controller.costmodel.kvcache import KVFlow, kv_route, kv_shares, kv_time, stage_kv_shares
 from controller.costmodel.network import path_time
 from controller.planner.context import EvalContext
 from controller.planner.options import Policy, Problem
@@ -131,10 +131,8 @@ class KVPricing(EvalContext):
         tp = len(dec_stages[0])
         for j in range(pp):
             # the shares stage j receives, by member position q: the same for every group that
-            # would hold it (groups of one instance have one size), so worked out once per
-            # stage instead of once per (stage, group); the other stages are placeholders
-            trial = [[str(q) for q in range(tp)] if i == j else [""] * tp for i in range(pp)]
-            shares = [(s, int(q), f) for s, q, f in kv_shares(self.model, pre_stages, trial) if q]
+            # would hold it (groups of one instance have one size), so worked out once per stage
+            shares = stage_kv_shares(self.model, pre_stages, pp, j, tp)
             for k, grp in enumerate(dec_stages):
                 for src, q, f in shares:
                     nb = f * total
