@@ -90,13 +90,20 @@ def pair_times(fabric: Fabric, gpus: Sequence[str], nbytes: float) -> np.ndarray
                     _minplus(best_exit, sd_a, ea),
                 )
             d = np.minimum(d, best + c * lv)
-    servers = [fabric.g.nodes[g].get("server") for g in gpus]
-    for i in range(n):
-        d[i, i] = 0.0
-        for j in range(i + 1, n):
-            if servers[i] is not None and servers[i] == servers[j]:
-                p = fabric.nvlink_path(gpus[i], gpus[j])
+    # NVLink inside a server: only pairs of one server can use it, so the walk is over each
+    # server's GPUs (O(N G) for G GPUs a server), not over all N^2 pairs
+    by_server: dict[object, list[int]] = {}
+    for i, g in enumerate(gpus):
+        server = fabric.g.nodes[g].get("server")
+        if server is not None:
+            by_server.setdefault(server, []).append(i)
+    for members in by_server.values():
+        for x, i in enumerate(members):
+            for j in members[x + 1 :]:
+                a, b = (i, j) if i < j else (j, i)
+                p = fabric.nvlink_path(gpus[a], gpus[b])
                 if p is not None:
-                    d[i, j] = min(d[i, j], fabric.path_time(p, nbytes))
-            d[i, j] = d[j, i] = min(d[i, j], d[j, i])
+                    d[a, b] = min(d[a, b], fabric.path_time(p, nbytes))
+    d = np.minimum(d, d.T)
+    np.fill_diagonal(d, 0.0)
     return d
