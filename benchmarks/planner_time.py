@@ -1,54 +1,70 @@
-"""Planning time and peak memory of the HeroServe planner on the testbed and on the 2tracks
-and 8tracks 1200-server clusters (9,600 GPUs each). Prints wall times, their ratio to the
-testbed's, and the process's peak resident memory. Targets: testbed < 1 s, each
-track cluster < 60 s, memory < 4 GiB.
+"""Planning time and peak memory of every planner of `heroserve plan --planner all` on the
+testbed and on the 2tracks and 8tracks 1,200-server clusters (9,600 GPUs each).
 
-    .venv/bin/python benchmarks/planner_time.py [--skip-large]
+Each (cluster, planner) plans in a process of its own, so the peak resident memory printed
+is that planner's alone; times are wall-clock and printed beside their ratio to the same
+planner's testbed time (the machine's load cancels out of the ratio, not of the seconds).
+
+    .venv/bin/python benchmarks/planner_time.py [--skip-large] [--planners heroserve,distserve]
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
 import resource
 import time
 
-from controller.models import model_spec
-from controller.planner import plan
-from controller.topology import testbed
-from controller.topology.generators import eight_tracks, two_tracks
-from controller.workload import chatbot, default_sla
+ALL = ("heroserve", "distserve", "ds-atp", "ds-switchml", "distserve-paper")
+CLUSTERS = {"testbed": ("OPT-66B", "testbed"), "2tracks": ("OPT-175B", "large"),
+            "8tracks": ("OPT-175B", "large")}  # fmt: skip
 
 
-def timed(label: str, make, model: str, scale: str) -> float:
+def one(cluster: str, planner: str) -> tuple[float, float, str]:
+    """(plan seconds, peak resident GiB of this process, a summary of the plan)."""
+    from controller.errors import InputError
+    from controller.models import model_spec
+    from controller.planner import plan
+    from controller.topology import resolve_topology
+    from controller.workload import chatbot, default_sla
+
+    model, scale = CLUSTERS[cluster]
+    g = resolve_topology(cluster)
     t0 = time.perf_counter()
-    g = make()
-    t1 = time.perf_counter()
-    p = plan(g, model_spec(model), chatbot(), default_sla("chatbot", scale))
-    t2 = time.perf_counter()
-    print(
-        f"{label:>10}: build {t1 - t0:6.2f} s, plan {t2 - t1:7.2f} s "
-        f"(TP/PP prefill {p.prefill.tp}x{p.prefill.pp}, decode {p.decode.tp}x{p.decode.pp}, "
-        f"{p.predicted.gpus_used} GPUs, H {p.predicted.rate:.3f} req/s, "
-        f"{p.predicted.rate_per_gpu:.4f} req/s per GPU)"
-    )
-    return t2 - t1
+    try:
+        p = plan(g, model_spec(model), chatbot(), default_sla("chatbot", scale), planner=planner)
+        what = (
+            f"prefill {p.prefill.tp}x{p.prefill.pp}, decode {p.decode.tp}x{p.decode.pp}, "
+            f"{p.predicted.gpus_used} GPUs, H {p.predicted.rate:.3f} req/s"
+        )
+    except InputError as e:
+        what = f"no plan ({e})"
+    took = time.perf_counter() - t0
+    return took, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, what
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--skip-large", action="store_true")
+    ap.add_argument("--skip-large", action="store_true", help="the testbed only")
+    ap.add_argument("--planners", default=",".join(ALL), help="comma-separated planners")
     a = ap.parse_args()
-    small = min(timed("testbed", testbed, "OPT-66B", "testbed") for _ in range(3))
-    print(f"testbed best of 3: {small:.2f} s (target < 1 s)")
-    if not a.skip_large:
-        for label, make in (("2tracks", two_tracks), ("8tracks", eight_tracks)):
-            large = timed(label, make, "OPT-175B", "large")
-            print(
-                f"{label}: {large:.1f} s (target < 60 s; the paper reports ~600 s), "
-                f"{large / small:.0f}x the testbed"
+    planners = [x.strip() for x in a.planners.split(",") if x.strip()]
+    clusters = ["testbed"] if a.skip_large else list(CLUSTERS)
+    ctx = mp.get_context("spawn")
+    base: dict[str, float] = {}
+    print(f"{'cluster':<8} {'planner':<16} {'plan s':>8} {'x testbed':>9} {'peak GiB':>8}  plan")
+    for cluster in clusters:
+        for planner in planners:
+            with ctx.Pool(1) as pool:
+                took, peak, what = pool.apply(one, (cluster, planner))
+            if cluster == "testbed":
+                base[planner] = took
+            ratio = (
+                f"{took / base[planner]:.0f}x" if cluster != "testbed" and planner in base else "-"
             )
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(f"peak resident memory: {peak:.2f} GiB (target < 4 GiB)")
+            print(
+                f"{cluster:<8} {planner:<16} {took:8.2f} {ratio:>9} {peak:8.2f}  {what}", flush=True
+            )
 
 
 if __name__ == "__main__":
