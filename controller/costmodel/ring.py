@@ -26,6 +26,20 @@ def ring_order(fabric: Fabric | nx.Graph, members: Sequence[str]) -> list[str]:
     return sorted(members, key=lambda n: (g.nodes[n].get("server") or "", g.nodes[n]["index"], n))
 
 
+def server_blocks(fabric: Fabric | nx.Graph, members: Sequence[str]) -> list[list[str]]:
+    """NCCL's ring order cut into one block per server: the GPUs a ring visits in a server
+    before it crosses to the next (the channels between servers are as many as the smallest
+    block has GPUs)."""
+    g = fabric.g if isinstance(fabric, Fabric) else fabric
+    blocks: list[list[str]] = []
+    for n in ring_order(g, members):
+        if blocks and g.nodes[blocks[-1][0]].get("server") == g.nodes[n].get("server"):
+            blocks[-1].append(n)
+        else:
+            blocks.append([n])
+    return blocks
+
+
 def rail_routes(fabric: Fabric, src: str, dst: str) -> list[Path]:
     """NCCL's routes for one inter-server channel: leave through the source GPU's own NIC or,
     with PXN, through an NVLink peer's NIC on the destination's rail; arrive at the destination
@@ -74,13 +88,7 @@ def ring_pattern(
     p = len(order)
     if p == 1:
         return CommPattern("ring", [], None, {})
-    g = fabric.g
-    blocks: list[list[str]] = []
-    for n in order:
-        if blocks and g.nodes[blocks[-1][0]].get("server") == g.nodes[n].get("server"):
-            blocks[-1].append(n)
-        else:
-            blocks.append([n])
+    blocks = server_blocks(fabric, order)
     share = 1.0 / p
     intra: list[tuple[Path, float]] = []
     paths: dict[str, Path] = {}

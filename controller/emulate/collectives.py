@@ -23,7 +23,7 @@ import numpy as np
 
 from agents.ina import lanes
 from agents.ina.worker import lanes_digest, member_data
-from controller.costmodel.ring import ring_order
+from controller.costmodel.ring import ring_order, server_blocks
 from controller.emulate.cluster import Cluster, Proc
 from controller.emulate.mn import ROOT
 from controller.emulate.plans import GroupRun
@@ -171,12 +171,7 @@ def ring_channels(cluster: Cluster, members: list[str]) -> dict[str, list[list]]
     its c-th GPU, so the traffic between servers leaves through c different NICs."""
     g, spec = cluster.g, cluster.spec
     order = ring_order(g, members)
-    blocks: list[list[str]] = []
-    for n in order:
-        if blocks and g.nodes[blocks[-1][0]].get("server") == g.nodes[n].get("server"):
-            blocks[-1].append(n)
-        else:
-            blocks.append([n])
+    blocks = server_blocks(g, order)
     channels = min(len(b) for b in blocks) if len(blocks) > 1 else 1
     out: dict[str, list[list]] = {m: [] for m in members}
     for c in range(channels):
