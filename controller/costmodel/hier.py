@@ -31,26 +31,20 @@ from controller.costmodel.network import (
     choose_routes,
     compile_phase,
 )
+from controller.costmodel.ring import server_blocks
 from controller.topology.fabric import Fabric, Path
 from controller.topology.graph import SWITCH
 
 
-def server_blocks(fabric: Fabric, members: Sequence[str]) -> list[list[str]] | None:
-    """Members by server (servers in name order, GPUs in index order) when the group spans
+def hier_blocks(fabric: Fabric, members: Sequence[str]) -> list[list[str]] | None:
+    """Members by server in NCCL's ring order (``ring.server_blocks``) when the group spans
     at least two servers with the same number m >= 2 of members on each; else None."""
-    g = fabric.g
-    by: dict[str, list[str]] = {}
-    for x in members:
-        server = g.nodes[x].get("server")
-        if server is None:
-            return None
-        by.setdefault(server, []).append(x)
-    if len(by) < 2:
+    if any(fabric.g.nodes[x].get("server") is None for x in members):
         return None
-    sizes = {len(v) for v in by.values()}
-    if len(sizes) != 1 or sizes.pop() < 2:
+    blocks = server_blocks(fabric, members)
+    if len(blocks) < 2 or len({len(b) for b in blocks}) != 1 or len(blocks[0]) < 2:
         return None
-    return [sorted(by[s], key=lambda x: (g.nodes[x].get("index", 0), x)) for s in sorted(by)]
+    return blocks
 
 
 def _intra_ring(fabric: Fabric, blocks: list[list[str]], params: NetParams) -> Phase | None:
@@ -132,7 +126,7 @@ def hier_pattern(
     routes chosen given those rails' flows (they share links). None when the group sits in one
     server, servers hold different numbers of members, one member each (flat INA), or a rail
     has no switch all its members reach."""
-    blocks = server_blocks(fabric, members)
+    blocks = hier_blocks(fabric, members)
     if blocks is None:
         return None
     m = len(blocks[0])
@@ -174,7 +168,7 @@ def hier_on_rails(
     members, each member's route to the switch), priced as ``hier_pattern`` prices its own.
     None when the rails do not fit the group (a member in no rail or two, a shard out of
     range, a rail that is not one member per server)."""
-    blocks = server_blocks(fabric, members)
+    blocks = hier_blocks(fabric, members)
     if blocks is None or len(rails) != len(blocks[0]):
         return None
     m = len(blocks[0])
