@@ -38,53 +38,58 @@ def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
     return max(0.0, min(a1, b1) - max(a0, b0))
 
 
-def _stage_shares(
-    model: ModelSpec, pre_stages: Sequence[Sequence[str]], pp_d: int, k: int, tp_d: int
-) -> list[tuple[int, int, str, int, float]]:
-    """(prefill stage i, member j, prefill GPU, decode member q, fraction) for decode stage
-    ``k`` of ``pp_d`` stages of ``tp_d`` GPUs: the layers both hold times the KV-head shards
-    both hold. O(PP_p * TP_p * TP_d)."""
-    layers = model.layers
-    pp_p = len(pre_stages)
-    m0, m1 = k * layers / pp_d, (k + 1) * layers / pp_d
-    out = []
-    for i, stage in enumerate(pre_stages):
-        l0, l1 = i * layers / pp_p, (i + 1) * layers / pp_p
-        lo = _overlap(l0, l1, m0, m1) / layers
-        if lo == 0:
-            continue
-        tp_p = len(stage)
-        for j, src in enumerate(stage):
-            h0, h1 = j / tp_p, (j + 1) / tp_p
-            for q in range(tp_d):
-                ho = _overlap(h0, h1, q / tp_d, (q + 1) / tp_d)
-                if ho > 0:
-                    out.append((i, j, src, q, lo * ho))
-    return out
+def _layer_share(i: int, pp_p: int, k: int, pp_d: int, layers: int) -> float:
+    """Fraction of the model's layers that prefill stage i of pp_p and decode stage k of
+    pp_d both hold."""
+    return _overlap(i * layers / pp_p, (i + 1) * layers / pp_p, k * layers / pp_d,
+                    (k + 1) * layers / pp_d) / layers  # fmt: skip
+
+
+def _head_share(j: int, tp_p: int, q: int, tp_d: int) -> float:
+    """Fraction of the KV heads that member j of tp_p and member q of tp_d both hold."""
+    return _overlap(j / tp_p, (j + 1) / tp_p, q / tp_d, (q + 1) / tp_d)
 
 
 def stage_kv_shares(
     model: ModelSpec, pre_stages: Sequence[Sequence[str]], pp_d: int, k: int, tp_d: int
 ) -> list[tuple[str, int, float]]:
     """(prefill GPU, position q in the stage, fraction of the request's whole KV cache) that
-    decode stage ``k`` of ``pp_d`` stages of ``tp_d`` GPUs receives, whichever GPUs hold it."""
-    return [(src, q, f) for _, _, src, q, f in _stage_shares(model, pre_stages, pp_d, k, tp_d)]
+    decode stage ``k`` of ``pp_d`` stages of ``tp_d`` GPUs receives, whichever GPUs hold it.
+    O(PP_p * TP_p * TP_d)."""
+    pp_p = len(pre_stages)
+    out = []
+    for i, stage in enumerate(pre_stages):
+        lo = _layer_share(i, pp_p, k, pp_d, model.layers)
+        if lo == 0:
+            continue
+        for j, src in enumerate(stage):
+            for q in range(tp_d):
+                ho = _head_share(j, len(stage), q, tp_d)
+                if ho > 0:
+                    out.append((src, q, lo * ho))
+    return out
 
 
 def kv_shares(
     model: ModelSpec, pre_stages: Sequence[Sequence[str]], dec_stages: Sequence[Sequence[str]]
 ) -> list[tuple[str, str, float]]:
     """(prefill GPU, decode GPU, fraction of the request's whole KV cache) for every pair that
-    shares layers and KV-head shards, in prefill order (stage, member, then decode stage and
-    member). Fractions over all pairs sum to 1."""
-    pp_d = len(dec_stages)
-    rows = [
-        (i, j, k, q, src, dstage[q], f)
-        for k, dstage in enumerate(dec_stages)
-        for i, j, src, q, f in _stage_shares(model, pre_stages, pp_d, k, len(dstage))
-    ]
-    rows.sort(key=lambda r: r[:4])
-    return [(src, dst, f) for *_, src, dst, f in rows]
+    shares layers and KV-head shards (the rule of :func:`stage_kv_shares`), in prefill order.
+    Fractions over all pairs sum to 1."""
+    pp_p, pp_d = len(pre_stages), len(dec_stages)
+    out = []
+    for i, stage in enumerate(pre_stages):
+        los = [_layer_share(i, pp_p, k, pp_d, model.layers) for k in range(pp_d)]
+        for j, src in enumerate(stage):
+            for k, dstage in enumerate(dec_stages):
+                lo = los[k]
+                if lo == 0:
+                    continue
+                for q, dst in enumerate(dstage):
+                    ho = _head_share(j, len(stage), q, len(dstage))
+                    if ho > 0:
+                        out.append((src, dst, lo * ho))
+    return out
 
 
 def kv_route(fabric: Fabric, src: str, dst: str, nbytes: float) -> Path:
