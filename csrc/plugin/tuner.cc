@@ -265,8 +265,10 @@ struct GroupFeed {
       case RS::kOk:
         break;
     }
-    seq_done.store(seq_read, std::memory_order_release);
+    // The store first, then the counter: a context that sees the counter current (and so
+    // neither waits nor reads) must find the tables it stands for already in the store.
     Install(log, now, payload, refused);
+    seq_done.store(seq_read, std::memory_order_release);
     return SegState::kCurrent;
   }
 
