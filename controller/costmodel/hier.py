@@ -60,7 +60,7 @@ def _intra_ring(fabric: Fabric, blocks: list[list[str]], params: NetParams) -> P
             flows.append((p, 1.0 / m))
     step = params.ring_step_nvlink_s
     chain = ((float(m - 1), tuple(range(len(flows))), step),)
-    return Phase(flows, m - 1, step, chain=chain)
+    return Phase(flows, m - 1, step, chain=chain, bottleneck=True)
 
 
 def _ina_phase(

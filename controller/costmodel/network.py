@@ -261,7 +261,9 @@ class Phase:
     each flow's round trip store and forward (T_col + T_dis, Eq. 8); pipelined, a group is
     one stream: its most loaded link, up or down, plus its longest round trip's latency.
     ``fixed_s`` is paid once (T_agg and the host overhead for INA); ``packet_bytes`` is the
-    packet a pipelined hop serialises (None: the fabric's)."""
+    packet a pipelined hop serialises (None: the fabric's). ``bottleneck``: a flow moves its
+    bytes at its most loaded hop's rate in either mode (a ring step, Eq. 11's ``D / min B``);
+    otherwise the fabric's mode combines the hops (paper: their sum, Eq. 10)."""
 
     flows: list[tuple[Path, float]]
     rounds: float = 1.0
@@ -271,19 +273,22 @@ class Phase:
     groups: tuple[tuple[int, ...], ...] = ()
     packet_bytes: float | None = None
     chain: Chain = ()
+    bottleneck: bool = False
 
 
 @dataclass(frozen=True)
 class CompiledPhase:
     """A phase priced on one fabric: ``time(D) = rounds * max_f (D * combine(k_f) + lat_f) +
     const_s``, with ``terms`` the (link, seconds per byte of message) of each flow, combined by
-    the fabric's mode (max pipelined, sum store and forward)."""
+    the fabric's mode (max pipelined, sum store and forward) or, for a ``bottleneck`` phase,
+    by max in both."""
 
     rounds: float
     flows: tuple[tuple[tuple[tuple[Edge, float], ...], float], ...]
     const_s: float
     slopes: tuple[float, ...]  # combine(k_f) per flow
     loads: tuple[tuple[Edge, float], ...]  # bytes on each link per byte of message, per round
+    bottleneck: bool = False  # its flows combine their links by max in either mode (Phase)
 
     def time(self, nbytes: float) -> float:
         worst = 0.0
@@ -330,8 +335,13 @@ def compile_phase(fabric: Fabric, phase: Phase) -> CompiledPhase:
         )
     else:
         out = [(terms(es), fabric.fixed_s(es, pkt)) for es in edges]
-    slopes = tuple(fabric.combine([k for _, k in t]) for t, _ in out)
-    return CompiledPhase(float(phase.rounds), tuple(out), const, slopes, tuple(load.items()))
+    if phase.bottleneck:
+        slopes = tuple(max((k for _, k in t), default=0.0) for t, _ in out)
+    else:
+        slopes = tuple(fabric.combine([k for _, k in t]) for t, _ in out)
+    return CompiledPhase(
+        float(phase.rounds), tuple(out), const, slopes, tuple(load.items()), phase.bottleneck
+    )
 
 
 @dataclass

@@ -80,7 +80,9 @@ def ring_pattern(
     has members), each over its cheapest route (PXN may relay over NVLink), so the D/P bytes
     crossing from one server to the next are spread over those NICs.
 
-    Paper mode: each step lasts as long as its slowest flow plus the per-step latency.
+    Paper mode (Eq. 11 as written): each step lasts as long as its slowest flow, each flow
+    its bytes over its route's bottleneck bandwidth (not the sum over hops that Eq. 10 charges
+    INA), plus its route's latency and the per-step latency.
     Pipelined (NCCL's own tuning model): 2(P-1) times the slowest flow's bytes over bandwidth,
     plus the latency a chunk accumulates going round: 2(N-1) network hops and 2(P-N) NVLink
     hops for N servers, each hop its route's latency plus NCCL's per-hop overhead."""
@@ -101,7 +103,7 @@ def ring_pattern(
         paths[order[-1]] = local_path(fabric, order[-1], order[0])
         intra.append((paths[order[-1]], share))
         chain = ((float(steps), tuple(range(len(intra))), params.ring_step_nvlink_s),)
-        phase = Phase(intra, steps, params.ring_step_nvlink_s, chain=chain)
+        phase = Phase(intra, steps, params.ring_step_nvlink_s, chain=chain, bottleneck=True)
         return CommPattern("ring", [phase], None, paths)
     channels = min(len(b) for b in blocks)
     options, sizes = [], []
@@ -125,5 +127,5 @@ def ring_pattern(
         (float(steps - net_hops), tuple(range(len(intra))), params.ring_step_nvlink_s),
         (float(net_hops), tuple(range(len(intra), len(flows))), params.ring_step_net_s),
     )
-    phase = Phase(flows, steps, params.ring_step_net_s, chain=chain)
+    phase = Phase(flows, steps, params.ring_step_net_s, chain=chain, bottleneck=True)
     return CommPattern("ring", [phase], None, paths)

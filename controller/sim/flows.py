@@ -55,6 +55,9 @@ class Work:
     # one part whose flows cross one link each (a pipelined KV transfer as one flow per link):
     # (link, k, lat); its time is then the larger of its envelope alone and its stretched flows
     singles: tuple[tuple[int, float, float], ...] | None = None
+    # parts whose flows take their most stretched hop even when not ``pipelined`` (a ring
+    # step at its bottleneck, Eq. 11; ``costmodel.network.Phase.bottleneck``)
+    max_parts: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if (
@@ -78,7 +81,12 @@ class Work:
         above its value stretched, so the maximum is the same)."""
         if self.singles is not None:
             return [(k * x, lat) for e, k, lat in self.singles if (x := stretch[e]) > 1.0]
-        return flow_sums(self.flows, stretch, self.pipelined)
+        out = flow_sums(self.flows, stretch, self.pipelined)
+        if self.max_parts and not self.pipelined:
+            for i in self.max_parts:
+                _, lo, hi = self.parts[i]
+                out[lo:hi] = flow_sums(self.flows[lo:hi], stretch, True)
+        return out
 
     def time(self, fixed_s: float, scale: float, sums: Sequence[tuple[float, float]]) -> float:
         """t(x) from ``sums`` (as ``Work.sums`` gives them)."""

@@ -61,6 +61,7 @@ class CommOption:
     envelopes: tuple[Envelope, ...]  # per phase: undominated (K_f, lat_f) of its flows
     pipelined: bool
     rails: tuple[tuple[int, str], ...] = ()  # hier: (shard, switch) per rail, shard order
+    max_phases: tuple[int, ...] = ()  # phases priced at their bottleneck in either mode
     _works: dict[float, Work] = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
@@ -74,7 +75,9 @@ class CommOption:
         hit = self._works.get(n_allreduce)
         if hit is None:
             parts = tuple((n_allreduce * r, lo, hi) for r, lo, hi in self.phases)
-            hit = self._works[n_allreduce] = Work(self.flows, parts, self.envelopes, self.pipelined)
+            hit = self._works[n_allreduce] = Work(
+                self.flows, parts, self.envelopes, self.pipelined, max_parts=self.max_phases
+            )
         return hit
 
     def peak_shares(self, inv_bw: list[float], floor_s: float = 0.0) -> dict[int, float]:
@@ -112,7 +115,7 @@ def comm_option(links: Links, fabric: Fabric, pattern: CommPattern) -> CommOptio
         for terms, lat in cp.flows:
             flows.append((tuple((index[e], k) for e, k in terms), lat))
         phases.append((cp.rounds, lo, len(flows)))
-        envs.append(envelope(flows[lo:], fabric.pipelined))
+        envs.append(envelope(flows[lo:], fabric.pipelined or cp.bottleneck))
         const += cp.const_s
         for e, load in cp.loads:
             i = index[e]
@@ -132,6 +135,7 @@ def comm_option(links: Links, fabric: Fabric, pattern: CommPattern) -> CommOptio
         tuple(envs),
         fabric.pipelined,
         tuple(sorted((r.shard, r.switch) for r in pattern.rails)),
+        tuple(i for i, cp in enumerate(pattern.compiled(fabric)) if cp.bottleneck),
     )
 
 

@@ -157,10 +157,12 @@ def test_ring_inside_a_server_hand_worked():
     g = make_testbed()
     members = [f"srv0-gpu{i}" for i in range(4)]
     d = 4 * MB
-    # paper: each step two store-and-forward NVLink hops + NCCL's 1.9 us: 6 x 9.5667 us
+    # paper (Eq. 11): each step D/4 at the bottleneck, 1 MB / 300 GB/s = 3.3333 us, not once
+    # per hop (GPU -> NVSwitch -> GPU), + two 0.5 us hop latencies + NCCL's 1.9 us: 6 x 6.2333
     f = PAPER.fabric(g)
-    step = 2 * (MB / NV + 0.5e-6) + 1.9e-6
-    assert ring_pattern(f, members, d, PAPER).time(f, d) == pytest.approx(6 * step)
+    step = MB / NV + 2 * 0.5e-6 + 1.9e-6
+    assert ring_pattern(f, members, d, PAPER).time(f, d) == pytest.approx(6 * step, rel=1e-12)
+    assert ring_pattern(f, members, d, PAPER).time(f, d) == pytest.approx(37.4e-6, rel=1e-9)
     # pipelined (NCCL's model): 6 x D/4 / 300 GB/s = 20 us of bandwidth, plus the chain of
     # 6 NVLink hops, each 1 us of latency + 4096 B / 300 GB/s + 1.9 us: 37.48192 us
     f = NetParams().fabric(g)
@@ -177,8 +179,12 @@ def test_ring_across_servers_uses_one_channel_per_nic_pair():
     d = 8 * MB
     f = PAPER.fabric(g)
     r = ring_pattern(f, members, d, PAPER)
-    cross = 2 * (d / 4 / 2 / ETH + 2e-6)  # gpu -> switch -> gpu, each hop loaded with D/8
-    assert r.time(f, d) == pytest.approx(6 * (cross + 4e-6))
+    # Eq. 11: gpu -> switch -> gpu, D/8 at the bottleneck (12.5 GB/s) once, plus the two
+    # hops' 2 us latencies and the network step's 4 us: 6 x (80 + 4 + 4) = 528 us (the
+    # store-and-forward sum over hops would charge the 80 us twice: 1,008 us)
+    cross = d / 4 / 2 / ETH + 2 * 2e-6
+    assert r.time(f, d) == pytest.approx(6 * (cross + 4e-6), rel=1e-12)
+    assert r.time(f, d) == pytest.approx(528e-6, rel=1e-9)
     # pipelined: 6 x 1 MB / 12.5 GB/s = 480 us; chain of 2(N-1) = 2 network hops (4 us +
     # 4096 B / 12.5 GB/s + NCCL's 4 us) and 2(P-N) = 4 NVLink hops (1 us + 4096 B / 150 GB/s +
     # 1.9 us): 480 + 2 x 8.32768 + 4 x 2.927307 = 508.364587 us
@@ -315,16 +321,17 @@ def test_hier_ina_two_servers_of_two_gpus_hand_worked():
     assert ina == pytest.approx(49.01024e-6, rel=1e-9)
     assert ag == rs
     assert h.time(f, MB) == pytest.approx(58.17088e-6, rel=1e-6)
-    # the paper's mode, same routes: (a) one store-and-forward step 2 x (1.6667 + 0.5) us +
-    # 1.9 us = 6.2333 us; (b) each member's round trip 2 x (40 + 2) us + 5 us = 89 us;
-    # (c) 6.2333 us: 101.4667 us
+    # the paper's mode, same routes: (a) one ring step, D/2 at the NVLink bottleneck once
+    # (Eq. 11) + two 0.5 us hops + 1.9 us = 1.6667 + 1 + 1.9 = 4.5667 us; (b) each member's
+    # round trip store and forward (Eq. 10) 2 x (40 + 2) us + 5 us = 89 us; (c) 4.5667 us:
+    # 98.1333 us
     fp = PAPER_BYTES.fabric(g)
     hp = hier_pattern(fp, FIG2_ALL, MB, PAPER_BYTES)
     assert [c.time(MB) for c in hp.compiled(fp)] == pytest.approx(
-        [2 * (MB / 2 / NV + 0.5e-6) + 1.9e-6, 2 * (MB / 2 / ETH + 2e-6) + 5e-6,
-         2 * (MB / 2 / NV + 0.5e-6) + 1.9e-6], rel=1e-12,
+        [MB / 2 / NV + 1e-6 + 1.9e-6, 2 * (MB / 2 / ETH + 2e-6) + 5e-6,
+         MB / 2 / NV + 1e-6 + 1.9e-6], rel=1e-12,
     )  # fmt: skip
-    assert hp.time(fp, MB) == pytest.approx(101.4667e-6, rel=1e-5)
+    assert hp.time(fp, MB) == pytest.approx(98.1333e-6, rel=1e-5)
 
 
 def test_hier_rails_share_links_when_they_share_a_switch():
