@@ -3,9 +3,10 @@ guard it, and print whether a test failed (the mutant is killed) or not (it surv
 
 Each mutant is one textual change to a copy of ``controller/`` (the repository itself is never
 touched): the union of HeroServe's and DistServe's candidates, the server-packed second start
-of HeroServe's grouping, the Ethernet-only fallback of NVLink-relayed flat INA, and Eq. 6's
-min over receivers. A copy without any change runs first and must pass; the script exits 1
-when that baseline fails or any mutant survives.
+of HeroServe's grouping, the Ethernet-only fallback of NVLink-relayed flat INA, Eq. 6's min
+over receivers, the hierarchical-INA option and the direction of Eq. 17's penalty. A copy
+without any change runs first and must pass; the script exits 1 when that baseline fails or
+any mutant survives.
 
     .venv/bin/python benchmarks/mutants.py [--tests tests/controller/planner/...]
 """
@@ -62,6 +63,22 @@ MUTANTS = (
         "return float(np.min(np.max(lat + slope * nbytes, axis=0)))",
         "return float(np.max(np.max(lat + slope * nbytes, axis=0)))",
         (f"{GUARANTEES}::test_pipeline_hop_is_min_over_receivers_of_max_over_senders",),
+    ),
+    Mutant(
+        "hierarchical INA never priced",
+        "controller/planner/allreduce.py",
+        "            if self.policy.hier:\n",
+        "            if False:\n",
+        (
+            "tests/controller/planner/test_planner.py::test_cross_server_groups_take_ina_when_cheaper",
+        ),
+    ),
+    Mutant(
+        "Eq. 17 penalty as W(c, c*), not W(c*, c)",
+        "controller/scheduler/online.py",
+        "                self.costs[i] = self.costs[i] + dstar * row[i]",
+        "                self.costs[i] = self.costs[i] + dstar * self.penalty[i][best]",
+        ("tests/controller/scheduler/test_online_scheduler.py::test_select_hand_worked",),
     ),
 )
 
