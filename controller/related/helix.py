@@ -9,11 +9,11 @@ Planning steps (§4.3-4.5):
 2. connections: every ordered pair of nodes (capacity: bandwidth of the best route over an
    h x 2-byte activation per token) and the coordinator's to and from every node (its NIC over
    a 4-byte token id);
-3. heuristic placements (Swarm, Petals, SP, ``helix_heuristics``) priced by max flow; the best
-   is the MILP's warm start;
+3. heuristic placements (Swarm, Petals, SP, ``helix_heuristics``; aligned stages built from
+   the nodes' kinds, ``helix_coverage``) priced by max flow; the best is the MILP's warm start;
 4. pruning (§4.5, §6.8): the connections carrying flow in a heuristic solution are kept, then
-   the fastest others (ties in a seeded random order) until the average node degree is
-   ``prune_degree``;
+   the fastest others, a speed tier at a time, until the average node degree is
+   ``prune_degree`` (uniform connections: none pruned);
 5. the MILP (``helix_milp``) with a time limit and early stop against the upper bound; the
    placement's max flow is then recomputed exactly on every connection (pruning only shrinks
    the search) and the better of it and the hint is kept.
@@ -21,7 +21,6 @@ Planning steps (§4.3-4.5):
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,6 +36,7 @@ from controller.related.common import (
     node_name,
     stats_of,
 )
+from controller.related.helix_coverage import aligned_placement
 from controller.related.helix_flow import (
     SINK,
     SOURCE,
@@ -112,22 +112,24 @@ def setup(g: nx.Graph, model: ModelSpec, workload: Workload, opts: RelatedOption
     return HelixSetup(perf, stats, nodes, problem, kinds, half, dropped)
 
 
-def prune(
-    problem: HelixProblem, keep: set[tuple[str, str]], degree: float, seed: int
-) -> list[Link]:
+def prune(problem: HelixProblem, keep: set[tuple[str, str]], degree: float) -> list[Link]:
     """Helix's pruning: keep the coordinator's connections and those in ``keep``, then the
-    fastest node-to-node connections (ties in a seeded random order) until the average
-    degree (in + out) per node reaches ``degree``. ``degree <= 0`` keeps everything."""
+    fastest node-to-node connections until the average degree (in + out) per node reaches
+    ``degree``, a whole speed tier at a time: connections of equal capacity are all kept or
+    all dropped, so no connection is dropped for a faster one it ties with (on uniform links
+    nothing is pruned; a random subset would break the nodes' symmetry and lose placements).
+    ``degree <= 0`` keeps everything."""
     if degree <= 0:
         return list(problem.links)
-    rng = random.Random(seed)
     inner = [k for k in problem.links if k.src != SOURCE and k.dst != SINK]
     outer = [k for k in problem.links if k.src == SOURCE or k.dst == SINK]
     target = int(round(degree * len(problem.nodes) / 2))  # each link adds 2 to the degrees
     kept = [k for k in inner if (k.src, k.dst) in keep]
     rest = [k for k in inner if (k.src, k.dst) not in keep]
-    order = sorted(rest, key=lambda k: (-k.capacity, rng.random()))
-    kept += order[: max(0, target - len(kept))]
+    for cap in sorted({k.capacity for k in rest}, reverse=True):
+        if len(kept) >= target:
+            break
+        kept += [k for k in rest if k.capacity == cap]
     return outer + kept
 
 
@@ -158,10 +160,13 @@ def solve_placement(
         "petals": complete(p, petals(p, s.half_vram)),
         "sp": complete(p, sp_place),
     }
+    aligned = aligned_placement(p)
+    if aligned is not None:
+        candidates["aligned"] = complete(p, aligned)
     flows = {k: max_flow(p, pl, partial) for k, pl in candidates.items()}
     hint = max(flows, key=lambda k: (flows[k].value, k))
     keep = set().union(*(_used_links(f) for f in flows.values()))
-    links = prune(p, keep, opts.prune_degree, opts.seed)
+    links = prune(p, keep, opts.prune_degree)
     if progress:
         progress(
             f"helix: {len(p.nodes)} nodes, {len(links)}/{len(p.links)} connections after "

@@ -20,7 +20,10 @@ CP-SAT is an integer solver: flows and capacities are counted in units of ``1 / 
 tokens/s, with ``scale`` chosen so the compute upper bound is 10^6 units (a resolution of
 10^-6 of the bound); capacities are rounded down, so the solved placement is never credited
 with flow it cannot carry, and its max flow is recomputed exactly afterwards. Speed-ups of
-§4.5: a heuristic placement as a complete hint (warm start), a solution callback that stops
+§4.5: a heuristic placement as a complete hint (warm start), interchangeable nodes ordered by
+first layer (a symmetry cut: on a cluster of uniform links, nodes of one type are
+interchangeable, and without the cut every permutation of a placement is a separate solution
+to the search), a solution callback that stops
 once a solution is within ``early_stop_gap`` of the upper bound sum_i max_j (j T_i^j) / L,
 and a time limit after which the best placement found is returned, said so in ``status``.
 """
@@ -49,6 +52,7 @@ class SolverOptions:
     workers: int = 2  # CP-SAT search workers (this machine has 2 cores)
     seed: int = 0  # CP-SAT's random seed (reproducible runs with one worker)
     bound_cut: bool = True  # add the layer-work inequality (see ``solve``)
+    symmetry_cut: bool = True  # order interchangeable nodes by first layer (``node_classes``)
 
 
 @dataclass
@@ -75,6 +79,58 @@ class _EarlyStop(cp_model.CpSolverSolutionCallback):
         if self.ObjectiveValue() >= self.target:
             self.stopped = True
             self.StopSearch()
+
+
+def node_classes(problem: HelixProblem, links: Sequence[Link]) -> list[list[str]]:
+    """The compute nodes in classes of interchangeable ones: a and b are interchangeable when
+    swapping them maps the problem onto itself (the same throughput per layer count, the same
+    connection capacities from the source and to the sink, to and from every other node, and
+    between themselves both ways). Classes keep the problem's node order. O(N^2) capacity
+    look-ups at worst (every node against its bucket's class representatives)."""
+    cap = {(k.src, k.dst): k.capacity for k in links}
+    names = [n.name for n in problem.nodes]
+    outs: dict[str, list[float]] = {x: [] for x in names}
+    ins: dict[str, list[float]] = {x: [] for x in names}
+    for (u, v), c in cap.items():
+        if u in outs:
+            outs[u].append(c)
+        if v in ins:
+            ins[v].append(c)
+
+    def swappable(a: str, b: str) -> bool:
+        if cap.get((a, b)) != cap.get((b, a)):
+            return False
+        return all(
+            cap.get((a, x)) == cap.get((b, x)) and cap.get((x, a)) == cap.get((x, b))
+            for x in names
+            if x != a and x != b
+        )
+
+    buckets: dict[tuple, list[list[str]]] = {}
+    out: list[list[str]] = []
+    for n in problem.nodes:
+        key = (n.throughput, n.max_layers, cap.get((SOURCE, n.name)), cap.get((n.name, SINK)),
+               tuple(sorted(outs[n.name])), tuple(sorted(ins[n.name])))  # fmt: skip
+        for cl in buckets.setdefault(key, []):
+            if swappable(cl[0], n.name):
+                cl.append(n.name)
+                break
+        else:
+            cl = [n.name]
+            buckets[key].append(cl)
+            out.append(cl)
+    return out
+
+
+def canonical(placement: Placement, classes: Sequence[Sequence[str]]) -> Placement:
+    """``placement`` with each class's (first, end) layers handed out to the class's nodes in
+    order of first layer: the same max flow (the nodes are interchangeable), and it meets the
+    symmetry cut."""
+    out = dict(placement)
+    for cl in classes:
+        for name, span in zip(cl, sorted(placement[x] for x in cl), strict=True):
+            out[name] = span
+    return out
 
 
 def _integer_flow(
@@ -176,6 +232,14 @@ def solve(
         m.Add(through == sum(parts))
         layer_work += [j * part for j, part in enumerate(parts, start=1)]
     total = sum(source_flows)
+    classes = node_classes(problem, links) if options.symmetry_cut and fixed is None else []
+    for cl in classes:
+        # any solution, its nodes permuted within their classes, is a solution of the same
+        # flow: keep only the one whose first layers rise along the class
+        for a, b2 in zip(cl, cl[1:], strict=False):
+            m.Add(s[a] <= s[b2])
+    if hint is not None and classes:
+        hint = canonical(hint, classes)
     if options.bound_cut:
         # every token is inferred on all L layers, a node inferring at most the layers it
         # holds: sum_i sum_j j g_ij >= L * flow. Valid for every placement (it removes no

@@ -152,12 +152,34 @@ def test_pruning_keeps_the_coordinator_and_used_links() -> None:
     links += [Link(a.name, b.name, float(i)) for i, (a, b) in
               enumerate((a, b) for a in nodes for b in nodes if a is not b)]  # fmt: skip
     p = HelixProblem(1, nodes, links)
-    kept = prune(p, {("n0", "n1")}, degree=2, seed=0)
+    kept = prune(p, {("n0", "n1")}, degree=2)
     inner = [k for k in kept if k.src != SOURCE]
     assert len(inner) == 6  # average degree 2 over 6 nodes: 6 links
     assert ("n0", "n1") in {(k.src, k.dst) for k in inner}
+    # the five fastest besides the kept one: capacities 29 down to 25
+    assert sorted(k.capacity for k in inner if (k.src, k.dst) != ("n0", "n1")) == [
+        25,
+        26,
+        27,
+        28,
+        29,
+    ]
     assert sum(k.src == SOURCE for k in kept) == 6
-    assert prune(p, set(), 0, 0) == links
+    assert prune(p, set(), 0) == links
+
+
+def test_pruning_keeps_or_drops_a_speed_tier_whole() -> None:
+    """Uniform connections: none is faster than another, so none is pruned (a random subset
+    would make equal nodes unequal); two tiers: the fast one is kept whole, then the slow
+    one whole only while the degree is short."""
+    nodes = [ComputeNode(f"n{i}", (1.0,)) for i in range(4)]
+    pairs = [(a.name, b.name) for a in nodes for b in nodes if a is not b]
+    uniform = HelixProblem(1, nodes, [Link(a, b, 5.0) for a, b in pairs])
+    assert prune(uniform, set(), degree=2) == uniform.links
+    tiers = HelixProblem(1, nodes, [Link(a, b, 9.0 if a < b else 1.0) for a, b in pairs])
+    kept = prune(tiers, set(), degree=2)  # target 4 links: the 6 fast ones are all kept
+    assert sorted(k.capacity for k in kept) == [9.0] * 6
+    assert len(prune(tiers, set(), degree=4)) == 12  # target 8: the slow tier joins, whole
 
 
 @pytest.fixture(scope="module")
