@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv == ["--version"]:  # before the subcommands import their extras' modules
+        print(f"heroserve {__version__}")
+        return 0
     try:
         if argv and argv[0] in SUBCOMMANDS and getattr(subcommand(argv[0]), "OWN_PARSER", False):
             return subcommand(argv[0]).run(argparse.Namespace(command=argv[0], argv=argv[1:]))

@@ -3,15 +3,20 @@
 - :func:`default_model`: the model a command plans for when ``--model`` is not given;
 - :func:`resolve_inputs`: (cluster, model, workload, SLA) from ``--topology``, ``--model``,
   ``--workload``, ``--sla-ttft``/``--sla-tpot`` and ``--seed`` (``plan``, ``compare``);
-- :func:`cluster_for_plan`: the cluster a plan file runs on, checked against the plan
-  (``simulate``, ``export``, ``validate``), the one place that says "pass --topology";
-- :func:`plan_and_workload`: that cluster and the plan's workload (``simulate``).
+- :func:`plan_cluster`: the cluster a plan file runs on (``--topology`` or the built-in the
+  plan names), and :func:`cluster_for_plan`: the same checked against the plan
+  (``simulate``, ``export``, ``validate``), the one place that says "give --topology";
+- :func:`workload_for_plan`: ``--workload`` or the generator the plan names;
+- :func:`plan_and_workload`: both for ``simulate``.
+
+A plan's own ``topology`` and ``workload`` fields name built-ins only; the files behind a plan
+are the command line's (``--topology``, ``--workload``): a plan never opens a file.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import networkx as nx
 
@@ -51,25 +56,29 @@ def resolve_inputs(
     return g, model, workload, SLA(a.sla_ttft or base.ttft_s, a.sla_tpot or base.tpot_s)
 
 
-def cluster_for_plan(
+def plan_cluster(
     plan: Plan,
     topology: str | None = None,
     source: str = "plan",
     resolve: Callable[[str], nx.Graph] | None = None,
+    builtins: Mapping[str, Callable[[], nx.Graph]] | None = None,
 ) -> nx.Graph:
-    """The cluster a plan runs on (``topology``, else the plan's own: a built-in name or a
-    file), with the plan (read from ``source``) checked against it."""
-    if resolve is None:
-        from controller.topology import resolve_topology as resolve
-    spec = topology or plan.topology
+    """The cluster a plan runs on, not yet checked against it: ``topology`` (the command's
+    ``--topology``, resolved by ``resolve``), else the built-in (one of ``builtins``) the
+    plan names (:func:`controller.topology.plan_topology`)."""
+    from controller.topology import BUILTIN, plan_topology, resolve_topology
+
+    if topology is not None:
+        return (resolve or resolve_topology)(topology)
     try:
-        g = resolve(spec)
+        return plan_topology(plan.topology, BUILTIN if builtins is None else builtins)
     except InputError as e:
-        if topology is None:
-            raise InputError(
-                f"plan's topology {spec!r} cannot be resolved ({e}): pass --topology"
-            ) from None
-        raise
+        raise InputError(f"{source}: {e}") from None
+
+
+def cluster_for_plan(plan: Plan, topology: str | None = None, source: str = "plan") -> nx.Graph:
+    """:func:`plan_cluster` with the plan (read from ``source``) checked against it."""
+    g = plan_cluster(plan, topology, source)
     try:
         check_plan_on_topology(plan, g)
     except InputError as e:
@@ -77,12 +86,21 @@ def cluster_for_plan(
     return g
 
 
+def workload_for_plan(plan: Plan, workload: str | None, source: str = "plan") -> Workload:
+    """``workload`` (the command's ``--workload``), else the generator the plan names
+    (:func:`controller.workload.plan_workload`), else chatbot."""
+    from controller.workload import plan_workload, resolve_workload
+
+    if workload:
+        return resolve_workload(workload)
+    try:
+        return plan_workload(plan.workload or "chatbot")
+    except InputError as e:
+        raise InputError(f"{source}: {e}") from None
+
+
 def plan_and_workload(
     plan: Plan, topology: str | None, workload: str | None, source: str = "plan"
 ) -> tuple[nx.Graph, Workload]:
-    """The plan's cluster (checked against the plan) and workload (``workload``, else the
-    plan's own, else chatbot)."""
-    from controller.workload import resolve_workload
-
-    g = cluster_for_plan(plan, topology, source)
-    return g, resolve_workload(workload or plan.workload or "chatbot")
+    """The plan's cluster (checked against the plan) and workload (``simulate``)."""
+    return cluster_for_plan(plan, topology, source), workload_for_plan(plan, workload, source)

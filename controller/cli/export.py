@@ -28,7 +28,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--topology",
         default=None,
-        help="cluster the plan runs on (built-in name or topology file); default: the plan's own",
+        help="cluster the plan runs on (built-in name or topology file); default: the built-in "
+        "the plan names (a plan never opens a file)",
     )
     p.add_argument(
         "--controller", default="127.0.0.1:50051", help="controller address the GPU agents dial"

@@ -154,13 +154,14 @@ def colocated_summary(plan: Plan, limit: int = 40) -> str:
 # -- heroserve simulate, colocated -------------------------------------------------------------
 def run_colocated(a: argparse.Namespace, plan: Plan) -> int:
     """``heroserve simulate`` of a colocated plan (the flags of controller/cli/simulate.py)."""
-    from controller.related.clusters import resolve_cluster
+    from controller.cli.common import plan_cluster, workload_for_plan
+    from controller.related.clusters import CLUSTERS, resolve_cluster
     from controller.related.colocated import ColocatedOptions, ColocatedSim, build_colocated
     from controller.sim import make_requests
-    from controller.workload import resolve_workload
+    from controller.topology import BUILTIN
 
-    g = resolve_cluster(a.topology or plan.topology)
-    w = resolve_workload(a.workload or plan.workload or "chatbot")
+    g = plan_cluster(plan, a.topology, a.plan, resolve_cluster, {**BUILTIN, **CLUSTERS})
+    w = workload_for_plan(plan, a.workload, a.plan)
     model = build_colocated(plan, g, w)
     rate = a.rate * model.gpus_used if a.per_gpu else a.rate
     reqs = make_requests(w, rate, a.requests, a.seed, a.cv)

@@ -50,9 +50,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workload",
         default=None,
-        help="chatbot | summarization | a .csv/.json trace (default: the plan's workload)",
+        help="chatbot | summarization | a .csv/.json trace (default: the generator the plan names)",
     )
-    p.add_argument("--topology", default=None, help="default: the plan's topology")
+    p.add_argument("--topology", default=None, help="default: the built-in the plan names")
     p.add_argument("--seed", type=seed, default=0)
     p.add_argument(
         "--cv",

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from controller.cli.common import cluster_for_plan
 from controller.errors import InputError
+from controller.inputs.documents import parse_json, read_text
 from controller.inputs.limits import MAX_PLAN_BYTES, MAX_TOPOLOGY_JSON_BYTES
 from controller.inputs.plan_checks import load_plan, validate_plan_dict
-from controller.inputs.schema import parse_json, read_text
 from controller.topology import load_topology, topology_from_dict
 from controller.workload.traces import load_trace
 

@@ -27,6 +27,7 @@ from typing import Any
 import networkx as nx
 
 from controller.errors import InputError
+from controller.inputs.documents import parse_json, read_text
 from controller.inputs.limits import (
     MAX_AGGREGATOR_SLOTS,
     MAX_BATCH,
@@ -53,8 +54,6 @@ from controller.inputs.schema import (
     Str,
     fail,
     item,
-    parse_json,
-    read_text,
 )
 from controller.plan import SLA, Group, Instance, PhasePlan, Plan, Rail, SlotRange
 

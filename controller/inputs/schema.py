@@ -1,32 +1,30 @@
-"""The one validation layer for input files: bounded reading, parsing and a typed schema.
+"""The one validation layer for input documents: a typed schema.
 
-Every topology, plan and trace file goes through :func:`read_document` (size bound before
-reading, strict UTF-8, JSON or YAML with duplicate keys, YAML aliases and deep nesting
-refused) and then a :class:`Spec` that checks types, finite numbers within ranges, list
-lengths and string lengths, and rejects unknown keys by name::
+Every topology, plan and trace file is read by :mod:`controller.inputs.documents` and then
+checked by a :class:`Spec` that checks types, finite numbers within ranges, list lengths and
+string lengths, and refuses unknown keys::
 
-    links[3].latncy_us: unknown key (did you mean latency_us?)
+    links[3]: unknown key (did you mean latency_us?)
 
 Errors are :class:`controller.errors.InputError` naming the offending item's place
-(``where``): one line and exit 2 from the CLI, INVALID_ARGUMENT from the controller.
+(``where``): one line and exit 2 from the CLI, INVALID_ARGUMENT from the controller. A
+message never quotes a string the document holds that the schema refused, nor a key it does
+not know (:func:`shown`): the place and the rule say what is wrong, and a file read by
+mistake (a private key as a topology) is not echoed.
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import numbers
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from controller.errors import InputError
-from controller.inputs.limits import MAX_DEPTH, MAX_STRING
+from controller.inputs.limits import MAX_STRING
 
 
 def at(where: str, key: str) -> str:
@@ -64,11 +62,14 @@ class SchemaError(InputError):
 
 
 def shown(v: object) -> str:
-    """A value as an error message shows it: short, one line."""
+    """A value as an error message shows it: short, one line; a string only as its kind and
+    length (it may be any text of the file)."""
     if isinstance(v, dict):
         return "a mapping"
     if isinstance(v, list):
         return "a list"
+    if isinstance(v, str):
+        return "a string" if v else "an empty string"
     text = repr(v)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -94,10 +95,6 @@ def lower_bound(low: float, low_open: bool, kind: type) -> str:
     if kind is int and low == 1 and not low_open:
         return "positive"
     return f"{'above' if low_open else 'at least'} {number(low)}"
-
-
-def _key_segment(k: object) -> str:
-    return f".{k}" if isinstance(k, str) else f"[{k!r}]"
 
 
 class Spec:
@@ -178,13 +175,13 @@ class Str(Spec):
                 raise SchemaError(f"must be one of {', '.join(self.choices)}, got {shown(value)}")
             raise SchemaError(f"must be {self.what}, got {shown(value)}")
         if self.choices is not None and value not in self.choices:
-            raise SchemaError(f"must be one of {', '.join(self.choices)}, got {shown(value)}")
+            raise SchemaError(f"must be one of {', '.join(self.choices)}")
         if len(value) > self.max_len:
             raise SchemaError(f"longer than {self.max_len} characters")
         if len(value) < self.min_len:
             raise SchemaError("must not be empty")
         if self.pattern is not None and not re.fullmatch(self.pattern, value):
-            raise SchemaError(f"{shown(value)} is not {self.what}")
+            raise SchemaError(f"must be {self.what}")
         return value
 
 
@@ -252,12 +249,15 @@ class MapOf(Spec):
             raise SchemaError(f"{len(value)} entries, at most {self.max_len} allowed")
         out = {}
         k: Any = None
-        try:
-            for k, v in value.items():
+        for i, (k, v) in enumerate(value.items()):
+            try:
                 self.key.check(k)
+            except SchemaError as e:  # a refused key is named by its position, not quoted
+                raise SchemaError(f"key {i + 1}: {e.message}") from None
+            try:
                 out[k] = self.value.check(v)
-        except SchemaError as e:
-            raise e.inside(_key_segment(k)) from None
+            except SchemaError as e:  # k passed its spec (an id): named
+                raise e.inside(f".{k}") from None
         return out
 
 
@@ -271,8 +271,8 @@ class Key:
 
 @dataclass(frozen=True)
 class Record(Spec):
-    """A mapping with a fixed set of keys: an unknown key is an error naming it (with the
-    closest known key), a missing required key too. ``build`` turns the checked dict into
+    """A mapping with a fixed set of keys: an unknown key is an error naming its position
+    (and the closest known key), a missing required key too. ``build`` turns the checked dict into
     the program's object (a dataclass, say)."""
 
     keys: Mapping[str, Key]
@@ -284,8 +284,9 @@ class Record(Spec):
             raise SchemaError(f"must be {self.what}, got {shown(value)}")
         keys = self.keys
         if not keys.keys() >= value.keys():
-            k = next(k for k in value if k not in keys)
-            raise SchemaError(unknown_key(str(k), tuple(keys))).inside(_key_segment(k))
+            # named by position, not quoted: the key is the document's text
+            i, k = next((i, k) for i, k in enumerate(value) if k not in keys)
+            raise SchemaError(f"key {i + 1}: {unknown_key(str(k), tuple(keys))}")
         out = {}
         for k, key in keys.items():
             if k in value:
@@ -348,10 +349,11 @@ class PlainData(Spec):
             if isinstance(v, list):
                 stack.extend((x, f"{w}[{i}]", depth + 1) for i, x in enumerate(v))
             elif isinstance(v, dict):
-                for k, x in v.items():
+                for i, (k, x) in enumerate(v.items()):
                     if not isinstance(k, str):
-                        raise SchemaError(f"key {shown(k)} is not a string").inside(w)
-                    stack.append((x, f"{w}.{k}", depth + 1))
+                        raise SchemaError(f"key {i + 1} is not a string").inside(w)
+                    # free keys are the document's text: named by position (``options{3}``)
+                    stack.append((x, f"{w}{{{i + 1}}}", depth + 1))
             else:
                 raise SchemaError(f"must be plain data, got {shown(v)}").inside(w)
         return value
@@ -369,132 +371,3 @@ class Unique:
         if first is not None:
             raise fail(where, f"duplicate {self.what} {key!r} (also {first})")
         self.seen[key] = where
-
-
-# -- reading files ---------------------------------------------------------------------------
-def read_text(path: str | Path, what: str, max_bytes: int) -> str:
-    """The text of a regular file of at most ``max_bytes`` bytes (UTF-8, BOM allowed). The
-    size is checked before reading and again while reading (``/proc`` files lie about it)."""
-    p = Path(path)
-    try:
-        if not p.exists():
-            raise InputError(f"{what} file {str(p)!r} does not exist")
-        if not p.is_file():
-            raise InputError(f"{what} file {str(p)!r} is not a regular file")
-        if p.stat().st_size > max_bytes:
-            raise InputError(
-                f"{p}: {p.stat().st_size} bytes, a {what} file may have at most {max_bytes}"
-            )
-        with p.open("rb") as f:
-            data = f.read(max_bytes + 1)
-    except OSError as e:
-        raise InputError(f"{p}: cannot read {what} file ({e.strerror or e})") from None
-    if len(data) > max_bytes:
-        raise InputError(f"{p}: a {what} file may have at most {max_bytes} bytes")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise InputError(f"{p}: not UTF-8 text (byte {e.start})") from None
-
-
-def parse_document(text: str, source: str, yaml_ok: bool) -> Any:
-    """JSON (or, with ``yaml_ok``, YAML: JSON is YAML) with duplicate keys, YAML aliases and
-    nesting deeper than MAX_DEPTH refused, and non-finite JSON literals left to the schema."""
-    if not yaml_ok:
-        return parse_json(text, source)
-    _scan_yaml(text, source)
-    try:
-        return yaml.load(text, Loader=_YAML_LOADER)
-    except yaml.YAMLError as e:
-        raise InputError(f"{source}: not valid YAML ({_first_line(e)})") from None
-    except (ValueError, TypeError, RecursionError) as e:  # e.g. an int of 10^5 digits
-        raise InputError(f"{source}: not valid YAML ({_first_line(e)})") from None
-
-
-class _DuplicateKey(Exception):
-    pass
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out = dict(pairs)
-    if len(out) != len(pairs):
-        seen: set[str] = set()
-        for k, _ in pairs:
-            if k in seen:
-                raise _DuplicateKey(k)
-            seen.add(k)
-    return out
-
-
-def parse_json(text: str, source: str) -> Any:
-    try:
-        return json.loads(text, object_pairs_hook=_no_duplicates)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{source}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    except _DuplicateKey as e:
-        raise InputError(f"{source}: duplicate key {e.args[0]!r} in a JSON object") from None
-    except RecursionError:
-        raise InputError(f"{source}: nested deeper than {MAX_DEPTH} levels") from None
-    except ValueError as e:  # an integer of more than 4,300 digits
-        raise InputError(f"{source}: not valid JSON ({_first_line(e)})") from None
-
-
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_NODE_START = (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent)
-_NODE_END = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
-
-
-def _scan_yaml(text: str, source: str) -> None:
-    """One pass over the YAML events (libyaml's parser is iterative and cheap) before any
-    object is built: nesting within MAX_DEPTH, no aliases (a few nested aliases make a
-    document of billions of nodes), scalar keys, no duplicate key in a mapping."""
-    # per open collection: [is_mapping, next node is a key, keys seen]
-    stack: list[list[Any]] = []
-    try:
-        for ev in yaml.parse(text, Loader=_YAML_LOADER):
-            if isinstance(ev, yaml.AliasEvent):
-                raise InputError(
-                    f"{source}: line {ev.start_mark.line + 1}: YAML aliases (*{ev.anchor}) "
-                    "are not supported: write the value out"
-                )
-            if isinstance(ev, _NODE_START):
-                if stack and stack[-1][0]:
-                    top = stack[-1]
-                    if top[1]:
-                        if not isinstance(ev, yaml.ScalarEvent):
-                            raise InputError(
-                                f"{source}: line {ev.start_mark.line + 1}: a mapping key must "
-                                "be a plain string"
-                            )
-                        if ev.value in top[2]:
-                            raise InputError(
-                                f"{source}: line {ev.start_mark.line + 1}: duplicate key "
-                                f"{ev.value!r}"
-                            )
-                        top[2].add(ev.value)
-                    top[1] = not top[1]
-                if not isinstance(ev, yaml.ScalarEvent):
-                    stack.append([isinstance(ev, yaml.MappingStartEvent), True, set()])
-                    if len(stack) > MAX_DEPTH:
-                        raise InputError(
-                            f"{source}: line {ev.start_mark.line + 1}: nested deeper than "
-                            f"{MAX_DEPTH} levels"
-                        )
-            elif isinstance(ev, _NODE_END):
-                stack.pop()
-    except yaml.YAMLError as e:
-        raise InputError(f"{source}: not valid YAML ({_first_line(e)})") from None
-
-
-def _first_line(e: Exception) -> str:
-    lines = [x.strip() for x in str(e).splitlines() if x.strip()]
-    return " ".join(lines[:3])[:200] if lines else type(e).__name__
-
-
-def read_document(path: str | Path, what: str, max_bytes: int, max_yaml_bytes: int) -> Any:
-    """Read and parse a JSON or YAML file (``.json``: JSON only; ``.yaml``/``.yml``: YAML,
-    with the smaller bound ``max_yaml_bytes`` as YAML parses about 50x slower)."""
-    p = Path(path)
-    is_json = p.suffix.lower() == ".json"
-    text = read_text(p, what, max_bytes if is_json else min(max_bytes, max_yaml_bytes))
-    return parse_document(text, str(p), yaml_ok=not is_json)

@@ -2,8 +2,9 @@
 
 Holds:
 
-* :class:`TopologyUnavailable`: the plan's cluster cannot be had (FAILED_PRECONDITION: the
-  plan may be fine, the controller needs ``--topology``); every other refusal is a plain
+* :class:`TopologyUnavailable`: the plan names a cluster that is no built-in
+  (FAILED_PRECONDITION: the plan may be fine, the controller needs ``--topology``); every
+  other refusal, a plan whose topology names a file among them, is a plain
   :class:`~controller.errors.InputError` (INVALID_ARGUMENT);
 * :func:`validate`: what serving a plan needs beyond the plan schema;
 * :func:`resolve_cluster`: the cluster graph a plan is served on.
@@ -36,8 +37,8 @@ log = logging.getLogger("heroserve.controller")
 
 
 class TopologyUnavailable(InputError):
-    """The controller cannot get the cluster graph a plan names (an unknown built-in name, a
-    missing or invalid file): the plan may be fine, the controller needs ``--topology``."""
+    """The plan's topology is no built-in and the controller has no ``--topology``: the plan
+    may be fine, the controller needs ``--topology``."""
 
 
 def validate(plan: Plan) -> None:
@@ -99,23 +100,21 @@ def _check_rails(name: str, g: Group) -> None:
 
 def resolve_cluster(plan: Plan, given: nx.Graph | None = None) -> nx.Graph:
     """The cluster graph of ``plan``: ``given`` (the controller's ``--topology``) when there is
-    one, else ``plan.topology`` resolved as ``heroserve plan --topology`` resolves it (a
-    built-in name or a topology file). Raises :class:`TopologyUnavailable` when it cannot."""
+    one, else the built-in that ``plan.topology`` names. A plan never makes the controller
+    open a file (:func:`controller.topology.plan_topology`): a plan whose topology names a
+    path is refused (InputError, INVALID_ARGUMENT), one naming another cluster raises
+    :class:`TopologyUnavailable`. Neither message quotes the plan's field."""
     if given is not None:
         if str(given.name) != plan.topology:
             log.warning(
                 "plan names topology %r, serving it on --topology %r", plan.topology, given.name
             )
         return given
-    from controller.topology import resolve_topology
+    from controller.topology import NotBuiltin, plan_topology
 
     try:
-        g = resolve_topology(plan.topology)
-    except (InputError, OSError, ValueError, TypeError, KeyError) as exc:
-        raise TopologyUnavailable(
-            f"cannot resolve the plan's topology {plan.topology!r} ({exc}): link capacities "
-            "unknown; start the controller with --topology (the built-in name or the topology "
-            "file the plan was made for)"
-        ) from exc
+        g = plan_topology(plan.topology)
+    except NotBuiltin as exc:
+        raise TopologyUnavailable(str(exc)) from None
     log.info("topology %s resolved from the plan (no --topology)", plan.topology)
     return g

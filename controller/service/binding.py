@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from controller.errors import InputError
 from controller.service.slots import MAX_SLOTS
-from controller.service.store import MAX_SEQ
+from controller.service.storecheck import MAX_SEQ
 from controller.topology.graph import link_id
 
 if TYPE_CHECKING:

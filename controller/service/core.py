@@ -270,8 +270,8 @@ class Controller:
             self.metrics.acked_epoch.labels(node).set(self.agents[node].acked)
         self._gauged = want
 
-    def _apply_from(self, group: str) -> int:
-        last = self.store.last_seq(group)
+    def _apply_from(self, group: str, quorum: int) -> int:
+        last = self.store.last_seq(group, quorum)  # no one agent can push it (Store.last_seq)
         return 0 if last is None else last + 1 + self.opts.apply_margin
 
     def _schedule_resync(self) -> None:
@@ -335,7 +335,7 @@ class Controller:
             resync = False
             for group, version, last_seq in held:
                 if last_seq:
-                    self.store.note_seq(group, last_seq)
+                    self.store.note_seq(group, ident.node_id, last_seq)
                 if foreign:
                     self.store.raise_table_floor(group, version)
                     resync |= version >= self.store.current_table_version(group)
@@ -471,7 +471,7 @@ class Controller:
                 self.metrics.selections.labels(*labels).inc(s.selections)
                 self.metrics.selected_bytes.labels(*labels).inc(s.bytes)
                 if s.last_seq:
-                    self.store.note_seq(s.group_id, s.last_seq)
+                    self.store.note_seq(s.group_id, ident.node_id, s.last_seq)
             self.store.touch_agent(ident.node_id)
         self.metrics.telemetry.inc()
         n = len(links) + len(selections) + len(req.ports) + len(req.counters)

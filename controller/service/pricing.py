@@ -8,9 +8,10 @@ Holds:
   policy's routes and D_ref the message the planner priced the group at, so before any
   traffic the policy the cost model prices fastest at D_ref wins (ties: the planned one).
   That needs the plan's model and workload besides the cluster; when the controller cannot
-  resolve them (a hand-made plan) there is no timer and the tables leave both fields out
-  (Eq. 16 then uses the bottleneck capacity). A hier policy is priced on the plan's own
-  rails (``costmodel.hier.hier_on_rails``);
+  resolve them (a hand-made plan, or one whose workload was a trace file: a plan's workload
+  names a generator, never a file the controller would open) there is no timer and the
+  tables leave both fields out (Eq. 16 then uses the bottleneck capacity). A hier policy
+  is priced on the plan's own rails (``costmodel.hier.hier_on_rails``);
 * :func:`price`: a table's policies priced whole or not at all: when one policy cannot be
   priced, every policy leaves the fields out (mixing priced and unpriced policies would
   favour whichever is unpriced at small messages);
@@ -69,10 +70,10 @@ class PolicyTimer:
         workload cannot be had (a hand-made plan)."""
         from controller.errors import InputError
         from controller.planner.reprice import evaluator_for_plan
-        from controller.workload import resolve_workload
+        from controller.workload import plan_workload
 
-        try:
-            ev = evaluator_for_plan(plan, cluster, resolve_workload(plan.workload))
+        try:  # the plan's workload names a generator: a plan never opens a file
+            ev = evaluator_for_plan(plan, cluster, plan_workload(plan.workload))
         except (InputError, OSError, KeyError, ValueError) as exc:
             log.info(
                 "policy tables without latency_s/bandwidth (Eq. 16 on bottleneck capacity): "

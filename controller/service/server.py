@@ -11,8 +11,9 @@ The database is the truth (docs/control-plane.md, "Restart"): ``--plan`` is appl
 when the database has never held that plan, and the log says which case it was.
 
 Link capacities (and the cost model's prices) come from the cluster graph: ``--topology``,
-else each plan's ``topology`` resolved like ``heroserve plan --topology``; a plan whose
-topology cannot be resolved is refused (FAILED_PRECONDITION; at start-up, exit status 2).
+else the built-in each plan's ``topology`` names (a plan never makes the controller open a
+file); a plan naming another cluster is refused (FAILED_PRECONDITION; a path,
+INVALID_ARGUMENT; at start-up, exit status 2).
 """
 
 from __future__ import annotations
@@ -304,8 +305,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", help="plan JSON (heroserve plan --json PATH writes one)")
     p.add_argument(
         "--topology",
-        help="cluster (built-in name or topology file) of every plan; default: the plan's own "
-        "topology name, resolved as `heroserve plan --topology` does",
+        help="cluster (built-in name or topology file) of every plan; default: the built-in "
+        "each plan names (a plan never makes the controller open a file)",
     )
     p.add_argument("--tls-cert", help="server certificate (PEM)")
     p.add_argument("--tls-key", help="server private key (PEM)")

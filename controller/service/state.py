@@ -84,7 +84,7 @@ def derive(
     store: Store,
     pool: SlotPool,
     topology: nx.Graph | None,
-    apply_from: Callable[[str], int],
+    apply_from: Callable[[str, int], int],
     *,
     default_slots: int,
     slots_per_group: int,
@@ -97,9 +97,9 @@ def derive(
     resolved); slots and group ids are allocated in ``pool`` / ``store`` (inside the caller's
     transaction: all or nothing), ``default_slots`` being the capacity of a switch that has
     not registered and ``slots_per_group`` the range of a group whose plan gives none.
-    ``apply_from(group)`` gives the apply_from_seq of a new table version; ``window_s`` (T_u)
-    and ``gamma`` (Eq. 18) go into every table; ``index_of`` indexes the cluster's names for
-    the binding checks. Raises
+    ``apply_from(group, quorum)`` gives the apply_from_seq of a new table version;
+    ``window_s`` (T_u) and ``gamma`` (Eq. 18) go into every table; ``index_of`` indexes the
+    cluster's names for the binding checks. Raises
     :class:`~controller.service.admission.TopologyUnavailable`,
     :class:`~controller.errors.InputError` or :class:`~controller.service.slots.SlotError`.
     """

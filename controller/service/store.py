@@ -5,14 +5,15 @@ applied, by content hash), ``agents`` (registry: identity, inventory, acknowledg
 ``slot_pools`` / ``slot_allocs`` (aggregator slots per switch, see :mod:`controller.service.slots`),
 ``group_ids`` (numeric INA group id of each group name), ``table_versions`` (version of
 each GPU policy table, bumped when its content changes), ``table_floors`` (versions GPU
-agents said they hold, which a new version must exceed) and ``group_seq`` (the highest
-collective sequence number a group's members reported).
+agents said they hold, which a new version must exceed) and ``member_seq`` (the collective
+sequence number each agent last reported for a group, bounded by time: :meth:`note_seq`).
 
-Everything read back is checked (:meth:`Store.verify`): a database is data from disk, so a
-garbage epoch, plan, group id or sequence number is refused with a :class:`StoreError`
-naming it, never served or turned into a traceback. ``meta.generation`` names the database
-(created with it, never changed): agents that see a new generation know the controller lost
-its state (docs/control-plane.md).
+Everything read back is checked (:meth:`Store.verify`, :mod:`controller.service.storecheck`):
+a database is data from disk, so a schema version this controller does not know, or a
+garbage epoch, plan, agent row, group id or sequence number, is refused with a
+:class:`StoreError` naming it, never served or turned into a traceback.
+``meta.generation`` names the database (created with it, never changed): agents that see a
+new generation know the controller lost its state (docs/control-plane.md).
 
 The database runs in WAL mode; every public method is one transaction, so a crash between
 calls leaves a consistent state. One connection is shared by the gRPC worker threads under
@@ -22,7 +23,7 @@ a lock (SQLite serialises writers anyway).
 from __future__ import annotations
 
 import hashlib
-import json
+import math
 import secrets
 import sqlite3
 import threading
@@ -33,17 +34,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agents.ina.packet import MAX_GROUP_ID
+from controller.service.storecheck import (
+    MAX_EPOCH,
+    MAX_SEQ,
+    SCHEMA_VERSION,
+    UPGRADES,
+    StoreError,
+    bounded_int,
+    check_plan_text,
+    check_version,
+    verify_rows,
+)
 
-SCHEMA_VERSION = 1
-
-# Collective sequence numbers and table versions are counters that start at 0 and grow by
-# one per collective (per table change): 2^53 is 285 years at a million collectives per
-# second, is exact in a JSON double, and leaves room for apply_from_seq = last + 1 + margin
-# in SQLite's signed 64-bit integers. Anything above is a lie.
-MAX_SEQ = 1 << 53
-MAX_EPOCH = 1 << 53
-# apply_from_seq = last_seq + 1 + margin, the margin far below MAX_SEQ.
-MAX_APPLY_FROM = 2 * MAX_SEQ
+# The fastest a group's collective sequence number can advance: the rate MAX_SEQ's bound
+# assumes (controller/service/storecheck.py), above any all-reduce rate NCCL reaches (a
+# few microseconds per collective at the least: a few hundred thousand a second). A report
+# further ahead of the same agent's previous one is not plausible and is cut to this bound.
+MAX_SEQ_RATE = 1_000_000
+# What an agent's report may run ahead of that bound: the apply margin of one table
+# (controller.service.core.DEFAULT_APPLY_MARGIN), so reports a moment apart are never cut.
+SEQ_SLACK = 1024
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -64,13 +74,13 @@ CREATE TABLE IF NOT EXISTS table_versions (
     group_id TEXT PRIMARY KEY, version INTEGER NOT NULL, digest TEXT NOT NULL,
     apply_from_seq INTEGER NOT NULL DEFAULT 0
 );
-CREATE TABLE IF NOT EXISTS group_seq (group_id TEXT PRIMARY KEY, last_seq INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS member_seq (
+    group_id TEXT NOT NULL, node_id TEXT NOT NULL, last_seq INTEGER NOT NULL,
+    reported REAL NOT NULL, PRIMARY KEY (group_id, node_id)
+);
+CREATE INDEX IF NOT EXISTS member_seq_by_seq ON member_seq (group_id, last_seq);
 CREATE TABLE IF NOT EXISTS table_floors (group_id TEXT PRIMARY KEY, version INTEGER NOT NULL);
 """
-
-
-class StoreError(Exception):
-    """The database holds something the controller cannot serve (names it)."""
 
 
 class GroupIdsExhausted(StoreError):
@@ -110,11 +120,16 @@ class Store:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         with self.transaction() as db:
+            # A database of another schema version is refused before anything is written;
+            # one of a version this controller knows is upgraded in the same transaction.
+            old = check_version(db)
+            for stmt in UPGRADES.get(old or SCHEMA_VERSION, ()):
+                db.execute(stmt)
             # One statement at a time: executescript() would commit our transaction.
             for stmt in filter(str.strip, _SCHEMA.split(";")):
                 db.execute(stmt)
             db.execute(
-                "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
+                "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
                 (str(SCHEMA_VERSION),),
             )
             db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('epoch', '0')")
@@ -178,7 +193,7 @@ class Store:
 
     def epoch(self) -> int:
         """The last epoch issued (0: none yet). Raises :class:`StoreError` on garbage."""
-        return _bounded_int(self.get_meta("epoch", "0"), MAX_EPOCH, "meta.epoch")
+        return bounded_int(self.get_meta("epoch", "0"), MAX_EPOCH, "meta.epoch")
 
     def next_epoch(self) -> int:
         """Issue and persist a new epoch, one above the last; never reused after restart."""
@@ -222,7 +237,7 @@ class Store:
             row = self._db.execute(
                 "SELECT epoch FROM plans WHERE plan_id = ?", (plan_id,)
             ).fetchone()
-        return None if row is None else _bounded_int(row[0], MAX_EPOCH, f"plans[{plan_id}].epoch")
+        return None if row is None else bounded_int(row[0], MAX_EPOCH, f"plans[{plan_id}].epoch")
 
     # --- agents -----------------------------------------------------------------------
 
@@ -380,40 +395,58 @@ class Store:
 
     # --- collective sequence numbers reported by GPU agents ---------------------------
 
-    def note_seq(self, group_id: str, seq: int) -> None:
-        """Remember the highest collective sequence number reported for ``group_id``
-        (the caller checked that the reporter is a member; ``seq`` <= :data:`MAX_SEQ`)."""
+    def note_seq(self, group_id: str, node_id: str, seq: int, now: float | None = None) -> int:
+        """Record the collective sequence number agent ``node_id`` reported for ``group_id``
+        (the caller checked that it speaks for a member; ``seq`` <= :data:`MAX_SEQ`) and
+        return what was kept. The agent's latest report replaces its previous one (a
+        restarted engine counts from 0 again), but may run ahead of it by at most
+        MAX_SEQ_RATE per second since then plus SEQ_SLACK: one report cannot jump a group
+        to a number its collectives will never reach."""
         if not 0 <= seq <= MAX_SEQ:
             raise ValueError(f"sequence number {seq} out of [0, {MAX_SEQ}]")
+        now = time.time() if now is None else now
         with self.transaction() as db:
+            prev = db.execute(
+                "SELECT last_seq, reported FROM member_seq WHERE group_id = ? AND node_id = ?",
+                (group_id, node_id),
+            ).fetchone()
+            if prev is not None:
+                elapsed = min(max(0.0, now - prev[1]), MAX_SEQ / MAX_SEQ_RATE)
+                seq = min(seq, prev[0] + SEQ_SLACK + math.ceil(MAX_SEQ_RATE * elapsed), MAX_SEQ)
             db.execute(
-                "INSERT INTO group_seq(group_id, last_seq) VALUES (?, ?) ON CONFLICT(group_id) "
-                "DO UPDATE SET last_seq = MAX(last_seq, excluded.last_seq)",
-                (group_id, seq),
+                "INSERT INTO member_seq(group_id, node_id, last_seq, reported) VALUES (?,?,?,?) "
+                "ON CONFLICT(group_id, node_id) DO UPDATE SET last_seq = excluded.last_seq, "
+                "reported = excluded.reported",
+                (group_id, node_id, seq, now),
             )
+        return seq
 
-    def last_seq(self, group_id: str) -> int | None:
+    def last_seq(self, group_id: str, quorum: int = 1) -> int | None:
+        """The highest collective sequence number ``quorum`` agents of ``group_id`` reached
+        (the quorum-th highest of their reports; None with fewer reports): with a quorum
+        of two, no single agent moves it above what another one reported. The index
+        member_seq_by_seq keeps this a lookup (a sort per group took 2.5 times as long)."""
         with self._lock:
             row = self._db.execute(
-                "SELECT last_seq FROM group_seq WHERE group_id = ?", (group_id,)
+                "SELECT last_seq FROM member_seq WHERE group_id = ? "
+                "ORDER BY last_seq DESC LIMIT 1 OFFSET ?",
+                (group_id, max(0, quorum - 1)),
             ).fetchone()
         return int(row[0]) if row else None
 
     # --- integrity --------------------------------------------------------------------
 
     def verify(self) -> None:
-        """Check what a restart reads back (epoch, current plan, group ids, sequence numbers,
-        table versions); raise :class:`StoreError` naming the first problem. The slot pool
-        has its own check (:meth:`controller.service.slots.SlotPool.check_all`)."""
+        """Check what a restart reads back (epoch, current plan, every agent, plan, group id,
+        sequence number and table version row); raise :class:`StoreError` naming the
+        first problem. The slot pool has its own check
+        (:meth:`controller.service.slots.SlotPool.check_all`)."""
         with self._lock:
             epoch = self.epoch()
             cur = self.current_plan()
             if cur is not None:
                 pid, text = cur
-                try:
-                    json.loads(text)
-                except ValueError as exc:
-                    raise StoreError(f"plan {pid}: stored JSON does not parse ({exc})") from None
+                check_plan_text(pid, text)
                 if plan_id_of(text) != pid:
                     raise StoreError(f"plan {pid}: stored JSON does not hash to its id")
                 applied = self.plan_epoch(pid)
@@ -421,32 +454,7 @@ class Store:
                     raise StoreError(
                         f"plan {pid} was applied at epoch {applied}, above meta.epoch {epoch}"
                     )
-            for name, gid in self._db.execute("SELECT name, id FROM group_ids"):
-                if not isinstance(gid, int) or not 1 <= gid <= MAX_GROUP_ID:
-                    raise StoreError(f"group_ids[{name!r}] = {gid!r} is not in 1..{MAX_GROUP_ID}")
-            for table, col in (
-                ("group_seq", "last_seq"),
-                ("table_versions", "version"),
-                ("table_versions", "apply_from_seq"),
-                ("table_floors", "version"),
-            ):
-                for name, value in self._db.execute(f"SELECT group_id, {col} FROM {table}"):
-                    bound = MAX_APPLY_FROM if col == "apply_from_seq" else MAX_SEQ
-                    if not isinstance(value, int) or not 0 <= value <= bound:
-                        raise StoreError(
-                            f"{table}[{name!r}].{col} = {value!r} is not in 0..{bound}"
-                        )
-
-
-def _bounded_int(value: object, bound: int, what: str) -> int:
-    """``value`` (text or integer from SQLite) as an int in [0, bound], else StoreError."""
-    try:
-        out = int(str(value).strip()) if isinstance(value, str) else value
-    except ValueError:
-        raise StoreError(f"{what} = {str(value)[:40]!r} is not an integer") from None
-    if isinstance(out, bool) or not isinstance(out, int) or not 0 <= out <= bound:
-        raise StoreError(f"{what} = {str(value)[:40]!r} is not in 0..{bound}")
-    return out
+            verify_rows(self._db, epoch)
 
 
 def _lowest_free(db: sqlite3.Connection) -> int:

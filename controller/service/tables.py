@@ -52,6 +52,14 @@ def route_links(path: list[str]) -> list[str]:
     return [link_id(a, b) for a, b in path_links(path)]
 
 
+def report_quorum(cluster: nx.Graph, g: Group) -> int:
+    """How many agents' sequence number reports a group's apply point rests on
+    (docs/control-plane.md, "Apply points"): two when its members span servers (an agent
+    speaks for one server or one GPU, so two agents serve it at least), else one."""
+    servers = {cluster.nodes[gpu].get("server", gpu) for gpu in g.gpus if gpu in cluster}
+    return 2 if len(servers) > 1 else 1
+
+
 def build_tables(
     plan: Plan,
     installed: dict[str, AggSpec],
@@ -61,14 +69,15 @@ def build_tables(
     window_s: float,
     gamma: float,
     store: Store,
-    apply_from: Callable[[str], int],
+    apply_from: Callable[[str, int], int],
 ) -> tuple[list[pb.PolicyTable], dict[str, list[str]]]:
     """The table of every group of ``plan`` with an all-reduce, and each table's members
     (table name -> GPU ids). ``installed``: the aggregation groups that got slots
     (:func:`controller.service.groups.install`); ``cluster``'s links give the tables'
     capacities (bytes/s); ``timer`` prices the policies for Eq. 16 (None: no latency_s /
     bandwidth); ``alternatives`` routes a hierarchical group's other policies;
-    ``apply_from(group)`` gives the apply_from_seq of a new table version. Raises
+    ``apply_from(group, quorum)`` gives the apply_from_seq of a new table version from the
+    reports of ``quorum`` agents (:func:`report_quorum`). Raises
     :class:`InputError` when a table names a link the cluster lacks or would not pass
     :func:`check_table`."""
     caps = {link_id(a, b): float(d["capacity"]) for a, b, d in cluster.edges(data=True)}
@@ -111,7 +120,7 @@ def build_tables(
                 )
             t.links.add(id=lid, capacity=caps[lid])
         digest = _table_digest(t)
-        t.version = store.table_version(name, digest, apply_from(name))
+        t.version = store.table_version(name, digest, apply_from(name, report_quorum(cluster, g)))
         t.apply_from_seq = store.table_apply_from(name)
         _check_once(t, digest)
         tables.append(t)

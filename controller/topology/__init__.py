@@ -1,7 +1,14 @@
 """Cluster model (docs/design.md §3): a networkx graph of GPUs, NVLink fabrics and switches.
 
 Layers, each a small module: ``graph`` (node/edge attributes), ``generators`` (built-in
-clusters), ``io`` (files and validation), ``fabric`` (shortest paths and routes)."""
+clusters), ``io`` (files and validation), ``fabric`` (shortest paths and routes). Here:
+:func:`resolve_topology` (what a command line's ``--topology`` names) and
+:func:`plan_topology` (what a plan's own ``topology`` field may name: a built-in only,
+else :class:`NotBuiltin`)."""
+
+from collections.abc import Callable, Mapping
+
+import networkx as nx
 
 from controller.errors import InputError
 from controller.topology.generators import BUILTIN, eight_tracks, fig2, testbed, tracks, two_tracks
@@ -17,12 +24,44 @@ def resolve_topology(spec: str):
     raise InputError(f"unknown topology {spec!r}: use {', '.join(BUILTIN)} or a .yaml/.json file")
 
 
+def plan_topology(spec: str, builtins: Mapping[str, Callable[[], nx.Graph]] = BUILTIN) -> nx.Graph:
+    """The cluster a plan's own ``topology`` field names, which must be one of ``builtins``.
+
+    A plan comes from a request or a file someone else wrote: its fields never make the
+    controller or a command open a file (docs/design.md §9). The cluster of a plan made on
+    a topology file is given by the operator (``--topology``). The InputError does not quote
+    the field (it is the plan's content, not the operator's)."""
+    if spec in builtins:
+        return builtins[spec]()
+    known = ", ".join(builtins)
+    if _names_file(spec):  # a malformed plan
+        raise InputError(
+            f"the plan's topology names a file: a plan never opens a file; it names a built-in "
+            f"({known}) and any other cluster is given with --topology NAME|FILE"
+        )
+    raise NotBuiltin(
+        f"the plan's topology is not a built-in ({known}): give its cluster with "
+        "--topology NAME|FILE"
+    )
+
+
+class NotBuiltin(InputError):
+    """A plan's topology name that is no built-in: the plan may be fine, its cluster must be
+    given with ``--topology``."""
+
+
+def _names_file(spec: str) -> bool:
+    return "/" in spec or "\\" in spec or spec.endswith((".yaml", ".yml", ".json"))
+
+
 __all__ = [
     "BUILTIN",
     "InputError",
+    "NotBuiltin",
     "eight_tracks",
     "fig2",
     "load_topology",
+    "plan_topology",
     "resolve_topology",
     "testbed",
     "topology_from_dict",

@@ -16,6 +16,7 @@ from typing import Any
 import networkx as nx
 
 from controller.errors import InputError
+from controller.inputs.documents import read_document
 from controller.inputs.limits import (
     ID_PATTERN,
     MAX_AGGREGATOR_SLOTS,
@@ -44,7 +45,6 @@ from controller.inputs.schema import (
     at,
     fail,
     item,
-    read_document,
 )
 from controller.models.gpus import GPU_SPECS
 from controller.topology.generators import add_server

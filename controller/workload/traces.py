@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from controller.errors import InputError
+from controller.inputs.documents import parse_json, read_text
 from controller.inputs.limits import (
     MAX_ARRIVAL_S,
     MAX_TOKENS,
@@ -40,8 +41,6 @@ from controller.inputs.schema import (
     Record,
     SchemaError,
     Str,
-    parse_json,
-    read_text,
     shown,
     unknown_key,
 )
@@ -88,9 +87,9 @@ def _csv_rows(text: str, source: str) -> list[dict[str, Any]]:
         raise InputError(f"{source}: empty CSV (needs a header: {','.join(COLUMNS[:2])})") from None
     except csv.Error as e:
         raise InputError(f"{source}: line 1: not valid CSV ({e})") from None
-    for h in header:
-        if h not in COLUMNS:
-            raise InputError(f"{source}: column {h!r}: {unknown_key(h, COLUMNS)}")
+    for i, h in enumerate(header):
+        if h not in COLUMNS:  # named by position: the header is the file's text
+            raise InputError(f"{source}: line 1, column {i + 1}: {unknown_key(h, COLUMNS)}")
     if len(set(header)) != len(header):
         raise InputError(f"{source}: a column is named twice in the header")
     for need in ("input_tokens", "output_tokens"):
@@ -122,7 +121,7 @@ def _csv_rows(text: str, source: str) -> list[dict[str, Any]]:
 
 def _csv_number(cell: str, where: str) -> float | int:
     if len(cell) > 40:
-        raise InputError(f"{where}: {cell[:20]!r}... is not a number")
+        raise InputError(f"{where}: not a number (over 40 characters)")
     try:
         return int(cell)
     except ValueError:
@@ -130,7 +129,7 @@ def _csv_number(cell: str, where: str) -> float | int:
     try:
         return float(cell)  # NaN and inf parse here; the schema refuses them
     except ValueError:
-        raise InputError(f"{where}: {cell!r} is not a number") from None
+        raise InputError(f"{where}: not a number") from None
 
 
 def trace_rows(doc: Any, source: str) -> list[dict[str, Any]]:
@@ -144,10 +143,10 @@ def trace_rows(doc: Any, source: str) -> list[dict[str, Any]]:
         if isinstance(entry, dict) and "conversations" in entry:
             rows.extend(_sharegpt_requests(entry["conversations"], source, f"[{i}].conversations"))
         else:
-            for k in entry if isinstance(entry, dict) else ():
-                if k not in ROW.keys:
+            for n, k in enumerate(entry if isinstance(entry, dict) else ()):
+                if k not in ROW.keys:  # named by position: the key is the file's text
                     why = unknown_key(str(k), (*COLUMNS, "conversations"))
-                    raise InputError(f"{source}: [{i}].{k}: {why}")
+                    raise InputError(f"{source}: [{i}]: key {n + 1}: {why}")
             rows.append((entry, f"[{i}]"))
         if len(rows) > MAX_TRACE_REQUESTS:
             raise InputError(f"{source}: more than {MAX_TRACE_REQUESTS} requests")

@@ -102,7 +102,7 @@ def _gpus(doc: dict, phase: str, i: int = 0) -> list[list[str]]:
     [
         (
             lambda d: d["decode"]["groups"][0].update(scheme="allgather"),
-            "decode.groups[0].scheme: must be one of ina, ring, hier, got 'allgather'",
+            "decode.groups[0].scheme: must be one of ina, ring, hier",
         ),
         (
             lambda d: _gpus(d, "decode")[1].__setitem__(0, _gpus(d, "decode")[0][0]),

@@ -277,6 +277,6 @@ def test_bad_command_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     p = hand_plan()
     p.topology = "nowhere"
     rc, _ = _export(p, "vllm", tmp_path)
-    assert rc == 2 and "pass --topology" in capsys.readouterr().err
+    assert rc == 2 and "give its cluster with --topology" in capsys.readouterr().err
     rc, _ = _export(hand_plan(), "vllm", tmp_path, "--topology", "testbed", "--base-port", "70000")
     assert rc == 2 and "--base-port" in capsys.readouterr().err

@@ -55,7 +55,7 @@ def build_tables(tmp_path: Path, plan, cluster) -> dict[str, pb.PolicyTable]:  #
         store,
         SlotPool(store),
         cluster,
-        lambda _g: 0,
+        lambda _g, _quorum: 0,
         default_slots=1024,
         slots_per_group=16,
         window_s=0.05,

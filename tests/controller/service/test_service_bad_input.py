@@ -74,7 +74,7 @@ def test_cli_refuses_bad_configuration(tmp_path: Path, capsys: pytest.CaptureFix
     # Without --topology the plan's own topology ("sample": no built-in) cannot be resolved.
     assert main(["--db", db, "--plan", str(plan)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("heroserve controller: cannot resolve the plan's topology 'sample'")
+    assert err.startswith("heroserve controller: the plan's topology is not a built-in")
     assert err.count("\n") == 1 and "--topology" in err
     (tmp_path / "bad.json").write_text("{")
     assert main(["--db", db, "--plan", str(tmp_path / "bad.json")]) == 2
@@ -170,7 +170,7 @@ def _both(d: dict, role: str, k: int, gpu: str) -> None:
         (lambda d: _g0(d).update(slots={"start": 0}), "groups[0].slots: missing 'count'"),
         (lambda d: _g0(d).update(scheme="magic"), "scheme: must be one of ina, ring, hier"),
         (lambda d: _g0(d).update(rails=[{"switch": 1}]), "rails[0].switch: must be a node id"),
-        (lambda d: d.update(extra=1), "plan: extra: unknown key"),
+        (lambda d: d.update(extra=1), "plan: not a plan: key 14: unknown key"),
         (lambda d: d["sla"].update(ttft_s="fast"), "plan: sla.ttft_s: must be a number"),
         (lambda d: _g0(d).update(instance=2**70), "instance: must be at most 9007199254740992"),
         (lambda d: _g0(d).update(slots={"start": 0, "count": 2**20}), "must be at most 65536"),

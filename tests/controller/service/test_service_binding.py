@@ -114,7 +114,7 @@ def test_bogus_groups_leave_no_rows_and_floods_are_refused(two_groups: ThreadedS
             rep = _report(ident, session, links=[pb.LinkUtilisation(link_id=lid, utilisation=0.5)])
             assert code_of(stub.ReportTelemetry, rep) == code, lid
     with core.store.transaction() as db:
-        assert db.execute("SELECT COUNT(*) FROM group_seq").fetchone()[0] == 0
+        assert db.execute("SELECT COUNT(*) FROM member_seq").fetchone()[0] == 0
     assert len(list(reg.collect())) == series
     assert core.utilisation == {}
     assert reg.get_sample_value("heroserve_link_utilisation_ratio", {"link": "p1-g0|s1"}) is None

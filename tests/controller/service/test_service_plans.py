@@ -1,7 +1,7 @@
 """The controller's gRPC service in-process on loopback (docs/design.md §9): plans and their
 topology. Slots refused atomically, link capacities from the cluster, the default testbed
-plan (TP=1 groups get no table), the plan's topology resolved like the CLI or refused, and
-tables the validator refuses."""
+plan (TP=1 groups get no table), a plan's topology a built-in or refused (no file a plan
+names is read), and tables the validator refuses."""
 
 from __future__ import annotations
 
@@ -135,20 +135,28 @@ def test_plan_topology_resolved_like_the_cli(tmp_path: Path, testbed_plan: str) 
     )
 
 
+# A stand-in for /etc/shadow: the old controller opened the path a plan named and returned the
+# file's first line in the error (a YAML scalar, quoted by the schema's "got ...").
+SECRET = "root:$6$SECRET-MARKER-4f2a$hash:19000:0:99999:7:::\npassword: SECRET-MARKER-4f2a\n"
+
+
 @pytest.mark.parametrize(
-    ("topology", "why"),
+    ("kind", "code", "why"),
     [
-        ("nosuch", "unknown topology 'nosuch'"),
-        ("/nonexistent/cluster.yaml", "topology file '/nonexistent/cluster.yaml' does not exist"),
+        ("name", grpc.StatusCode.FAILED_PRECONDITION, "the plan's topology is not a built-in"),
+        ("file", grpc.StatusCode.INVALID_ARGUMENT, "the plan's topology names a file"),
+        ("yaml", grpc.StatusCode.INVALID_ARGUMENT, "the plan's topology names a file"),
     ],
 )
-def test_plan_with_unresolvable_topology_is_refused(
-    tmp_path: Path, testbed_plan: str, topology: str, why: str
+def test_plan_naming_no_builtin_is_refused_and_no_file_is_read(
+    tmp_path: Path, testbed_plan: str, kind: str, code: grpc.StatusCode, why: str
 ) -> None:
     from controller.topology import testbed
 
+    secret = tmp_path / ("shadow.yaml" if kind == "yaml" else "shadow")
+    secret.write_text(SECRET)
     d = json.loads(testbed_plan)
-    d["topology"] = topology
+    d["topology"] = "nosuch" if kind == "name" else str(secret)
     bad = json.dumps(d)
     s = ThreadedServer(ControllerServer(Store(tmp_path / "c.db"), "127.0.0.1:0"))
     try:
@@ -162,10 +170,11 @@ def test_plan_with_unresolvable_topology_is_refused(
             assert first.full and first.epoch == 0 and not first.gpu_policy.tables
             with pytest.raises(grpc.RpcError) as ei:
                 pb_grpc.AdminStub(ch).ApplyPlan(pb.ApplyPlanRequest(plan_json=bad), timeout=30)
-            assert ei.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert ei.value.code() == code
             msg = ei.value.details()
-            assert msg.startswith(f"cannot resolve the plan's topology {topology!r} ({why}")
-            assert "start the controller with --topology" in msg
+            assert msg.startswith(why) and "--topology" in msg, msg
+            # Neither the file's content nor the plan's field comes back.
+            assert "SECRET" not in msg and "root" not in msg and str(secret) not in msg
             # Nothing applied, nothing pushed: no epoch, no plan, no update on the stream.
             state = pb_grpc.AdminStub(ch).GetState(pb.GetStateRequest(), timeout=5)
             assert (state.epoch, state.plan_id, state.topology) == (0, "", "")
@@ -173,7 +182,8 @@ def test_plan_with_unresolvable_topology_is_refused(
             with pytest.raises(queue.Empty):
                 st.next(timeout=0.5)
             st.close()
-            # Served once the controller is given the cluster (the same plan, --topology).
+            # Served once the operator gives the cluster (the same plan, --topology): the
+            # plan's field is then only a label.
             s.server.core.topology = testbed()
             epoch = pb_grpc.AdminStub(ch).ApplyPlan(pb.ApplyPlanRequest(plan_json=bad)).epoch
             assert epoch == 1
@@ -193,7 +203,7 @@ def test_restart_refuses_a_stored_plan_it_cannot_resolve(
     # Restarted without --topology: the stored plan's "sample" cannot be resolved.
     assert main(["--db", str(db)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("heroserve controller: cannot resolve the plan's topology 'sample'")
+    assert err.startswith("heroserve controller: the plan's topology is not a built-in")
     assert err.count("\n") == 1
 
 

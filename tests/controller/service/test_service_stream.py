@@ -148,7 +148,7 @@ def test_table_version_and_apply_from_seq_follow_reports(
 ) -> None:
     core = srv.server.core
     srv.call(lambda: core.apply_plan(sample_plan(ina_groups=1, workers=4).to_json()))
-    core.store.note_seq("prefill/0/0", 500)
+    core.store.note_seq("prefill/0/0", "p0", 500)
     # Same group, different members' paths: the table content changes.
     p = sample_plan(ina_groups=1, workers=4)
     p.prefill.groups[0].gpus.reverse()

@@ -111,7 +111,12 @@ def _poke(db: Path, sql: str, *args: object) -> None:
         ("INSERT INTO meta VALUES ('plan_id', 'deadbeef')", (), "names no stored plan"),
         ("INSERT INTO group_ids VALUES ('x', 70000)", (), "group_ids['x'] = 70000 is not in"),
         # a poisoned sequence number used to survive restarts
-        ("INSERT INTO group_seq VALUES ('g', ?)", (2**63 - 1,), "group_seq['g'].last_seq"),
+        (
+            "INSERT INTO member_seq VALUES ('g', 'n', ?, 0)",
+            (2**63 - 1,),
+            "member_seq['g n'].last_seq",
+        ),
+        ("INSERT INTO member_seq VALUES ('g', 'n', 5, 'x')", (), "member_seq['g n'].reported"),
         ("INSERT INTO table_versions VALUES ('g', 'x', 'd', 0)", (), "table_versions['g'].version"),
     ],
 )
@@ -153,9 +158,9 @@ def test_group_ids_are_16_bits_and_reclaimed_only_when_full(tmp_path: Path) -> N
 
 def test_sequence_numbers_are_bounded(tmp_path: Path) -> None:
     s = Store(tmp_path / "c.db")
-    s.note_seq("g", MAX_SEQ)
+    s.note_seq("g", "a", MAX_SEQ)
     with pytest.raises(ValueError, match="out of"):
-        s.note_seq("g", MAX_SEQ + 1)
+        s.note_seq("g", "a", MAX_SEQ + 1)
     assert s.last_seq("g") == MAX_SEQ
 
 
@@ -166,3 +171,97 @@ def test_table_floor_lifts_new_versions(tmp_path: Path) -> None:
     assert s.table_version("g", "aaa") == 8  # same content, but agents hold 7: above it
     assert s.table_version("g", "aaa") == 8
     assert s.table_version("g", "bbb") == 9
+
+
+# -- rows a restart reads: every one checked, the bad one named ------------------------------
+_AGENT = "INSERT INTO agents VALUES (?, ?, ?, ?, ?, ?)"
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        (("n1", "alien", b"", 1.0, 1.0, 0), "agents['n1'].kind = 'alien' is not switch or gpu"),
+        (("n1", "gpu", b"", 1.0, "yesterday", 0), "agents['n1'].last_seen = 'yesterday' is not"),
+        (("n1", "gpu", b"", -5.0, 1.0, 0), "agents['n1'].registered = -5.0 is before 1970"),
+        (("n1", "gpu", b"", 1.0, 1.0, "three"), "agents['n1'].acked_epoch = 'three' is not in"),
+        (("n1", "gpu", b"", 1.0, 1.0, 9), "agents['n1'].acked_epoch = '9' is not in 0..0"),
+        (("n1", "gpu", "text", 1.0, 1.0, 0), "agents['n1'].inventory is not a serialised"),
+    ],
+)
+def test_verify_names_a_bad_agent_row(tmp_path: Path, row: tuple, message: str) -> None:
+    db = tmp_path / "c.db"
+    Store(db).close()
+    _poke(db, _AGENT, *row)
+    with pytest.raises(StoreError, match=re.escape(message)):
+        Store(db).verify()
+
+
+def test_a_bad_row_ends_start_up_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """kind 'alien' crashed start-up with a traceback (and text acked_epoch a TypeError)."""
+    from controller.service.core import Controller
+    from controller.service.sample import sample_plan, sample_topology, save_sample_topology
+    from controller.service.server import main
+
+    db = tmp_path / "c.db"
+    store = Store(db)
+    Controller(store, topology=sample_topology()).apply_plan(sample_plan().to_json())
+    store.close()
+    _poke(db, _AGENT, "n1", "alien", b"", 1.0, 1.0, 0)
+    topology = save_sample_topology(tmp_path / "sample.yaml")
+    assert main(["--db", str(db), "--topology", str(topology)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "agents['n1'].kind = 'alien'" in err
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("3", "meta.schema_version = '3': this controller reads version 2"),
+        ("two", "meta.schema_version = 'two': this controller reads version 2"),
+        (None, "meta.schema_version is missing"),
+    ],
+)
+def test_an_unknown_schema_version_is_refused_untouched(
+    tmp_path: Path, capsys: pytest.CaptureFixture, value: str | None, message: str
+) -> None:
+    from controller.service.server import main
+
+    db = tmp_path / "c.db"
+    Store(db).close()
+    if value is None:
+        _poke(db, "DELETE FROM meta WHERE key = 'schema_version'")
+    else:
+        _poke(db, "UPDATE meta SET value = ? WHERE key = 'schema_version'", value)
+    _poke(db, "DROP TABLE member_seq")  # what a newer schema might have done
+    with pytest.raises(StoreError, match=re.escape(message)):
+        Store(db)
+    assert main(["--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
+    with sqlite3.connect(db) as c:  # nothing written: no table re-created, no version set
+        tables = {n for (n,) in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        version = c.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    assert "member_seq" not in tables and version == (None if value is None else (value,))
+
+
+def test_a_version_1_database_is_upgraded(tmp_path: Path) -> None:
+    """Version 1 kept one maximum sequence number per group (group_seq), which one member
+    could push to 2^53: the upgrade drops it; epochs, plans and agents stay."""
+    db = tmp_path / "c.db"
+    s = Store(db)
+    e = s.next_epoch()
+    pid = s.save_plan('{"a": 1}', epoch=e)
+    s.close()
+    with sqlite3.connect(db) as c:
+        c.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+        c.execute("DROP TABLE member_seq")
+        c.execute("CREATE TABLE group_seq (group_id TEXT PRIMARY KEY, last_seq INTEGER NOT NULL)")
+        c.execute("INSERT INTO group_seq VALUES ('g', ?)", (MAX_SEQ,))
+    s = Store(db)
+    s.verify()
+    assert s.get_meta("schema_version") == "2" and s.last_seq("g") is None
+    assert s.epoch() == e and s.current_plan() == (pid, '{"a": 1}')
+    with s.transaction() as c:
+        tables = {n for (n,) in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "group_seq" not in tables and "member_seq" in tables

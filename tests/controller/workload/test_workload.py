@@ -59,7 +59,7 @@ def _share(*turns):
         ("c.json", "{not json", "not valid JSON"),
         ("d.json", "[]", "non-empty JSON list"),
         # non-numeric and NaN arrivals, malformed ShareGPT conversations
-        ("e.csv", "input_tokens,output_tokens,arrival_s\n3,4,soon\n", "arrival_s: 'soon' is not"),
+        ("e.csv", "input_tokens,output_tokens,arrival_s\n3,4,soon\n", "2: arrival_s: not a number"),
         ("f.csv", "input_tokens,output_tokens,arrival_s\n3,4,nan\n", "arrival_s: must be a finite"),
         (
             "g.csv",
@@ -76,8 +76,8 @@ def _share(*turns):
             "must be a finite",
         ),
         ("m.json", '[{"input_tokens": 3, "output_tokens": "4"}]', "[0].output_tokens: must be an"),
-        ("n.json", '[{"input_tokens": 3, "output_tokens": 4, "extra": 1}]', "[0].extra: unknown"),
-        ("o.json", '[{"conversation": []}]', "[0].conversation: unknown key (did you mean conv"),
+        ("n.json", '[{"input_tokens": 3, "output_tokens": 4, "extra": 1}]', "[0]: key 3: unknown"),
+        ("o.json", '[{"conversation": []}]', "[0]: key 1: unknown key (did you mean conv"),
         ("p.json", '[{"conversations": "hi"}]', "[0].conversations: must be a list of turns"),
         ("q.json", _share({"from": "human"}), "[0].conversations[0]: missing 'value'"),
         ("r.json", _share({"from": "human", "value": 5}), "conversations[0].value: must be a str"),
