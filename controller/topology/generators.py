@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import networkx as nx
 
-from controller.models.gpus import gpu_spec
+from controller.models.gpus import gpu_spec, pcie_per_direction
 from controller.topology.graph import add_gpu, add_link, add_nvswitch, add_switch
 from controller.units import GB, gbps
-
-# PCIe 4.0 x16: 16 GT/s x 16 lanes, 128b/130b coding, about 32 GB/s in each direction.
-PCIE4_X16_BYTES_PER_S = 32 * GB
 
 
 def nvlink_per_direction(gpu_type: str) -> float:
@@ -22,14 +19,15 @@ def nvlink_per_direction(gpu_type: str) -> float:
 
 def add_server(g: nx.Graph, server: str, *, gpu_type: str, n_gpus: int, role: str) -> list[str]:
     """One GPU server: ``n_gpus`` GPUs joined by an NVLink fabric (or PCIe for NVLink-less
-    parts). Returns the GPU ids ``<server>-gpu<i>``. A link's capacity is per direction (it is
-    full duplex), so a GPU's NVLink edge gets half the datasheet's total over both directions
-    (``nvlink_per_direction``); PCIe 4.0 x16 carries 32 GB/s each way."""
+        parts). Returns the GPU ids ``<server>-gpu<i>``. A link's capacity is per direction (it is
+        full duplex), so a GPU's NVLink edge gets half the datasheet's total over both directions
+        (``nvlink_per_direction``); a PCIe card's x16 link carries its generation's rate each way
+    (``models.gpus.pcie_per_direction``: 32 GB/s for 4.0, 16 for the T4's 3.0)."""
     spec = gpu_spec(gpu_type)
     fabric = f"{server}-nvsw"
     add_nvswitch(g, fabric, server=server)
     nvlink = nvlink_per_direction(gpu_type)
-    link, bw = ("nvlink", nvlink) if nvlink > 0 else ("pcie", PCIE4_X16_BYTES_PER_S)
+    link, bw = ("nvlink", nvlink) if nvlink > 0 else ("pcie", pcie_per_direction(gpu_type))
     out = []
     for i in range(n_gpus):
         gid = f"{server}-gpu{i}"
