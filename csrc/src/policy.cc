@@ -345,11 +345,20 @@ double SharingRatio(const PolicyTable& t, const std::vector<double>& util, size_
 // ---------------------------------------------------------------------------------------
 // TableStore
 
-bool TableStore::Publish(std::shared_ptr<const PolicyTable> table) {
+bool TableStore::Publish(std::shared_ptr<const PolicyTable> table, bool* too_far) {
+  if (too_far) *too_far = false;
   std::lock_guard<std::mutex> lock(writer_);
   int cur = active_.load(std::memory_order_seq_cst);
   const Snapshot& now = slots_[cur];
-  if (!now.tables.empty() && table->version <= now.tables.back()->version) return false;
+  if (!now.tables.empty()) {
+    const PolicyTable& newest = *now.tables.back();
+    if (!Precedes(newest, *table)) return false;
+    if (table->writer_epoch == newest.writer_epoch &&
+        table->version - newest.version > kMaxVersionJump) {
+      if (too_far) *too_far = true;
+      return false;
+    }
+  }
   int next = 1 - cur;
   // Wait for readers that pinned the inactive slot before the previous flip.
   while (readers_[next].load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
@@ -410,8 +419,12 @@ uint64_t TableStore::newest_version() const {
 
 bool Scheduler::Install(std::shared_ptr<const PolicyTable> table) {
   if (!table) return false;
-  if (seen_any_ && table->version <= max_version_) return false;
+  if (seen_any_ && !(table->writer_epoch > max_epoch_ ||
+                     (table->writer_epoch == max_epoch_ && table->version > max_version_))) {
+    return false;
+  }
   seen_any_ = true;
+  max_epoch_ = table->writer_epoch;
   max_version_ = table->version;
   if (table->apply_from_seq < seq_) ++late_tables_;  // other members may have switched earlier
   auto pos = std::upper_bound(pending_.begin(), pending_.end(), table,
@@ -419,7 +432,7 @@ bool Scheduler::Install(std::shared_ptr<const PolicyTable> table) {
                                 if (a->apply_from_seq != b->apply_from_seq) {
                                   return a->apply_from_seq < b->apply_from_seq;
                                 }
-                                return a->version < b->version;
+                                return Precedes(*a, *b);
                               });
   pending_.insert(pos, std::move(table));
   return true;
@@ -430,24 +443,22 @@ void Scheduler::PollStore() {
   if (gen == store_generation_) return;
   TableStore::Snapshot snap = store_->Read();
   store_generation_ = snap.generation;
-  for (auto& t : snap.tables) {
-    if (!seen_any_ || t->version > max_version_) Install(t);
-  }
+  for (auto& t : snap.tables) Install(t);  // refuses what it has seen
 }
 
 void Scheduler::ActivateDue() {
   std::shared_ptr<const PolicyTable> due;
   size_t n_due = 0;
   while (n_due < pending_.size() && pending_[n_due]->apply_from_seq <= seq_) {
-    if (!due || pending_[n_due]->version > due->version) due = pending_[n_due];
+    if (!due || Precedes(*due, *pending_[n_due])) due = pending_[n_due];
     ++n_due;
   }
   if (!due) return;
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n_due));
   // A newer version that took effect supersedes older ones still waiting.
-  const uint64_t v = due->version;
+  const PolicyTable& d = *due;
   pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                [v](const auto& p) { return p->version <= v; }),
+                                [&d](const auto& p) { return !Precedes(d, *p); }),
                  pending_.end());
   table_ = std::move(due);
   const PolicyTable& t = *table_;
