@@ -131,4 +131,23 @@ TEST_F(PluginVersions, ARetiredSegmentIsLetGoAndTheNextOneFound) {
   EXPECT_EQ(LogLinesWith("retired by its writer"), 1u);
 }
 
+// The payload's keys are checked like the rest of it: a writer_generation that is not a
+// string or a retired flag that is not a bool refuses the whole payload (counted, logged)
+// and the last good table stays in force.
+TEST_F(PluginVersions, AMalformedGenerationOrRetiredFlagIsRefused) {
+  shm::Segment w;
+  std::string err;
+  ASSERT_TRUE(w.Create(shm_name_, 1 << 16, &err)) << err;
+  Publish(w, Doc({Table(group_, 3, 0, 0.0)}, "00000000000000aa"));
+  void* ctx = Init();
+  EXPECT_EQ(Versions(ctx, 1), Expect(0, 1, 0, 3, 3));
+  Publish(w, "{\"writer_generation\": 7, \"tables\": [" + Table(group_, 4, 0, 0.0) + "]}");
+  EXPECT_EQ(Versions(ctx, 1), Expect(1, 2, 0, 3, 3));
+  Publish(w, "{\"retired\": \"yes\", \"tables\": []}");
+  EXPECT_EQ(Versions(ctx, 1), Expect(2, 3, 0, 3, 3));
+  EXPECT_EQ(plugin_->Stats(ctx).refused, 2u);
+  Publish(w, Doc({Table(group_, 3, 0, 0.0), Table(group_, 4, 4, 0.0)}, "00000000000000aa"));
+  EXPECT_EQ(Versions(ctx, 3), Expect(3, 6, 4, 3, 4));  // still attached, still ordered
+}
+
 }  // namespace
