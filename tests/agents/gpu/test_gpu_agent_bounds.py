@@ -4,7 +4,9 @@ A scripted Control service sends the agent one full update with more groups than
 at most (`kMaxGroups`, 256, csrc/agent/daemon.h): it publishes 256 segments, refuses the
 rest and says so in its ack (ok = false, naming the cap). Then an increment removes every
 group but one and adds another: the removed groups' segments are unlinked, so /dev/shm holds
-exactly the groups the agent holds. Skipped without `make cxx`.
+exactly the groups the agent holds. Last, a version more than 2^20 above the one held (which
+the tuner plugin would refuse, docs/policy-table.md) is refused in the ack. Skipped without
+`make cxx`.
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ pb_grpc = pytest.importorskip("agents.proto.heroserve.v1.control_pb2_grpc")
 pytestmark = pytest.mark.skipif(not AGENT.exists(), reason="C++ GPU agent not built (make cxx)")
 
 MAX_GROUPS = 256  # kMaxGroups in csrc/agent/daemon.h
+MAX_VERSION_JUMP = 2**20  # kMaxVersionJump in csrc/include/heroserve/policy.h
 NODE = "srv-b"
 
 
-def table(group: str) -> pb.PolicyTable:
-    t = pb.PolicyTable(group_id=group, version=1, apply_from_seq=0, window_s=1.0, gamma=0.0)
+def table(group: str, version: int = 1) -> pb.PolicyTable:
+    t = pb.PolicyTable(group_id=group, version=version, apply_from_seq=0, window_s=1.0, gamma=0.0)
     t.links.add(id="g0|s1", capacity=1e10)
     t.links.add(id="g0|g1", capacity=1e10)
     t.policies.add(id=0, scheme=pb.SCHEME_INA, switch="s1", links=["g0|s1"], cost=0.0)
@@ -115,7 +118,11 @@ def test_groups_are_capped_and_removed_groups_segments_unlinked(
         epoch=2,
         gpu_policy=pb.GpuPolicy(node_id=NODE, tables=[table(group(n))], removed_group_ids=removed),
     )
-    control = ScriptedControl([full, step])
+    too_far = pb.PolicyUpdate(
+        epoch=3,
+        gpu_policy=pb.GpuPolicy(node_id=NODE, tables=[table(group(0), 2 + MAX_VERSION_JUMP)]),
+    )
+    control = ScriptedControl([full, step, too_far])
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     pb_grpc.add_ControlServicer_to_server(control, server)
     port = server.add_insecure_port("127.0.0.1:0")
@@ -139,6 +146,13 @@ def test_groups_are_capped_and_removed_groups_segments_unlinked(
         wait_until(lambda: len(control.acks) >= 2, what=f"the second ack\n{agent.text()}")
         assert control.acks[1] == (2, True, "")
         assert segments(prefix) == {group(0).replace("/", "."), group(n).replace("/", ".")}
+
+        control.release()
+        wait_until(lambda: len(control.acks) >= 3, what=f"the third ack\n{agent.text()}")
+        epoch, ok, error = control.acks[2]
+        assert (epoch, ok) == (3, False)
+        assert f"v{2 + MAX_VERSION_JUMP} jumps more than {MAX_VERSION_JUMP} versions" in error
+        assert "above version 1: refused" in error
     finally:
         control.close()
         assert agent.stop() == 0, agent.text()
