@@ -37,10 +37,6 @@ void GroupFeed::Warn(hsNcclLogger log, WarnLimiter* w, int64_t now, const std::s
   }
 }
 
-// Brings the store up to date with the segment. Cheap when nothing changed: one load of
-// the seqlock counter. `block`: wait for another context's read in progress (init) rather
-// than decide without it; a collective never waits for one (the tables it holds are those
-// every rank uses until the new version's apply_from_seq). *refused counts refusals.
 SegState GroupFeed::Refresh(hsNcclLogger log, int64_t wait_ns, bool block, uint64_t* refused) {
   shm::Segment* s = seg.load(std::memory_order_acquire);
   if (s) {
@@ -59,19 +55,17 @@ SegState GroupFeed::Refresh(hsNcclLogger log, int64_t wait_ns, bool block, uint6
   return RefreshLocked(log, wait_ns, refused);
 }
 
-// Refused content is not read again until the writer moves the counter (seq_done).
 void GroupFeed::Refuse(hsNcclLogger log, int64_t now, uint64_t* refused, const std::string& why) {
   ++*refused;
   Warn(log, &warn_refused, now,
        "policy segment " + shm_name + " refused: " + why + "; keeping the last good table");
 }
 
-// Maps the segment (first attach, or again after a growth). False when absent or refused.
 bool GroupFeed::Attach(hsNcclLogger log, int64_t now, uint64_t* refused, bool remap) {
   if (mappings.size() >= kMaxMappings) {
     next_open_ns.store(now + kRetryOpenNs, std::memory_order_relaxed);
-    Refuse(log, now, refused, "its size changed more than " +
-                                  std::to_string(kMaxMappings) + " times");
+    Refuse(log, now, refused, "it was mapped " + std::to_string(kMaxMappings) +
+                                  " times already (grown or replaced)");
     return false;
   }
   auto m = std::make_unique<shm::Segment>();
@@ -169,11 +163,6 @@ SegState GroupFeed::RefreshLocked(hsNcclLogger log, int64_t wait_ns, uint64_t* r
   return SegState::kCurrent;
 }
 
-// Starts a new writer epoch when the payload comes from another writer generation, or
-// when its versions went back below the newest held of the current epoch (only a group
-// removed and published again, or a third party's write, does that within a generation):
-// the writer's tables must then outrank what it no longer lists, or they would be stale
-// for ever. `newest`: the payload's newest valid version (0 when it has none).
 void GroupFeed::NoteWriter(hsNcclLogger log, const std::string& gen, uint64_t newest) {
   const char* why = nullptr;
   if (have_writer_gen && gen != writer_gen) {
@@ -195,8 +184,8 @@ void GroupFeed::NoteWriter(hsNcclLogger log, const std::string& gen, uint64_t ne
         shm_name.c_str(), why, static_cast<unsigned long long>(newest));
 }
 
-// Takes a payload's tables into the store; true when the payload retires the segment.
-bool GroupFeed::Install(hsNcclLogger log, int64_t now, const std::string& payload, uint64_t* refused) {
+bool GroupFeed::Install(hsNcclLogger log, int64_t now, const std::string& payload,
+                        uint64_t* refused) {
   heroserve::json::Value doc;
   std::string err;
   const heroserve::json::Value* tables = nullptr;

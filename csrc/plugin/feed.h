@@ -30,7 +30,7 @@ constexpr int64_t kCollectiveWaitNs = 2000;
 constexpr int64_t kAttachWaitNs = 10000000;
 constexpr int64_t kRetryOpenNs = 100000000;      // segment absent: look again every 100 ms
 constexpr int64_t kWarnEveryNs = 60000000000;    // a repeated warning: at most once a minute
-constexpr size_t kMaxMappings = 8;               // remaps of one segment (never unmapped)
+constexpr size_t kMaxMappings = 8;               // mappings of a group's segment (never unmapped)
 constexpr size_t kMaxTablesPerSegment = 16;      // the daemon keeps 4 versions
 
 // A line through NCCL's logger, or the shared log format on stderr without one.
@@ -106,7 +106,8 @@ class GroupFeed {
   // Refused content is not read again until the writer moves the counter (seq_done).
   void Refuse(hsNcclLogger log, int64_t now, uint64_t* refused, const std::string& why);
 
-  // Maps the segment (first attach, or again after a growth). False when absent or refused.
+  // Maps the segment (first attach, again after a growth, or a retired segment's
+  // successor). False when absent or refused.
   bool Attach(hsNcclLogger log, int64_t now, uint64_t* refused, bool remap);
 
   SegState RefreshLocked(hsNcclLogger log, int64_t wait_ns, uint64_t* refused);

@@ -16,10 +16,11 @@
 // daemon has not published yet: from the tables it holds (csrc/README.md, "Determinism").
 //
 // Safety: the plugin never fails NCCL and never waits on the daemon beyond a bound. The
-// segment (read by GroupFeed, feed.h) is untrusted: sizes come from the mapping, a seqlock held odd is waited on for at
-// most kCollectiveWaitNs per collective (then the tables already held decide; counted as
-// `stalled` and logged at most once a minute), a garbled, truncated or foreign segment is
-// refused (counted as `refused`, logged likewise) and the last good table stays in force.
+// segment (read by GroupFeed, feed.h) is untrusted: sizes come from the mapping, a seqlock
+// held odd is waited on for at most kCollectiveWaitNs per collective (then the tables
+// already held decide; counted as `stalled` and logged at most once a minute), a garbled,
+// truncated or foreign segment is refused (counted as `refused`, logged likewise) and the
+// last good table stays in force.
 //
 // A single-rank communicator (a TP=1 group) has no all-reduce on the network, and the
 // controller publishes no table for it (docs/policy-table.md): its context attaches to no
