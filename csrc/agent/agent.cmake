@@ -29,7 +29,8 @@ if(GRPCPP_FOUND AND PROTOBUF_FOUND AND PROTOC AND GRPC_CPP_PLUGIN AND EXISTS ${H
   # Generated code is not ours to fix: no -Werror on it.
   target_compile_options(heroserve_proto PRIVATE -Wno-error -w)
 
-  add_executable(heroserve-gpu-agent agent/main.cc agent/daemon.cc agent/address.cc)
+  add_executable(heroserve-gpu-agent agent/main.cc agent/daemon.cc agent/address.cc
+                 agent/selections.cc agent/table_json.cc)
   target_include_directories(heroserve-gpu-agent PRIVATE agent)
   target_compile_definitions(heroserve-gpu-agent PRIVATE
     HEROSERVE_VERSION="${HEROSERVE_VERSION}")

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -13,12 +14,14 @@
 #include "heroserve/log.h"
 #include "heroserve/v1/control.grpc.pb.h"
 #include "heroserve/v1/control.pb.h"
+#include "table_json.h"
 
 namespace heroserve::agent {
 
 namespace pb = heroserve::v1;
 constexpr const char* kAgentVersion = "heroserve-gpu-agent " HEROSERVE_VERSION;
 constexpr size_t kKeepVersions = 4;
+constexpr size_t kMaxErrorsNamed = 8;  // an ack names this many errors, then counts the rest
 
 // The shared log format (heroserve/log.h), logger heroserve.gpu-agent; "WARN" is WARNING.
 void Log(const char* level, const std::string& msg) {
@@ -50,91 +53,13 @@ bool IsLoopbackController(const std::string& address) {
   return ParseHostPort(address, &hp, nullptr) && IsLoopbackHost(hp.host);
 }
 
-// Hierarchical INA adds SCHEME_HIER = 4 and Policy.rails (field 9) to the proto.
-// Both are read here without naming them, so the agent builds against the proto before and
-// after that change (a controller can send hier tables only with the new one).
-constexpr int kSchemeHier = 4;  // pb::SCHEME_HIER
-
-const char* SchemeString(int s) {
-  switch (s) {
-    case pb::SCHEME_INA: return "ina";
-    case pb::SCHEME_RING: return "ring";
-    case pb::SCHEME_NVLS: return "nvls";
-    case kSchemeHier: return "hier";
-    default: return "unspecified";
-  }
-}
-
-// A hier policy's rails as docs/policy-table.md writes them: [{shard, switch}, ...].
-template <typename P>
-auto RailsJson(const P& p, int) -> decltype(p.rails(), json::Value()) {
-  json::Value rails = json::Value::Array();
-  for (const auto& r : p.rails()) {
-    json::Value x = json::Value::Object();
-    x.set("shard", json::Value::Uint(r.shard()));
-    x.set("switch", json::Value::String(r.switch_()));
-    rails.push_back(std::move(x));
-  }
-  return rails;
-}
-template <typename P>
-json::Value RailsJson(const P& /*proto without rails*/, long) {
-  return json::Value::Array();
-}
-
-// Proto -> the JSON form of docs/policy-table.md, so one validator (ParseTable) serves the
-// plugin, the C API and the daemon. Map fields are written in sorted key order.
-json::Value TableJson(const pb::PolicyTable& t) {
-  using json::Value;
-  Value o = Value::Object();
-  o.set("group_id", Value::String(t.group_id()));
-  o.set("version", Value::Uint(t.version()));
-  o.set("apply_from_seq", Value::Uint(t.apply_from_seq()));
-  o.set("window_s", Value::Number(t.window_s()));
-  o.set("gamma", Value::Number(t.gamma()));
-  Value links = Value::Array();
-  for (const auto& l : t.links()) {
-    Value x = Value::Object();
-    x.set("id", Value::String(l.id()));
-    x.set("capacity", Value::Number(l.capacity()));
-    links.push_back(std::move(x));
-  }
-  o.set("links", std::move(links));
-  Value pols = Value::Array();
-  for (const auto& p : t.policies()) {
-    Value q = Value::Object();
-    q.set("id", Value::Uint(p.id()));
-    q.set("scheme", Value::String(SchemeString(p.scheme())));
-    q.set("switch", Value::String(p.switch_()));
-    Value rails = RailsJson(p, 0);
-    if (!rails.items().empty()) q.set("rails", std::move(rails));
-    Value pl = Value::Array();
-    for (const auto& l : p.links()) pl.push_back(Value::String(l));
-    q.set("links", std::move(pl));
-    std::map<std::string, std::vector<std::string>> sorted;
-    for (const auto& kv : p.paths()) {
-      sorted[kv.first].assign(kv.second.nodes().begin(), kv.second.nodes().end());
-    }
-    Value paths = Value::Object();
-    for (const auto& kv : sorted) {
-      Value route = Value::Array();
-      for (const auto& n : kv.second) route.push_back(Value::String(n));
-      paths.set(kv.first, std::move(route));
-    }
-    q.set("paths", std::move(paths));
-    q.set("cost", Value::Number(p.cost()));
-    // proto3 has no presence: latency 0 is the default anyway; bandwidth 0 means "absent"
-    // (the bottleneck), so it is left out rather than rejected by ParseTable as <= 0.
-    q.set("latency_s", Value::Number(p.latency_s()));
-    if (p.bandwidth() != 0.0) q.set("bandwidth", Value::Number(p.bandwidth()));
-    pols.push_back(std::move(q));
-  }
-  o.set("policies", std::move(pols));
-  std::map<std::string, double> util(t.utilisation().begin(), t.utilisation().end());
-  Value u = Value::Object();
-  for (const auto& kv : util) u.set(kv.first, Value::Number(kv.second));
-  o.set("utilisation", std::move(u));
-  return o;
+// 64 random bits as 16 hex digits: two daemons' runs never share a generation.
+std::string NewWriterGeneration() {
+  std::random_device rd;
+  uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
 }
 
 std::string Secs(double s) {
@@ -157,7 +82,8 @@ std::shared_ptr<grpc::ChannelCredentials> Credentials(const Options& o, std::str
 
 }  // namespace
 
-Daemon::Daemon(Options opts) : opts_(std::move(opts)) {}
+Daemon::Daemon(Options opts)
+    : opts_(std::move(opts)), writer_generation_(NewWriterGeneration()) {}
 Daemon::~Daemon() = default;
 
 void Daemon::Stop() {
@@ -195,6 +121,13 @@ bool Daemon::InstallTable(const pb::PolicyTable& t, Group* g, std::string* error
              " already published: refused (versions must grow)";
     return false;
   }
+  if (!ts.empty() && table->version - ts.back()->version > kMaxVersionJump) {
+    // The plugin would refuse it (docs/policy-table.md): say so rather than ack it.
+    *error = "table " + t.group_id() + " v" + std::to_string(t.version()) + " jumps more than " +
+             std::to_string(kMaxVersionJump) + " versions above version " +
+             std::to_string(ts.back()->version) + ": refused";
+    return false;
+  }
   ts.push_back(std::move(table));
   if (ts.size() > kKeepVersions) ts.erase(ts.begin());
   return true;
@@ -209,11 +142,28 @@ bool Daemon::Publish(const std::string& group_id, Group* g, std::string* error) 
     }
   }
   json::Value doc = json::Value::Object();
+  doc.set("writer_generation", json::Value::String(writer_generation_));
   json::Value list = json::Value::Array();
   for (const auto& t : g->tables) list.push_back(TableToJsonValue(*t));
   doc.set("tables", std::move(list));
   uint64_t newest = g->tables.empty() ? 0 : g->tables.back()->version;
   return g->seg->Publish(json::Write(doc), newest, error);
+}
+
+void Daemon::Drop(std::map<std::string, Group>::iterator it) {
+  if (Group& g = it->second; g.seg) {
+    // Retire first: a reader mapping it lets go and looks the name up again, so it finds the
+    // group's next segment if the group comes back (an unlinked file's counter never moves).
+    json::Value doc = json::Value::Object();
+    doc.set("writer_generation", json::Value::String(writer_generation_));
+    doc.set("retired", json::Value::Bool(true));
+    doc.set("tables", json::Value::Array());
+    std::string e;
+    if (!g.seg->Publish(json::Write(doc), 0, &e) || !g.seg->Unlink(&e)) {
+      Log("WARN", "removing the segment of group " + it->first + ": " + e);
+    }
+  }
+  groups_.erase(it);
 }
 
 Daemon::Outcome Daemon::ApplyUpdate(const pb::PolicyUpdate& u, std::string* error) {
@@ -243,12 +193,26 @@ Daemon::Outcome Daemon::ApplyUpdate(const pb::PolicyUpdate& u, std::string* erro
     std::map<std::string, bool> keep;
     for (const auto& t : gp.tables()) keep[t.group_id()] = true;
     for (auto it = groups_.begin(); it != groups_.end();) {
-      it = keep.count(it->first) ? std::next(it) : groups_.erase(it);
+      if (keep.count(it->first)) {
+        ++it;
+      } else {
+        Drop(it++);
+      }
     }
   }
-  for (const auto& id : gp.removed_group_ids()) groups_.erase(id);
+  for (const auto& id : gp.removed_group_ids()) {
+    if (auto it = groups_.find(id); it != groups_.end()) Drop(it);
+  }
   std::map<std::string, bool> touched;
+  size_t over_cap = 0;
   for (const auto& t : gp.tables()) {
+    if (!groups_.count(t.group_id()) && groups_.size() >= kMaxGroups) {
+      if (over_cap++ == 0) {
+        errors.push_back("group " + t.group_id() + " refused: this agent holds at most " +
+                         std::to_string(kMaxGroups) + " groups");
+      }
+      continue;
+    }
     Group& g = groups_[t.group_id()];
     std::string e;
     if (t.group_id().empty() || !InstallTable(t, &g, &e)) {
@@ -269,12 +233,22 @@ Daemon::Outcome Daemon::ApplyUpdate(const pb::PolicyUpdate& u, std::string* erro
     }
   }
   for (auto it = groups_.begin(); it != groups_.end();) {
-    it = it->second.tables.empty() ? groups_.erase(it) : std::next(it);
+    if (it->second.tables.empty()) {
+      Drop(it++);
+    } else {
+      ++it;
+    }
   }
   last_epoch_ = u.full() ? u.epoch() : std::max(last_epoch_, u.epoch());
+  if (over_cap > 1) errors.push_back(std::to_string(over_cap - 1) + " more group(s) refused");
   if (!errors.empty()) {
     std::string all;
-    for (const auto& e : errors) all += (all.empty() ? "" : "; ") + e;
+    for (size_t k = 0; k < errors.size() && k < kMaxErrorsNamed; ++k) {
+      all += (all.empty() ? "" : "; ") + errors[k];
+    }
+    if (errors.size() > kMaxErrorsNamed) {
+      all += "; and " + std::to_string(errors.size() - kMaxErrorsNamed) + " more error(s)";
+    }
     *error = all;
     Log("ERROR", "epoch " + std::to_string(u.epoch()) + ": " + all +
                      " (keeping the last good tables)");
@@ -287,29 +261,8 @@ void Daemon::FillTelemetry(pb::TelemetryReport* r) {
   for (auto& kv : groups_) {
     Group& g = kv.second;
     if (!g.seg) continue;
-    struct Agg {
-      uint64_t sel = 0, bytes = 0, last_seq = 0;
-    };
-    std::map<std::pair<uint64_t, uint32_t>, Agg> agg;  // (version, index)
-    for (const auto& slot : g.seg->ReadSlots()) {
-      for (uint32_t i = 0; i < slot.counters.size(); ++i) {
-        const auto& c = slot.counters[i];
-        if (c.selections == 0) continue;
-        auto key = std::make_tuple(slot.pid, slot.version, i);
-        shm::PolicyCounter prev{0, 0};
-        auto it = g.reported.find(key);
-        if (it != g.reported.end() && it->second.selections <= c.selections) prev = it->second;
-        g.reported[key] = c;
-        Agg& a = agg[{slot.version, i}];
-        // Every member process of the group makes the same choices: the group's count is
-        // one member's, so take the largest delta rather than the sum.
-        a.sel = std::max(a.sel, c.selections - prev.selections);
-        a.bytes = std::max(a.bytes, c.bytes - prev.bytes);
-        a.last_seq = std::max(a.last_seq, slot.last_seq);
-      }
-    }
-    for (const auto& [key, a] : agg) {
-      if (a.sel == 0) continue;
+    for (const auto& [key, a] : g.counted.Update(g.seg->ReadSlots())) {
+      if (a.selections == 0) continue;
       const PolicyTable* table = nullptr;
       for (const auto& t : g.tables) {
         if (t->version == key.first) table = t.get();
@@ -319,7 +272,7 @@ void Daemon::FillTelemetry(pb::TelemetryReport* r) {
       s->set_group_id(kv.first);
       s->set_version(key.first);
       s->set_policy_id(table->policies[key.second].id);
-      s->set_selections(a.sel);
+      s->set_selections(a.selections);
       s->set_bytes(a.bytes);
       s->set_last_seq(a.last_seq);
     }

@@ -22,6 +22,7 @@
 #include "heroserve/policy.h"
 #include "heroserve/shm.h"
 #include "nvml.h"
+#include "selections.h"
 
 namespace grpc {
 class ClientContext;
@@ -39,6 +40,12 @@ struct GpuSpec {
   std::string gpu_id;
   int local_index = -1;
 };
+
+// Groups (and so shm segments) one agent holds at once. Every GPU of a plan is in one group
+// (docs/inputs.md: every GPU used once) and an agent registers at most 256 GPUs
+// (docs/control-plane.md, bounds), so a correct controller never sends more; tables of
+// further groups are refused, named in the ack and logged.
+constexpr size_t kMaxGroups = 256;
 
 struct Options {
   std::string controller;  // HOST:PORT
@@ -65,8 +72,7 @@ class Daemon {
   struct Group {
     std::vector<std::shared_ptr<const PolicyTable>> tables;  // increasing version
     std::unique_ptr<shm::Segment> seg;
-    // (pid, version, policy index) -> cumulative {selections, bytes} last reported
-    std::map<std::tuple<uint64_t, uint64_t, uint32_t>, shm::PolicyCounter> reported;
+    SelectionCounter counted;  // the plugin's counters as last reported
   };
 
   enum class Outcome { kApplied, kIgnored, kFailed };
@@ -74,11 +80,16 @@ class Daemon {
   Outcome ApplyUpdate(const heroserve::v1::PolicyUpdate& u, std::string* error);
   bool InstallTable(const heroserve::v1::PolicyTable& t, Group* g, std::string* error);
   bool Publish(const std::string& group_id, Group* g, std::string* error);
+  // Removes a group: its segment is marked retired (readers let go of it) and unlinked.
+  void Drop(std::map<std::string, Group>::iterator it);
   void FillTelemetry(heroserve::v1::TelemetryReport* r);
   void TelemetryLoop();
   bool Sleep(double seconds);  // false when stopping
 
   Options opts_;
+  // Names this daemon's run in every payload it publishes (docs/policy-table.md): a restarted
+  // daemon is a new writer generation, whose versions the plugin orders above the old ones.
+  const std::string writer_generation_;
   std::atomic<bool> stop_{false};
   std::mutex mu_;  // guards everything below
   std::condition_variable cv_;

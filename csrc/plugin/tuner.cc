@@ -16,10 +16,11 @@
 // daemon has not published yet: from the tables it holds (csrc/README.md, "Determinism").
 //
 // Safety: the plugin never fails NCCL and never waits on the daemon beyond a bound. The
-// segment is untrusted: sizes come from the mapping, a seqlock held odd is waited on for at
-// most kCollectiveWaitNs per collective (then the tables already held decide; counted as
-// `stalled` and logged at most once a minute), a garbled, truncated or foreign segment is
-// refused (counted as `refused`, logged likewise) and the last good table stays in force.
+// segment (read by GroupFeed, feed.h) is untrusted: sizes come from the mapping, a seqlock
+// held odd is waited on for at most kCollectiveWaitNs per collective (then the tables
+// already held decide; counted as `stalled` and logged at most once a minute), a garbled,
+// truncated or foreign segment is refused (counted as `refused`, logged likewise) and the
+// last good table stays in force.
 //
 // A single-rank communicator (a TP=1 group) has no all-reduce on the network, and the
 // controller publishes no table for it (docs/policy-table.md): its context attaches to no
@@ -29,287 +30,30 @@
 // HEROSERVE_SHM_PREFIX (segment name prefix, tests), NCCL_ALGO / NCCL_PROTO (override us:
 // logged at init).
 #include <atomic>
-#include <chrono>
-#include <cstdarg>
-#include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <string>
-#include <vector>
 
-#include "heroserve/json.h"
-#include "heroserve/log.h"
+#include "feed.h"
 #include "heroserve/policy.h"
 #include "heroserve/shm.h"
 #include "nccl_tuner_abi.h"
 
 namespace {
 
-using heroserve::PolicyTable;
 using heroserve::Scheduler;
 using heroserve::Scheme;
 using heroserve::Selection;
-using heroserve::TableStore;
+using heroserve::tuner::FeedFor;
+using heroserve::tuner::GroupFeed;
+using heroserve::tuner::kAttachWaitNs;
+using heroserve::tuner::kCollectiveWaitNs;
+using heroserve::tuner::LogTo;
+using heroserve::tuner::SegState;
 namespace shm = heroserve::shm;
 
 constexpr const char* kName = "HeroServe";
-
-// Bounds (csrc/README.md, "The plugin"). The budget is 10 us per collective from the
-// segment read to the decision; a 2 us wait on a seqlock that a live daemon holds for one
-// copy of a typical table (bench_policy_core: publish_ns) leaves the rest to the decision.
-constexpr int64_t kCollectiveWaitNs = 2000;
-// At communicator init the tables already published must reach the store before the first
-// collective: wait up to 10 ms, more than one publish of the largest default payload (1 MiB)
-// takes (bench_policy_core: publish_ns for 1 MiB).
-constexpr int64_t kAttachWaitNs = 10000000;
-constexpr int64_t kRetryOpenNs = 100000000;      // segment absent: look again every 100 ms
-constexpr int64_t kWarnEveryNs = 60000000000;    // a repeated warning: at most once a minute
-constexpr size_t kMaxMappings = 8;               // remaps of one segment (never unmapped)
-constexpr size_t kMaxTablesPerSegment = 16;      // the daemon keeps 4 versions
-
-void LogTo(hsNcclLogger fn, int level, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-
-void LogTo(hsNcclLogger fn, int level, const char* fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  if (fn) {
-    fn(level, HS_NCCL_TUNING, __FILE__, __LINE__, "HeroServe tuner: %s", buf);
-  } else {
-    heroserve::log::Write(level == HS_NCCL_LOG_WARN ? heroserve::log::Level::kWarning
-                                                    : heroserve::log::Level::kInfo,
-                          "heroserve.tuner", buf);
-  }
-}
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// A warning that repeats (a stalled or garbled segment is seen by every collective): the
-// first occurrence is logged, later ones at most once per kWarnEveryNs with their count.
-struct WarnLimiter {
-  std::atomic<int64_t> next_ns{0};
-  std::atomic<uint64_t> skipped{0};
-
-  bool Due(int64_t now, uint64_t* skipped_since) {
-    int64_t next = next_ns.load(std::memory_order_relaxed);
-    if (now < next || !next_ns.compare_exchange_strong(next, now + kWarnEveryNs)) {
-      skipped.fetch_add(1, std::memory_order_relaxed);
-      return false;
-    }
-    *skipped_since = skipped.exchange(0, std::memory_order_relaxed);
-    return true;
-  }
-};
-
-// What a collective learns about its group's segment.
-enum class SegState {
-  kCurrent,  // the store reflects the segment (or its content was refused: last good tables)
-  kStalled,  // the writer holds the seqlock past the wait bound: tables already held decide
-  kMissing,  // no segment (yet): NCCL's defaults until one appears
-};
-
-// One per group per process: the shm segment and the in-process table store fed from it.
-// Any context may refresh it (under refresh_mu); all read the store lock-free.
-struct GroupFeed {
-  std::string group;
-  std::string shm_name;
-  TableStore store;
-  std::mutex refresh_mu;
-  // Every mapping of the segment made by this process (a remap follows a growth). None is
-  // ever unmapped: other threads use the current one without the lock.
-  std::vector<std::unique_ptr<shm::Segment>> mappings;  // guarded by refresh_mu
-  std::atomic<shm::Segment*> seg{nullptr};
-  uint64_t seq_read = 0;                  // guarded by refresh_mu: counter last read or refused
-  std::atomic<uint64_t> seq_done{0};      // counter whose content the store reflects
-  std::atomic<uint64_t> seq_stalled{0};   // odd counter a read gave up on (0: none)
-  std::atomic<int64_t> next_open_ns{0};
-  std::atomic<int> slot{-1};
-  // One context per group per process counts selections (all members choose alike, and
-  // several communicators of one group in one process must not be counted twice).
-  std::atomic<void*> counter_owner{nullptr};
-  WarnLimiter warn_missing, warn_stalled, warn_refused;
-
-  void Warn(hsNcclLogger log, WarnLimiter* w, int64_t now, const std::string& msg) {
-    uint64_t skipped = 0;
-    if (!w->Due(now, &skipped)) return;
-    if (skipped == 0) {
-      LogTo(log, HS_NCCL_LOG_WARN, "%s", msg.c_str());
-    } else {
-      LogTo(log, HS_NCCL_LOG_WARN, "%s (%llu more since the last warning)", msg.c_str(),
-            static_cast<unsigned long long>(skipped));
-    }
-  }
-
-  // Brings the store up to date with the segment. Cheap when nothing changed: one load of
-  // the seqlock counter. `block`: wait for another context's read in progress (init) rather
-  // than decide without it; a collective never waits for one (the tables it holds are those
-  // every rank uses until the new version's apply_from_seq). *refused counts refusals.
-  SegState Refresh(hsNcclLogger log, int64_t wait_ns, bool block, uint64_t* refused) {
-    shm::Segment* s = seg.load(std::memory_order_acquire);
-    if (s) {
-      uint64_t v = s->seq();
-      if (v == seq_done.load(std::memory_order_acquire)) return SegState::kCurrent;
-      if ((v & 1) && v == seq_stalled.load(std::memory_order_relaxed)) return SegState::kStalled;
-    } else if (NowNs() < next_open_ns.load(std::memory_order_relaxed)) {
-      return SegState::kMissing;
-    }
-    std::unique_lock<std::mutex> lock(refresh_mu, std::defer_lock);
-    if (block) {
-      lock.lock();
-    } else if (!lock.try_lock()) {
-      return SegState::kCurrent;
-    }
-    return RefreshLocked(log, wait_ns, refused);
-  }
-
- private:
-  // Refused content is not read again until the writer moves the counter (seq_done).
-  void Refuse(hsNcclLogger log, int64_t now, uint64_t* refused, const std::string& why) {
-    ++*refused;
-    Warn(log, &warn_refused, now,
-         "policy segment " + shm_name + " refused: " + why + "; keeping the last good table");
-  }
-
-  // Maps the segment (first attach, or again after a growth). False when absent or refused.
-  bool Attach(hsNcclLogger log, int64_t now, uint64_t* refused, bool remap) {
-    if (mappings.size() >= kMaxMappings) {
-      next_open_ns.store(now + kRetryOpenNs, std::memory_order_relaxed);
-      Refuse(log, now, refused, "its size changed more than " +
-                                    std::to_string(kMaxMappings) + " times");
-      return false;
-    }
-    auto m = std::make_unique<shm::Segment>();
-    std::string err;
-    bool absent = false;
-    if (!m->Open(shm_name, &err, &absent)) {
-      next_open_ns.store(now + kRetryOpenNs, std::memory_order_relaxed);
-      if (absent) {
-        Warn(log, &warn_missing, now, err + "; using NCCL's defaults until the agent publishes");
-      } else {
-        Refuse(log, now, refused, err);
-      }
-      return false;
-    }
-    slot.store(m->ClaimSlot(), std::memory_order_relaxed);
-    if (!remap) {
-      seq_read = 0;
-      seq_done.store(0, std::memory_order_relaxed);
-      LogTo(log, HS_NCCL_LOG_INFO, "attached to %s for group %s", shm_name.c_str(),
-            group.c_str());
-    }
-    seg.store(m.get(), std::memory_order_release);
-    mappings.push_back(std::move(m));
-    return true;
-  }
-
-  SegState RefreshLocked(hsNcclLogger log, int64_t wait_ns, uint64_t* refused) {
-    const int64_t now = NowNs();
-    shm::Segment* s = seg.load(std::memory_order_relaxed);
-    if (!s) {
-      if (now < next_open_ns.load(std::memory_order_relaxed)) return SegState::kMissing;
-      if (!Attach(log, now, refused, false)) return SegState::kMissing;
-      s = seg.load(std::memory_order_relaxed);
-    }
-    std::string payload;
-    using RS = shm::Segment::ReadStatus;
-    RS st = s->Read(&seq_read, &payload, wait_ns);
-    for (int remaps = 0; st == RS::kResized && remaps < 2; ++remaps) {
-      // The daemon grew the segment: map it again and read through the new mapping. When
-      // that fails, keep the old mapping and wait for the writer's next publish.
-      if (!Attach(log, now, refused, true)) {
-        seq_done.store(s->seq(), std::memory_order_release);
-        return SegState::kCurrent;
-      }
-      s = seg.load(std::memory_order_relaxed);
-      st = s->Read(&seq_read, &payload, wait_ns);
-    }
-    switch (st) {
-      case RS::kEmpty:
-        return SegState::kCurrent;
-      case RS::kUnchanged:
-        seq_done.store(seq_read, std::memory_order_release);
-        return SegState::kCurrent;
-      case RS::kBusy: {
-        uint64_t v = s->seq();
-        if (v & 1) seq_stalled.store(v, std::memory_order_relaxed);
-        Warn(log, &warn_stalled, now,
-             "policy segment " + shm_name + ": its writer held the seqlock past " +
-                 std::to_string(wait_ns / 1000) +
-                 " us (an agent killed mid-publish?); deciding from the tables already held");
-        return SegState::kStalled;
-      }
-      case RS::kResized:
-        seq_done.store(s->seq(), std::memory_order_release);
-        Refuse(log, now, refused, "its header's capacity keeps changing");
-        return SegState::kCurrent;
-      case RS::kTruncated:
-        // The file was cut below the mapping: stop touching it; look for it again later.
-        seg.store(nullptr, std::memory_order_release);
-        slot.store(-1, std::memory_order_relaxed);
-        next_open_ns.store(now + kRetryOpenNs, std::memory_order_relaxed);
-        Refuse(log, now, refused, "the file was truncated under the mapping");
-        return SegState::kCurrent;
-      case RS::kGarbled:
-        seq_done.store(seq_read, std::memory_order_release);
-        Refuse(log, now, refused, "garbled payload (length or checksum)");
-        return SegState::kCurrent;
-      case RS::kOk:
-        break;
-    }
-    // The store first, then the counter: a context that sees the counter current (and so
-    // neither waits nor reads) must find the tables it stands for already in the store.
-    Install(log, now, payload, refused);
-    seq_done.store(seq_read, std::memory_order_release);
-    return SegState::kCurrent;
-  }
-
-  void Install(hsNcclLogger log, int64_t now, const std::string& payload, uint64_t* refused) {
-    heroserve::json::Value doc;
-    std::string err;
-    const heroserve::json::Value* tables = nullptr;
-    if (!heroserve::json::Parse(payload, &doc, &err) || !(tables = doc.find("tables")) ||
-        !tables->is_array() || tables->items().size() > kMaxTablesPerSegment) {
-      Refuse(log, now, refused,
-             "not a list of at most " + std::to_string(kMaxTablesPerSegment) + " tables" +
-                 (err.empty() ? std::string() : " (" + err + ")"));
-      return;
-    }
-    for (const auto& tv : tables->items()) {
-      auto t = std::make_shared<PolicyTable>();
-      err.clear();
-      if (!heroserve::ParseTable(tv, t.get(), &err) || t->group_id != group) {
-        Refuse(log, now, refused, "bad table: " + (err.empty() ? "group mismatch" : err));
-        continue;
-      }
-      store.Publish(std::move(t));  // stale versions are refused by the store
-    }
-  }
-};
-
-std::mutex g_feeds_mu;
-std::map<std::string, std::unique_ptr<GroupFeed>>* g_feeds = nullptr;  // never freed: NCCL
-                                                                       // may unload us late
-
-GroupFeed* FeedFor(const std::string& group) {
-  std::lock_guard<std::mutex> lock(g_feeds_mu);
-  if (!g_feeds) g_feeds = new std::map<std::string, std::unique_ptr<GroupFeed>>();
-  auto& f = (*g_feeds)[group];
-  if (!f) {
-    f = std::make_unique<GroupFeed>();
-    f->group = group;
-    f->shm_name = shm::SegmentName(group);
-  }
-  return f.get();
-}
 
 struct Context {
   hsNcclLogger log = nullptr;

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
 #include <unordered_map>
 
 namespace heroserve {
@@ -343,75 +342,16 @@ double SharingRatio(const PolicyTable& t, const std::vector<double>& util, size_
 }
 
 // ---------------------------------------------------------------------------------------
-// TableStore
-
-bool TableStore::Publish(std::shared_ptr<const PolicyTable> table) {
-  std::lock_guard<std::mutex> lock(writer_);
-  int cur = active_.load(std::memory_order_seq_cst);
-  const Snapshot& now = slots_[cur];
-  if (!now.tables.empty() && table->version <= now.tables.back()->version) return false;
-  int next = 1 - cur;
-  // Wait for readers that pinned the inactive slot before the previous flip.
-  while (readers_[next].load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
-  Snapshot& s = slots_[next];
-  s.tables = now.tables;
-  s.tables.push_back(std::move(table));
-  // A version is dead once a newer one applies no later: it can govern no sequence number.
-  for (size_t k = 0; k + 1 < s.tables.size();) {
-    bool dominated = false;
-    for (size_t j = k + 1; j < s.tables.size() && !dominated; ++j)
-      dominated = s.tables[j]->apply_from_seq <= s.tables[k]->apply_from_seq;
-    if (dominated)
-      s.tables.erase(s.tables.begin() + static_cast<std::ptrdiff_t>(k));
-    else
-      ++k;
-  }
-  // Over the cap, drop the version that governs the fewest sequence numbers (the shortest
-  // window before its successor applies), never the newest: the oldest version may still be
-  // the one in force for a communicator that has just started at sequence 0.
-  while (s.tables.size() > kKeep) {
-    size_t victim = 0;
-    uint64_t shortest = UINT64_MAX;
-    for (size_t k = 0; k + 1 < s.tables.size(); ++k) {
-      uint64_t window = s.tables[k + 1]->apply_from_seq - s.tables[k]->apply_from_seq;
-      if (window < shortest) {
-        shortest = window;
-        victim = k;
-      }
-    }
-    s.tables.erase(s.tables.begin() + static_cast<std::ptrdiff_t>(victim));
-  }
-  s.generation = now.generation + 1;
-  active_.store(next, std::memory_order_seq_cst);
-  generation_.store(s.generation, std::memory_order_release);
-  return true;
-}
-
-TableStore::Snapshot TableStore::Read() const {
-  while (true) {
-    int idx = active_.load(std::memory_order_seq_cst);
-    readers_[idx].fetch_add(1, std::memory_order_seq_cst);
-    if (active_.load(std::memory_order_seq_cst) == idx) {
-      Snapshot copy = slots_[idx];
-      readers_[idx].fetch_sub(1, std::memory_order_release);
-      return copy;
-    }
-    readers_[idx].fetch_sub(1, std::memory_order_release);
-  }
-}
-
-uint64_t TableStore::newest_version() const {
-  Snapshot s = Read();
-  return s.tables.empty() ? 0 : s.tables.back()->version;
-}
-
-// ---------------------------------------------------------------------------------------
 // Scheduler
 
 bool Scheduler::Install(std::shared_ptr<const PolicyTable> table) {
   if (!table) return false;
-  if (seen_any_ && table->version <= max_version_) return false;
+  if (seen_any_ && !(table->writer_epoch > max_epoch_ ||
+                     (table->writer_epoch == max_epoch_ && table->version > max_version_))) {
+    return false;
+  }
   seen_any_ = true;
+  max_epoch_ = table->writer_epoch;
   max_version_ = table->version;
   if (table->apply_from_seq < seq_) ++late_tables_;  // other members may have switched earlier
   auto pos = std::upper_bound(pending_.begin(), pending_.end(), table,
@@ -419,7 +359,7 @@ bool Scheduler::Install(std::shared_ptr<const PolicyTable> table) {
                                 if (a->apply_from_seq != b->apply_from_seq) {
                                   return a->apply_from_seq < b->apply_from_seq;
                                 }
-                                return a->version < b->version;
+                                return Precedes(*a, *b);
                               });
   pending_.insert(pos, std::move(table));
   return true;
@@ -430,24 +370,22 @@ void Scheduler::PollStore() {
   if (gen == store_generation_) return;
   TableStore::Snapshot snap = store_->Read();
   store_generation_ = snap.generation;
-  for (auto& t : snap.tables) {
-    if (!seen_any_ || t->version > max_version_) Install(t);
-  }
+  for (auto& t : snap.tables) Install(t);  // refuses what it has seen
 }
 
 void Scheduler::ActivateDue() {
   std::shared_ptr<const PolicyTable> due;
   size_t n_due = 0;
   while (n_due < pending_.size() && pending_[n_due]->apply_from_seq <= seq_) {
-    if (!due || pending_[n_due]->version > due->version) due = pending_[n_due];
+    if (!due || Precedes(*due, *pending_[n_due])) due = pending_[n_due];
     ++n_due;
   }
   if (!due) return;
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(n_due));
   // A newer version that took effect supersedes older ones still waiting.
-  const uint64_t v = due->version;
+  const PolicyTable& d = *due;
   pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                [v](const auto& p) { return p->version <= v; }),
+                                [&d](const auto& p) { return !Precedes(d, *p); }),
                  pending_.end());
   table_ = std::move(due);
   const PolicyTable& t = *table_;

@@ -194,6 +194,14 @@ bool Segment::Open(const std::string& name, std::string* error, bool* absent) {
   return true;
 }
 
+bool Segment::Unlink(std::string* error) {
+  if (name_.empty()) return Fail(error, "segment not open");
+  if (shm_unlink(name_.c_str()) != 0 && errno != ENOENT) {
+    return Fail(error, "shm_unlink(" + name_ + "): " + std::strerror(errno));
+  }
+  return true;
+}
+
 bool Segment::Publish(const std::string& payload, uint64_t newest_version, std::string* error) {
   if (!hdr_) return Fail(error, "segment not open");
   if (payload.size() > capacity_) {

@@ -12,147 +12,30 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdarg>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "heroserve/shm.h"
 #include "nccl_tuner_abi.h"
+#include "plugin_util.h"
 
 namespace {
 
 namespace shm = heroserve::shm;
+using plugin_test::Doc;
+using plugin_test::Logger;
+using plugin_test::LogLinesWith;
+using plugin_test::Plugin;
+using plugin_test::Table;
 
 constexpr int64_t kGenerousBoundNs = 100000000;  // 100 ms: cannot flake, catches any spin
 const size_t kDataOffset = (sizeof(shm::Header) + 63) & ~size_t{63};
 
-std::mutex g_log_mu;
-std::vector<std::string> g_log;
-
-// An NCCL-shaped logger that keeps every line the plugin writes.
-void Logger(int /*level*/, unsigned long /*flags*/, const char* /*file*/, int /*line*/,
-            const char* fmt, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  std::lock_guard<std::mutex> lock(g_log_mu);
-  g_log.emplace_back(buf);
-}
-
-size_t LogLinesWith(const std::string& needle) {
-  std::lock_guard<std::mutex> lock(g_log_mu);
-  size_t n = 0;
-  for (const auto& l : g_log) n += l.find(needle) != std::string::npos;
-  return n;
-}
-
-std::string Table(const std::string& group, int version, int apply_from, double ina_cost) {
-  return "{\"group_id\": \"" + group + "\", \"version\": " + std::to_string(version) +
-         ", \"apply_from_seq\": " + std::to_string(apply_from) +
-         ", \"window_s\": 0.001, \"gamma\": 0.5,"
-         " \"links\": [{\"id\": \"a|s\", \"capacity\": 5e10}, {\"id\": \"a|b\", \"capacity\": 2.5e10}],"
-         " \"policies\": [{\"id\": 0, \"scheme\": \"ina\", \"switch\": \"s\", \"links\": [\"a|s\"],"
-         " \"cost\": " + std::to_string(ina_cost) +
-         "}, {\"id\": 1, \"scheme\": \"ring\", \"links\": [\"a|b\"], \"cost\": 0.0}]}";
-}
-
-std::string Doc(const std::vector<std::string>& tables) {
-  std::string d = "{\"tables\": [";
-  for (size_t i = 0; i < tables.size(); ++i) d += (i ? ", " : "") + tables[i];
-  return d + "]}";
-}
-
-struct Plugin {
-  const hsTunerV6* v6 = nullptr;
-  int (*stats)(void*, hsTunerStats*) = nullptr;
-
-  static Plugin& Get() {
-    static Plugin p;
-    if (!p.v6) {
-      std::string prefix = "hostile" + std::to_string(getpid()) + ".";
-      setenv("HEROSERVE_SHM_PREFIX", prefix.c_str(), 1);
-      void* lib = dlopen(HEROSERVE_PLUGIN, RTLD_NOW | RTLD_LOCAL);
-      if (lib) {
-        p.v6 = static_cast<const hsTunerV6*>(dlsym(lib, HS_TUNER_SYMBOL_V6));
-        p.stats = reinterpret_cast<int (*)(void*, hsTunerStats*)>(
-            dlsym(lib, "heroserveTunerStats"));
-      }
-    }
-    return p;
-  }
-
-  void* Init(const std::string& group, size_t nranks = 2) {
-    setenv("HEROSERVE_GROUP", group.c_str(), 1);
-    void* ctx = nullptr;
-    EXPECT_EQ(v6->init(&ctx, 1, nranks, 1, Logger, nullptr, nullptr), 0);
-    return ctx;
-  }
-
-  // One AllReduce: the algorithm the cost table ends up favouring (-1 when NCCL's own
-  // favourite, Ring/LL at cost 5, still wins because the plugin left the table alone).
-  struct Call {
-    int algo;
-    bool untouched;
-    int64_t ns;
-  };
-  Call AllReduce(void* ctx, size_t bytes) {
-    float t[HS_NUM_ALGORITHMS][HS_NUM_PROTOCOLS];
-    for (int a = 0; a < HS_NUM_ALGORITHMS; ++a)
-      for (int p = 0; p < HS_NUM_PROTOCOLS; ++p) t[a][p] = 10.0f + static_cast<float>(a * 3 + p);
-    t[HS_ALGO_RING][HS_PROTO_LL] = 5.0f;
-    float ref[HS_NUM_ALGORITHMS][HS_NUM_PROTOCOLS];
-    std::memcpy(ref, t, sizeof t);
-    int nch = 0;
-    auto t0 = std::chrono::steady_clock::now();
-    int rc = v6->getCollInfo(ctx, HS_NCCL_FUNC_ALLREDUCE, bytes, 1, reinterpret_cast<float**>(t),
-                             HS_NUM_ALGORITHMS, HS_NUM_PROTOCOLS, 0, &nch);
-    int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                     std::chrono::steady_clock::now() - t0)
-                     .count();
-    EXPECT_EQ(rc, 0);
-    int best = -1;
-    float bc = 0;
-    for (int a = 0; a < HS_NUM_ALGORITHMS; ++a)
-      for (int p = 0; p < HS_NUM_PROTOCOLS; ++p)
-        if (best < 0 || t[a][p] < bc) {
-          best = a;
-          bc = t[a][p];
-        }
-    return Call{best, std::memcmp(t, ref, sizeof t) == 0, ns};
-  }
-
-  hsTunerStats Stats(void* ctx) {
-    hsTunerStats st{};
-    stats(ctx, &st);
-    return st;
-  }
-};
-
-class HostileShm : public ::testing::Test {
+class HostileShm : public plugin_test::PluginTest {
  protected:
-  void SetUp() override {
-    plugin_ = &Plugin::Get();
-    ASSERT_NE(plugin_->v6, nullptr) << dlerror();
-    ASSERT_NE(plugin_->stats, nullptr);
-    group_ = std::string("hostile/") +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name() + "/0";
-    name_ = shm::SegmentName(group_);
-  }
-  void TearDown() override {
-    for (void* c : ctxs_) plugin_->v6->finalize(c);
-    shm_unlink(name_.c_str());
-  }
-  void* Init(size_t nranks = 2) {
-    ctxs_.push_back(plugin_->Init(group_, nranks));
-    return ctxs_.back();
-  }
+  HostileShm() : PluginTest("hostile") {}
   // n AllReduces on ctx; fails the test if any one takes longer than the generous bound.
   std::vector<Plugin::Call> Run(void* ctx, int n, size_t bytes = 1 << 20) {
     std::vector<Plugin::Call> calls;
@@ -163,17 +46,13 @@ class HostileShm : public ::testing::Test {
     return calls;
   }
   char* Payload(shm::Segment& w) { return reinterpret_cast<char*>(w.header()) + kDataOffset; }
-
-  Plugin* plugin_ = nullptr;
-  std::string group_, name_;
-  std::vector<void*> ctxs_;
 };
 
 // The SIGSEGV: the header's capacity and length garbled to far beyond the mapping.
 TEST_F(HostileShm, GarbledCapacityAndLengthNeverReadOutsideTheMapping) {
   shm::Segment w;
   std::string err;
-  ASSERT_TRUE(w.Create(name_, 4096, &err)) << err;
+  ASSERT_TRUE(w.Create(shm_name_, 4096, &err)) << err;
   ASSERT_TRUE(w.Publish(Doc({Table(group_, 1, 0, 0.0)}), 1, &err)) << err;
   void* ctx = Init();
   Run(ctx, 3);
@@ -194,7 +73,7 @@ TEST_F(HostileShm, GarbledCapacityAndLengthNeverReadOutsideTheMapping) {
   EXPECT_EQ(st.fallbacks, 0u);
   EXPECT_EQ(st.selections, 9u);
   for (const auto& c : calls) EXPECT_FALSE(c.untouched);
-  EXPECT_EQ(LogLinesWith(name_ + " refused"), 1u);  // logged once, not per collective
+  EXPECT_EQ(LogLinesWith(shm_name_ + " refused"), 1u);  // logged once, not per collective
 }
 
 // A segment cut below its header, or below what its header claims, is never mapped.
@@ -202,10 +81,10 @@ TEST_F(HostileShm, TruncatedSegmentIsRefusedAtAttach) {
   {
     shm::Segment w;
     std::string err;
-    ASSERT_TRUE(w.Create(name_, 4096, &err)) << err;
+    ASSERT_TRUE(w.Create(shm_name_, 4096, &err)) << err;
     ASSERT_TRUE(w.Publish(Doc({Table(group_, 1, 0, 0.0)}), 1, &err)) << err;
   }
-  int fd = shm_open(name_.c_str(), O_RDWR, 0);
+  int fd = shm_open(shm_name_.c_str(), O_RDWR, 0);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(ftruncate(fd, static_cast<off_t>(kDataOffset + 1024)), 0);  // header says 4096
   void* ctx = Init();
@@ -228,12 +107,12 @@ TEST_F(HostileShm, TruncatedSegmentIsRefusedAtAttach) {
 TEST_F(HostileShm, SegmentTruncatedWhileMappedIsNotRead) {
   shm::Segment w;
   std::string err;
-  ASSERT_TRUE(w.Create(name_, 1 << 16, &err)) << err;
+  ASSERT_TRUE(w.Create(shm_name_, 1 << 16, &err)) << err;
   // 8 KiB of trailing blanks: the payload reaches pages past the header's last one.
   ASSERT_TRUE(w.Publish(Doc({Table(group_, 1, 0, 0.0)}) + std::string(8192, ' '), 1, &err));
   void* ctx = Init();
   Run(ctx, 2);
-  int fd = shm_open(name_.c_str(), O_RDWR, 0);
+  int fd = shm_open(shm_name_.c_str(), O_RDWR, 0);
   ASSERT_GE(fd, 0);
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   ASSERT_EQ(ftruncate(fd, static_cast<off_t>((kDataOffset + page - 1) / page * page)), 0);
@@ -248,7 +127,7 @@ TEST_F(HostileShm, SegmentTruncatedWhileMappedIsNotRead) {
 }
 
 TEST_F(HostileShm, ForeignSegmentIsRefused) {
-  int fd = shm_open(name_.c_str(), O_CREAT | O_RDWR, 0600);
+  int fd = shm_open(shm_name_.c_str(), O_CREAT | O_RDWR, 0600);
   ASSERT_GE(fd, 0);
   std::vector<char> junk(kDataOffset + 8192);
   std::mt19937_64 rng(7);
@@ -270,7 +149,7 @@ TEST_F(HostileShm, ForeignSegmentIsRefused) {
 TEST_F(HostileShm, SeqlockLeftOddNeverStallsACollective) {
   shm::Segment w;
   std::string err;
-  ASSERT_TRUE(w.Create(name_, 1 << 16, &err)) << err;
+  ASSERT_TRUE(w.Create(shm_name_, 1 << 16, &err)) << err;
   ASSERT_TRUE(w.Publish(Doc({Table(group_, 1, 0, 0.0)}), 1, &err)) << err;
   void* r0 = Init();
   void* r1 = Init();
@@ -293,7 +172,7 @@ TEST_F(HostileShm, SeqlockLeftOddNeverStallsACollective) {
   EXPECT_EQ(LogLinesWith("held the seqlock"), 1u);
   // The agent restarts and publishes version 2, applying from collective 510.
   shm::Segment restarted;
-  ASSERT_TRUE(restarted.Create(name_, 1 << 16, &err)) << err;
+  ASSERT_TRUE(restarted.Create(shm_name_, 1 << 16, &err)) << err;
   ASSERT_TRUE(restarted.Publish(
       Doc({Table(group_, 1, 0, 0.0), Table(group_, 2, 510, 9.0)}), 2, &err)) << err;
   Run(r0, 10);
@@ -310,7 +189,7 @@ TEST_F(HostileShm, SeqlockLeftOddNeverStallsACollective) {
 TEST_F(HostileShm, SeqlockOddBeforeTheFirstReadLeavesNcclDefaults) {
   shm::Segment w;
   std::string err;
-  ASSERT_TRUE(w.Create(name_, 1 << 16, &err)) << err;
+  ASSERT_TRUE(w.Create(shm_name_, 1 << 16, &err)) << err;
   ASSERT_TRUE(w.Publish(Doc({Table(group_, 1, 0, 0.0)}), 1, &err)) << err;
   __atomic_fetch_add(&w.header()->seq, 1, __ATOMIC_RELEASE);
   auto t0 = std::chrono::steady_clock::now();
@@ -330,7 +209,7 @@ TEST_F(HostileShm, SeqlockOddBeforeTheFirstReadLeavesNcclDefaults) {
 TEST_F(HostileShm, RandomGarbageNeverCrashesOrStalls) {
   shm::Segment w;
   std::string err;
-  ASSERT_TRUE(w.Create(name_, 1 << 16, &err)) << err;
+  ASSERT_TRUE(w.Create(shm_name_, 1 << 16, &err)) << err;
   const std::string good = Doc({Table(group_, 1, 0, 0.0)});
   ASSERT_TRUE(w.Publish(good, 1, &err)) << err;
   void* r0 = Init();
@@ -372,7 +251,7 @@ TEST_F(HostileShm, RandomGarbageNeverCrashesOrStalls) {
     __atomic_fetch_add(&h->seq, bump, __ATOMIC_RELEASE);
     if (iter % 50 == 49) {  // now and then the real writer repairs everything
       std::memcpy(h->magic, "HSRVPOL1", 8);
-      ASSERT_TRUE(w.Create(name_, 1 << 16, &err)) << err;
+      ASSERT_TRUE(w.Create(shm_name_, 1 << 16, &err)) << err;
       h = w.header();
       ASSERT_TRUE(w.Publish(good, 1, &err)) << err;
     }
@@ -403,7 +282,7 @@ TEST_F(HostileShm, SchemesMapToNcclAlgorithms) {
       "  {\"id\": 3, \"scheme\": \"ring\", \"links\": [\"l\"], \"cost\": 0.0}]}";
   shm::Segment w;
   std::string err;
-  ASSERT_TRUE(w.Create(name_, 1 << 16, &err)) << err;
+  ASSERT_TRUE(w.Create(shm_name_, 1 << 16, &err)) << err;
   ASSERT_TRUE(w.Publish(Doc({table}), 1, &err)) << err;
   void* ctx = Init();
   // gamma 0 and no shared utilisation: the winner alone pays 1e6 B / 1e9 B/s = 1e-3 of the

@@ -2,7 +2,7 @@
 // their own threads while the "daemon" (this test's main thread) republishes tables into the
 // shm segment. No crash, no data race (run under HEROSERVE_SANITIZE=thread), versions in
 // force only increase, and every context switches to a table published before its boundary
-// exactly at that boundary.
+// exactly at that boundary. The contexts start once a table is in force (a condition).
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -50,6 +50,27 @@ TEST(PluginThreads, ConcurrentContextsWhileTablesChange) {
 
   constexpr int kThreads = 4;
   constexpr int kCalls = 3000;
+  auto all_reduce = [&](void* ctx) {
+    float table[HS_NUM_ALGORITHMS][HS_NUM_PROTOCOLS];
+    for (auto& row : table)
+      for (float& c : row) c = 1.0f;
+    int nch = 0;
+    v6->getCollInfo(ctx, HS_NCCL_FUNC_ALLREDUCE, 1 << 20, 1, reinterpret_cast<float**>(table),
+                    HS_NUM_ALGORITHMS, HS_NUM_PROTOCOLS, 0, &nch);
+  };
+  // The readers start once a table is in force in this process (a condition, not an
+  // assumption about how soon a context reads the segment): a probe context of the group
+  // decides until it holds one. Every reader's scheduler then finds it in the group's store.
+  {
+    void* probe = nullptr;
+    ASSERT_EQ(v6->init(&probe, 9, kThreads, 1, nullptr, nullptr, nullptr), 0);
+    hsTunerStats st{};
+    while (st.table_version == 0) {
+      all_reduce(probe);
+      ASSERT_EQ(stats(probe, &st), 0);
+    }
+    v6->finalize(probe);
+  }
   std::atomic<int> problems{0};
   std::atomic<bool> go{false};
   // The daemon starts republishing (garbage included) once every context has made its first
@@ -68,12 +89,7 @@ TEST(PluginThreads, ConcurrentContextsWhileTablesChange) {
       while (!go.load()) std::this_thread::yield();
       uint64_t last_version = 0;
       for (int i = 0; i < kCalls; ++i) {
-        float table[HS_NUM_ALGORITHMS][HS_NUM_PROTOCOLS];
-        for (auto& row : table)
-          for (float& c : row) c = 1.0f;
-        int nch = 0;
-        v6->getCollInfo(ctx, HS_NCCL_FUNC_ALLREDUCE, 1 << 20, 1, reinterpret_cast<float**>(table),
-                        HS_NUM_ALGORITHMS, HS_NUM_PROTOCOLS, 0, &nch);
+        all_reduce(ctx);
         if (i == 0) first_calls.fetch_add(1);
         hsTunerStats st;
         stats(ctx, &st);

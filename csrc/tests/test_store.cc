@@ -62,6 +62,59 @@ TEST(TableStore, SchedulerPicksUpPublishedTablesAtTheirBoundary) {
   EXPECT_EQ(sel.seq, 4u);
 }
 
+std::shared_ptr<const PolicyTable> Stamped(uint64_t version, uint64_t apply_from_seq,
+                                           uint64_t writer_epoch) {
+  auto t = std::make_shared<PolicyTable>(*testing::TwoPolicy(version, apply_from_seq));
+  t->writer_epoch = writer_epoch;
+  return t;
+}
+
+TEST(TableStore, RefusesAVersionFarAboveTheNewestOfItsWriterEpoch) {
+  TableStore store;
+  ASSERT_TRUE(store.Publish(testing::TwoPolicy(7)));
+  bool too_far = false;
+  // One write of 2^62 would make every later table stale: refused, and said to be too far.
+  EXPECT_FALSE(store.Publish(testing::TwoPolicy(uint64_t{1} << 62), &too_far));
+  EXPECT_TRUE(too_far);
+  EXPECT_FALSE(store.Publish(testing::TwoPolicy(7 + kMaxVersionJump + 1), &too_far));
+  EXPECT_TRUE(too_far);
+  EXPECT_FALSE(store.Publish(testing::TwoPolicy(6), &too_far));  // stale, not too far
+  EXPECT_FALSE(too_far);
+  EXPECT_TRUE(store.Publish(testing::TwoPolicy(7 + kMaxVersionJump), &too_far));  // the bound
+  EXPECT_TRUE(store.Publish(testing::TwoPolicy(7 + kMaxVersionJump + 1)));  // next one: fine
+  EXPECT_EQ(store.newest_version(), 7 + kMaxVersionJump + 1);
+}
+
+TEST(TableStore, ANewWriterEpochOutranksHigherVersionsOfTheOldOne) {
+  // The old writer's v7 is in force and its v8 pending from 50; a restarted writer's v1
+  // (epoch 1) applies from 20. Versions 1.. of epoch 1 come after everything of epoch 0.
+  TableStore store;
+  ASSERT_TRUE(store.Publish(Stamped(7, 0, 0)));
+  ASSERT_TRUE(store.Publish(Stamped(8, 50, 0)));
+  Scheduler s(&store);
+  Selection sel;
+  ASSERT_TRUE(s.Select(10, &sel));
+  EXPECT_EQ(sel.version, 7u);
+  bool too_far = true;
+  ASSERT_TRUE(store.Publish(Stamped(1, 20, 1), &too_far));  // no jump bound across epochs
+  EXPECT_FALSE(too_far);
+  EXPECT_FALSE(store.Publish(Stamped(1, 20, 1)));  // stale within its epoch
+  EXPECT_FALSE(store.Publish(Stamped(9, 60, 0)));  // the old epoch can add nothing
+  std::vector<uint64_t> versions;
+  for (int i = 1; i < 60; ++i) {
+    ASSERT_TRUE(s.Select(10, &sel));
+    versions.push_back(sel.version);
+  }
+  // v7 up to 19, v1 from 20 on; v8 (older epoch, due at 50) was superseded by v1.
+  for (int i = 1; i < 60; ++i) EXPECT_EQ(versions[i - 1], i < 20 ? 7u : 1u) << i;
+  // A scheduler holding the same tables but started later agrees (no rank-local input).
+  Scheduler late(&store);
+  for (int i = 0; i < 60; ++i) {
+    ASSERT_TRUE(late.Select(10, &sel));
+    EXPECT_EQ(sel.version, i < 20 ? 7u : 1u) << i;
+  }
+}
+
 // Many reader threads select while one writer publishes: every reader must see versions in
 // increasing order, switch exactly at each table's boundary, and never crash (run under TSAN
 // with HEROSERVE_SANITIZE=thread).

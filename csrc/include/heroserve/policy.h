@@ -69,6 +69,11 @@ struct Policy {
 struct PolicyTable {
   std::string group_id;
   uint64_t version = 0;
+  // Not a table field: the reader's count of writer generations before the one that
+  // published this table (docs/policy-table.md, "Versions and writer generations"). Tables
+  // order by (writer_epoch, version), so a restarted writer's versions, which start again
+  // low, outrank everything its predecessor published. 0 wherever one writer feeds a store.
+  uint64_t writer_epoch = 0;
   uint64_t apply_from_seq = 0;
   double window_s = 0.0;  // T_u, seconds
   double gamma = 0.0;     // Eq. 18 smoothing
@@ -80,6 +85,19 @@ struct PolicyTable {
   // Index of a link id, or -1.
   int LinkIndex(std::string_view id) const;
 };
+
+// True when `a` comes before `b` in version order: by (writer_epoch, version).
+inline bool Precedes(const PolicyTable& a, const PolicyTable& b) {
+  if (a.writer_epoch != b.writer_epoch) return a.writer_epoch < b.writer_epoch;
+  return a.version < b.version;
+}
+
+// Largest step a table's version may take above the newest one a store holds from the same
+// writer epoch. The controller raises a group's version by one per content change (or to one
+// above a floor its members reported), and a reader sees every publish it lives through, so
+// a real step is a handful; one far above it (a hostile or corrupt write of 2^62) would make
+// every later table stale. 2^20 steps are a million plan changes between two reads.
+constexpr uint64_t kMaxVersionJump = uint64_t{1} << 20;
 
 // Validates a table in the JSON form of docs/policy-table.md. On failure returns false with a
 // message naming the field (same rules as online.py's parse_table).
@@ -107,8 +125,10 @@ class TableStore {
     std::vector<std::shared_ptr<const PolicyTable>> tables;  // increasing version
   };
 
-  // Adds a table; false when its version is not above the newest one held (stale).
-  bool Publish(std::shared_ptr<const PolicyTable> table);
+  // Adds a table; false when it does not come after the newest one held (stale, Precedes)
+  // or when its version is more than kMaxVersionJump above the newest one of its writer
+  // epoch (*too_far, when given, tells the two apart).
+  bool Publish(std::shared_ptr<const PolicyTable> table, bool* too_far = nullptr);
   // Increases on every successful Publish; one acquire load, safe from any thread.
   uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
   // Copies the current snapshot (lock-free for the reader).
@@ -138,7 +158,7 @@ class Scheduler {
  public:
   explicit Scheduler(const TableStore* store = nullptr) : store_(store) {}
 
-  // Queues a table; false when stale (version not above every version seen).
+  // Queues a table; false when stale (not after every table seen, in Precedes order).
   bool Install(std::shared_ptr<const PolicyTable> table);
   // Eqs. 16-17 for a transfer of nbytes; false when no table is in force.
   bool Select(double nbytes, Selection* out);
@@ -162,8 +182,9 @@ class Scheduler {
   const TableStore* store_;
   uint64_t store_generation_ = 0;
   std::shared_ptr<const PolicyTable> table_;
-  std::vector<std::shared_ptr<const PolicyTable>> pending_;  // by (apply_from_seq, version)
+  std::vector<std::shared_ptr<const PolicyTable>> pending_;  // by apply_from_seq, then Precedes
   bool seen_any_ = false;
+  uint64_t max_epoch_ = 0;    // (max_epoch_, max_version_): the newest table seen
   uint64_t max_version_ = 0;
   uint64_t seq_ = 0;
   uint64_t late_tables_ = 0;

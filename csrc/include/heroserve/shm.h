@@ -84,6 +84,9 @@ class Segment {
   // Payload bytes this mapping holds; every read and write is bounded by it.
   size_t capacity() const { return capacity_; }
 
+  // Writer: removes the segment's name (shm_unlink); mappings, this one included, stay valid.
+  bool Unlink(std::string* error);
+
   // Writer: publish a payload under the seqlock.
   bool Publish(const std::string& payload, uint64_t newest_version, std::string* error);
 

@@ -1,0 +1,249 @@
+// GroupFeed (feed.h): one group's segment read into the in-process table store.
+#include "feed.h"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <map>
+
+#include "heroserve/json.h"
+#include "heroserve/log.h"
+
+namespace heroserve::tuner {
+
+void LogTo(hsNcclLogger fn, int level, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  if (fn) {
+    fn(level, HS_NCCL_TUNING, __FILE__, __LINE__, "HeroServe tuner: %s", buf);
+  } else {
+    heroserve::log::Write(level == HS_NCCL_LOG_WARN ? heroserve::log::Level::kWarning
+                                                    : heroserve::log::Level::kInfo,
+                          "heroserve.tuner", buf);
+  }
+}
+
+void GroupFeed::Warn(hsNcclLogger log, WarnLimiter* w, int64_t now, const std::string& msg) {
+  uint64_t skipped = 0;
+  if (!w->Due(now, &skipped)) return;
+  if (skipped == 0) {
+    LogTo(log, HS_NCCL_LOG_WARN, "%s", msg.c_str());
+  } else {
+    LogTo(log, HS_NCCL_LOG_WARN, "%s (%llu more since the last warning)", msg.c_str(),
+          static_cast<unsigned long long>(skipped));
+  }
+}
+
+SegState GroupFeed::Refresh(hsNcclLogger log, int64_t wait_ns, bool block, uint64_t* refused) {
+  shm::Segment* s = seg.load(std::memory_order_acquire);
+  if (s) {
+    uint64_t v = s->seq();
+    if (v == seq_done.load(std::memory_order_acquire)) return SegState::kCurrent;
+    if ((v & 1) && v == seq_stalled.load(std::memory_order_relaxed)) return SegState::kStalled;
+  } else if (NowNs() < next_open_ns.load(std::memory_order_relaxed)) {
+    return SegState::kMissing;
+  }
+  std::unique_lock<std::mutex> lock(refresh_mu, std::defer_lock);
+  if (block) {
+    lock.lock();
+  } else if (!lock.try_lock()) {
+    return SegState::kCurrent;
+  }
+  return RefreshLocked(log, wait_ns, refused);
+}
+
+void GroupFeed::Refuse(hsNcclLogger log, int64_t now, uint64_t* refused, const std::string& why) {
+  ++*refused;
+  Warn(log, &warn_refused, now,
+       "policy segment " + shm_name + " refused: " + why + "; keeping the last good table");
+}
+
+bool GroupFeed::Attach(hsNcclLogger log, int64_t now, uint64_t* refused, bool remap) {
+  if (mappings.size() >= kMaxMappings) {
+    next_open_ns.store(now + kRetryOpenNs, std::memory_order_relaxed);
+    Refuse(log, now, refused, "it was mapped " + std::to_string(kMaxMappings) +
+                                  " times already (grown or replaced)");
+    return false;
+  }
+  auto m = std::make_unique<shm::Segment>();
+  std::string err;
+  bool absent = false;
+  if (!m->Open(shm_name, &err, &absent)) {
+    next_open_ns.store(now + kRetryOpenNs, std::memory_order_relaxed);
+    if (absent) {
+      Warn(log, &warn_missing, now, err + "; using NCCL's defaults until the agent publishes");
+    } else {
+      Refuse(log, now, refused, err);
+    }
+    return false;
+  }
+  slot.store(m->ClaimSlot(), std::memory_order_relaxed);
+  if (!remap) {
+    seq_read = 0;
+    seq_done.store(0, std::memory_order_relaxed);
+    LogTo(log, HS_NCCL_LOG_INFO, "attached to %s for group %s", shm_name.c_str(),
+          group.c_str());
+  }
+  seg.store(m.get(), std::memory_order_release);
+  mappings.push_back(std::move(m));
+  return true;
+}
+
+SegState GroupFeed::RefreshLocked(hsNcclLogger log, int64_t wait_ns, uint64_t* refused) {
+  const int64_t now = NowNs();
+  shm::Segment* s = seg.load(std::memory_order_relaxed);
+  if (!s) {
+    if (now < next_open_ns.load(std::memory_order_relaxed)) return SegState::kMissing;
+    if (!Attach(log, now, refused, false)) return SegState::kMissing;
+    s = seg.load(std::memory_order_relaxed);
+  }
+  std::string payload;
+  using RS = shm::Segment::ReadStatus;
+  RS st = s->Read(&seq_read, &payload, wait_ns);
+  for (int remaps = 0; st == RS::kResized && remaps < 2; ++remaps) {
+    // The daemon grew the segment: map it again and read through the new mapping. When
+    // that fails, keep the old mapping and wait for the writer's next publish.
+    if (!Attach(log, now, refused, true)) {
+      seq_done.store(s->seq(), std::memory_order_release);
+      return SegState::kCurrent;
+    }
+    s = seg.load(std::memory_order_relaxed);
+    st = s->Read(&seq_read, &payload, wait_ns);
+  }
+  switch (st) {
+    case RS::kEmpty:
+      return SegState::kCurrent;
+    case RS::kUnchanged:
+      seq_done.store(seq_read, std::memory_order_release);
+      return SegState::kCurrent;
+    case RS::kBusy: {
+      uint64_t v = s->seq();
+      if (v & 1) seq_stalled.store(v, std::memory_order_relaxed);
+      Warn(log, &warn_stalled, now,
+           "policy segment " + shm_name + ": its writer held the seqlock past " +
+               std::to_string(wait_ns / 1000) +
+               " us (an agent killed mid-publish?); deciding from the tables already held");
+      return SegState::kStalled;
+    }
+    case RS::kResized:
+      seq_done.store(s->seq(), std::memory_order_release);
+      Refuse(log, now, refused, "its header's capacity keeps changing");
+      return SegState::kCurrent;
+    case RS::kTruncated:
+      // The file was cut below the mapping: stop touching it; look for it again later.
+      seg.store(nullptr, std::memory_order_release);
+      slot.store(-1, std::memory_order_relaxed);
+      next_open_ns.store(now + kRetryOpenNs, std::memory_order_relaxed);
+      Refuse(log, now, refused, "the file was truncated under the mapping");
+      return SegState::kCurrent;
+    case RS::kGarbled:
+      seq_done.store(seq_read, std::memory_order_release);
+      Refuse(log, now, refused, "garbled payload (length or checksum)");
+      return SegState::kCurrent;
+    case RS::kOk:
+      break;
+  }
+  // The store first, then the counter: a context that sees the counter current (and so
+  // neither waits nor reads) must find the tables it stands for already in the store.
+  if (Install(log, now, payload, refused)) {
+    // The writer removed the group and unlinks this segment: stop using it (the tables held
+    // stay in force) and look for the segment under its name again from the next call.
+    seg.store(nullptr, std::memory_order_release);
+    slot.store(-1, std::memory_order_relaxed);
+    next_open_ns.store(0, std::memory_order_relaxed);
+    LogTo(log, HS_NCCL_LOG_INFO,
+          "policy segment %s retired by its writer (group removed); keeping the tables held",
+          shm_name.c_str());
+    return SegState::kCurrent;
+  }
+  seq_done.store(seq_read, std::memory_order_release);
+  return SegState::kCurrent;
+}
+
+void GroupFeed::NoteWriter(hsNcclLogger log, const std::string& gen, uint64_t newest) {
+  const char* why = nullptr;
+  if (have_writer_gen && gen != writer_gen) {
+    why = "a new writer generation";
+  } else if (newest > 0) {
+    TableStore::Snapshot held = store.Read();
+    if (!held.tables.empty() && held.tables.back()->writer_epoch == writer_epoch &&
+        newest < held.tables.back()->version) {
+      why = "versions that went back";
+    }
+  }
+  writer_gen = gen;
+  have_writer_gen = true;
+  if (!why) return;
+  ++writer_epoch;
+  LogTo(log, HS_NCCL_LOG_WARN,
+        "policy segment %s: %s (newest version %llu); its tables now outrank every table "
+        "held before",
+        shm_name.c_str(), why, static_cast<unsigned long long>(newest));
+}
+
+bool GroupFeed::Install(hsNcclLogger log, int64_t now, const std::string& payload,
+                        uint64_t* refused) {
+  heroserve::json::Value doc;
+  std::string err;
+  const heroserve::json::Value* tables = nullptr;
+  const heroserve::json::Value* gen = nullptr;
+  const heroserve::json::Value* retired = nullptr;
+  if (!heroserve::json::Parse(payload, &doc, &err) || !doc.is_object() ||
+      !(tables = doc.find("tables")) || !tables->is_array() ||
+      tables->items().size() > kMaxTablesPerSegment ||
+      ((gen = doc.find("writer_generation")) && !gen->is_string()) ||
+      ((retired = doc.find("retired")) && !retired->is_bool())) {
+    Refuse(log, now, refused,
+           "not a list of at most " + std::to_string(kMaxTablesPerSegment) +
+               " tables with an optional writer_generation string and retired flag" +
+               (err.empty() ? std::string() : " (" + err + ")"));
+    return false;
+  }
+  if (retired && retired->as_bool()) return true;
+  std::vector<std::shared_ptr<PolicyTable>> valid;
+  uint64_t newest = 0;
+  for (const auto& tv : tables->items()) {
+    auto t = std::make_shared<PolicyTable>();
+    err.clear();
+    if (!heroserve::ParseTable(tv, t.get(), &err) || t->group_id != group) {
+      Refuse(log, now, refused, "bad table: " + (err.empty() ? "group mismatch" : err));
+      continue;
+    }
+    newest = std::max(newest, t->version);
+    valid.push_back(std::move(t));
+  }
+  NoteWriter(log, gen ? gen->as_string() : std::string(), newest);
+  for (auto& t : valid) {
+    t->writer_epoch = writer_epoch;
+    const uint64_t v = t->version;
+    bool too_far = false;
+    // Stale versions (every publish lists the versions held before) are dropped quietly.
+    if (!store.Publish(std::move(t), &too_far) && too_far) {
+      Refuse(log, now, refused,
+             "version " + std::to_string(v) + " jumps more than " +
+                 std::to_string(heroserve::kMaxVersionJump) + " above the newest held");
+    }
+  }
+  return false;
+}
+
+std::mutex g_feeds_mu;
+std::map<std::string, std::unique_ptr<GroupFeed>>* g_feeds = nullptr;  // never freed: NCCL
+                                                                       // may unload us late
+
+GroupFeed* FeedFor(const std::string& group) {
+  std::lock_guard<std::mutex> lock(g_feeds_mu);
+  if (!g_feeds) g_feeds = new std::map<std::string, std::unique_ptr<GroupFeed>>();
+  auto& f = (*g_feeds)[group];
+  if (!f) {
+    f = std::make_unique<GroupFeed>();
+    f->group = group;
+    f->shm_name = shm::SegmentName(group);
+  }
+  return f.get();
+}
+
+}  // namespace heroserve::tuner
