@@ -10,6 +10,7 @@ The plan is checked against its topology first; one format is written into ``--o
 from __future__ import annotations
 
 import argparse
+import ipaddress
 from pathlib import Path
 
 from controller.cli.common import cluster_for_plan
@@ -17,6 +18,7 @@ from controller.errors import InputError
 from controller.export import FORMATS, Options, export
 from controller.export.layout import DEFAULT_TUNER
 from controller.inputs.plan_checks import load_plan
+from controller.topology.graph import servers
 
 HELP = "turn a plan into a deployment file or vLLM/SGLang launch commands (docs/export.md)"
 
@@ -47,6 +49,14 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--base-port", type=int, default=8100, help="HTTP port of the first instance (+1 each)"
     )
+    p.add_argument(
+        "--address",
+        action="append",
+        default=[],
+        metavar="SERVER=IP",
+        help="a server's address (repeat per server); default: each server's start script "
+        "resolves its own name",
+    )
 
 
 def run(a: argparse.Namespace) -> int:
@@ -54,7 +64,19 @@ def run(a: argparse.Namespace) -> int:
     if not 1 <= a.base_port <= 65535 - 1024:
         raise InputError(f"--base-port {a.base_port} is not in 1..64511")
     g = cluster_for_plan(plan, a.topology, a.plan)
-    opts = Options(a.tuner_plugin, a.controller, a.shm_prefix, a.model_path, a.base_port)
+    addresses = {}
+    for item in a.address:
+        server, sep, ip = item.partition("=")
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            sep = ""
+        if not sep or server not in servers(g):
+            raise InputError(
+                f"--address {item!r}: SERVER=IP with SERVER a server of the plan's cluster"
+            )
+        addresses[server] = ip
+    opts = Options(a.tuner_plugin, a.controller, a.shm_prefix, a.model_path, a.base_port, addresses)
     files = export(plan, g, a.format, opts)
     out = Path(a.out)
     try:

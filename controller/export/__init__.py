@@ -3,9 +3,11 @@
 
 The plan is checked against its topology first (:func:`check.check_plan`): a GPU that is
 missing or used twice, a weight shard that does not fit, a path that is not made of the
-topology's links is refused, naming it. Then :func:`export` renders one format:
-``deployment.yaml``, or ``vllm.sh`` + ``vllm.json``, or ``sglang.sh`` + ``sglang.json``.
-docs/export.md describes every field.
+topology's links is refused, naming it; so is a plan the chosen engine cannot run
+(``engines.check_engine``, by its profile in ``controller/models/engines.py``). Then
+:func:`export` renders one format: ``deployment.yaml`` (``deployment``), or ``vllm.sh`` +
+``vllm.json`` (``vllm``), or ``sglang.sh`` + ``sglang.json`` (``sglang``), start scripts and
+JSON rendered by ``script``. docs/export.md describes every field.
 """
 
 from __future__ import annotations
@@ -15,13 +17,11 @@ import networkx as nx
 from controller.errors import InputError
 from controller.export.check import check_plan
 from controller.export.deployment import render as render_deployment
-from controller.export.engines import (
-    render_json,
-    render_shell,
-    sglang_commands,
-    vllm_commands,
-)
+from controller.export.engines import check_engine
 from controller.export.layout import Options, layout
+from controller.export.script import render_json, render_shell
+from controller.export.sglang import sglang_commands
+from controller.export.vllm import vllm_commands
 from controller.plan import Plan
 
 FORMATS = ("deployment", "vllm", "sglang")
@@ -29,16 +29,17 @@ FORMATS = ("deployment", "vllm", "sglang")
 
 def export(plan: Plan, g: nx.Graph, fmt: str, opts: Options) -> dict[str, str]:
     """File name -> contents for ``fmt``; raises :class:`InputError` when ``plan`` does not
-    match ``g``."""
+    match ``g``, or when the engine of ``fmt`` cannot run it (the rule it breaks)."""
     if fmt not in FORMATS:
         raise InputError(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
     check_plan(plan, g)
-    views = layout(plan, g, opts)
     if fmt == "deployment":
-        return {"deployment.yaml": render_deployment(plan, views, opts)}
+        return {"deployment.yaml": render_deployment(plan, layout(plan, g, opts), opts)}
+    profile = check_engine(plan, g, fmt)
+    views = layout(plan, g, opts)
     make = vllm_commands if fmt == "vllm" else sglang_commands
     cmds = make(views, plan.model, opts)
     return {
-        f"{fmt}.sh": render_shell(fmt, cmds, views),
-        f"{fmt}.json": render_json(fmt, cmds, views),
+        f"{fmt}.sh": render_shell(fmt, profile, cmds, views, opts),
+        f"{fmt}.json": render_json(fmt, profile, cmds, views, opts),
     }
