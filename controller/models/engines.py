@@ -140,7 +140,7 @@ SGLANG = EngineProfile(
         router=8000,
     ),
     router="sglang-router",
-    installs=("sglang[all]", "nixl", "sglang-router"),
+    installs=("sglang[all]", "nixl"),
     # SGLang's bootstrap server advertises --host; the NIXL agents bind per
     # SGLANG_HOST_IP (sglang/srt/utils: get_local_ip_auto)
     side_channel_host_env="SGLANG_HOST_IP",
