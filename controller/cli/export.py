@@ -50,6 +50,13 @@ def add_args(p: argparse.ArgumentParser) -> None:
         "--base-port", type=int, default=8100, help="HTTP port of the first instance (+1 each)"
     )
     p.add_argument(
+        "--engine",
+        choices=("vllm", "sglang"),
+        help="--format k8s: the engine the pods run (default: the one the plan was made for)",
+    )
+    p.add_argument("--image", default="", help="--format k8s: the engines' container image")
+    p.add_argument("--router-image", default="", help="--format k8s: the routers' image")
+    p.add_argument(
         "--address",
         action="append",
         default=[],
@@ -76,8 +83,17 @@ def run(a: argparse.Namespace) -> int:
                 f"--address {item!r}: SERVER=IP with SERVER a server of the plan's cluster"
             )
         addresses[server] = ip
-    opts = Options(a.tuner_plugin, a.controller, a.shm_prefix, a.model_path, a.base_port, addresses)
-    files = export(plan, g, a.format, opts)
+    opts = Options(
+        tuner_plugin=a.tuner_plugin,
+        controller=a.controller,
+        shm_prefix=a.shm_prefix,
+        model_path=a.model_path,
+        base_port=a.base_port,
+        addresses=addresses,
+        image=a.image,
+        router_image=a.router_image,
+    )
+    files = export(plan, g, a.format, opts, a.engine)
     out = Path(a.out)
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,8 @@ class Options:
     # server -> the address its processes bind and others reach it at (--address); a server
     # not named here resolves its own name when its start script runs
     addresses: dict[str, str] = field(default_factory=dict)
+    image: str = ""  # --format k8s: the engines' container image ("": the engine's own)
+    router_image: str = ""  # --format k8s: the routers' image ("": the engine's default)
 
 
 @dataclass

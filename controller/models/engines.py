@@ -99,6 +99,9 @@ class EngineProfile:
     router: str  # the command of the router that pairs a pool's prefill and decode
     installs: tuple[str, ...]  # what every server of the pool must have installed
     side_channel_host_env: str  # the variable that binds and advertises the KV side channel
+    # container images for --format k8s (the engine's published image; pin a version there)
+    image: str
+    router_image: str
 
 
 VLLM = EngineProfile(
@@ -121,6 +124,8 @@ VLLM = EngineProfile(
     router="vllm-router",
     installs=("vllm", "nixl", "ray[default]"),
     side_channel_host_env="VLLM_NIXL_SIDE_CHANNEL_HOST",
+    image="vllm/vllm-openai:latest",
+    router_image="vllm/vllm-openai:latest",  # with vllm-router installed (--router-image)
 )
 SGLANG = EngineProfile(
     name="sglang",
@@ -144,6 +149,8 @@ SGLANG = EngineProfile(
     # SGLang's bootstrap server advertises --host; the NIXL agents bind per
     # SGLANG_HOST_IP (sglang/srt/utils: get_local_ip_auto)
     side_channel_host_env="SGLANG_HOST_IP",
+    image="lmsysorg/sglang:latest",
+    router_image="lmsysorg/sglang:latest",  # ships sglang-router
 )
 PROFILES: dict[str, EngineProfile] = {"vllm": VLLM, "sglang": SGLANG}
 
