@@ -99,3 +99,28 @@ def test_k8s_needs_an_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     rc = main(["export", "--plan", str(plan), "--format", "k8s", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
     assert rc == 2 and "--format k8s: pass --engine vllm|sglang" in err
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_2tracks_plan_validates(engine: str, tmp_path: Path) -> None:
+    """A plan of the first 12 servers of 2tracks (OPT-175B; planning all 1,200 takes minutes),
+    exported against the whole 2tracks cluster: instances over several servers throughout."""
+    from controller.models import model_spec
+    from controller.planner import PlannerOptions, plan
+    from controller.topology.generators import two_tracks
+    from controller.workload import chatbot, default_sla
+
+    p = plan(
+        two_tracks(12), model_spec("OPT-175B"), chatbot(), default_sla("chatbot", "large"),
+        PlannerOptions(engine=engine),
+    )  # fmt: skip
+    path = tmp_path / "plan.json"
+    p.save(path)
+    docs = _manifests(path, tmp_path, "--model-path", "/models/opt-175b")
+    spans = {}
+    for ph in (p.prefill, p.decode):
+        for i, inst in enumerate(ph.instances):
+            servers = {x.split("-gpu")[0] for st in inst.stages for x in st}
+            spans[f"{ph.role}-{i}"] = len(servers)
+    assert max(spans.values()) > 1
+    check(docs, spans)
