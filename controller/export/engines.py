@@ -8,11 +8,13 @@ as a start script per server and as JSON.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import networkx as nx
 
 from controller.errors import InputError
-from controller.export.layout import Options
-from controller.models.engines import EngineProfile, engine_profile, plan_problem
+from controller.export.layout import InstanceView, Options, pools
+from controller.models.engines import EngineProfile, engine_profile, in_flight, plan_problem
 from controller.plan import Plan
 from controller.topology.graph import gpus
 
@@ -94,6 +96,42 @@ def reach(server: str, opts: Options) -> str:
 
 def url(server: str, port: int, opts: Options) -> str:
     return f"http://{reach(server, opts)}:{port}"
+
+
+def request_limit(v: InstanceView, profile: EngineProfile, flag: str) -> int:
+    """The requests ``v`` keeps in flight (``flag``'s value): its batch, raised to what the
+    engine needs to pipeline (``in_flight``), with a note on ``v`` when raised."""
+    limit = in_flight(profile, v.role, v.pp, v.batch)
+    if limit != v.batch:
+        v.notes.append(
+            f"{flag} {limit}, not the batch {v.batch}: a PP={v.pp} prefill needs a request "
+            "per stage in flight to pipeline"
+        )
+    return limit
+
+
+def routers(
+    views: list[InstanceView],
+    opts: Options,
+    profile: EngineProfile,
+    head: list[str],
+    prefill_extra: Callable[[InstanceView], list[str]] = lambda v: [],
+) -> list[Command]:
+    """One router per pool (``layout.pools``): ``head`` (the router's command and its P/D
+    mode flag), each prefill instance's URL (and ``prefill_extra`` of it), each decode
+    instance's URL; pool j listens on the profile's router port + j."""
+    out = []
+    for k, (pre, dec) in enumerate(pools(views)):
+        argv = list(head)
+        for v in pre:
+            argv += ["--prefill", url(v.head.server, v.port, opts), *prefill_extra(v)]
+        for v in dec:
+            argv += ["--decode", url(v.head.server, v.port, opts)]
+        port = profile.ports.router + k
+        argv += ["--host", "0.0.0.0", "--port", str(port)]
+        health = f"http://127.0.0.1:{port}"
+        out.append(Command("router", f"pool/{k}", argv, {}, "router", 3, health=health))
+    return out
 
 
 def check_engine(plan: Plan, g: nx.Graph, engine: str) -> EngineProfile:

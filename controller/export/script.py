@@ -57,6 +57,11 @@ def shell_line(c: Command) -> str:
     return " ".join(env + [_q(t) for t in c.argv])
 
 
+def _servers(commands: list[Command]) -> list[str]:
+    """The servers that run ``commands``, in first-use order (the routers' host aside)."""
+    return list(dict.fromkeys(c.server for c in commands if c.server != "router"))
+
+
 def _function(server: str) -> str:
     return "on_" + "".join(ch if ch.isalnum() else "_" for ch in server)
 
@@ -101,7 +106,7 @@ def render_shell(
     views: list[InstanceView],
     opts: Options,
 ) -> str:
-    servers = list(dict.fromkeys(c.server for c in commands if c.server != "router"))
+    servers = _servers(commands)
     lines = [
         "#!/usr/bin/env bash",
         f"# HeroServe {fmt} launch (heroserve export --format {fmt}; docs/export.md).",
@@ -140,7 +145,7 @@ def render_json(
     views: list[InstanceView],
     opts: Options,
 ) -> str:
-    servers = list(dict.fromkeys(c.server for c in commands if c.server != "router"))
+    servers = _servers(commands)
     doc = {
         "format": fmt,
         "engine": {"name": profile.name, "versions": profile.versions},

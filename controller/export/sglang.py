@@ -13,9 +13,17 @@ to NCCL's all-reduces).
 
 from __future__ import annotations
 
-from controller.export.engines import Command, model_path, own_address, reach, url
-from controller.export.layout import InstanceView, Options, pools
-from controller.models.engines import SGLANG, in_flight
+from controller.export.engines import (
+    Command,
+    model_path,
+    own_address,
+    reach,
+    request_limit,
+    routers,
+    url,
+)
+from controller.export.layout import InstanceView, Options
+from controller.models.engines import SGLANG
 
 DIST_PORTS_PER_INSTANCE = 10
 
@@ -26,12 +34,7 @@ def bootstrap_port(v: InstanceView, opts: Options) -> int:
 
 def _instance(v: InstanceView, model: str, opts: Options) -> list[Command]:
     k = v.port - opts.base_port
-    seqs = in_flight(SGLANG, v.role, v.pp, v.batch)
-    if seqs != v.batch:
-        v.notes.append(
-            f"--max-running-requests {seqs}, not the batch {v.batch}: a PP={v.pp} prefill "
-            "needs a request per stage in flight to pipeline"
-        )
+    seqs = request_limit(v, SGLANG, "--max-running-requests")
     base = [
         "python", "-m", "sglang.launch_server",
         "--model-path", model_path(model, opts),
@@ -73,15 +76,5 @@ def _instance(v: InstanceView, model: str, opts: Options) -> list[Command]:
 def sglang_commands(views: list[InstanceView], model: str, opts: Options) -> list[Command]:
     """Every instance's processes, then one router per pool (``layout.pools``)."""
     out = [c for v in views for c in _instance(v, model, opts)]
-    for k, (pre, dec) in enumerate(pools(views)):
-        argv = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
-        for v in pre:
-            argv += ["--prefill", url(v.head.server, v.port, opts), str(bootstrap_port(v, opts))]
-        for v in dec:
-            argv += ["--decode", url(v.head.server, v.port, opts)]
-        port = SGLANG.ports.router + k
-        argv += ["--host", "0.0.0.0", "--port", str(port)]
-        out.append(
-            Command("router", f"pool/{k}", argv, {}, "router", 3, health=f"http://127.0.0.1:{port}")
-        )
-    return out
+    head = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
+    return out + routers(views, opts, SGLANG, head, lambda v: [str(bootstrap_port(v, opts))])

@@ -22,10 +22,12 @@ from controller.export.engines import (
     model_path,
     own_address,
     reach,
+    request_limit,
+    routers,
     url,
 )
-from controller.export.layout import InstanceView, Options, pools
-from controller.models.engines import VLLM, in_flight
+from controller.export.layout import InstanceView, Options
+from controller.models.engines import VLLM
 
 # Offsets inside an instance's block of Ray ports (engines.RAY_BLOCK): the head's GCS, the
 # dashboard, the Ray client server, and each node's fixed ports; workers take the rest.
@@ -115,12 +117,7 @@ def _instance(v: InstanceView, model: str, opts: Options, side_channel: int) -> 
         "kv_connector": VLLM.kv_connector,
         "kv_role": "kv_producer" if v.role == "prefill" else "kv_consumer",
     }
-    seqs = in_flight(VLLM, v.role, v.pp, v.batch)
-    if seqs != v.batch:
-        v.notes.append(
-            f"--max-num-seqs {seqs}, not the batch {v.batch}: a PP={v.pp} prefill needs a "
-            "request per stage in flight to pipeline"
-        )
+    seqs = request_limit(v, VLLM, "--max-num-seqs")
     serve = [
         "vllm", "serve", model_path(model, opts),
         "--host", "0.0.0.0",
@@ -155,15 +152,4 @@ def vllm_commands(views: list[InstanceView], model: str, opts: Options) -> list[
     for v in views:
         out += _instance(v, model, opts, port)
         port += v.tp * v.pp  # one side-channel port per rank
-    for k, (pre, dec) in enumerate(pools(views)):
-        argv = ["vllm-router", "--vllm-pd-disaggregation"]
-        for v in pre:
-            argv += ["--prefill", url(v.head.server, v.port, opts)]
-        for v in dec:
-            argv += ["--decode", url(v.head.server, v.port, opts)]
-        port = VLLM.ports.router + k
-        argv += ["--host", "0.0.0.0", "--port", str(port)]
-        out.append(
-            Command("router", f"pool/{k}", argv, {}, "router", 3, health=f"http://127.0.0.1:{port}")
-        )
-    return out
+    return out + routers(views, opts, VLLM, ["vllm-router", "--vllm-pd-disaggregation"])
