@@ -1,6 +1,8 @@
 """What the vLLM and SGLang exports share (docs/export.md): the ``Command`` a server runs, the
-checkpoint an engine loads, the address a server's processes bind, and the check that the
-chosen engine can run the plan at all (its profile, ``controller/models/engines.py``).
+checkpoint an engine loads (``model_path``), the address a server's processes bind and the one
+others reach it at (``own_address``, ``reach``, ``url``), an instance's request limit
+(``request_limit``), the router per pool (``routers``), and the check that the chosen engine
+can run the plan at all (``check_engine``, by its profile in ``controller/models/engines.py``).
 
 The engines' own commands are in ``vllm.py`` and ``sglang.py``; ``script.py`` renders them
 as a start script per server and as JSON.
