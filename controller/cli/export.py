@@ -10,6 +10,7 @@ The plan is checked against its topology first; one format is written into ``--o
 from __future__ import annotations
 
 import argparse
+import ipaddress
 from pathlib import Path
 
 from controller.cli.common import cluster_for_plan
@@ -17,6 +18,7 @@ from controller.errors import InputError
 from controller.export import FORMATS, Options, export
 from controller.export.layout import DEFAULT_TUNER
 from controller.inputs.plan_checks import load_plan
+from controller.topology.graph import servers
 
 HELP = "turn a plan into a deployment file or vLLM/SGLang launch commands (docs/export.md)"
 
@@ -48,6 +50,21 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--base-port", type=int, default=8100, help="HTTP port of the first instance (+1 each)"
     )
+    p.add_argument(
+        "--engine",
+        choices=("vllm", "sglang"),
+        help="--format k8s: the engine the pods run (default: the one the plan was made for)",
+    )
+    p.add_argument("--image", default="", help="--format k8s: the engines' container image")
+    p.add_argument("--router-image", default="", help="--format k8s: the routers' image")
+    p.add_argument(
+        "--address",
+        action="append",
+        default=[],
+        metavar="SERVER=IP",
+        help="a server's address (repeat per server); default: each server's start script "
+        "resolves its own name",
+    )
 
 
 def run(a: argparse.Namespace) -> int:
@@ -55,8 +72,29 @@ def run(a: argparse.Namespace) -> int:
     if not 1 <= a.base_port <= 65535 - 1024:
         raise InputError(f"--base-port {a.base_port} is not in 1..64511")
     g = cluster_for_plan(plan, a.topology, a.plan)
-    opts = Options(a.tuner_plugin, a.controller, a.shm_prefix, a.model_path, a.base_port)
-    files = export(plan, g, a.format, opts)
+    addresses = {}
+    for item in a.address:
+        server, sep, ip = item.partition("=")
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            sep = ""
+        if not sep or server not in servers(g):
+            raise InputError(
+                f"--address {item!r}: SERVER=IP with SERVER a server of the plan's cluster"
+            )
+        addresses[server] = ip
+    opts = Options(
+        tuner_plugin=a.tuner_plugin,
+        controller=a.controller,
+        shm_prefix=a.shm_prefix,
+        model_path=a.model_path,
+        base_port=a.base_port,
+        addresses=addresses,
+        image=a.image,
+        router_image=a.router_image,
+    )
+    files = export(plan, g, a.format, opts, a.engine)
     out = Path(a.out)
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -73,6 +73,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
         help="force the decode parallelism, e.g. 8x1",
     )
     p.add_argument(
+        "--engine",
+        choices=("vllm", "sglang"),
+        help="plan only what this serving engine runs (its TP/PP rules and placement, "
+        "docs/export.md); default: an engine-neutral plan",
+    )
+    p.add_argument(
         "--gpus",
         type=bounded(int, 0, low_open=True),
         metavar="N",
@@ -148,6 +154,7 @@ def run(a: argparse.Namespace) -> int:
         max_gpus=a.gpus,
         tpot_mode=a.tpot_mode,
         net=net,
+        engine=a.engine,
     )
     plans = {}
     failed: dict[str, str] = {}

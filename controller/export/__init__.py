@@ -3,9 +3,12 @@
 
 The plan is checked against its topology first (:func:`check.check_plan`): a GPU that is
 missing or used twice, a weight shard that does not fit, a path that is not made of the
-topology's links is refused, naming it. Then :func:`export` renders one format:
-``deployment.yaml``, or ``vllm.sh`` + ``vllm.json``, or ``sglang.sh`` + ``sglang.json``.
-docs/export.md describes every field.
+topology's links is refused, naming it; so is a plan the chosen engine cannot run
+(``engines.check_engine``, by its profile in ``controller/models/engines.py``). Then
+:func:`export` renders one format: ``deployment.yaml`` (``deployment``), or ``vllm.sh`` +
+``vllm.json`` (``vllm``), or ``sglang.sh`` + ``sglang.json`` (``sglang``), start scripts and
+JSON rendered by ``script``, or ``k8s.yaml`` (``k8s``), the same deployment as Kubernetes
+manifests. docs/export.md describes every field.
 """
 
 from __future__ import annotations
@@ -15,30 +18,41 @@ import networkx as nx
 from controller.errors import InputError
 from controller.export.check import check_plan
 from controller.export.deployment import render as render_deployment
-from controller.export.engines import (
-    render_json,
-    render_shell,
-    sglang_commands,
-    vllm_commands,
-)
+from controller.export.engines import check_engine
+from controller.export.k8s import render_k8s
 from controller.export.layout import Options, layout
+from controller.export.script import render_json, render_shell
+from controller.export.sglang import sglang_commands
+from controller.export.vllm import vllm_commands
 from controller.plan import Plan
 
-FORMATS = ("deployment", "vllm", "sglang")
+FORMATS = ("deployment", "vllm", "sglang", "k8s")
 
 
-def export(plan: Plan, g: nx.Graph, fmt: str, opts: Options) -> dict[str, str]:
+def export(
+    plan: Plan, g: nx.Graph, fmt: str, opts: Options, engine: str | None = None
+) -> dict[str, str]:
     """File name -> contents for ``fmt``; raises :class:`InputError` when ``plan`` does not
-    match ``g``."""
+    match ``g``, or when the engine (``fmt``'s own, for k8s ``engine`` or the plan's) cannot
+    run it (the rule it breaks)."""
     if fmt not in FORMATS:
         raise InputError(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
     check_plan(plan, g)
-    views = layout(plan, g, opts)
     if fmt == "deployment":
-        return {"deployment.yaml": render_deployment(plan, views, opts)}
-    make = vllm_commands if fmt == "vllm" else sglang_commands
+        return {"deployment.yaml": render_deployment(plan, layout(plan, g, opts), opts)}
+    if fmt == "k8s":
+        engine = engine or plan.options.get("engine")
+        if engine is None:
+            raise InputError("--format k8s: pass --engine vllm|sglang (the plan is for none)")
+    else:
+        engine = fmt
+    profile = check_engine(plan, g, engine)
+    views = layout(plan, g, opts)
+    make = vllm_commands if engine == "vllm" else sglang_commands
     cmds = make(views, plan.model, opts)
+    if fmt == "k8s":
+        return {"k8s.yaml": render_k8s(profile, cmds, views, opts)}
     return {
-        f"{fmt}.sh": render_shell(fmt, cmds, views),
-        f"{fmt}.json": render_json(fmt, cmds, views),
+        f"{fmt}.sh": render_shell(fmt, profile, cmds, views, opts),
+        f"{fmt}.json": render_json(fmt, profile, cmds, views, opts),
     }

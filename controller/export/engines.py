@@ -1,35 +1,27 @@
-"""``--format vllm`` and ``--format sglang``: launch commands for disaggregated prefill/decode.
+"""What the vLLM and SGLang exports share (docs/export.md): the ``Command`` a server runs, the
+checkpoint an engine loads (``model_path``), the address a server's processes bind and the one
+others reach it at (``own_address``, ``reach``, ``url``), an instance's request limit
+(``request_limit``), the router per pool (``routers``), and the check that the chosen engine
+can run the plan at all (``check_engine``, by its profile in ``controller/models/engines.py``).
 
-Each format writes two files: ``<fmt>.sh``, a bash script with one function per server (run
-``bash vllm.sh srv0`` on server srv0), and ``<fmt>.json``, the same commands as data (argv
-and environment per server, each instance's KV peers, the router pools). docs/export.md
-lists every flag and where it comes from; in short:
-
-vLLM (``vllm serve``, its documented disaggregated-prefill setup with the NIXL connector):
-``--tensor-parallel-size``/``--pipeline-parallel-size`` from the plan, ``--max-num-seqs`` the
-instance's batch, ``--kv-transfer-config`` with ``kv_role`` ``kv_producer`` (prefill) or
-``kv_consumer`` (decode), ``CUDA_VISIBLE_DEVICES`` per server, and for TP > 1
-``--disable-custom-all-reduce`` plus ``VLLM_ALLREDUCE_USE_SYMM_MEM=0``: vLLM's own all-reduce
-kernels bypass NCCL, and with them the tuner plugin that applies the plan's scheme. An
-instance on several servers runs on a Ray cluster of those servers (``ray start``, then
-``--distributed-executor-backend ray``), as vLLM documents multi-node serving.
-
-SGLang (``python -m sglang.launch_server``): ``--disaggregation-mode prefill|decode``,
-``--tp-size``/``--pp-size``, ``--max-running-requests`` the batch, ``--nnodes``/``--node-rank``/
-``--dist-init-addr`` on several servers, ``--disable-custom-all-reduce`` for TP > 1, and one
-``sglang_router`` per set of instances the plan pairs.
+The engines' own commands are in ``vllm.py`` and ``sglang.py``; ``script.py`` renders them
+as a start script per server and as JSON.
 """
 
 from __future__ import annotations
 
-import json
-import shlex
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 
+import networkx as nx
+
+from controller.errors import InputError
 from controller.export.layout import InstanceView, Options, pools
+from controller.models.engines import EngineProfile, engine_profile, in_flight, plan_problem
+from controller.plan import Plan
+from controller.topology.graph import gpus
 
 # Public checkpoints of the models in controller/models/specs.py (their configs are the
-# specs' source). OPT-175B has no public checkpoint: pass --model-path.
+# specs' source). OPT-175B has none: the operator gives --model-path.
 CHECKPOINTS = {
     "OPT-13B": "facebook/opt-13b",
     "OPT-66B": "facebook/opt-66b",
@@ -37,191 +29,119 @@ CHECKPOINTS = {
     "LLaMA-3-8B": "meta-llama/Meta-Llama-3-8B",
     "LLaMA-3-70B": "meta-llama/Meta-Llama-3-70B",
 }
-NIXL_SIDE_CHANNEL_BASE = 5600  # vLLM's default VLLM_NIXL_SIDE_CHANNEL_PORT
-RAY_PORT_BASE = 6379  # Ray's default head port; instance k uses 6379 + k
-SGLANG_BOOTSTRAP_BASE = 8998  # SGLang's default --disaggregation-bootstrap-port
-SGLANG_DIST_PORT_BASE = 5000  # --dist-init-addr port of SGLang's multi-node example
-ROUTER_PORT_BASE = 8000
+# A server's own address where --address does not give it: the start script resolves the
+# server's name (getent) into this variable before it starts anything, because the NIXL
+# side channel and Ray bind to an address, not to a host name.
+ADDR = "${ADDR}"
+# Where each instance's Ray ports start when an instance spans servers: instance k takes
+# RAY_BLOCK_BASE + k * RAY_BLOCK .. + RAY_BLOCK - 1 (Ray's own defaults, 6379, 8265, 10001,
+# 52365, ..., would collide between two instances sharing a server).
+RAY_BLOCK_BASE = 20000
+RAY_BLOCK = 1000
 
 
-@dataclass
 class Command:
-    server: str
-    instance: str
-    argv: list[str]
-    env: dict[str, str] = field(default_factory=dict)
-    what: str = ""
+    """One process on one server: its argv and environment, what it is (``what``), when it
+    starts (``stage``: 0 Ray heads, 1 Ray workers, 2 engines, 3 routers), the ``host:port``
+    it waits for first (``after``), and the URL whose /health says it is up (``health``)."""
 
-    def shell(self) -> str:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
-        return (env + " " if env else "") + shlex.join(self.argv)
+    def __init__(
+        self,
+        server: str,
+        instance: str,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        what: str = "engine",
+        stage: int = 2,
+        after: str = "",
+        health: str = "",
+    ) -> None:
+        self.server, self.instance, self.argv = server, instance, argv
+        self.env = dict(env or {})
+        self.what, self.stage, self.after, self.health = what, stage, after, health
+
+    def to_dict(self) -> dict:
+        return {
+            "server": self.server,
+            "instance": self.instance,
+            "what": self.what,
+            "stage": self.stage,
+            "after": self.after,
+            "health": self.health,
+            "argv": self.argv,
+            "env": self.env,
+        }
 
 
 def model_path(model: str, opts: Options) -> str:
-    return opts.model_path or CHECKPOINTS.get(model, model)
-
-
-def _url(server: str, port: int) -> str:
-    return f"http://{server}:{port}"
-
-
-# -- vLLM ------------------------------------------------------------------------------------
-def _vllm(v: InstanceView, model: str, opts: Options, side_channel: int) -> list[Command]:
-    kv = {
-        "kv_connector": "NixlConnector",
-        "kv_role": "kv_producer" if v.role == "prefill" else "kv_consumer",
-    }
-    argv = [
-        "vllm", "serve", model_path(model, opts),
-        "--port", str(v.port),
-        "--tensor-parallel-size", str(v.tp),
-        "--pipeline-parallel-size", str(v.pp),
-        "--max-num-seqs", str(v.batch),
-        "--kv-transfer-config", json.dumps(kv, separators=(",", ":")),
-    ]  # fmt: skip
-    extra_env = {"VLLM_NIXL_SIDE_CHANNEL_PORT": str(side_channel)}
-    if v.tp > 1:
-        argv.append("--disable-custom-all-reduce")
-        extra_env["VLLM_ALLREDUCE_USE_SYMM_MEM"] = "0"
-    if len(v.servers) == 1:
-        return [Command(v.head.server, v.name, argv, {**v.head.env, **extra_env}, "engine")]
-    ray_port = RAY_PORT_BASE + v.port - opts.base_port
-    cmds = []
-    for k, part in enumerate(v.servers):
-        env = {**part.env, **extra_env}
-        head = ["--head", "--port", str(ray_port)]
-        join = ["--address", f"{v.head.server}:{ray_port}"]
-        cmds.append(
-            Command(
-                part.server,
-                v.name,
-                ["ray", "start", *(head if k == 0 else join), "--num-gpus", str(len(part.cuda))],
-                env,
-                "ray head" if k == 0 else "ray worker",
-            )
+    """What the engines load: ``--model-path``, else the model's public checkpoint; a model
+    with none (OPT-175B) needs ``--model-path``."""
+    if opts.model_path:
+        return opts.model_path
+    if model not in CHECKPOINTS:
+        raise InputError(
+            f"{model} has no public checkpoint: pass --model-path (a local folder or a "
+            "Hugging Face name every server can load)"
         )
-    serve = argv + ["--distributed-executor-backend", "ray"]
-    cmds.append(Command(v.head.server, v.name, serve, {**v.head.env, **extra_env}, "engine"))
-    return cmds
+    return CHECKPOINTS[model]
 
 
-def vllm_commands(views: list[InstanceView], model: str, opts: Options) -> list[Command]:
-    out, port = [], NIXL_SIDE_CHANNEL_BASE
-    for v in views:
-        out += _vllm(v, model, opts, port)
-        port += v.tp * v.pp  # one side-channel port per rank
-    return out
+def own_address(server: str, opts: Options) -> str:
+    """What ``server``'s processes bind: ``--address``, else resolved at start (``ADDR``)."""
+    return opts.addresses.get(server, ADDR)
 
 
-# -- SGLang ----------------------------------------------------------------------------------
-def _sglang(v: InstanceView, model: str, opts: Options) -> list[Command]:
-    k = v.port - opts.base_port
-    base = [
-        "python", "-m", "sglang.launch_server",
-        "--model-path", model_path(model, opts),
-        "--host", "0.0.0.0",
-        "--port", str(v.port),
-        "--disaggregation-mode", v.role,
-        "--disaggregation-transfer-backend", "nixl",
-        "--tp-size", str(v.tp),
-        "--pp-size", str(v.pp),
-        "--max-running-requests", str(v.batch),
-    ]  # fmt: skip
-    if v.role == "prefill":
-        base += ["--disaggregation-bootstrap-port", str(SGLANG_BOOTSTRAP_BASE + k)]
-    if v.tp > 1:
-        base.append("--disable-custom-all-reduce")
-    if len(v.servers) == 1:
-        return [Command(v.head.server, v.name, base, dict(v.head.env), "engine")]
-    dist = f"{v.head.server}:{SGLANG_DIST_PORT_BASE + k}"
-    return [
-        Command(
-            part.server,
-            v.name,
-            base
-            + ["--dist-init-addr", dist, "--nnodes", str(len(v.servers)), "--node-rank", str(r)],
-            dict(part.env),
-            f"engine, node {r} of {len(v.servers)}",
+def reach(server: str, opts: Options) -> str:
+    """How other hosts reach ``server``: ``--address``, else its name."""
+    return opts.addresses.get(server, server)
+
+
+def url(server: str, port: int, opts: Options) -> str:
+    return f"http://{reach(server, opts)}:{port}"
+
+
+def request_limit(v: InstanceView, profile: EngineProfile, flag: str) -> int:
+    """The requests ``v`` keeps in flight (``flag``'s value): its batch, raised to what the
+    engine needs to pipeline (``in_flight``), with a note on ``v`` when raised."""
+    limit = in_flight(profile, v.role, v.pp, v.batch)
+    if limit != v.batch:
+        v.notes.append(
+            f"{flag} {limit}, not the batch {v.batch}: a PP={v.pp} prefill needs a request "
+            "per stage in flight to pipeline"
         )
-        for r, part in enumerate(v.servers)
-    ]
+    return limit
 
 
-def sglang_commands(views: list[InstanceView], model: str, opts: Options) -> list[Command]:
-    out = [c for v in views for c in _sglang(v, model, opts)]
+def routers(
+    views: list[InstanceView],
+    opts: Options,
+    profile: EngineProfile,
+    head: list[str],
+    prefill_extra: Callable[[InstanceView], list[str]] = lambda v: [],
+) -> list[Command]:
+    """One router per pool (``layout.pools``): ``head`` (the router's command and its P/D
+    mode flag), each prefill instance's URL (and ``prefill_extra`` of it), each decode
+    instance's URL; pool j listens on the profile's router port + j."""
+    out = []
     for k, (pre, dec) in enumerate(pools(views)):
-        argv = ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation"]
+        argv = list(head)
         for v in pre:
-            bootstrap = SGLANG_BOOTSTRAP_BASE + v.port - opts.base_port
-            argv += ["--prefill", _url(v.head.server, v.port), str(bootstrap)]
+            argv += ["--prefill", url(v.head.server, v.port, opts), *prefill_extra(v)]
         for v in dec:
-            argv += ["--decode", _url(v.head.server, v.port)]
-        argv += ["--host", "0.0.0.0", "--port", str(ROUTER_PORT_BASE + k)]
-        out.append(Command("router", f"pool/{k}", argv, {}, "router"))
+            argv += ["--decode", url(v.head.server, v.port, opts)]
+        port = profile.ports.router + k
+        argv += ["--host", "0.0.0.0", "--port", str(port)]
+        health = f"http://127.0.0.1:{port}"
+        out.append(Command("router", f"pool/{k}", argv, {}, "router", 3, health=health))
     return out
 
 
-# -- rendering -------------------------------------------------------------------------------
-def _function(server: str) -> str:
-    return "on_" + "".join(c if c.isalnum() else "_" for c in server)
-
-
-def render_shell(fmt: str, commands: list[Command], views: list[InstanceView]) -> str:
-    servers = list(dict.fromkeys(c.server for c in commands))
-    lines = [
-        "#!/usr/bin/env bash",
-        f"# HeroServe {fmt} launch (heroserve export --format {fmt}; docs/export.md).",
-        f"# Run `bash {fmt}.sh SERVER` on each server: {', '.join(servers)}.",
-        "# Multi-server instances: start their workers first, then the server that heads them.",
-        "set -euo pipefail",
-        "",
-    ]
-    for v in views:
-        peers = ", ".join(p.instance for p in v.kv_peers) or "any"
-        lines.append(f"# {v.name}: TP={v.tp} PP={v.pp} batch={v.batch}, KV peers: {peers}")
-        lines += [f"#   note: {n}" for n in v.notes]
-    lines.append("")
-    for s in servers:
-        lines.append(f"{_function(s)}() {{")
-        for c in (c for c in commands if c.server == s):
-            lines.append(f"  # {c.instance}: {c.what}")
-            # `ray start` returns once its node is up, which the engine after it needs
-            lines.append(f"  {c.shell()}" + ("" if c.argv[0] == "ray" else " &"))
-        lines += ["  wait", "}", ""]
-    names = " ".join(servers)
-    lines += [
-        'case "${1:-}" in',
-        *(f"  {shlex.quote(s)}) {_function(s)} ;;" for s in servers),
-        f'  *) echo "usage: $0 SERVER (one of: {names})" >&2; exit 2 ;;',
-        "esac",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def render_json(fmt: str, commands: list[Command], views: list[InstanceView]) -> str:
-    doc = {
-        "format": fmt,
-        "instances": [
-            {
-                "name": v.name,
-                "role": v.role,
-                "tp": v.tp,
-                "pp": v.pp,
-                "batch": v.batch,
-                "servers": [
-                    {"server": p.server, "gpus": p.cuda, "gpu_ids": p.gpu_ids} for p in v.servers
-                ],
-                "url": _url(v.head.server, v.port),
-                "kv_peers": [p.instance for p in v.kv_peers],
-                "notes": v.notes,
-            }
-            for v in views
-        ],
-        "pools": [
-            {"prefill": [v.name for v in pre], "decode": [v.name for v in dec]}
-            for pre, dec in pools(views)
-        ],
-        "commands": [asdict(c) for c in commands],
-    }
-    return json.dumps(doc, indent=1) + "\n"
+def check_engine(plan: Plan, g: nx.Graph, engine: str) -> EngineProfile:
+    """The profile of ``engine``, after checking that it can run ``plan`` on ``g``; else
+    :class:`InputError` naming the rule the plan breaks."""
+    profile = engine_profile(engine)
+    server_of = {x: str(g.nodes[x].get("server", x)) for x in gpus(g)}
+    bad = plan_problem(profile, plan, server_of)
+    if bad is not None:
+        raise InputError(f"{engine} cannot run this plan: {bad}; plan with --engine {engine}")
+    return profile

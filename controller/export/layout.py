@@ -24,6 +24,11 @@ class Options:
     shm_prefix: str = ""  # HEROSERVE_SHM_PREFIX, "" for none
     model_path: str = ""  # what the engines load; default: the plan's model name
     base_port: int = 8100  # HTTP port of instance k is base_port + k on its head server
+    # server -> the address its processes bind and others reach it at (--address); a server
+    # not named here resolves its own name when its start script runs
+    addresses: dict[str, str] = field(default_factory=dict)
+    image: str = ""  # --format k8s: the engines' container image ("": the engine's own)
+    router_image: str = ""  # --format k8s: the routers' image ("": the engine's default)
 
 
 @dataclass

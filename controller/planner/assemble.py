@@ -279,5 +279,10 @@ def build_plan(result: SearchResult, planner: str, topology: str, workload: str)
         predicted=pred,
         notes=notes,
         # the simulator and the controller price the plan the same way
-        options={**problem.options.net.plan_options(), "tpot_mode": problem.options.tpot_mode},
+        options={
+            **problem.options.net.plan_options(),
+            "tpot_mode": problem.options.tpot_mode,
+            # what the plan was searched for: export checks it again (docs/export.md)
+            **({"engine": problem.options.engine} if problem.options.engine else {}),
+        },
     )

@@ -12,13 +12,14 @@ of a type.
 Its own module because two planners use it: the ``distserve-paper`` baseline
 (``distserve_paper``, ring only, as DistServe runs) and HeroServe's search (``search``),
 which prices the same layouts with its schemes and routes so that its candidates contain
-that baseline's too.
+that baseline's too. Both keep to a forced parallelism and to the plan's engine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from controller.models.engines import pair_problem, parallelism_problem
 from controller.planner.bounds import capacity_bound
 from controller.planner.candidates import valid_tp
 from controller.planner.combine import combine
@@ -76,6 +77,21 @@ def _layout(
     return pre, dec
 
 
+def _allowed(problem: Problem, pp: int, tp_p: int, tp_d: int) -> bool:
+    """A unit the options allow: the forced parallelism of each role, and what the plan's
+    engine runs (its stage placement is checked with the instances, ``Evaluator``)."""
+    opts, engine = problem.options, problem.engine
+    if opts.prefill_par not in (None, (tp_p, pp)) or opts.decode_par not in (None, (tp_d, pp)):
+        return False
+    if engine is None:
+        return True
+    return (
+        parallelism_problem(engine, "prefill", tp_p, pp) is None
+        and parallelism_problem(engine, "decode", tp_d, pp) is None
+        and pair_problem(engine, tp_p, tp_d) is None
+    )
+
+
 def colocated_search(ev: Evaluator) -> SearchResult | None:
     """The best DistServe low-affinity layout priced by ``ev`` (module docstring), or None
     when no unit fits. Units of one type; the type whose layout gives the most H is kept
@@ -89,6 +105,8 @@ def colocated_search(ev: Evaluator) -> SearchResult | None:
         size = min(len(n) for n in nodes)
         mem = min(g.nodes[x]["memory_gb"] for n in nodes for x in n)
         for pp, tp_p, tp_d in unit_candidates(problem, size, len(nodes), mem):
+            if not _allowed(problem, pp, tp_p, tp_d):
+                continue
             pre_stages, dec_stages = _layout(nodes, pp, tp_p, tp_d)
             if not pre_stages:
                 continue

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from controller.errors import InputError
+from controller.planner.candidates import check_forced
 from controller.planner.colocated import colocated_search
 from controller.planner.deployment import SearchResult
 from controller.planner.evaluate import Evaluator
@@ -29,6 +30,7 @@ DISTSERVE_PAPER = Policy(
 
 def search(problem: Problem, policy: Policy, groupers: Sequence = ()) -> SearchResult:
     """The ``distserve-paper`` planner's search (the common ``search`` signature)."""
+    check_forced(problem)
     result = colocated_search(Evaluator(problem, policy))
     if result is None:
         n = len(gpus(problem.cluster))

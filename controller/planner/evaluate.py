@@ -15,7 +15,8 @@ it fills, and it inherits them all:
 - ``kvtransfer.KVPricing``: the KV transfer between deployed instances (Eqs. 14-15).
 
 This module holds what joins them: the phases, every instance of one role at one (TP, PP)
-formed from a pool's groups and priced, with the cache of twin pods' instances. Eq. 1
+formed from a pool's groups and priced (for an engine, those it can place), with the cache
+of twin pods' instances. Eq. 1
 (which instances to deploy) is ``combine.combine``; the result types are in ``results``.
 """
 
@@ -26,6 +27,7 @@ from dataclasses import replace
 
 import networkx as nx
 
+from controller.models.engines import placement_problem
 from controller.planner.grouping import PodGroups
 from controller.planner.instances import InstancePricing
 from controller.planner.kvtransfer import KVPricing
@@ -43,6 +45,7 @@ class Evaluator(InstancePricing, KVPricing):
         super().__init__(problem, policy)
         self._pod_cache: dict[tuple, tuple] = {}
         self._pool_summaries: dict[frozenset, dict[tuple[float, str], int]] = {}
+        self._engine = problem.engine
 
     # -- phases --------------------------------------------------------------------------
     def instances(
@@ -150,10 +153,17 @@ class Evaluator(InstancePricing, KVPricing):
         return len(self.forced_ring)
 
     def phase_result(self, role: str, tp: int, pp: int, evals: list[InstanceEval]) -> PhaseResult:
-        """``evals`` as one phase, named by the GPU types its instances run on."""
+        """``evals`` as one phase, named by the GPU types its instances run on. A plan for
+        an engine keeps the instances whose placement that engine can start."""
+        if self._engine is not None and self._engine.placement.even_split:
+            evals = [e for e in evals if self._placeable(e.stages)]
         res = PhaseResult(role, tp, pp, [e.stages for e in evals], evals)
         res.gpu_type = _types(self.g, res.groups)
         return res
+
+    def _placeable(self, stages: list[list[str]]) -> bool:
+        server_of = {x: self.g.nodes[x].get("server") or x for st in stages for x in st}
+        return placement_problem(self._engine, "", stages, server_of) is None
 
 
 def _types(g: nx.Graph, insts: list[list[list[str]]]) -> str:

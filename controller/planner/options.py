@@ -1,7 +1,8 @@
 """Planner options and the problem every planner solves.
 
 Holds ``PlannerOptions`` (the user's knobs), ``Policy`` (what a planner may use: grouping,
-INA schemes, routes) and ``Problem`` (cluster, model, workload, SLA and options together)."""
+INA schemes, routes) and ``Problem`` (cluster, model, workload, SLA and options together,
+and the serving engine's profile when the plan is for one)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Literal
 import networkx as nx
 
 from controller.costmodel.netparams import NetParams
+from controller.models.engines import EngineProfile, engine_profile
 from controller.models.specs import ModelSpec
 from controller.workload.base import Workload
 from controller.workload.sla import SLA
@@ -39,6 +41,8 @@ class PlannerOptions:
     # an upper bound, not a deployment: every all-reduce the policy may aggregate in the
     # network costs nothing (docs/fidelity.md's free-INA bound)
     free_ina: bool = False
+    # plan only what this serving engine runs (controller/models/engines.py); None: any
+    engine: str | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,12 @@ class Problem:
     sla: SLA
     options: PlannerOptions = field(default_factory=PlannerOptions)
     progress: object = None  # callable(str) for progress lines, or None
+
+    @property
+    def engine(self) -> EngineProfile | None:
+        """The serving engine the plan must run on, or None for an engine-neutral plan."""
+        name = self.options.engine
+        return engine_profile(name) if name is not None else None
 
     def say(self, msg: str) -> None:
         if callable(self.progress):

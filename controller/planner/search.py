@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from controller.errors import InputError
+from controller.models.engines import pair_problem, parallelism_problem
 from controller.planner.bounds import capacity_bound
-from controller.planner.candidates import tp_pp_candidates
+from controller.planner.candidates import check_forced, tp_pp_candidates
 from controller.planner.colocated import colocated_search
 from controller.planner.combine import Combination, combine
 from controller.planner.deployment import SearchResult, settle_kv
@@ -83,7 +84,21 @@ def candidates_for(
 ) -> list[tuple[int, int]]:
     """(TP, PP) candidates for ``pool`` (Alg. 1 line 2). DistServe-like policies keep TP
     inside a server where that fits; HeroServe takes the union of that list and the
-    unrestricted one, so its candidates contain every baseline's."""
+    unrestricted one, so its candidates contain every baseline's. A plan for an engine
+    keeps the candidates that engine runs in ``role``."""
+    engine = problem.engine
+    if engine is None:
+        return _candidates(problem, policy, role, pool)
+    return [
+        c
+        for c in _candidates(problem, policy, role, pool)
+        if parallelism_problem(engine, role, *c) is None
+    ]
+
+
+def _candidates(
+    problem: Problem, policy: Policy, role: str, pool: Sequence[str]
+) -> list[tuple[int, int]]:
     g, model, opts = problem.cluster, problem.model, problem.options
     forced = opts.prefill_par if role == "prefill" else opts.decode_par
     mem = [g.nodes[x]["memory_gb"] for x in pool]
@@ -204,6 +219,7 @@ def _best_pair(
     on the H the pair can reach, its KV transfer included)."""
     ev, problem = ps.ev, ps.problem
     cap = problem.options.max_gpus
+    engine = problem.engine
     pb = ps.bounds("prefill", split.prefill)
     db = ps.bounds("decode", split.decode)
     pairs = sorted(
@@ -219,6 +235,8 @@ def _best_pair(
         po = ps.priced("prefill", split.prefill, pb[i][1], pb[i][2])
         d0 = ps.priced("decode", split.decode, db[j][1], db[j][2])
         if po is None or d0 is None:
+            continue
+        if engine is not None and pair_problem(engine, po.tp, d0.tp) is not None:
             continue
         comb0 = combine(po.result, d0.result, problem.sla.ttft_s, cap)
         if comb0 is None or comb0.rate <= beat * (1 + 1e-9):
@@ -275,6 +293,7 @@ def _class_rates(ps: PhaseSearch, space: RoleSpace, sample: int) -> tuple[list[f
 
 
 def search(problem: Problem, policy: Policy, groupers: Sequence[Grouper]) -> SearchResult:
+    check_forced(problem)
     ev = Evaluator(problem, policy)
     ps = PhaseSearch(ev, policy, groupers)
     opts = problem.options
@@ -363,9 +382,17 @@ def _explain_infeasible(
                 f"{role} TP={forced[0]} PP={forced[1]} is not feasible: TP must split the "
                 f"heads, PP the layers, and the shards must fit"
             )
+    forced = [
+        f"{role} TP={par[0]} PP={par[1]}"
+        for role, par in (("prefill", opts.prefill_par), ("decode", opts.decode_par))
+        if par is not None
+    ]
+    engine = problem.engine
     raise InputError(
-        f"no deployment of {model.name} meets the SLA (TTFT {problem.sla.ttft_s} s, "
-        f"TPOT {problem.sla.tpot_s} s) on this cluster with {policy.name}"
+        f"no deployment of {model.name}"
+        + (f" that {engine.name} runs" if engine is not None else "")
+        + f" meets the SLA (TTFT {problem.sla.ttft_s} s, TPOT {problem.sla.tpot_s} s) on this "
+        f"cluster with {policy.name}" + (f" with {' and '.join(forced)} forced" if forced else "")
     )
 
 
