@@ -24,9 +24,9 @@ Published figures, copied from their pages (units converted to seconds):
 - ``nemo``: NVIDIA NeMo Framework, "Llama-2 Results, Inference Performance" (TensorRT-LLM),
   A100 80GB SXM4 and H100 80GB HBM3, 128 input and 20 output tokens, average latency
   (https://docs.nvidia.com/nemo-framework/user-guide/latest/performance/llama.html). Its
-  LLaMA-2-13B rows are left out: at TP 1 they are faster than 7B's and below the time to
-  read 13B's weights 19 times at the datasheet bandwidth (raised in NVIDIA/NeMo discussion
-  8455), so they cannot be end-to-end times of 20 tokens.
+  LLaMA-2-13B rows are left out as not self-consistent: at TP 1 they are faster than 7B's
+  and below the time to read 13B's weights 19 times at the datasheet bandwidth
+  (questioned at https://github.com/NVIDIA/NeMo/discussions/8455).
 
     PYTHONPATH=. .venv/bin/python benchmarks/compute_vs_published.py [--markdown]
 """
