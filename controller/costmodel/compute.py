@@ -1,7 +1,8 @@
 """Computation latency (paper Eqs. 12-13), per transformer layer on one GPU of a TP group.
 
-The coefficients C1..C6 come per GPU type from a roofline derivation (``default_coefficients``)
-or from a least-squares fit of measured timings (``controller.costmodel.profile``).
+The coefficients C1..C6 come per GPU type from a roofline derivation (``default_coefficients``):
+the datasheet figures with the efficiency factors and per-layer overheads below, whose
+sources (or the measurement that would replace them) are in docs/costmodel.md.
 
 Eq. 12 (prefill, K tokens in the batch, K2 = sum of squared input lengths):
     t = C1 / TP * W * K  +  C2 / (b * TP) * 3 h K2  +  C3
@@ -23,7 +24,9 @@ from controller.models.gpus import gpu_spec
 from controller.models.specs import ModelSpec
 
 # Efficiency factors of the roofline defaults: fraction of the datasheet peak a serving
-# engine reaches (FasterTransformer/vLLM-class kernels on large GEMMs and attention).
+# engine reaches (FasterTransformer/vLLM-class kernels on large GEMMs and attention). All five
+# values below are assumptions, not fits (the efficiencies lie within published measurements):
+# docs/costmodel.md ("Every parameter and its source") gives them and what to measure instead.
 GEMM_EFFICIENCY = 0.6
 ATTENTION_EFFICIENCY = 0.4
 MEMORY_EFFICIENCY = 0.7

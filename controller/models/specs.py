@@ -58,6 +58,12 @@ MODELS: dict[str, ModelSpec] = {
         ModelSpec("OPT-13B", 40, 5120, 40, 40, 20480, 50272, False, True),
         ModelSpec("OPT-66B", 64, 9216, 72, 72, 36864, 50272, False, True),
         ModelSpec("OPT-175B", 96, 12288, 96, 96, 49152, 50272, False, True),
+        # LLaMA-2-7B and -13B (meta-llama/Llama-2-7b-hf and -13b-hf config.json on Hugging
+        # Face): full multi-head attention, SwiGLU FFN of 11008 / 13824, untied LM head.
+        # Published sizes 6,738,415,616 and 13,015,864,320 parameters: these counts plus
+        # the RMSNorm weights (2h per layer and a final h), which R leaves out.
+        ModelSpec("LLaMA-2-7B", 32, 4096, 32, 32, 11008, 32000, True, False),
+        ModelSpec("LLaMA-2-13B", 40, 5120, 40, 40, 13824, 32000, True, False),
         ModelSpec("LLaMA-2-70B", 80, 8192, 64, 8, 28672, 32000, True, False),
         ModelSpec("LLaMA-3-8B", 32, 4096, 32, 8, 14336, 128256, True, False),
         ModelSpec("LLaMA-3-70B", 80, 8192, 64, 8, 28672, 128256, True, False),

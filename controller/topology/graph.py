@@ -31,6 +31,8 @@ ROLES = ("prefill", "decode", "any")
 TIERS = ("access", "core")
 
 # Defaults where a topology file is silent (documented in docs/topology.md).
+# Per-hop latencies, assumed (docs/costmodel.md: NCCL's own LL-protocol figures beside them,
+# and what to measure to replace them)
 DEFAULT_ETHERNET_LATENCY_S = 2e-6  # NIC + switch port, one hop
 DEFAULT_NVLINK_LATENCY_S = 0.5e-6
 DEFAULT_PCIE_LATENCY_S = 1e-6

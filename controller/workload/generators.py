@@ -1,9 +1,10 @@
 """Synthetic workloads after the paper's data sets. No data set is downloaded at run time.
 
 Length statistics (documented approximations of the public data sets, in tokens):
-- chatbot, ShareGPT as vLLM's paper reports it: input mean 161, output mean 338; both
-  log-normal with a CV of about 1.
-- summarization, LongBench as DistServe's paper reports it: input mean 1738, output mean 90.
+- chatbot, ShareGPT's means as vLLM's paper reports them: input 161, output 338; both
+  log-normal with a CV of about 1 (assumed: the paper gives histograms, not spreads).
+- summarization, LongBench's means as DistServe's paper reports them: input 1738, output 90;
+  CVs 0.3 and 0.5 (assumed). docs/costmodel.md says what to measure to replace them.
 Lengths are clipped to [1, max_context] with input + output <= max_context (OPT: 2048).
 
 Holds :func:`chatbot`, :func:`summarization` and :data:`WORKLOADS` (name -> generator).
