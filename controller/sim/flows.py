@@ -24,8 +24,8 @@ paper's mode), ``sum_e k_{f,e} x_e``; pipelined, the most stretched hop sets the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 # A flow of an activity: ((link index, seconds per unit on that link), ...), latency seconds.
@@ -33,6 +33,7 @@ Flow = tuple[tuple[tuple[int, float], ...], float]
 # A part of an activity: (multiplier, first flow, end flow) over its flat flow list.
 Part = tuple[float, int, int]
 Envelope = tuple[tuple[float, float], ...]
+ALONE_MEMO = 50_000  # scales remembered per Work (message sizes, prompt lengths)
 
 
 class Stretch(Protocol):
@@ -58,6 +59,15 @@ class Work:
     # parts whose flows take their most stretched hop even when not ``pipelined`` (a ring
     # step at its bottleneck, Eq. 11; ``costmodel.network.Phase.bottleneck``)
     max_parts: tuple[int, ...] = ()
+    # singles by link: link -> ((k, lat), ...), so a pass over the few stretched links
+    # replaces a pass over every flow (a KV route crosses hundreds of links)
+    by_link: dict[int, tuple[tuple[float, float], ...]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+    # per scale, each part's ``mult_p * max over its envelope``: the time alone without the
+    # fixed part (the same message sizes and prompt lengths come back all run long)
+    _alone: dict[float, tuple[float, ...]] = field(default_factory=dict, repr=False, compare=False)
+    _worst: dict[float, float] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if (
@@ -68,6 +78,11 @@ class Work:
         ):
             singles = tuple((t[0][0], t[0][1], lat) for t, lat in self.flows)
             object.__setattr__(self, "singles", singles)
+        if self.singles is not None and not self.by_link:
+            grouped: dict[int, list[tuple[float, float]]] = {}
+            for e, k, lat in self.singles:
+                grouped.setdefault(e, []).append((k, lat))
+            self.by_link.update((e, tuple(v)) for e, v in grouped.items())
 
     @classmethod
     def single(cls, flows: Sequence[Flow], pipelined: bool, mult: float = 1.0) -> Work:
@@ -75,11 +90,18 @@ class Work:
         flows = tuple(flows)
         return cls(flows, ((mult, 0, len(flows)),), (envelope(flows, pipelined),), pipelined)
 
-    def sums(self, stretch: Stretch) -> list[tuple[float, float]]:
+    def sums(
+        self, stretch: Stretch, hot: Collection[int] | None = None
+    ) -> list[tuple[float, float]]:
         """The flows' (K_f(x), lat_f); for ``singles``, only the stretched flows' (a flow at
         x = 1 is never above the envelope alone, and a stretched flow's value alone is never
-        above its value stretched, so the maximum is the same)."""
+        above its value stretched, so the maximum is the same). ``hot``, when given, holds
+        every link with x > 1: the singles are then found from the smaller of the two (the
+        order differs, and only the maximum of a singles list is ever read)."""
         if self.singles is not None:
+            if hot is not None and len(hot) < len(self.by_link):
+                by_link = self.by_link
+                return [(k * stretch[e], lat) for e in hot if e in by_link for k, lat in by_link[e]]
             return [(k * x, lat) for e, k, lat in self.singles if (x := stretch[e]) > 1.0]
         out = flow_sums(self.flows, stretch, self.pipelined)
         if self.max_parts and not self.pipelined:
@@ -91,7 +113,7 @@ class Work:
     def time(self, fixed_s: float, scale: float, sums: Sequence[tuple[float, float]]) -> float:
         """t(x) from ``sums`` (as ``Work.sums`` gives them)."""
         if self.singles is not None:
-            worst = max([k * scale + lat for k, lat in self.envelopes[0]], default=0.0)
+            worst = self._worst_alone(scale)
             if sums:
                 worst = max(worst, max([k * scale + lat for k, lat in sums]))
             return fixed_s + self.parts[0][0] * worst
@@ -101,9 +123,31 @@ class Work:
                 t += mult * max([k * scale + lat for k, lat in sums[lo:hi]])
         return t
 
+    def _worst_alone(self, scale: float) -> float:
+        """The singles' part: the largest ``scale * K + lat`` over its envelope."""
+        worst = self._worst.get(scale)
+        if worst is None:
+            worst = max([k * scale + lat for k, lat in self.envelopes[0]], default=0.0)
+            if len(self._worst) < ALONE_MEMO:
+                self._worst[scale] = worst
+        return worst
+
     def time_alone(self, fixed_s: float, scale: float) -> float:
-        """t(1): each part's envelope at ``scale``."""
-        return alone_time(fixed_s, scale, self.parts, self.envelopes)
+        """t(1): each part's envelope at ``scale`` (as :func:`alone_time` adds them, term by
+        term from ``fixed_s``, so the sum is the same to the last bit)."""
+        terms = self._alone.get(scale)
+        if terms is None:
+            terms = tuple(
+                mult * max([k * scale + lat for k, lat in env])
+                for (mult, _, _), env in zip(self.parts, self.envelopes, strict=True)
+                if env
+            )
+            if len(self._alone) < ALONE_MEMO:
+                self._alone[scale] = terms
+        t = fixed_s
+        for x in terms:
+            t += x
+        return t
 
 
 def alone_time(

@@ -59,6 +59,7 @@ class Links:
         n = len(self.inv_bw)
         self.load = [0.0] * n  # n_e: sum of weights of active activities
         self.stretch = [1.0] * n  # x_e in force (within the tolerance of max(1, n_e))
+        self.hot: set[int] = set()  # the links with x_e > 1 in force
         self.on: list[set] = [set() for _ in range(n)]  # channels that use each link
         self.bytes = [0.0] * n  # bytes carried so far (finished activities)
         self.window_bytes = [0.0] * n  # bytes carried in the current utilisation window
@@ -73,6 +74,7 @@ class Links:
             self.on[i].clear()
             self.bytes[i] = 0.0
             self.window_bytes[i] = 0.0
+        self.hot.clear()
 
     def __len__(self) -> int:
         return len(self.inv_bw)
@@ -178,14 +180,14 @@ class FluidNetwork:
         chans: set = set()
         for e in changed:
             chans |= lk.on[e]
-        stretch = lk.stretch
+        stretch, hot = lk.stretch, lk.hot
         for c in chans:
             members = self.by_chan.get(c)
             if not members:
                 self._sums.pop(c, None)
                 continue
             work = next(iter(members.values())).work
-            sums = work.sums(stretch)  # once per channel: its activities share their work
+            sums = work.sums(stretch, hot)  # once per channel: its activities share their work
             self._sums[c] = sums
             for a in members.values():
                 if a is skip:
@@ -265,8 +267,10 @@ class FluidNetwork:
             return False
         if old == 1.0:
             self.stretched += 1
+            lk.hot.add(e)
         elif x == 1.0:
             self.stretched -= 1
+            lk.hot.discard(e)
         lk.stretch[e] = x
         return True
 
@@ -274,7 +278,7 @@ class FluidNetwork:
         """Add (``sign`` 1) or remove (-1) ``a``'s loads; the links whose stretch changed
         (``_set_load`` inlined: this runs twice per activity)."""
         lk = self.links
-        load, stretch, tol = lk.load, lk.stretch, self.tol
+        load, stretch, tol, hot = lk.load, lk.stretch, self.tol, lk.hot
         changed = []
         for e, w in a.loads:
             x = load[e] = load[e] + sign * w
@@ -285,8 +289,10 @@ class FluidNetwork:
                 continue
             if old == 1.0:
                 self.stretched += 1
+                hot.add(e)
             elif x == 1.0:
                 self.stretched -= 1
+                hot.discard(e)
             stretch[e] = x
             changed.append(e)
         return changed
@@ -315,7 +321,7 @@ class FluidNetwork:
             shared = next(iter(members.values())).work is a.work  # the channel's work
             sums = self._sums.get(chan) if shared else None
             if sums is None:
-                sums = a.work.sums(self.links.stretch)
+                sums = a.work.sums(self.links.stretch, self.links.hot)
                 if shared:
                     self._sums[chan] = sums
             a.duration = a.time_from(sums)
