@@ -50,11 +50,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    plan = load_plan(a.plan)
-    if not 1 <= a.base_port <= 65535 - 1024:
-        raise InputError(f"--base-port {a.base_port} is not in 1..64511")
-    g = cluster_for_plan(plan, a.topology, a.plan)
     opts = Options(a.tuner_plugin, a.controller, a.shm_prefix, a.model_path, a.base_port)
+    opts.check()  # before the plan is read: a bad flag is named whatever the plan holds
+    plan = load_plan(a.plan)
+    g = cluster_for_plan(plan, a.topology, a.plan)
     files = export(plan, g, a.format, opts)
     out = Path(a.out)
     try:

@@ -5,6 +5,8 @@ The plan is checked against its topology first (:func:`check.check_plan`): a GPU
 missing or used twice, a weight shard that does not fit, a path that is not made of the
 topology's links is refused, naming it. Then :func:`export` renders one format:
 ``deployment.yaml``, or ``vllm.sh`` + ``vllm.json``, or ``sglang.sh`` + ``sglang.json``.
+Options the files cannot carry (a controller address that is not HOST:PORT, a shared-memory
+prefix with a path in it) are refused first (:meth:`layout.Options.check`).
 docs/export.md describes every field.
 """
 
@@ -32,6 +34,7 @@ def export(plan: Plan, g: nx.Graph, fmt: str, opts: Options) -> dict[str, str]:
     match ``g``."""
     if fmt not in FORMATS:
         raise InputError(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
+    opts.check()
     check_plan(plan, g)
     views = layout(plan, g, opts)
     if fmt == "deployment":
