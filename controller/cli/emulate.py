@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.errors import InputError
-from controller.inputs.args import bounded
+from controller.inputs.args import bounded, output_file
 
 log = logging.getLogger("heroserve.emulate")
 
@@ -97,7 +97,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=bounded(int, 0, 2**31), default=1, help="data and impairments")
     p.add_argument(
-        "--json", metavar="PATH", help="also write the measurements here (JSON, seconds)"
+        "--json",
+        metavar="PATH",
+        type=output_file,  # checked now, not after minutes of emulation
+        help="also write the measurements here (JSON, seconds)",
     )
 
 
