@@ -199,6 +199,10 @@ def run(a: argparse.Namespace) -> int:
 def failures_reported(name: str, fn: Any, a: argparse.Namespace) -> int:
     """A failure of the emulation itself (a process that died, a timeout): one line and
     status 1, after the teardown has run. Bad input (InputError) is the caller's: status 2."""
+    # Each line out as it is printed, into a pipe too: the run tag and "holding" are what a
+    # script (or a test) waits on before it interrupts the run.
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)
     try:
         return fn(a)
     except InputError:
