@@ -21,14 +21,17 @@ import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import grpc
 
+from agents.cliutil import UsageError, read_regular
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 
 log = logging.getLogger("heroserve.agent")
+
+# A PEM chain of a few certificates is a few KB; 1 MiB bounds a wrong file given as one.
+MAX_PEM_BYTES = 1 << 20
 
 
 @dataclass
@@ -102,9 +105,9 @@ def tls_from_args(a: argparse.Namespace) -> ClientTls | None:
     if not all(files):
         raise ValueError("mutual TLS needs all of --tls-cert, --tls-key and --tls-ca")
     try:
-        cert, key, ca = (Path(f).read_bytes() for f in files)
-    except OSError as exc:
-        raise ValueError(f"cannot read TLS file {exc.filename}: {exc.strerror}") from None
+        cert, key, ca = (read_regular(f, "TLS file", MAX_PEM_BYTES) for f in files)
+    except UsageError as exc:
+        raise ValueError(str(exc)) from None
     return ClientTls(cert, key, ca, a.tls_server_name)
 
 

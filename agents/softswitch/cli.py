@@ -18,7 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
-from agents.cliutil import DefaultsHelpFormatter
+from agents.cliutil import BriefParser, DefaultsHelpFormatter, UsageError, split_address
 from agents.logs import add_log_args, setup_logging
 
 ENV = "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION"
@@ -26,7 +26,7 @@ log = logging.getLogger("heroserve.softswitch")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = BriefParser(
         prog="heroserve softswitch",
         description="Executable model of p4/heroserve_ina.p4 with a P4Runtime server.",
         formatter_class=DefaultsHelpFormatter,
@@ -73,9 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     setup_logging(args.log_level, args.log_format)
-    host, sep, port = args.p4runtime.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        return _fail(f"--p4runtime {args.p4runtime!r} is not host:port")
+    try:
+        host, _ = split_address(args.p4runtime, "--p4runtime", lowest_port=0)
+    except UsageError as e:
+        return _fail(str(e))
     if not 0 <= args.device_id < 2**64:
         return _fail(f"--device-id {args.device_id} is not a uint64")
 
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             index = P4InfoIndex(load_p4info(args.p4info))
             index.check_against(pipeline)
-        except (OSError, text_format.ParseError, ModelError) as e:
+        except (UsageError, text_format.ParseError, ModelError) as e:
             return _fail(f"--p4info {args.p4info}: {e}")
         service.p4info = index
 

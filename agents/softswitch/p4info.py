@@ -13,18 +13,26 @@ from pathlib import Path
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2
 
+from agents.cliutil import UsageError, read_regular
 from agents.resources import shipped
 
 from .pipeline import InaPipeline
 from .tables import InvalidArgument
 
 P4INFO_PATH = shipped("p4/heroserve_ina.p4info.txtpb")
+# The shipped P4Info is about 6 KB; a program with thousands of tables stays far below this.
+MAX_P4INFO_BYTES = 4 << 20
 
 
 def load_p4info(path: Path = P4INFO_PATH) -> p4info_pb2.P4Info:
-    """Parse a text-format P4Info file."""
+    """Parse a text-format P4Info file (a regular UTF-8 file: UsageError otherwise)."""
+    data = read_regular(path, "P4Info file", MAX_P4INFO_BYTES)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"not UTF-8 text (byte {e.start})") from None
     info = p4info_pb2.P4Info()
-    text_format.Parse(path.read_text(), info)
+    text_format.Parse(text, info)
     return info
 
 

@@ -19,14 +19,21 @@ import argparse  # noqa: E402
 import logging  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 from agents import __version__  # noqa: E402
 from agents.client import add_tls_args  # noqa: E402
-from agents.cliutil import DefaultsHelpFormatter, UsageError, missing_dependency  # noqa: E402
+from agents.cliutil import (  # noqa: E402
+    DefaultsHelpFormatter,
+    UsageError,
+    missing_dependency,
+    read_regular,
+    split_address,
+)
 from agents.logs import add_log_args, setup_logging  # noqa: E402
 
 log = logging.getLogger("heroserve.switch")
+# --device-config is a compiled program (BMv2 JSON); 64 MiB bounds a wrong file given as one.
+MAX_DEVICE_CONFIG_BYTES = 64 << 20
 
 
 def parse_port(spec: str) -> "PortInfo":  # noqa: F821, UP037 - imported lazily below
@@ -115,9 +122,7 @@ def _build(args: argparse.Namespace):  # noqa: ANN202 - SwitchAgent, imported la
     if args.slots <= 0 or args.telemetry_interval <= 0:
         raise UsageError("--slots and --telemetry-interval must be > 0")
     for name, addr in (("--switch", args.switch), ("--controller", args.controller)):
-        host, sep, port = addr.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise UsageError(f"{name} {addr!r} is not HOST:PORT")
+        split_address(addr, name)  # a port past 65535 is refused, never wrapped
     ports = {}
     for spec in args.port:
         p = parse_port(spec)
@@ -130,10 +135,7 @@ def _build(args: argparse.Namespace):  # noqa: ANN202 - SwitchAgent, imported la
         raise UsageError(str(exc)) from exc
     config = b""
     if args.device_config:
-        try:
-            config = Path(args.device_config).read_bytes()
-        except OSError as exc:
-            raise UsageError(f"cannot read --device-config: {exc}") from exc
+        config = read_regular(args.device_config, "--device-config", MAX_DEVICE_CONFIG_BYTES)
     try:
         tls = tls_from_args(args)
     except ValueError as exc:

@@ -24,7 +24,7 @@ import time
 import grpc
 
 from agents.client import add_tls_args, channel, tls_from_args
-from agents.cliutil import DefaultsHelpFormatter
+from agents.cliutil import DefaultsHelpFormatter, UsageError, split_address
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.cli.report import text_table
@@ -145,8 +145,9 @@ def run(a: argparse.Namespace) -> int:
     from controller.inputs.plan_checks import load_plan
 
     try:
+        split_address(a.controller, "--controller")  # 99999 must not dial 34463
         tls = tls_from_args(a)
-    except ValueError as exc:
+    except (ValueError, UsageError) as exc:
         raise InputError(str(exc)) from None
     plan_json = ""
     if a.admin_action == "apply":

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.errors import InputError
-from controller.inputs.args import bounded
+from controller.inputs.args import bounded, output_file
 
 log = logging.getLogger("heroserve.emulate")
 
@@ -97,7 +97,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=bounded(int, 0, 2**31), default=1, help="data and impairments")
     p.add_argument(
-        "--json", metavar="PATH", help="also write the measurements here (JSON, seconds)"
+        "--json",
+        metavar="PATH",
+        type=output_file,  # checked now, not after minutes of emulation
+        help="also write the measurements here (JSON, seconds)",
     )
 
 
@@ -196,6 +199,10 @@ def run(a: argparse.Namespace) -> int:
 def failures_reported(name: str, fn: Any, a: argparse.Namespace) -> int:
     """A failure of the emulation itself (a process that died, a timeout): one line and
     status 1, after the teardown has run. Bad input (InputError) is the caller's: status 2."""
+    # Each line out as it is printed, into a pipe too: the run tag and "holding" are what a
+    # script (or a test) waits on before it interrupts the run.
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)
     try:
         return fn(a)
     except InputError:

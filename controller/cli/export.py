@@ -68,9 +68,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    checked = Options(a.tuner_plugin, a.controller, a.shm_prefix, a.model_path, a.base_port)
+    checked.check()  # before the plan is read: a bad flag is named whatever the plan holds
     plan = load_plan(a.plan)
-    if not 1 <= a.base_port <= 65535 - 1024:
-        raise InputError(f"--base-port {a.base_port} is not in 1..64511")
     g = cluster_for_plan(plan, a.topology, a.plan)
     addresses = {}
     for item in a.address:

@@ -7,14 +7,19 @@ import argparse
 import sys
 from pathlib import Path
 
-from controller.inputs.args import bounded, write_text
+from controller.inputs.args import bounded, output_file, write_text
 
 HELP = "write docs/fidelity.md: the paper's claims beside the project's"
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.description = "the paper's claims beside the project's figures (docs/fidelity.md)"
-    p.add_argument("--out", default="docs/fidelity.md", help="where to write the report")
+    p.add_argument(
+        "--out",
+        type=output_file,  # checked now, not after the report's minutes of work
+        default="docs/fidelity.md",
+        help="where to write the report",
+    )
     p.add_argument(
         "--eval-dir", default="eval", help="where `heroserve evaluate` wrote its scenarios"
     )

@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from agents.cliutil import DefaultsHelpFormatter
+from agents.cliutil import DefaultsHelpFormatter, UsageError, read_regular
 from controller.errors import InputError
 
 CA_DAYS = 3650  # a private root outlives the certificates it signs; renew it by hand
@@ -59,17 +59,26 @@ def _check_name(name: str) -> str:
 
 
 def _write(path: Path, data: bytes, private: bool, force: bool) -> None:
-    if path.exists() and not force:
+    """Create ``path`` anew (mode 0600 for a key, 0644 otherwise). A symbolic link there is
+    refused, even with ``force``, and the file is opened with O_EXCL | O_NOFOLLOW: a link
+    planted between the check and the write (dangling ones included) makes the open fail,
+    so a key is never written into a file the link points at."""
+    if path.is_symlink():
+        raise InputError(f"{path} is a symbolic link: refusing to write a key or certificate "
+                         "through it")  # fmt: skip
+    if os.path.lexists(path) and not force:
         raise InputError(f"{path} exists; pass --force to replace it")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        if private:  # never readable by others, not even for an instant
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.chmod(path, 0o600)
-        else:
-            path.write_bytes(data)
+        if force and os.path.lexists(path):
+            path.unlink()  # removes the file itself: it is not a link (checked above)
+        # never readable by others, not even for an instant
+        fd = os.open(path, flags, 0o600 if private else 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except FileExistsError:
+        raise InputError(f"{path} appeared while writing it: refusing to replace it") from None
     except OSError as exc:
         raise InputError(f"cannot write {path}: {exc.strerror}") from None
 
@@ -167,7 +176,9 @@ def _save(
     out: Issued, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey, force: bool
 ) -> Issued:
     for p in (out.cert, out.key):  # check both before writing either
-        if p.exists() and not force:
+        if p.is_symlink():
+            raise InputError(f"{p} is a symbolic link: refusing to write through it")
+        if os.path.lexists(p) and not force:
             raise InputError(f"{p} exists; pass --force to replace it")
     _write(out.key, pem(key), private=True, force=force)
     _write(out.cert, pem(cert), private=False, force=force)
@@ -178,22 +189,27 @@ def init_ca(
     directory: Path, name: str = "HeroServe CA", days: int = CA_DAYS, force: bool = False
 ) -> Issued:
     """Create a self-signed CA in ``directory``."""
-    if not name.strip() or len(name) > 64:
-        raise InputError("--name of a CA is 1-64 characters")
+    if not name.strip() or len(name) > 64 or not name.isprintable():
+        raise InputError("--name of a CA is 1-64 printable characters (no control characters)")
     cert, key = new_ca(name, days)
     return _save(Issued(directory / "ca.crt", directory / "ca.key"), cert, key, force)
 
 
 def load_ca(directory: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
     """The CA of ``directory`` (``ca.crt``, ``ca.key``), checked to belong together."""
+    for f in ("ca.crt", "ca.key"):
+        if not (directory / f).exists():
+            raise InputError(f"{directory / f} is missing: run `heroserve pki init {directory}`")
     try:
-        cert = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
-        key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
-    except FileNotFoundError as exc:
-        raise InputError(
-            f"{exc.filename} is missing: run `heroserve pki init {directory}`"
-        ) from None
-    except (OSError, ValueError, TypeError) as exc:
+        crt, key_pem = (
+            read_regular(directory / f, "CA file", 1 << 20) for f in ("ca.crt", "ca.key")
+        )
+    except UsageError as exc:
+        raise InputError(str(exc)) from None
+    try:
+        cert = x509.load_pem_x509_certificate(crt)
+        key = serialization.load_pem_private_key(key_pem, None)
+    except (ValueError, TypeError) as exc:
         raise InputError(f"{directory}: not a CA made by `heroserve pki init` ({exc})") from None
     if not isinstance(key, ec.EllipticCurvePrivateKey) or key.public_key().public_numbers() != (
         cert.public_key().public_numbers()  # type: ignore[union-attr]

@@ -9,7 +9,8 @@ epoch. Leaving the ``with`` block, normally, on an error, or on SIGINT, SIGTERM 
 stops everything in reverse order and sweeps what carries the run's tag: interfaces, shared
 memory segments (``/dev/shm/heroserve-<tag>-*``), processes (each started in its own session
 and killed by process group). Every process it starts has ``HEROSERVE_EMULATION=<tag>`` in
-its environment, which is how a test finds leftovers.
+its environment, which is how a test finds leftovers. A run killed outright (SIGKILL) is
+swept by its watchdog, and failing that by the next run (``controller/emulate/sweep.py``).
 """
 
 from __future__ import annotations
@@ -36,14 +37,25 @@ import networkx as nx
 from agents.ina.impairments import Impairments
 from controller.emulate.mn import ROOT, load_network_module
 from controller.emulate.spec import NetworkSpec
+from controller.emulate.sweep import (
+    ENV_TAG,
+    RUN_FILE,
+    SHM_DIR,
+    WORKDIR_PREFIX,
+    Watchdog,
+    root_interfaces,
+    shm_prefix,
+    start_watchdog,
+    sweep_dead_runs,
+    tagged_pids,
+    write_run_file,
+)
 from controller.errors import InputError
 from controller.plan import Plan
 
 log = logging.getLogger("heroserve.emulate")
 
 GPU_AGENT = ROOT / "build" / "csrc" / "heroserve-gpu-agent"
-ENV_TAG = "HEROSERVE_EMULATION"
-SHM_DIR = Path("/dev/shm")
 ACK_TIMEOUT_S = 120.0  # agents of a loaded 2-core machine acknowledge within seconds
 
 
@@ -51,31 +63,9 @@ class Interrupted(KeyboardInterrupt):
     """SIGTERM or SIGHUP, raised in the main thread so the teardown runs."""
 
 
-def shm_prefix(tag: str) -> str:
-    """HEROSERVE_SHM_PREFIX of this run's GPU agents (segments ``heroserve-<tag>-<group>``)."""
-    return f"{tag}-"
-
-
-def tagged_pids(tag: str) -> dict[int, str]:
-    """Processes (pid -> command line) whose environment carries this run's tag."""
-    out: dict[int, str] = {}
-    needle = f"{ENV_TAG}={tag}".encode()
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            if needle not in (d / "environ").read_bytes().split(b"\0"):
-                continue
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue  # gone meanwhile, or not ours to read
-        out[int(d.name)] = cmd.strip()[:120]
-    return out
-
-
 def leftovers(tag: str) -> dict[str, list[str]]:
     """What a run with ``tag`` left behind: interfaces, shm segments, processes."""
-    ifs = load_network_module().root_interfaces(tag)
+    ifs = root_interfaces(tag)
     shm = sorted(p.name for p in SHM_DIR.glob(f"heroserve-{shm_prefix(tag)}*"))
     procs = [f"{pid} {cmd}" for pid, cmd in sorted(tagged_pids(tag).items())]
     return {"interfaces": ifs, "shm": shm, "processes": procs}
@@ -211,11 +201,17 @@ class Cluster:
     on_network_up: Callable[[], None] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
-        self.workdir = Path(tempfile.mkdtemp(prefix=f"heroserve-emulate-{self.spec.tag}-"))
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{self.spec.tag}-"))
         self.procs = Processes(self.workdir)
+        self.watchdog: Watchdog | None = None
 
     # -- up ------------------------------------------------------------------------------
     def start(self) -> None:
+        for tag, swept in sweep_dead_runs().items():  # a run killed before it tore down
+            log.warning("swept the leftovers of dead run %s: %s", tag, swept)
+        # Before anything carries the tag: a SIGKILL from here on is swept (sweep.py).
+        write_run_file(self.workdir, self.spec.tag)
+        self.watchdog = start_watchdog(self.spec.tag, self.workdir)
         os.environ[ENV_TAG] = self.spec.tag
         bmv2_json = self._bmv2() if self.opts.switch_kind == "bmv2" else None
         netmod = load_network_module()
@@ -399,9 +395,12 @@ class Cluster:
                 except ProcessLookupError:
                     pass
             if self.opts.keep_workdir:
+                (self.workdir / RUN_FILE).unlink(missing_ok=True)  # kept: not a dead run's
                 print(f"logs kept in {self.workdir}", file=sys.stderr)
             else:
                 shutil.rmtree(self.workdir, ignore_errors=True)
+            if self.watchdog is not None:
+                self.watchdog.release()  # torn down: the watchdog leaves without sweeping
             return {"swept_interfaces": swept}
         finally:
             signal.signal(signal.SIGINT, old)

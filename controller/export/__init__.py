@@ -8,7 +8,9 @@ topology's links is refused, naming it; so is a plan the chosen engine cannot ru
 :func:`export` renders one format: ``deployment.yaml`` (``deployment``), or ``vllm.sh`` +
 ``vllm.json`` (``vllm``), or ``sglang.sh`` + ``sglang.json`` (``sglang``), start scripts and
 JSON rendered by ``script``, or ``k8s.yaml`` (``k8s``), the same deployment as Kubernetes
-manifests. docs/export.md describes every field.
+manifests. Options the files cannot carry (a controller address that is not HOST:PORT, a
+shared-memory prefix with a path in it) are refused first (:meth:`layout.Options.check`).
+docs/export.md describes every field.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def export(
     run it (the rule it breaks)."""
     if fmt not in FORMATS:
         raise InputError(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
+    opts.check()
     check_plan(plan, g)
     if fmt == "deployment":
         return {"deployment.yaml": render_deployment(plan, layout(plan, g, opts), opts)}

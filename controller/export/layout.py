@@ -4,10 +4,13 @@ need (docs/design.md §13). The formats (deployment YAML, vLLM, SGLang) only ren
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import networkx as nx
 
+from agents.cliutil import UsageError, split_address
+from controller.errors import InputError
 from controller.export.check import instance_name
 from controller.plan import Group, PhasePlan, Plan
 
@@ -15,6 +18,11 @@ from controller.plan import Group, PhasePlan, Plan
 DEFAULT_TUNER = "libnccl-tuner-heroserve.so"
 # Variables that override any tuner plugin (csrc/README.md, "The plugin"): never exported.
 FORBIDDEN_ENV = ("NCCL_ALGO", "NCCL_PROTO")
+
+
+# HEROSERVE_SHM_PREFIX goes into a /dev/shm name: letters, digits, '.', '_', '-' (no path
+# separator, no '..'), 64 at most, so segment names stay far below NAME_MAX (255).
+SHM_PREFIX = re.compile(r"[A-Za-z0-9._-]{0,64}")
 
 
 @dataclass
@@ -29,6 +37,26 @@ class Options:
     addresses: dict[str, str] = field(default_factory=dict)
     image: str = ""  # --format k8s: the engines' container image ("": the engine's own)
     router_image: str = ""  # --format k8s: the routers' image ("": the engine's default)
+
+    def check(self) -> None:
+        """InputError naming the first option an exported file cannot carry."""
+        try:
+            split_address(self.controller, "--controller")
+        except UsageError as e:
+            raise InputError(str(e)) from None
+        if not SHM_PREFIX.fullmatch(self.shm_prefix) or ".." in self.shm_prefix:
+            raise InputError(
+                f"--shm-prefix {self.shm_prefix!r}: up to 64 letters, digits, '.', '_' or '-', "
+                "without '..' (it names files in /dev/shm)"
+            )
+        for flag, value in (
+            ("--tuner-plugin", self.tuner_plugin),
+            ("--model-path", self.model_path),
+        ):
+            if not value.isprintable():
+                raise InputError(f"{flag} {value!r}: control characters")
+        if not 1 <= self.base_port <= 65535 - 1024:
+            raise InputError(f"--base-port {self.base_port} is not in 1..64511")
 
 
 @dataclass

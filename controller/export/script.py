@@ -63,7 +63,17 @@ def _servers(commands: list[Command]) -> list[str]:
 
 
 def _function(server: str) -> str:
-    return "on_" + "".join(ch if ch.isalnum() else "_" for ch in server)
+    """The shell function of ``server``: one name per server, distinct for distinct servers.
+    Letters and digits stay; ``_`` becomes ``__`` and any other character ``_XX`` (its code
+    in hex), so ``srv-0``, ``srv_0`` and ``srv.0`` give ``on_srv_2d0``, ``on_srv__0`` and
+    ``on_srv_2e0`` (read left to right, the escapes decode one way only)."""
+
+    def esc(c: str) -> str:
+        if c.isascii() and c.isalnum():
+            return c
+        return "__" if c == "_" else f"_{ord(c):02x}"
+
+    return "on_" + "".join(esc(c) for c in server)
 
 
 def _log(c: Command) -> str:

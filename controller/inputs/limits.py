@@ -72,4 +72,7 @@ MAX_CV = 100.0
 MAX_SIM_REQUESTS = 1_000_000
 MAX_SIM_TOKENS = 1_000_000_000
 MAX_CANDIDATES = 1000  # --max-candi of Alg. 1 (the paper uses 20)
-MAX_SWEEP_WORKERS = 1024  # --workers of evaluate (not the INA limit, agents.ina.packet)
+# --workers of evaluate: local simulation processes, each a Python interpreter holding the
+# plan and its simulator (about 0.1-0.3 GB): 1,024 of them took a 2-core, 24 GiB machine down;
+# 64 is past any single machine's useful parallelism here (a Ray cluster takes --ray instead)
+MAX_SWEEP_WORKERS = 64

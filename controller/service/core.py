@@ -36,7 +36,7 @@ from controller.service.binding import (
 )
 from controller.service.groups import DEFAULT_SLOTS_PER_GROUP
 from controller.service.metrics import Metrics
-from controller.service.planinput import parse_plan, parse_plan_canonical
+from controller.service.planinput import Parsed, parse_plan, parse_plan_canonical
 from controller.service.slots import SlotError, SlotPool
 from controller.service.state import NodeState, PlanState, derive, node_state
 from controller.service.store import Store, StoreError, plan_id_of
@@ -178,12 +178,11 @@ class Controller:
             self._index_cache = (cluster, ClusterIndex.of(cluster))
         return self._index_cache[1]
 
-    def apply_plan(self, plan_json: str | bytes) -> tuple[int, str]:
-        """Make ``plan_json`` current; returns (epoch, plan id). The same plan again is a
-        no-op (same epoch). Raises InputError (its subclass
-        :class:`~controller.service.admission.TopologyUnavailable` when the plan's cluster
-        cannot be resolved) / SlotError; then nothing changed."""
-        plan, canonical = parse_plan_canonical(plan_json)
+    def apply_plan(self, plan_json: str | bytes, parsed: Parsed | None = None) -> tuple[int, str]:
+        """Make ``plan_json`` current (``parsed``: its ``parse_plan_canonical``, done off the
+        loop); returns (epoch, plan id); the same plan again is a no-op. Raises InputError
+        (``TopologyUnavailable``: the plan's cluster cannot be resolved) / SlotError."""
+        plan, canonical = parsed or parse_plan_canonical(plan_json)
         validate(plan)
         pid = plan_id_of(canonical)
         if self.state is not None and self.state.plan_id == pid:

@@ -26,6 +26,7 @@ from controller.plan import Plan
 # the controller as from every other command; the controller's gRPC receive limit
 # (controller.service.server.MAX_MESSAGE_BYTES) follows it.
 MAX_PLAN_BYTES = SCHEMA_MAX_PLAN_BYTES
+Parsed = tuple[Plan, str]  # what parse_plan_canonical returns: the plan and its canonical JSON
 
 
 def parse_plan(text: str | bytes, source: str = "plan") -> Plan:
@@ -34,7 +35,7 @@ def parse_plan(text: str | bytes, source: str = "plan") -> Plan:
     return parse_plan_canonical(text, source)[0]
 
 
-def parse_plan_canonical(text: str | bytes, source: str = "plan") -> tuple[Plan, str]:
+def parse_plan_canonical(text: str | bytes, source: str = "plan") -> Parsed:
     """:func:`parse_plan` and the plan's canonical JSON, the text ``Plan.to_json(indent=None)``
     gives (what the plan id hashes), written without ``dataclasses.asdict``'s deep copies (a
     tenth of an ApplyPlan of 1,000 GPUs)."""

@@ -36,7 +36,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from agents.cliutil import DefaultsHelpFormatter, UsageError
+from agents.cliutil import DefaultsHelpFormatter, UsageError, read_regular, split_address
 from agents.logs import add_log_args, setup_logging
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.errors import InputError
@@ -78,23 +78,9 @@ class Tls:
 
 
 def listen_host(addr: str) -> str:
-    """Host part of ``HOST:PORT`` / ``[V6]:PORT`` (``unix:`` paths give ``unix``)."""
-    if addr.startswith(("unix:", "unix-abstract:")):
-        return "unix"
-    if addr.startswith("["):
-        end = addr.find("]")
-        if end < 0:
-            raise UsageError(f"--listen {addr!r}: missing ']'")
-        port = addr[end + 1 :].removeprefix(":")
-        if not addr[end + 1 :].startswith(":") or not port.isdigit() or int(port) > 65535:
-            raise UsageError(f"--listen {addr!r}: port is not in 0..65535")
-        return addr[1:end]
-    host, sep, port = addr.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise UsageError(f"--listen {addr!r} is not HOST:PORT")
-    if int(port) > 65535:
-        raise UsageError(f"--listen {addr!r}: port {port} is not in 0..65535")
-    return host
+    """Host part of ``HOST:PORT`` / ``[V6]:PORT`` (``unix:`` paths give ``unix``); a port
+    outside 0..65535 or a malformed address is a UsageError."""
+    return split_address(addr, "--listen", lowest_port=0)[0]
 
 
 def is_loopback(host: str) -> bool:
@@ -193,15 +179,18 @@ class ControllerServer:
             (CONTROL_SERVICE, ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME),
             self.server,
         )
-        if self.tls is not None:
-            creds = grpc.ssl_server_credentials(
-                [(self.tls.key, self.tls.cert)],
-                root_certificates=self.tls.ca,
-                require_client_auth=True,
-            )
-            self.port = self.server.add_secure_port(self.listen, creds)
-        else:
-            self.port = self.server.add_insecure_port(self.listen)
+        try:
+            if self.tls is not None:
+                creds = grpc.ssl_server_credentials(
+                    [(self.tls.key, self.tls.cert)],
+                    root_certificates=self.tls.ca,
+                    require_client_auth=True,
+                )
+                self.port = self.server.add_secure_port(self.listen, creds)
+            else:
+                self.port = self.server.add_insecure_port(self.listen)
+        except RuntimeError:  # gRPC's "Failed to bind" (a unix path it cannot create)
+            raise UsageError(f"cannot listen on {self.listen}") from None
         if self.port == 0 and not self.listen.startswith("unix"):
             raise UsageError(f"cannot listen on {self.listen}")
         await self.server.start()
@@ -344,12 +333,36 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _serve(server: ControllerServer, port_file: str | None) -> None:
-    port = await server.start()
-    if port_file:
-        tmp = Path(port_file + ".tmp")
+def check_port_file(path: str) -> None:
+    """Refuse a ``--port-file`` that cannot be written before anything listens: a folder, or
+    a path whose folder does not exist."""
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"--port-file {path}: is a directory")
+    if not p.parent.is_dir():
+        raise UsageError(f"--port-file {path}: folder {str(p.parent)!r} does not exist")
+
+
+def write_port_file(path: str, port: int) -> None:
+    """Write the bound port atomically (a reader never sees a partial number)."""
+    tmp = Path(path + ".tmp")
+    try:
         tmp.write_text(f"{port}\n")
-        tmp.replace(port_file)
+        tmp.replace(path)
+    except OSError as exc:
+        if tmp.is_file():
+            tmp.unlink()
+        raise UsageError(f"--port-file {path}: cannot write ({exc.strerror})") from None
+
+
+async def _serve(server: ControllerServer, port_file: str | None) -> None:
+    try:
+        port = await server.start()
+        if port_file:
+            write_port_file(port_file, port)
+    except BaseException:
+        await server.stop(0)  # the gRPC server is stopped on this loop, before it closes
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -360,15 +373,9 @@ async def _serve(server: ControllerServer, port_file: str | None) -> None:
 
 
 def read_plan_file(path: str) -> bytes:
-    """The bytes of ``--plan`` (bounded; decoding and checks are the controller's)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_PLAN_BYTES + 1)
-    except OSError as exc:
-        raise UsageError(f"cannot read plan: {exc}") from exc
-    if len(data) > MAX_PLAN_BYTES:
-        raise UsageError(f"--plan {path}: larger than {MAX_PLAN_BYTES} bytes")
-    return data
+    """The bytes of ``--plan`` (a regular file, bounded; decoding and checks are the
+    controller's)."""
+    return read_regular(path, "--plan", MAX_PLAN_BYTES)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -386,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
             if not 0 < n <= MAX_SLOTS:
                 raise UsageError(f"{flag} {n} is not in 1..{MAX_SLOTS} (16-bit slot index)")
         listen_host(args.listen)  # a malformed address or port: refused before anything opens
+        if args.port_file:
+            check_port_file(args.port_file)
         tls = load_tls(args.tls_cert, args.tls_key, args.tls_ca)
         plan_text = read_plan_file(args.plan) if args.plan else None
         try:

@@ -11,6 +11,7 @@ traceback goes to the log, never to the client).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
@@ -22,6 +23,7 @@ from controller.errors import InputError
 from controller.service.admission import TopologyUnavailable
 from controller.service.binding import KIND_NAMES, Denied
 from controller.service.core import Controller, NotRegistered, RegistryFull
+from controller.service.planinput import parse_plan_canonical
 from controller.service.slots import SlotError
 from controller.service.state import NodeState, diff
 from controller.service.store import StoreError
@@ -167,7 +169,11 @@ class AdminServicer(_Base, pb_grpc.AdminServicer):
     ) -> pb.ApplyPlanResponse:
         await self._authorise(context, "ApplyPlan", self.admin_name)
         try:
-            epoch, pid = self.core.apply_plan(request.plan_json)
+            # The parse and schema checks read nothing shared: in a worker thread, so the loop
+            # gets turns during the checks' Python code; JSON decoding itself holds the GIL
+            # (benchmarks/bench_apply_stall.py). What changes state runs back on the loop.
+            parsed = await asyncio.to_thread(parse_plan_canonical, request.plan_json)
+            epoch, pid = self.core.apply_plan(request.plan_json, parsed)
         except Exception as exc:  # noqa: BLE001
             await self._fail(context, "ApplyPlan", exc)
             raise

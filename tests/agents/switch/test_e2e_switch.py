@@ -475,14 +475,18 @@ def test_desired_entries_hand_worked() -> None:
     assert d["cap"] == 25e9 / 8  # 25 Gb/s in bytes/s
 
 
-def test_agent_rejects_bad_arguments() -> None:
+def test_agent_rejects_bad_arguments(tmp_path: Path) -> None:
     env = dict(os.environ)
+    fifo = tmp_path / "config.fifo"
+    os.mkfifo(fifo)  # reading it would block for ever
     for extra in (
         ["--port", "x"],
         ["--port", "1=h,mac=zz"],
         ["--port", "999=h"],
         ["--device-id", "-1"],
         ["--tls-cert", "a"],
+        ["--controller", "127.0.0.1:99999"],  # would dial 34463
+        ["--device-config", str(fifo)],
     ):
         args = ["--switch", "127.0.0.1:1", "--controller", "127.0.0.1:2", "--device-id", "1"]
         if extra[0] == "--device-id":

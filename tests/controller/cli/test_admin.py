@@ -163,6 +163,16 @@ def test_bad_input_and_no_controller(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "not valid JSON" in capsys.readouterr().err
     assert main(["admin", "--tls-cert", "x.pem", "state"]) == 2
     assert "needs all of" in capsys.readouterr().err
+    # a port past 65535 is refused, not wrapped (99999 would dial 34463)
+    for addr, says in (
+        ("127.0.0.1:99999", "port 99999 is not in 1..65535"),
+        ("127.0.0.1:0", "port 0 is not in 1..65535"),
+        ("not an address", "spaces or control characters"),
+        ("127.0.0.1", "is not HOST:PORT"),
+    ):
+        assert main(["admin", "--controller", addr, "state"]) == 2
+        err = capsys.readouterr().err
+        assert says in err and len(err.strip().splitlines()) == 1, err
     # nothing listens on port 1 of loopback
     assert main(["admin", "--controller", "127.0.0.1:1", "state"]) == 1
     err = capsys.readouterr().err

@@ -106,6 +106,8 @@ def test_certificate_contents(pki: Path) -> None:
         (["issue", "{d}/nothing", "--name", "s9"], "pki init"),
         (["init", "{d}"], "exists; pass --force"),
         (["issue", "{d}", "--name", "s9", "--days", "0"], "--days 0"),
+        (["init", "{d}/ctl", "--name", "a\nb"], "no control characters"),
+        (["init", "{d}/ctl", "--name", "a\x1b[31mb"], "no control characters"),
     ],
 )
 def test_bad_requests_get_one_line_and_exit_2(
@@ -124,3 +126,45 @@ def test_a_key_from_elsewhere_is_refused(
     (other / "ca.key").write_bytes((pki / "ca.key").read_bytes())
     assert main(["pki", "issue", str(other), "--name", "s1"]) == 2
     assert "does not belong" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("force", [False, True])
+@pytest.mark.parametrize("dangling", [False, True])
+def test_keys_are_never_written_through_a_symbolic_link(
+    tmp_path: Path, pki: Path, force: bool, dangling: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A link planted where a key will go (pointing at an existing file, or at none yet)
+    is refused, with or without --force; the file it points at stays as it was."""
+    victim = tmp_path / "victim"
+    if not dangling:
+        victim.write_text("precious\n")
+    d = tmp_path / "ca"
+    d.mkdir()
+    (d / "ca.key").symlink_to(victim)
+    assert main(["pki", "init", str(d), *(["--force"] if force else [])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is a symbolic link" in err and len(err.splitlines()) == 1, err
+    assert victim.read_text() == "precious\n" if not dangling else not victim.exists()
+    # issue: the node's key path is a link
+    (pki / "s7.key").symlink_to(victim)
+    try:
+        assert (
+            main(["pki", "issue", str(pki), "--name", "s7", *(["--force"] if force else [])]) == 2
+        )
+        assert "is a symbolic link" in capsys.readouterr().err
+        assert victim.read_text() == "precious\n" if not dangling else not victim.exists()
+        assert not (pki / "s7.crt").exists()
+    finally:
+        (pki / "s7.key").unlink()
+
+
+def test_force_replaces_a_regular_key_with_a_new_private_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = tmp_path / "ca"
+    assert main(["pki", "init", str(d)]) == 0
+    old = (d / "ca.key").read_bytes()
+    (d / "ca.key").chmod(0o644)
+    assert main(["pki", "init", str(d), "--force"]) == 0
+    assert (d / "ca.key").read_bytes() != old
+    assert stat.S_IMODE((d / "ca.key").stat().st_mode) == 0o600

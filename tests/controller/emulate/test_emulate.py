@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,13 +50,23 @@ def _needs_emulation() -> None:
         pytest.skip(reason)
 
 
+# Hang guards only, never what a test measures: a teardown on a loaded 2-core machine takes
+# seconds to a few minutes (every process, switch and link of the run).
+TEARDOWN_S = 600
+
+
 def start(args: list[str]) -> subprocess.Popen:
+    # Without PYTHONUNBUFFERED, whatever the caller's environment: the commands themselves
+    # must put out each line as printed (a block-buffered pipe held the tag and "holding"
+    # until exit, so a SIGINT meant for the middle of a run came after its end).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     return subprocess.Popen(
         [sys.executable, "-m", "controller.cli", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
 
 
@@ -73,7 +84,7 @@ def finish(p: subprocess.Popen, timeout: float) -> tuple[str, str]:
     except subprocess.TimeoutExpired:
         p.send_signal(signal.SIGINT)
         try:
-            p.communicate(timeout=120)
+            p.communicate(timeout=TEARDOWN_S)
         except subprocess.TimeoutExpired:
             p.kill()
             p.communicate()
@@ -192,21 +203,27 @@ def test_five_percent_loss_duplication_reordering_exact(tmp_path: Path) -> None:
     impaired(tmp_path, 128 << 10, "--loss", "0.05", "--duplicate", "0.02", "--reorder", "0.1")
 
 
+def wait_for_line(p: subprocess.Popen, marker: str, stream: str) -> tuple[str, str]:
+    """(run tag, what was read) once the command printed ``marker`` on ``stream``: the
+    condition to act on. Each read blocks until the command writes; a command that ends
+    first fails the test (the line never came)."""
+    assert p.stdout is not None and p.stderr is not None
+    tag = tag_of(p.stdout.readline())
+    seen = ""
+    while marker not in seen:
+        line = (p.stderr if stream == "stderr" else p.stdout).readline()
+        assert line, f"ended before {marker!r}: " + seen[-2000:]
+        seen += line
+    return tag, seen
+
+
 def interrupt_after(args: list[str], marker: str) -> tuple[int, str, str]:
     p = start(args)
-    assert p.stdout is not None and p.stderr is not None
     try:
-        tag = tag_of(p.stdout.readline())
-        deadline = time.monotonic() + 300
-        seen = ""
-        while marker not in seen:
-            assert time.monotonic() < deadline, seen[-2000:]
-            line = p.stderr.readline() if "emulate" in args else p.stdout.readline()
-            assert line, seen[-2000:]
-            seen += line
+        tag, seen = wait_for_line(p, marker, "stderr" if "emulate" in args else "stdout")
     finally:
         p.send_signal(signal.SIGINT)
-        finish(p, 120)
+        finish(p, TEARDOWN_S)
     return p.returncode, seen, tag
 
 
@@ -287,3 +304,27 @@ def test_bmv2_switch_gives_the_same_exact_allreduces(tmp_path: Path) -> None:
     table = rows(out)
     assert table[("prefill/0/0", "ina")][6] == "yes" and table[("prefill/0/0", "ring")][6] == "yes"
     assert_nothing_left(tag)
+
+
+def test_demo_killed_with_sigkill_is_swept_by_its_watchdog(tmp_path: Path) -> None:
+    """SIGKILL gives the command no teardown: its watchdog (controller/emulate/sweep.py)
+    sees the pipe close and sweeps processes, links, segments and the work dir."""
+    from controller.emulate.sweep import WORKDIR_PREFIX, dead_runs
+
+    p = start(["demo", "--topology", "fig2", "--hold", "600"])
+    try:
+        tag, _ = wait_for_line(p, "holding", "stdout")
+        workdirs = list(Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}{tag}-*"))
+        assert len(workdirs) == 1
+        p.kill()
+        p.wait(60)
+        deadline = time.monotonic() + TEARDOWN_S  # a hang guard: the sweep takes seconds
+        while workdirs[0].exists():
+            assert time.monotonic() < deadline, "the watchdog did not sweep"
+            time.sleep(0.2)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.communicate()
+    assert_nothing_left(tag)
+    assert tag not in dead_runs()

@@ -294,3 +294,44 @@ def test_bad_command_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert rc == 2 and "give its cluster with --topology" in capsys.readouterr().err
     rc, _ = _export(hand_plan(), "vllm", tmp_path, "--topology", "testbed", "--base-port", "70000")
     assert rc == 2 and "--base-port" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--shm-prefix", "../../etc/x"], "--shm-prefix '../../etc/x': up to 64 letters"),
+        (["--shm-prefix", "a/b"], "--shm-prefix 'a/b'"),
+        (["--shm-prefix", "x..y"], "without '..'"),
+        (["--controller", "not an address"], "--controller 'not an address': spaces"),
+        (["--controller", "ctl:99999"], "--controller 'ctl:99999': port 99999 is not in 1..65535"),
+        (["--controller", "ctl"], "--controller 'ctl' is not HOST:PORT"),
+        (["--model-path", "m\nx"], "--model-path 'm\\nx': control characters"),
+    ],
+)
+def test_options_the_files_cannot_carry_are_refused(
+    flags: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, out = _export(hand_plan(), "deployment", tmp_path, *flags)
+    err = capsys.readouterr().err
+    assert rc == 2 and says in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_servers_whose_names_differ_only_in_punctuation_get_their_own_function(
+    tmp_path: Path,
+) -> None:
+    """``srv-0``, ``srv_0``, ``srv.0`` and ``srv:0`` once all became ``on_srv_0``: bash kept
+    the last definition, so three servers would have run the fourth's engines."""
+    from controller.export.engines import Command
+    from controller.export.layout import Options
+    from controller.export.script import render_shell
+    from controller.models.engines import engine_profile
+
+    servers = ["srv-0", "srv_0", "srv.0", "srv:0", "srv__0", "srv_2d0"]
+    # stage 0 (as a Ray head): run in the foreground, its output on the script's stdout
+    cmds = [Command(s, "prefill/0", ["echo", f"engine of {s}"], stage=0) for s in servers]
+    script = tmp_path / "x.sh"
+    script.write_text(render_shell("vllm", engine_profile("vllm"), cmds, [], Options()))
+    for s in servers:
+        r = subprocess.run(["bash", str(script), s], capture_output=True, text=True, timeout=60)
+        assert (r.returncode, r.stdout) == (0, f"engine of {s}\n"), r.stderr

@@ -9,23 +9,21 @@ for 2, no traceback and no run over 10 s. A failure names the seed to replay it.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import csv
 import io
 import json
 import math
 import random
-import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from support.docs import examples
+from support.fuzz import HANG_S, deadline
 
 from controller.cli import main
 from controller.models import model_spec
@@ -35,30 +33,11 @@ from controller.topology import fig2, topology_to_dict
 from controller.topology import testbed as make_testbed
 from controller.workload import chatbot, default_sla
 
-HANG_S = 10
 HOSTILE: list[Any] = [
     None, True, False, "", "x" * 5000, "a/b|c", "../../etc/passwd", -1, 0, 0.5, -0.0,
     1e300, -1e300, math.nan, math.inf, -math.inf, 10**7, 2**63, 10**40, [], {}, [[[[[[1]]]]]],
     {"nested": {"deeper": [1, 2]}}, list(range(2000)),
 ]  # fmt: skip
-
-
-class Hang(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def deadline(seconds: float) -> Iterator[None]:
-    def fire(*_: object) -> None:
-        raise Hang(f"no answer within {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 # -- mutations ---------------------------------------------------------------------------

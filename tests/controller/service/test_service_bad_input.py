@@ -105,7 +105,7 @@ def test_cli_bad_ports_files_and_databases(tmp_path: Path, capsys: pytest.Captur
         return _one_line(capsys)
 
     assert "port 99999 is not in 0..65535" in refused("--listen", "127.0.0.1:99999")
-    assert "port is not in 0..65535" in refused("--listen", "[::1]:70000")
+    assert "port 70000 is not in 0..65535" in refused("--listen", "[::1]:70000")
     with pytest.raises(SystemExit) as ei:
         main([*base, "--metrics-port", "99999"])
     assert ei.value.code == 2
@@ -216,3 +216,36 @@ def test_canonical_json_is_the_plans_own(testbed_plan: str) -> None:
         assert canonical == plan.to_json(indent=None)
     plan, canonical = parse_plan_canonical(json.dumps(sparse))
     assert canonical == plan.to_json(indent=None) == sample_plan().to_json(indent=None)
+
+
+def test_cli_files_it_cannot_use_get_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """A port file that is a folder or cannot be created, a unix socket path that cannot be
+    made, a --plan that is a FIFO (read would block for ever): one line, exit 2, and the
+    gRPC server is stopped before the loop closes (no traceback from its shutdown)."""
+    import os
+
+    from controller.service.sample import save_sample_topology
+
+    plan = tmp_path / "plan.json"
+    sample_plan().save(plan)
+    topo = save_sample_topology(tmp_path / "topology.json")
+    base = ["--db", str(tmp_path / "c.db"), "--plan", str(plan), "--topology", str(topo)]
+
+    def refused(*args: str) -> str:
+        assert main([*base, *args]) == 2
+        return _one_line(capsys)
+
+    assert refused("--port-file", str(tmp_path)).endswith(f"{tmp_path}: is a directory")
+    assert "folder '/nonexistent' does not exist" in refused("--port-file", "/nonexistent/p")
+    # /proc refuses new files: the write fails after the server started listening
+    assert refused("--port-file", "/proc/version").endswith(
+        "--port-file /proc/version: cannot write (No such file or directory)"
+    )
+    assert not Path("/proc/version.tmp").exists()
+    assert refused("--listen", "unix:/proc/x/sock").endswith("cannot listen on unix:/proc/x/sock")
+    fifo = tmp_path / "plan.fifo"
+    os.mkfifo(fifo)
+    assert main(["--db", str(tmp_path / "d.db"), "--plan", str(fifo)]) == 2
+    assert _one_line(capsys).endswith(f"--plan {str(fifo)!r} is not a regular file")
