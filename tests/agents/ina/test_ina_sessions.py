@@ -193,3 +193,30 @@ def test_property_every_accepted_result_is_its_rounds_exact_sum(seed: int) -> No
     drops = sw.pipeline.ingress.ina_drops.packets
     assert drops[DROP_LATE] > 0 and drops[DROP_WRONG_PORT] > 0
     assert sw.released > 0
+
+
+def test_the_worker_takes_the_session_its_coordinator_hands_out() -> None:
+    """The emulation's worker (agents/ina/worker.py) builds its group with the session and
+    first generation of its command (0 where none is given), refuses values outside 32
+    bits, and starts a new INA session when the session changes, even with another window."""
+    from agents.ina.ring import PeerListener
+    from agents.ina.worker import CommandError, Worker
+
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    w = Worker("g0", udp, PeerListener.open("127.0.0.1", 0))
+    spec = {"group_id": 3, "worker_id": 1, "num_workers": 2, "window": 4, "switch_ip": "10.0.0.9"}
+    try:
+        assert (w.session(spec).group.session, w.session(spec).group.first_generation) == (0, 0)
+        a = w.session({**spec, "session": 2**32 - 1, "first_generation": 12})
+        assert (a.group.session, a.group.first_generation) == (2**32 - 1, 12)
+        b = w.session({**spec, "session": 0, "window": 8})  # a new session may resize
+        assert b is not a and b.group.window == 8 and w.sessions[3] is b
+        with pytest.raises(CommandError, match="window"):
+            w.session({**spec, "session": 0, "window": 2})  # the same session may not
+        for bad in ({"session": 2**32}, {"first_generation": -1}, {"session": "1"}):
+            with pytest.raises(CommandError, match=next(iter(bad))):
+                w.session({**spec, **bad})
+    finally:
+        w.listener.close()
+        udp.close()
