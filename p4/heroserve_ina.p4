@@ -15,7 +15,7 @@
  * BMv2 is installed).
  *
  * Packet: Ethernet / IPv4 (no options, not a fragment) / UDP dst port 48879 /
- *         ina_h (8 bytes) / ina_data_h (32 x int32 two's complement, big-endian).
+ *         ina_h (16 bytes) / ina_data_h (32 x int32 two's complement, big-endian).
  *
  * Registers, per slot and version ("copy" c = (slot << 1) | version):
  *   pool[(c << 5) | i]    partial sum of element i
@@ -23,7 +23,7 @@
  *                         (0 = round complete, or copy never used)
  *   seen[c]               bitmap of the workers that contributed to the copy's round
  *   slot_gen[c]           generation of the round the copy holds
- *   slot_tag[c]           (group_id ++ agg_index) that owns the copy
+ *   slot_tag[c]           (group_id ++ agg_index ++ session) that owns the copy
  */
 #include <core.p4>
 #include <v1model.p4>
@@ -36,7 +36,7 @@ const bit<16> INA_UDP_PORT   = 48879;   // 0xBEEF marks INA traffic
 #define INA_MAX_WORKERS 32              // width of the seen bitmap
 const bit<32> NUM_SLOTS      = 1024;    // aggregator slots (each with two versions)
 const bit<32> NUM_PORTS      = 512;     // v1model ports are bit<9>
-const bit<8>  LATE_WINDOW    = 128;     // generations behind the copy's: a late packet
+const bit<32> SESSION_HALF   = 0x80000000;  // sessions compare as RFC 1982 serial numbers
 
 // ina_drops indices (drop reasons); docs/dataplane.md lists them.
 const bit<32> DROP_SHORT_HEADER      = 0;  // UDP port says INA but header/vector truncated
@@ -48,7 +48,7 @@ const bit<32> DROP_RESERVED_BITS     = 5;  // reserved flag bits not zero
 const bit<32> DROP_WRONG_PORT        = 6;  // worker id not bound to this ingress port
 const bit<32> DROP_BAD_INDEX         = 7;  // group aggregated here, agg_index outside it
 const bit<32> DROP_FRAGMENT          = 8;  // first IPv4 fragment (More-Fragments set)
-const bit<32> DROP_LATE              = 9;  // generation behind the copy's: a stale packet
+const bit<32> DROP_LATE              = 9;  // older session, or not the copy's generation or the next
 #define INA_DROP_REASONS 16
 
 // ina_events indices: what happened to a packet that passed the checks (one per packet).
@@ -90,7 +90,7 @@ header udp_h {
     bit<16> checksum;
 }
 
-// 8 bytes, network byte order.
+// 16 bytes, network byte order.
 header ina_h {
     bit<16> group_id;     // job/group id assigned by the controller
     bit<16> agg_index;    // aggregator index within the group (the window position)
@@ -100,7 +100,9 @@ header ina_h {
     bit<1>  is_retx;      // sender says this is a retransmission (informational)
     bit<1>  is_result;    // set by the switch on aggregated results
     bit<5>  reserved;     // must be 0
-    bit<8>  generation;   // round of this copy: round r = (generation << 1) | version
+    bit<8>  reserved2;    // must be 0
+    bit<32> session;      // the group's session (one per job start)
+    bit<32> generation;   // use of this copy: round r = ((generation - first) << 1) | version
 }
 
 header ina_data_h {
@@ -131,7 +133,7 @@ struct metadata_t {
     bit<1>  do_l2;         // forward by l2_forward
     bit<1>  ina_result;    // this switch produced an aggregation result
     bit<1>  l2_flood;      // replicated by l2_multicast: never hairpin
-    bit<32> tag;           // group_id ++ agg_index
+    bit<64> tag;           // group_id ++ agg_index ++ session
     bit<32> copy;          // (slot << 1) | version
     bit<32> pool_base;     // copy << 5
     bit<32> keep;          // 0 on the first contribution of a round, else all ones
@@ -191,8 +193,8 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
     register<bit<32>>(NUM_SLOTS * 64) pool;
     register<bit<8>>(NUM_SLOTS * 2) contrib_count;
     register<bit<32>>(NUM_SLOTS * 2) seen;
-    register<bit<8>>(NUM_SLOTS * 2) slot_gen;
-    register<bit<32>>(NUM_SLOTS * 2) slot_tag;
+    register<bit<32>>(NUM_SLOTS * 2) slot_gen;
+    register<bit<64>>(NUM_SLOTS * 2) slot_tag;
 
     counter(INA_DROP_REASONS, CounterType.packets) ina_drops;
     counter(INA_EVENTS, CounterType.packets) ina_events;
@@ -222,8 +224,8 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         meta.l2_flood = 1;
     }
 
-    // Results come from the address the workers sent to (a worker drops packets whose
-    // source is its own address); result_rewrite then gives each replica its worker's
+    // Results come from the address and port the workers sent to (a worker accepts results
+    // from that address and port only); result_rewrite then gives each replica its worker's
     // destination.
     action make_result() {
         mac_addr_t mac = hdr.ethernet.dst_addr;
@@ -234,6 +236,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         hdr.ipv4.src_addr = ip;
         hdr.ina.is_result = 1;
         hdr.ina.is_retx = 0;
+        hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.checksum = 0;
         meta.ina_result = 1;
     }
@@ -293,7 +296,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
             } else if (!hdr.ina_data.isValid()) {
                 ina_drops.count(DROP_SHORT_HEADER);
                 mark_to_drop(standard_metadata);
-            } else if (hdr.ina.reserved != 0) {
+            } else if (hdr.ina.reserved != 0 || hdr.ina.reserved2 != 0) {
                 ina_drops.count(DROP_RESERVED_BITS);
                 mark_to_drop(standard_metadata);
             } else if (hdr.ina.is_result == 1) {
@@ -323,39 +326,47 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                     ina_drops.count(DROP_SLOT_OUT_OF_RANGE);
                     mark_to_drop(standard_metadata);
                 } else {
-                    meta.tag = hdr.ina.group_id ++ hdr.ina.agg_index;
+                    meta.tag = hdr.ina.group_id ++ hdr.ina.agg_index ++ hdr.ina.session;
                     meta.copy = (((bit<32>) meta.slot) << 1) | (bit<32>) hdr.ina.version;
                     meta.pool_base = meta.copy << 5;
 
-                    // Which round does the packet belong to, relative to the copy's?
-                    // A copy with a new owner (the slot was given to another group or
-                    // index) starts over with this packet, as does a copy whose
-                    // generation is behind the packet's by less than LATE_WINDOW; the
-                    // same generation is the copy's own round; anything else is late.
-                    bool reclaimed = false;
-                    slot_tag.read(meta.tmp, meta.copy);
-                    if (meta.tmp != meta.tag) {
+                    // Whose copy, which session: another owner (the slot was given to
+                    // another group or index) or a newer session of this one takes the
+                    // copy over and starts it with this packet; an older session is late.
+                    bit<64> held;
+                    slot_tag.read(held, meta.copy);
+                    bit<32> newer = hdr.ina.session - held[31:0];
+                    bool reclaimed = held[63:32] != meta.tag[63:32]
+                                     || (newer != 0 && newer < SESSION_HALF);
+                    bool late = !reclaimed && newer != 0;
+                    if (reclaimed) {
                         slot_tag.write(meta.copy, meta.tag);
                         slot_reclaims.count(0);
-                        reclaimed = true;
                     }
-                    bit<8> gen;
+                    // Which round: the copy's generation (its round), the next one (a new
+                    // round: a worker's round r finds its copy at r - 2 or r), anything
+                    // else late.
+                    bit<32> gen;
                     slot_gen.read(gen, meta.copy);
-                    bit<8> ahead = hdr.ina.generation - gen;
+                    bit<32> ahead = hdr.ina.generation - gen;
+                    if (!reclaimed && ahead > 1) {
+                        late = true;
+                    }
                     bit<32> wbit = (bit<32>) 1 << hdr.ina.worker_id;
                     bit<32> bitmap;
                     bit<8> cnt;
                     seen.read(bitmap, meta.copy);
                     contrib_count.read(cnt, meta.copy);
 
-                    if (reclaimed || (ahead != 0 && ahead < LATE_WINDOW)) {
+                    if (reclaimed || (!late && ahead == 1)) {
                         // A new round on this copy: forget the copy's last round.
                         slot_gen.write(meta.copy, hdr.ina.generation);
                         bitmap = 0;
                         cnt = 0;
                     }
-                    if (!reclaimed && ahead >= LATE_WINDOW) {
-                        // Late: its round's result is gone and its sender has it.
+                    if (late) {
+                        // Late: its round's result is gone and its sender has it, or
+                        // its session is over.
                         ina_drops.count(DROP_LATE);
                         mark_to_drop(standard_metadata);
                     } else if ((bitmap & wbit) == 0) {

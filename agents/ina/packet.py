@@ -1,18 +1,20 @@
 """INA header codec: the wire format of p4/heroserve_ina.p4 (docs/dataplane.md).
 
 An INA packet is Ethernet / IPv4 (no options) / UDP with destination port
-``INA_UDP_PORT`` / an 8-byte INA header / ``VECTOR_LEN`` int32 values, all big-endian::
+``INA_UDP_PORT`` / a 16-byte INA header / ``VECTOR_LEN`` int32 values, all big-endian::
 
-    0      2      4      5      6      7      8
-    | group_id | agg_index | worker | nwork | flags | gen | v[0] ... v[31] (4 bytes each)
+    0      2      4      5      6      7     8         12           16
+    | group_id | agg_index | worker | nwork | flags | 0 | session | generation | v[0] ... v[31]
 
 ``flags``: bit 7 = version (which shadow copy of the slot), bit 6 = retransmission,
-bit 5 = result (set by the switch), bits 4..0 reserved (must be zero: the switch drops
-the packet otherwise). ``gen`` is the generation of that copy. Together they number the
-uses of one aggregator: round ``r`` travels as ``version = r % 2`` and
-``generation = (r // 2) % 256`` (:meth:`InaHeader.at_round`), which is what makes the
-switch's aggregation exactly-once under loss, duplication, reordering and delay
-(docs/dataplane.md, "Slot protocol").
+bit 5 = result (set by the switch), bits 4..0 reserved; the byte after it is reserved too
+(both must be zero: the switch drops the packet otherwise). ``session`` names the group's
+session (one per job start, the same at every member; a later session takes the slots
+over, docs/dataplane.md "Sessions"); ``generation`` is the use of the copy. Version and
+generation number the uses of one aggregator: round ``r`` of a session travels as
+``version = r % 2`` and ``generation = (first_generation + r // 2) % 2**32``
+(:meth:`InaHeader.at_round`), which is what makes the switch's aggregation exactly-once
+under loss, duplication, reordering and delay (docs/dataplane.md, "Slot protocol").
 
 Values are fixed-point: a real ``x`` travels as ``round(x * scale)`` saturated to int32;
 the switch adds them with two's-complement wrap-around, so the sender must pick a scale
@@ -23,7 +25,7 @@ model agents/softswitch, the host transport, the controller's slot pool, group i
 input limits, the cost model's packet size): the UDP port, vector and header sizes, the
 header's ``struct`` layout (``HEADER_STRUCT``), the worker limit (``MAX_WORKERS``), the
 group-id and aggregator-slot limits (``MAX_GROUP_ID``, ``MAX_AGGREGATOR_SLOTS``), the flag
-bits and the generation window. It holds the codec (:class:`InaHeader`, :func:`pack`,
+bits, the generation and session spaces. It holds the codec (:class:`InaHeader`, :func:`pack`,
 :func:`unpack`, fixed point, :func:`build_frame`); the scapy layer ``INA`` is in
 agents/ina/scapy_layer.py, so that importing the constants does not load scapy.
 """
@@ -37,10 +39,11 @@ from dataclasses import dataclass
 INA_UDP_PORT = 48879  # 0xBEEF
 VECTOR_LEN = 32
 VECTOR_BYTES = 4 * VECTOR_LEN  # int32 lanes: 128 bytes
-HEADER_LEN = 8
-PAYLOAD_LEN = HEADER_LEN + VECTOR_BYTES  # 136 bytes after the UDP header
-# The header's fields in order: group_id, agg_index, worker_id, num_workers, flags, generation.
-HEADER_STRUCT = struct.Struct("!HHBBBB")
+HEADER_LEN = 16
+PAYLOAD_LEN = HEADER_LEN + VECTOR_BYTES  # 144 bytes after the UDP header
+# The header's fields in order: group_id, agg_index, worker_id, num_workers, flags, a reserved
+# byte, session, generation.
+HEADER_STRUCT = struct.Struct("!HHBBBBII")
 MAX_WORKERS = 32  # width of the switch's bitmap of workers seen (INA_MAX_WORKERS in P4)
 # group_id is 16 bits and 0 means "no group" (docs/dataplane.md): ids are 1..MAX_GROUP_ID.
 MAX_GROUP_ID = (1 << 16) - 1
@@ -53,12 +56,18 @@ FLAG_RETX = 0x40
 FLAG_RESULT = 0x20
 FLAG_RESERVED = 0x1F
 
-GENERATIONS = 256  # the generation field is 8 bits
+GENERATIONS = 1 << 32  # the generation field is 32 bits
 ROUND_MODULUS = 2 * GENERATIONS  # round numbers of one aggregator, as the header carries them
-# A packet whose generation is this many or more behind its copy's (mod GENERATIONS) is late:
-# dropped and counted. So a packet may not outlive LATE_WINDOW - 1 generations of its
-# aggregator (2 * (LATE_WINDOW - 1) rounds), or its generation aliases a newer one.
-LATE_WINDOW = 128
+# The switch opens a new round on a copy only for the generation right after the copy's
+# (a worker's packet of round r finds its copy at round r - 2 or r); any other generation is
+# late, dropped and counted. A packet therefore aliases a newer round only when delayed by
+# GENERATIONS - 1 generations of its aggregator: 2**33 - 2 rounds, 2.4 hours at 1 us a
+# round (docs/dataplane.md, "Packet lifetime").
+LIFETIME_GENERATIONS = GENERATIONS - 1
+SESSIONS = 1 << 32  # the session field is 32 bits
+# Sessions compare as RFC 1982 serial numbers: a session up to SESSIONS/2 - 1 ahead of a
+# copy's is newer (it takes the copy over), any other is older (late).
+SESSION_HALF = SESSIONS >> 1
 
 DEFAULT_SCALE = 2**16  # 16 fractional bits: resolution 1.5e-5, range +-32768
 INT32_MIN = -(2**31)
@@ -73,7 +82,7 @@ class InaDecodeError(ValueError):
 
 @dataclass(frozen=True)
 class InaHeader:
-    """The 8-byte INA header; field widths as in ``ina_h`` of the P4 program."""
+    """The 16-byte INA header; field widths as in ``ina_h`` of the P4 program."""
 
     group_id: int
     agg_index: int
@@ -83,6 +92,7 @@ class InaHeader:
     is_retx: bool = False
     is_result: bool = False
     generation: int = 0
+    session: int = 0
 
     @classmethod
     def at_round(
@@ -94,25 +104,29 @@ class InaHeader:
         round_number: int,
         *,
         is_retx: bool = False,
+        session: int = 0,
+        first_generation: int = 0,
     ) -> InaHeader:
         """The header of a worker's contribution to round ``round_number`` (0, 1, 2, ...)
-        of aggregator ``agg_index``: version and generation from the round number."""
+        of aggregator ``agg_index`` in ``session``: version and generation from the round
+        number, generations counted from the session's ``first_generation``."""
         if round_number < 0:
             raise ValueError(f"round number {round_number} is negative")
-        r = round_number % ROUND_MODULUS
         return cls(
             group_id,
             agg_index,
             worker_id,
             num_workers,
-            version=r & 1,
+            version=round_number & 1,
             is_retx=is_retx,
-            generation=r >> 1,
+            generation=(first_generation + (round_number >> 1)) % GENERATIONS,
+            session=session,
         )
 
     @property
     def round_number(self) -> int:
-        """The round this header belongs to, modulo ``ROUND_MODULUS``."""
+        """The round this header belongs to, counted from generation 0, modulo
+        ``ROUND_MODULUS``."""
         return (self.generation << 1) | self.version
 
     @property
@@ -142,7 +156,8 @@ def pack(header: InaHeader, values: Sequence[int]) -> bytes:
         ("agg_index", header.agg_index, 16),
         ("worker_id", header.worker_id, 8),
         ("num_workers", header.num_workers, 8),
-        ("generation", header.generation, 8),
+        ("generation", header.generation, 32),
+        ("session", header.session, 32),
     ):
         if not 0 <= value < (1 << bits):
             raise ValueError(f"{name}={value} does not fit in {bits} bits")
@@ -157,22 +172,26 @@ def pack(header: InaHeader, values: Sequence[int]) -> bytes:
         header.worker_id,
         header.num_workers,
         header.flags,
+        0,
+        header.session,
         header.generation,
     ) + _VECTOR.pack(*values)
 
 
 def unpack(payload: bytes) -> InaMessage:
     """Decode UDP payload bytes; raises InaDecodeError when shorter than ``PAYLOAD_LEN``
-    or when a reserved flag bit is set (the switch drops such packets too).
+    or when a reserved bit is set (the switch drops such packets too).
 
     Bytes past ``PAYLOAD_LEN`` are ignored, as the P4 parser ignores them.
     """
     if len(payload) < PAYLOAD_LEN:
         raise InaDecodeError(f"INA payload is {len(payload)} bytes, needs {PAYLOAD_LEN}")
     fields = HEADER_STRUCT.unpack_from(payload, 0)
-    group_id, agg_index, worker_id, num_workers, flags, generation = fields
-    if flags & FLAG_RESERVED:
-        raise InaDecodeError(f"INA reserved flag bits set: {flags & FLAG_RESERVED:#04x}")
+    group_id, agg_index, worker_id, num_workers, flags, reserved, session, generation = fields
+    if flags & FLAG_RESERVED or reserved:
+        raise InaDecodeError(
+            f"INA reserved bits set: flags {flags & FLAG_RESERVED:#04x}, byte {reserved:#04x}"
+        )
     values = _VECTOR.unpack_from(payload, HEADER_LEN)
     header = InaHeader(
         group_id=group_id,
@@ -183,6 +202,7 @@ def unpack(payload: bytes) -> InaMessage:
         is_retx=bool(flags & FLAG_RETX),
         is_result=bool(flags & FLAG_RESULT),
         generation=generation,
+        session=session,
     )
     return InaMessage(header=header, values=values)
 

@@ -8,7 +8,14 @@ scapy; tests and packet captures import this module.
 
 from __future__ import annotations
 
-from scapy.fields import BitField, ByteField, FieldListField, ShortField, SignedIntField
+from scapy.fields import (
+    BitField,
+    ByteField,
+    FieldListField,
+    IntField,
+    ShortField,
+    SignedIntField,
+)
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers
 
@@ -28,7 +35,9 @@ class INA(Packet):
         BitField("is_retx", 0, 1),
         BitField("is_result", 0, 1),
         BitField("reserved", 0, 5),
-        ByteField("generation", 0),
+        ByteField("reserved2", 0),
+        IntField("session", 0),
+        IntField("generation", 0),
         FieldListField(
             "values",
             [0] * VECTOR_LEN,

@@ -10,9 +10,15 @@ The contract is the one docs/dataplane.md states for hosts (SwitchML's disciplin
 * on one index a worker sends its next round only after it received the result of the
   previous one, so a retransmission (same round, same values) is either absorbed (round
   still open) or answered with the stored result (round complete), never added twice;
-* a result is accepted only for an index with a chunk outstanding and the round that
-  chunk was sent as; anything else (a duplicate, a late answer to a retransmission, a
-  packet of another group) is dropped and counted.
+* a result is accepted only from the switch's address and port, of this group's session,
+  for an index with a chunk outstanding and the round that chunk was sent as; anything
+  else (a duplicate, a late answer to a retransmission, a packet of another group or of
+  an earlier session, a datagram from another host) is dropped and counted.
+
+A session (``InaGroup.session``, ``InaGroup.first_generation``) is one job start of the
+group: every member gets the same two numbers from whoever starts the job (as NCCL's
+unique id), the session newer than the last one (RFC 1982 order) and the first generation
+random, so that an off-path host can guess neither (docs/dataplane.md, "Sessions").
 
 Timeouts follow TCP (RFC 6298): the retransmission timeout is ``srtt + 4 rttvar`` from round
 trips of chunks that were not retransmitted (Karn), at least ``min_rto_s``; every
@@ -20,10 +26,9 @@ retransmission of a chunk doubles that chunk's timeout (exponential backoff) up 
 ``max_rto_s``; a collective with no result for ``give_up_s`` fails with :class:`InaTimeout`.
 How many chunks are outstanding is a congestion window (:class:`_Window`, TCP's AIMD) that
 never exceeds the aggregators the group owns: the send window.
-The round of every index persists across all-reduces of one session: a new session on the
-same group and indices must start where the last one stopped (the switch would take its
-first packets for late ones), which is why one worker process runs all of a host's
-collectives.
+The round of every index persists across all-reduces of one session, which is why one worker
+process runs all of a host's collectives; a restarted member needs a new session (the
+whole group with it).
 """
 
 from __future__ import annotations
@@ -43,17 +48,13 @@ from agents.ina.packet import (
     MAX_GROUP_ID,
     MAX_WORKERS,
     PAYLOAD_LEN,
+    SESSIONS,
     VECTOR_LEN,
     InaDecodeError,
     InaHeader,
     pack,
     unpack,
 )
-
-try:
-    from agents.ina.packet import ROUND_MODULUS
-except ImportError:  # a codec without the generation byte: the version bit is the round
-    ROUND_MODULUS = 2
 
 _RECV_BUF = 2048
 INITIAL_WINDOW = 10  # chunks, as TCP's initial window of 10 segments (RFC 6928)
@@ -73,6 +74,8 @@ class InaGroup:
     window: int  # aggregator indices the group owns (slot count on the switch)
     switch_ip: str  # address the switch answers from (the workers send there)
     switch_port: int = INA_UDP_PORT
+    session: int = 0  # the group's session: the same at every member, new at each job start
+    first_generation: int = 0  # generation of every index's round 0 in this session
 
     def __post_init__(self) -> None:
         if not 0 < self.group_id <= MAX_GROUP_ID:
@@ -83,6 +86,9 @@ class InaGroup:
             raise ValueError(f"worker id {self.worker_id} of {self.num_workers}")
         if not 1 <= self.window < MAX_AGGREGATOR_SLOTS:  # one agg_index per in-flight chunk
             raise ValueError(f"window {self.window} outside 1..{MAX_AGGREGATOR_SLOTS - 1}")
+        for name in ("session", "first_generation"):
+            if not 0 <= getattr(self, name) < SESSIONS:
+                raise ValueError(f"{name} {getattr(self, name)} is not a 32-bit number")
 
 
 @dataclass(frozen=True)
@@ -111,7 +117,7 @@ class InaStats:
     retransmissions: int = 0  # contributions sent again after a timeout
     results: int = 0  # results accepted
     stale: int = 0  # results for an index with nothing outstanding or of another round
-    foreign: int = 0  # not a result of this group (other group, index out of range)
+    foreign: int = 0  # not a result of this group and session, or not from the switch
     malformed: int = 0  # shorter than an INA header + vector
     srtt_s: float = 0.0
     rto_s: float = 0.0
@@ -122,20 +128,17 @@ class InaStats:
 
 
 def contribution_header(group: InaGroup, index: int, rnd: int, retx: bool) -> InaHeader:
-    """This member's header for round ``rnd`` of aggregator ``index``."""
-    at_round = getattr(InaHeader, "at_round", None)
-    if at_round is not None:
-        return at_round(
-            group.group_id, index, group.worker_id, group.num_workers, rnd, is_retx=retx
-        )
-    return InaHeader(
-        group.group_id, index, group.worker_id, group.num_workers, rnd & 1, is_retx=retx
+    """This member's header for round ``rnd`` of aggregator ``index`` in its session."""
+    return InaHeader.at_round(
+        group.group_id,
+        index,
+        group.worker_id,
+        group.num_workers,
+        rnd,
+        is_retx=retx,
+        session=group.session,
+        first_generation=group.first_generation,
     )
-
-
-def round_of(header: InaHeader) -> int:
-    """The round a header carries, modulo ``ROUND_MODULUS``."""
-    return getattr(header, "round_number", header.version)
 
 
 @dataclass
@@ -296,11 +299,13 @@ class InaSession:
             wait = max(0.0, timers[0][0] - now) if timers else self.timeouts.give_up_s
             sock.settimeout(min(wait, self.timeouts.give_up_s))
             try:
-                nbytes = sock.recv_into(buf)
+                nbytes, sender = sock.recvfrom_into(buf)
             except (TimeoutError, BlockingIOError):  # settimeout(0) is non-blocking
-                nbytes = -1
+                nbytes, sender = -1, None
             now = time.monotonic()
-            if nbytes >= 0 and self._accept(buf, nbytes, now, out) is not None:
+            if sender is not None and sender[:2] != self._dest:  # not the switch
+                self.stats.foreign += 1
+            elif nbytes >= 0 and self._accept(buf, nbytes, now, out) is not None:
                 remaining -= 1
                 in_flight -= 1
                 last_progress = now
@@ -345,11 +350,18 @@ class InaSession:
             self.stats.malformed += 1
             return None
         h = msg.header
-        if not h.is_result or h.group_id != self.group.group_id or h.agg_index >= len(self._slots):
+        g = self.group
+        if (
+            not h.is_result
+            or h.group_id != g.group_id
+            or h.session != g.session
+            or h.agg_index >= len(self._slots)
+        ):
             self.stats.foreign += 1
             return None
         s = self._slots[h.agg_index]
-        if s.chunk < 0 or round_of(h) != s.round % ROUND_MODULUS:
+        want = contribution_header(g, h.agg_index, s.round, False)
+        if s.chunk < 0 or (h.generation, h.version) != (want.generation, want.version):
             self.stats.stale += 1
             return None
         out[s.chunk] = msg.values

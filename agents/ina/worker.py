@@ -6,7 +6,8 @@ stdin, answering each with one JSON line on stdout:
 ``{"op": "prepare", "run": R, "scheme": "ina"|"ring"|"hier", "elements": N, "repeat": K,
 "seed": S, "index": I, "ina": {...}, "ring": {...}}``
     Make member ``I``'s data (:func:`member_data`), open what the scheme needs (the INA
-    session of ``ina``: group_id, worker_id, num_workers, window, switch_ip; the TCP rings of
+    session of ``ina``: group_id, worker_id, num_workers, window, switch_ip, and the group's
+    session and first_generation where the coordinator gives them; the TCP rings of
     ``ring``: token and one [rank, size, next_ip] per channel) and answer
     ``{"run": R, "prepared": true}``.
 ``{"op": "go", "run": R}``
@@ -15,9 +16,9 @@ stdin, answering each with one JSON line on stdout:
     transport's counters (INA retransmissions, TCP retransmissions).
 ``{"op": "quit"}``
 
-INA state (the version bit of every aggregator index) lives as long as the process, so one
-worker runs every collective of its host. A failed command answers ``"ok": false`` with the
-reason; the process goes on.
+INA state (the round of every aggregator index) lives as long as the process, so one
+worker runs every collective of its host; another session of a group starts from round 0.
+A failed command answers ``"ok": false`` with the reason; the process goes on.
 """
 
 from __future__ import annotations
@@ -35,7 +36,14 @@ import numpy as np
 
 from agents.ina.hier import HierMember
 from agents.ina.lanes import LaneError, exponent_of, max_abs, to_lanes
-from agents.ina.packet import INA_UDP_PORT, MAX_AGGREGATOR_SLOTS, MAX_GROUP_ID, MAX_WORKERS
+from agents.ina.packet import (
+    GENERATIONS,
+    INA_UDP_PORT,
+    MAX_AGGREGATOR_SLOTS,
+    MAX_GROUP_ID,
+    MAX_WORKERS,
+    SESSIONS,
+)
 from agents.ina.ring import RING_PORT, PeerListener, Ring, RingError
 from agents.ina.transport import InaGroup, InaSession, InaTimeout, Timeouts
 
@@ -108,10 +116,18 @@ class Worker:
             num_workers=_int(spec, "num_workers", 1, MAX_WORKERS),
             window=_int(spec, "window", 1, MAX_AGGREGATOR_SLOTS - 1),
             switch_ip=_str(spec, "switch_ip"),
+            # The group's session (docs/dataplane.md, "Known limits"): optional, 0 without.
+            session=_int(spec, "session", 0, SESSIONS - 1) if "session" in spec else 0,
+            first_generation=(
+                _int(spec, "first_generation", 0, GENERATIONS - 1)
+                if "first_generation" in spec
+                else 0
+            ),
         )
         s = self.sessions.get(g.group_id)
         if s is None or s.group != g:
-            if s is not None and s.group.window != g.window:
+            same_session = s is not None and s.group.session == g.session
+            if same_session and s.group.window != g.window:
                 raise CommandError(f"group {g.group_id} changed its window while in use")
             s = InaSession(g, self.udp, timeouts=self.timeouts)
             self.sessions[g.group_id] = s

@@ -84,7 +84,7 @@ class Headers:
 @dataclass(slots=True)
 class InaH:
     """``ina_h`` fields (flags byte split as in P4: version, is_retx, is_result, reserved;
-    then the copy's generation)."""
+    then the reserved byte, the session and the copy's generation)."""
 
     group_id: int
     agg_index: int
@@ -94,6 +94,8 @@ class InaH:
     is_retx: int
     is_result: int
     reserved: int
+    reserved2: int
+    session: int
     generation: int
 
     def copy(self) -> InaH:
@@ -106,6 +108,8 @@ class InaH:
             self.is_retx,
             self.is_result,
             self.reserved,
+            self.reserved2,
+            self.session,
             self.generation,
         )
 

@@ -6,7 +6,7 @@ protocol of docs/dataplane.md, L2 forwarding) and its tables :class:`Aggregation
 
 from __future__ import annotations
 
-from agents.ina.packet import INA_UDP_PORT, LATE_WINDOW, MAX_WORKERS, VECTOR_LEN
+from agents.ina.packet import INA_UDP_PORT, MAX_WORKERS, SESSION_HALF, VECTOR_LEN
 
 from .headers import (
     DROP_BAD_INDEX,
@@ -90,8 +90,8 @@ class InaIngress:
         self.pool = Register("InaIngress.pool", NUM_SLOTS * 64, 32)
         self.contrib_count = Register("InaIngress.contrib_count", NUM_SLOTS * 2, 8)
         self.seen = Register("InaIngress.seen", NUM_SLOTS * 2, 32)
-        self.slot_gen = Register("InaIngress.slot_gen", NUM_SLOTS * 2, 8)
-        self.slot_tag = Register("InaIngress.slot_tag", NUM_SLOTS * 2, 32)
+        self.slot_gen = Register("InaIngress.slot_gen", NUM_SLOTS * 2, 32)
+        self.slot_tag = Register("InaIngress.slot_tag", NUM_SLOTS * 2, 64)
         self.ina_drops = IndirectCounter("InaIngress.ina_drops", INA_DROP_REASONS, "PACKETS")
         self.ina_events = IndirectCounter("InaIngress.ina_events", INA_EVENTS, "PACKETS")
         self.slot_reclaims = IndirectCounter("InaIngress.slot_reclaims", 1, "PACKETS")
@@ -117,7 +117,7 @@ class InaIngress:
                 self._drop(DROP_FRAGMENT, std)
             elif ina is None or hdr.ina_data is None:
                 self._drop(DROP_SHORT_HEADER, std)
-            elif ina.reserved != 0:
+            elif ina.reserved != 0 or ina.reserved2 != 0:
                 self._drop(DROP_RESERVED_BITS, std)
             elif ina.is_result == 1:
                 meta.do_l2 = 1  # a result from another switch: plain L2 traffic
@@ -183,24 +183,31 @@ class InaIngress:
         nbytes = std.packet_length
         copy = (meta.slot << 1) | ina.version
         base = copy << 5
-        tag = (ina.group_id << 16) | ina.agg_index
+        tag = (ina.group_id << 48) | (ina.agg_index << 32) | ina.session
 
-        reclaimed = False
-        if self.slot_tag.read(copy) != tag:  # the copy has a new owner
+        # Owner (group ++ agg_index) and session of the copy: another owner, or a newer
+        # session of this one, takes the copy over; an older session is late.
+        held = self.slot_tag.read(copy)
+        newer = (ina.session - held) & _ALL_ONES
+        reclaimed = held >> 32 != tag >> 32 or 0 < newer < SESSION_HALF
+        late = not reclaimed and newer != 0
+        if reclaimed:
             self.slot_tag.write(copy, tag)
             self.slot_reclaims.count(0, nbytes)
-            reclaimed = True
-        ahead = (ina.generation - self.slot_gen.read(copy)) & 0xFF
+        # The copy's round: the packet's generation is the copy's (same round), the next
+        # one (a new round), or anything else (late: its round's result is gone).
+        ahead = (ina.generation - self.slot_gen.read(copy)) & _ALL_ONES
+        late = late or (not reclaimed and ahead > 1)
         wbit = (1 << ina.worker_id) & _ALL_ONES
         bitmap = self.seen.read(copy)
         cnt = self.contrib_count.read(copy)
         pool = self.pool.values
 
-        if reclaimed or 0 < ahead < LATE_WINDOW:  # a new round on this copy
+        if reclaimed or (not late and ahead == 1):  # a new round on this copy
             self.slot_gen.write(copy, ina.generation)
             bitmap = 0
             cnt = 0
-        if not reclaimed and ahead >= LATE_WINDOW:
+        if late:
             self._drop(DROP_LATE, std)
         elif bitmap & wbit == 0:
             self.seen.write(copy, bitmap | wbit)
@@ -232,14 +239,16 @@ class InaIngress:
 
     @staticmethod
     def _make_result(hdr: Headers, meta: Metadata) -> None:
-        """``make_result``: the result comes from the address the workers sent to (MACs
-        and IPs swapped), flagged as a result, UDP checksum 0."""
+        """``make_result``: the result comes from the address and port the workers sent to
+        (MACs and IPs swapped, UDP source port ``INA_UDP_PORT``), flagged as a result, UDP
+        checksum 0."""
         eth, ip, udp, ina = hdr.eth, hdr.ipv4, hdr.udp, hdr.ina
         assert eth is not None and ip is not None and udp is not None and ina is not None
         eth[0:6], eth[6:12] = eth[6:12], eth[0:6]
         ip[12:16], ip[16:20] = ip[16:20], ip[12:16]
         ina.is_result = 1
         ina.is_retx = 0
+        udp[0:2] = INA_UDP_PORT.to_bytes(2, "big")
         udp[6] = 0
         udp[7] = 0
         meta.ina_result = 1

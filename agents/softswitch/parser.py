@@ -39,10 +39,9 @@ class InaParser:
                 h.udp = bytearray(frame[off : off + _UDP_LEN])
                 off += _UDP_LEN
                 if (h.udp[2] << 8 | h.udp[3]) == INA_UDP_PORT and n >= off + HEADER_LEN:
-                    g, a, w, nw, flags, gen = HEADER_STRUCT.unpack_from(frame, off)
-                    h.ina = InaH(
-                        g, a, w, nw, flags >> 7, (flags >> 6) & 1, (flags >> 5) & 1, flags & 31, gen
-                    )
+                    g, a, w, nw, flags, res2, sess, gen = HEADER_STRUCT.unpack_from(frame, off)
+                    version, retx, result = flags >> 7, (flags >> 6) & 1, (flags >> 5) & 1
+                    h.ina = InaH(g, a, w, nw, version, retx, result, flags & 31, res2, sess, gen)
                     off += HEADER_LEN
                     if n >= off + VECTOR_BYTES:
                         h.ina_data = list(_DATA.unpack_from(frame, off))
@@ -68,7 +67,14 @@ class InaDeparser:
             flags = (i.version << 7) | (i.is_retx << 6) | (i.is_result << 5) | i.reserved
             parts.append(
                 HEADER_STRUCT.pack(
-                    i.group_id, i.agg_index, i.worker_id, i.num_workers, flags, i.generation
+                    i.group_id,
+                    i.agg_index,
+                    i.worker_id,
+                    i.num_workers,
+                    flags,
+                    i.reserved2,
+                    i.session,
+                    i.generation,
                 )
             )
         if hdr.ina_data is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import selectors
 import statistics
 import sys
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from agents.ina import lanes
+from agents.ina.packet import GENERATIONS, SESSIONS
 from agents.ina.worker import lanes_digest, member_data
 from controller.costmodel.ring import ring_order, server_blocks
 from controller.emulate.cluster import Cluster, Proc
@@ -74,6 +76,18 @@ class Workers:
         self.procs: dict[str, Any] = {}
         self.pending: set[str] = set()  # launched, "ready" not read yet
         self.run_id = 0
+        self.ina_sessions: dict[int, dict[str, int]] = {}
+
+    def ina_session(self, group_id: int) -> dict[str, int]:
+        """INA group ``group_id``'s session for this run: random session and first
+        generation, the same for every member (docs/dataplane.md, "Known limits"). One per
+        run is enough: a run starts its own switch and never restarts a worker."""
+        if group_id not in self.ina_sessions:
+            self.ina_sessions[group_id] = {
+                "session": secrets.randbelow(SESSIONS),
+                "first_generation": secrets.randbelow(GENERATIONS),
+            }
+        return self.ina_sessions[group_id]
 
     def launch(self, gpus: list[str]) -> None:
         """Start the workers of ``gpus`` that do not run yet (they come up meanwhile)."""
@@ -224,7 +238,8 @@ def run_group(
         info = _ina_of(cluster, installed, grp.switch, grp.gpus)
         for w, gpu in enumerate(grp.gpus):
             ina = {"group_id": info.group_id, "worker_id": w, "num_workers": len(grp.gpus),
-                   "window": info.window, "switch_ip": info.switch_ip}  # fmt: skip
+                   "window": info.window, "switch_ip": info.switch_ip,
+                   **workers.ina_session(info.group_id)}  # fmt: skip
             cmds[gpu] = {**base, "index": w, "ina": ina}
     elif scheme == "ring":
         chans = ring_channels(cluster, members)
@@ -244,7 +259,7 @@ def run_group(
             info = _ina_of(cluster, installed, rail.switch, rail.members)
             ina = {"group_id": info.group_id, "worker_id": rail.members.index(gpu),
                    "num_workers": len(rail.members), "window": info.window,
-                   "switch_ip": info.switch_ip}  # fmt: skip
+                   "switch_ip": info.switch_ip, **workers.ina_session(info.group_id)}  # fmt: skip
             server_idx = sorted(by_server).index(cluster.g.nodes[gpu].get("server") or gpu)
             hop = ring_route(cluster.spec, gpu, nxt)[0]
             ring = {"token": rid * 1024 + server_idx, "channels": [[k, len(local), hop]]}

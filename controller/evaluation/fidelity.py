@@ -189,12 +189,14 @@ def report(
         " us), not 43%: NVLink's advantage then comes from bandwidth (a group reaching a "
         "switch over several NICs) and from hierarchical INA, not from the hop count.\n"
     )
+    net = NetParams()
     lines.append(
         "The paper's figures are the collection alone (T_col, one way). Eq. 8 in full adds "
         "the switch's T_agg (1 us), the distribution T_dis (the same routes back) and the "
         "host's synchronisation (4 us); with the project's default lanes (int32, what the P4 "
-        "program adds: 4 bytes per FP16 element, 202-byte frames of 128 payload bytes) the "
-        "wire carries 3.16x the FP16 message:\n"
+        f"program adds: 4 bytes per FP16 element, {net.ina_frame_bytes:.0f}-byte frames of "
+        f"{net.ina_payload_bytes} payload bytes) the wire carries {net.ina_wire_ratio:.2f}x "
+        "the FP16 message:\n"
     )
     lines.append("| T_ina of 1 MB (Eq. 8) | paper mode, fp16 | paper mode, int32 | "
                  "pipelined, int32 |")  # fmt: skip

@@ -12,6 +12,10 @@
  * one RegisterAction, in one stage; each counter is updated at most once per packet):
  *  - the pool is 32 register arrays (pool_0 .. pool_31), one per vector element, indexed
  *    by the copy (slot << 1) | version, instead of v1model's single indexed array;
+ *  - slot_tag holds the owner (group_id ++ agg_index) and the session as a pair of 32-bit
+ *    halves, checked and taken over by one RegisterAction that says whether the copy is
+ *    the packet's session, newly the packet's (a new owner or a newer session), or of a
+ *    newer session (the packet is late);
  *  - the copy's generation check is one RegisterAction on slot_gen that returns what the
  *    packet is to the copy (same round, new round, late), and the bitmap, count and pool
  *    RegisterActions that follow pick their variant (set / reset, add / overwrite / read)
@@ -29,7 +33,7 @@ const bit<16> INA_UDP_PORT   = 48879;
 #define NUM_SLOTS 1024
 #define NUM_PORTS 512
 #define INA_MAX_WORKERS 32
-const bit<8> LATE_WINDOW = 128;
+const bit<32> SESSION_HALF = 0x80000000;  // sessions compare as RFC 1982 serial numbers
 
 const bit<4> DROP_SHORT_HEADER      = 0;
 const bit<4> DROP_BAD_WORKER_ID     = 1;
@@ -47,6 +51,11 @@ const bit<3> EVT_COMPLETED      = 1;
 const bit<3> EVT_RETX_ANSWERED  = 2;
 const bit<3> EVT_RETX_ABSORBED  = 3;
 const bit<3> EVT_TRANSIT        = 4;
+
+// Whose copy it is (slot_tag_check's answer).
+const bit<8> OWNER_SAME = 0;  // this owner and session
+const bit<8> OWNER_NEW  = 1;  // a new owner or a newer session: taken over
+const bit<8> OWNER_LATE = 2;  // an older session: dropped
 
 // What a contribution is to its copy (slot_gen_check's answer).
 const bit<8> ROUND_SAME = 0;  // the copy's own round
@@ -101,7 +110,14 @@ header ina_h {
     bit<1>  is_retx;
     bit<1>  is_result;
     bit<5>  reserved;     // must be 0
-    bit<8>  generation;   // round of this copy: round r = (generation << 1) | version
+    bit<8>  reserved2;    // must be 0
+    bit<32> session;      // the group's session (one per job start)
+    bit<32> generation;   // use of this copy: round r = ((generation - first) << 1) | version
+}
+
+struct tag_pair_t {
+    bit<32> owner;        // group_id ++ agg_index
+    bit<32> session;
 }
 
 header ina_data_h {
@@ -131,7 +147,8 @@ struct ig_metadata_t {
     PortId_t worker_port;
     bit<1>  ina_miss;
     bit<1>  do_l2;
-    bit<1>  reclaimed;     // slot_tag changed: the copy has a new owner
+    bit<1>  reclaimed;     // slot_tag changed: a new owner or a newer session
+    bit<8>  owner;         // OWNER_SAME / OWNER_NEW / OWNER_LATE
     bit<32> tag;
     bit<32> copy;          // (slot << 1) | version
     bit<32> wbit;
@@ -160,6 +177,7 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ig_metadata_t meta
         meta.ina_miss = 0;
         meta.do_l2 = 0;
         meta.reclaimed = 0;
+        meta.owner = 0;
         meta.tag = 0;
         meta.copy = 0;
         meta.wbit = 0;
@@ -238,20 +256,33 @@ control InaIngress(inout headers_t hdr, inout ig_metadata_t meta,
     POOL(16) POOL(17) POOL(18) POOL(19) POOL(20) POOL(21) POOL(22) POOL(23)
     POOL(24) POOL(25) POOL(26) POOL(27) POOL(28) POOL(29) POOL(30) POOL(31)
 
-    // slot_tag, per copy: swap in this packet's (group_id ++ agg_index), return the old
-    // owner.
-    Register<bit<32>, bit<32>>(NUM_SLOTS * 2, 0) slot_tag;
-    RegisterAction<bit<32>, bit<32>, bit<32>>(slot_tag) slot_tag_swap = {
-        void apply(inout bit<32> value, out bit<32> rv) { rv = value; value = meta.tag; }
+    // slot_tag, per copy: owner (group_id ++ agg_index) and session. Another owner or a
+    // newer session takes the copy over; an older session is late.
+    Register<tag_pair_t, bit<32>>(NUM_SLOTS * 2, {0, 0}) slot_tag;
+    RegisterAction<tag_pair_t, bit<32>, bit<8>>(slot_tag) slot_tag_check = {
+        void apply(inout tag_pair_t value, out bit<8> rv) {
+            bit<32> newer = hdr.ina.session - value.session;
+            if (value.owner != meta.tag || (newer != 0 && newer < SESSION_HALF)) {
+                value.owner = meta.tag;
+                value.session = hdr.ina.session;
+                rv = OWNER_NEW;
+            } else if (newer == 0) {
+                rv = OWNER_SAME;
+            } else {
+                rv = OWNER_LATE;
+            }
+        }
     };
 
     // slot_gen, per copy: the generation of the copy's round. Classifies the packet and
     // moves the copy to a newer round (docs/dataplane.md, "Slot protocol").
-    Register<bit<8>, bit<32>>(NUM_SLOTS * 2, 0) slot_gen;
-    RegisterAction<bit<8>, bit<32>, bit<8>>(slot_gen) slot_gen_check = {
-        void apply(inout bit<8> value, out bit<8> rv) {
-            bit<8> ahead = hdr.ina.generation - value;
-            if (meta.reclaimed == 1 || (ahead != 0 && ahead < LATE_WINDOW)) {
+    // Only the next generation opens a new round (a worker's round r finds its copy at
+    // r - 2 or r); every other one but the copy's own is late.
+    Register<bit<32>, bit<32>>(NUM_SLOTS * 2, 0) slot_gen;
+    RegisterAction<bit<32>, bit<32>, bit<8>>(slot_gen) slot_gen_check = {
+        void apply(inout bit<32> value, out bit<8> rv) {
+            bit<32> ahead = hdr.ina.generation - value;
+            if (meta.reclaimed == 1 || ahead == 1) {
                 value = hdr.ina.generation;
                 rv = ROUND_NEW;
             } else if (ahead == 0) {
@@ -362,6 +393,7 @@ control InaIngress(inout headers_t hdr, inout ig_metadata_t meta,
         hdr.ipv4.src_addr = ip;
         hdr.ina.is_result = 1;
         hdr.ina.is_retx = 0;
+        hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.checksum = 0;
         hdr.bridge.ina_result = 1;
     }
@@ -385,7 +417,7 @@ control InaIngress(inout headers_t hdr, inout ig_metadata_t meta,
             } else if (!hdr.ina_data.isValid()) {
                 ina_drops.count(DROP_SHORT_HEADER);
                 drop();
-            } else if (hdr.ina.reserved != 0) {
+            } else if (hdr.ina.reserved != 0 || hdr.ina.reserved2 != 0) {
                 ina_drops.count(DROP_RESERVED_BITS);
                 drop();
             } else if (hdr.ina.is_result == 1) {
@@ -417,11 +449,15 @@ control InaIngress(inout headers_t hdr, inout ig_metadata_t meta,
                     meta.copy = (bit<32>) (meta.slot ++ hdr.ina.version);
                     meta.wbit = (bit<32>) 1 << hdr.ina.worker_id;
                     meta.reclaimed = 0;
-                    if (slot_tag_swap.execute(meta.copy) != meta.tag) {
+                    meta.round = ROUND_LATE;
+                    meta.owner = slot_tag_check.execute(meta.copy);
+                    if (meta.owner == OWNER_NEW) {
                         meta.reclaimed = 1;
                         slot_reclaims.count(0);
                     }
-                    meta.round = slot_gen_check.execute(meta.copy);
+                    if (meta.owner != OWNER_LATE) {
+                        meta.round = slot_gen_check.execute(meta.copy);
+                    }
 
                     if (meta.round == ROUND_LATE) {
                         ina_drops.count(DROP_LATE);

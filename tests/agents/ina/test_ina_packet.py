@@ -33,11 +33,14 @@ def test_header_layout_is_big_endian_with_flag_bits() -> None:
         version=1,
         is_retx=True,
         is_result=False,
+        generation=0x0A0B0C0D,
+        session=0x11223344,
     )
     data = pack(h, [-1] + [0] * (VECTOR_LEN - 1))
-    assert len(data) == PAYLOAD_LEN == 136
+    assert len(data) == PAYLOAD_LEN == 144
     assert data[:8] == bytes([0x01, 0x02, 0x03, 0x04, 5, 6, 0x80 | 0x40, 0])
-    assert data[8:12] == b"\xff\xff\xff\xff"
+    assert data[8:16] == bytes([0x11, 0x22, 0x33, 0x44, 0x0A, 0x0B, 0x0C, 0x0D])
+    assert data[16:20] == b"\xff\xff\xff\xff"
 
 
 def test_round_trip() -> None:
@@ -48,7 +51,7 @@ def test_round_trip() -> None:
     assert list(msg.values) == values
 
 
-@pytest.mark.parametrize("size", [0, 7, 8, PAYLOAD_LEN - 1])
+@pytest.mark.parametrize("size", [0, 7, 16, PAYLOAD_LEN - 1])
 def test_short_payload_is_rejected(size: int) -> None:
     with pytest.raises(InaDecodeError):
         unpack(bytes(size))
@@ -109,15 +112,20 @@ def test_round_numbers_travel_as_version_and_generation() -> None:
     h = InaHeader.at_round(3, 5, 1, 4, 7, is_retx=True)
     assert (h.version, h.generation, h.is_retx) == (1, 3, True)
     data = pack(h, [0] * VECTOR_LEN)
-    assert data[6:8] == bytes([0x80 | 0x40, 3])
+    assert data[6] == 0x80 | 0x40 and data[12:16] == bytes([0, 0, 0, 3])
     assert unpack(data).header.round_number == 7
-    # The header carries the round modulo 512: round 512 + 7 looks like round 7.
+    # The header carries the round modulo 2**33: round 2**33 + 7 looks like round 7.
     assert InaHeader.at_round(3, 5, 1, 4, ROUND_MODULUS + 7) == InaHeader.at_round(3, 5, 1, 4, 7)
-    assert InaHeader.at_round(3, 5, 1, 4, 510).generation == 255
+    assert InaHeader.at_round(3, 5, 1, 4, 2**33 - 2).generation == 2**32 - 1
+    # A session counts generations from its first one, wrapping at 2**32.
+    h = InaHeader.at_round(3, 5, 1, 4, 5, session=77, first_generation=2**32 - 1)
+    assert (h.version, h.generation, h.session) == (1, 1, 77)
     with pytest.raises(ValueError, match="negative"):
         InaHeader.at_round(3, 5, 1, 4, -1)
     with pytest.raises(ValueError, match="generation"):
-        pack(InaHeader(1, 1, 0, 4, generation=256), [0] * VECTOR_LEN)
+        pack(InaHeader(1, 1, 0, 4, generation=2**32), [0] * VECTOR_LEN)
+    with pytest.raises(ValueError, match="session"):
+        pack(InaHeader(1, 1, 0, 4, session=-1), [0] * VECTOR_LEN)
 
 
 def test_reserved_flag_bits_are_refused_on_decode() -> None:
@@ -125,9 +133,21 @@ def test_reserved_flag_bits_are_refused_on_decode() -> None:
     data[6] |= 0x08
     with pytest.raises(InaDecodeError, match="reserved"):
         unpack(bytes(data))
+    data[6] &= ~0x08
+    data[7] = 1  # the reserved byte
+    with pytest.raises(InaDecodeError, match="reserved"):
+        unpack(bytes(data))
 
 
 def test_scapy_layer_carries_the_generation() -> None:
     values = [0] * VECTOR_LEN
-    layer = INA(group_id=1, agg_index=2, worker_id=0, num_workers=2, generation=9, values=values)
-    assert raw(layer) == pack(InaHeader(1, 2, 0, 2, generation=9), values)
+    layer = INA(
+        group_id=1,
+        agg_index=2,
+        worker_id=0,
+        num_workers=2,
+        generation=2**32 - 9,
+        session=7,
+        values=values,
+    )
+    assert raw(layer) == pack(InaHeader(1, 2, 0, 2, generation=2**32 - 9, session=7), values)

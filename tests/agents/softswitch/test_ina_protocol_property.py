@@ -87,10 +87,10 @@ def test_the_old_rule_fails_the_same_property() -> None:
             self.inner = inner
 
         def process(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
-            gen_at = 14 + 20 + 8 + 7
+            gen_at = slice(14 + 20 + 8 + 12, 14 + 20 + 8 + 16)  # the 32-bit generation
             b = bytearray(frame)
-            gen = b[gen_at]
-            b[gen_at] = 0  # no generation: all rounds of a copy look alike
+            gen = bytes(b[gen_at])
+            b[gen_at] = bytes(4)  # no generation: all rounds of a copy look alike
             ing = self.inner.ingress
             before = [ing.seen.read(i) for i in range(200, 202)]
             out = self.inner.process(port, bytes(b))

@@ -231,7 +231,8 @@ def test_source_parser_sees_the_program(src: Source) -> None:
     ]
     assert src.actions["InaIngress.set_worker_port"] == [("port", 9)]
     assert src.actions["InaIngress.make_result"] == []  # called from apply; p4c lists it too
-    assert src.registers["InaIngress.slot_gen"] == (1024 * 2, 8)
+    assert src.registers["InaIngress.slot_gen"] == (1024 * 2, 32)
+    assert src.registers["InaIngress.slot_tag"] == (1024 * 2, 64)
     assert src.registers["InaIngress.pool"] == (1024 * 64, 32)
     assert src.counters["InaIngress.ina_drops"] == (16, "packets")
 

@@ -183,9 +183,13 @@ def seq_late() -> list[tuple[int, bytes]]:
     out.append((5, late))  # late: the copy holds round 2 (dropped, counted)
     out.append((6, frame(8, 0, 1, 2, 2, 6, values=[7] * VECTOR_LEN)))  # 12, not 17
     # Generations far behind and far ahead of copy 0 (generation 1 now).
-    for gen in (0, 1, 2, 127, 128, 129, 200, 255):
+    for gen in (0, 1, 2, 127, 128, 129, 200, 255, 2**31, 2**32 - 1):
         h = InaHeader(8, 0, 0, 2, generation=gen)
-        out.append((5, build_frame(h, [gen] * VECTOR_LEN, src_mac=mac(5))))
+        out.append((5, build_frame(h, [gen & 0xFFFF] * VECTOR_LEN, src_mac=mac(5))))
+    # A newer session takes copy 0 over at its generation; the older one is late from then.
+    for session, gen in ((2**31 - 1, 9), (0, 1), (2**31 - 1, 9), (2**31, 10)):
+        h = InaHeader(8, 0, 1, 2, generation=gen, session=session)
+        out.append((6, build_frame(h, [session & 0xFF] * VECTOR_LEN, src_mac=mac(6))))
     return out
 
 

@@ -111,10 +111,10 @@ def check(observed: dict) -> None:
     assert c["ina_drops"][1] == 1  # worker 0's malformed packet (worker id 9 of 4)
     assert sum(c["ina_drops"]) == 1
     assert c["ina_events"][:3] == [N - 1, 1, 1]  # added, completed, retx answered
-    # port 1: contribution, malformed, retransmission (each a 178-byte frame)
-    assert c["port_rx_1"] == [3, 3 * 178]
+    # port 1: contribution, malformed, retransmission (each a 186-byte frame)
+    assert c["port_rx_1"] == [3, 3 * 186]
     # port 1 sent the multicast result and the unicast answer.
-    assert c["port_tx_1"] == [2, 2 * 178]
+    assert c["port_tx_1"] == [2, 2 * 186]
 
 
 def test_model_aggregates_real_packets(testbed: NetnsBed) -> None:

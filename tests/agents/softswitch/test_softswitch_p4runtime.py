@@ -108,9 +108,9 @@ def test_counters_see_the_injected_packets(raw: dict) -> None:
     drops.update({"0": 1, "1": 1, "2": 1, "3": 1, "6": 1})  # ... and wrong port
     assert raw["ina_drops"] == drops
     assert raw["ina_events"]["0"] == 3 and raw["ina_events"]["1"] == 1
-    # port 1: one contribution (14+20+8+136 = 178 bytes) + 5 malformed frames.
-    assert raw["port_rx_1"] == [6, 178 + 177 + 178 + 178 + 178 + 178]
-    assert raw["port_tx_2"] == [1, 178]
+    # port 1: one contribution (14+20+8+144 = 186 bytes) + 5 malformed frames.
+    assert raw["port_rx_1"] == [6, 186 + 185 + 186 + 186 + 186 + 186]
+    assert raw["port_tx_2"] == [1, 186]
     assert raw["counter_bad_index"] == "OUT_OF_RANGE"
     assert raw["counter_unknown"] == "INVALID_ARGUMENT"
     assert raw["counter_reset"] == [0, 0]

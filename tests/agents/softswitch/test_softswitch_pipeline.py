@@ -209,27 +209,33 @@ def test_issue10_delayed_duplicate_cannot_open_a_round() -> None:
 
 
 def test_generation_window() -> None:
-    """A copy at generation g: g + 1 .. g + 127 open a new round, g - 1 .. g - 128 are late
-    (mod 256). A packet older than 127 generations aliases a newer round: the documented
-    bound on packet lifetime."""
+    """A copy at generation g: only g + 1 opens a new round, g is its own round, every
+    other generation (behind, or ahead by 2 or more, mod 2**32) is late and leaves the copy
+    as it was; a newer session takes the copy over, an older one is late."""
     sw = InaPipeline()
     sw.add_group(GROUP, 0, slot=0, workers=2, mcast=MCAST)
     sw.bind_worker(GROUP, 0, 1)
     sw.bind_worker(GROUP, 1, 2)
 
-    def contribute(gen: int) -> None:
-        sw.process(1, build_frame(InaHeader(GROUP, 0, 0, 2, generation=gen), [1] * VECTOR_LEN))
+    def contribute(gen: int, session: int = 5) -> None:
+        h = InaHeader(GROUP, 0, 0, 2, generation=gen, session=session)
+        sw.process(1, build_frame(h, [1] * VECTOR_LEN))
 
     drops = sw.ingress.ina_drops.packets
-    contribute(200)  # the copy's first packet (a new owner) sets its generation
-    assert sw.ingress.slot_gen.read(0) == 200 and sw.ingress.seen.read(0) == 1
-    for gen in (199, 100, 200 - 128):  # behind by 1, 100 and 128
+    top = 2**32 - 1
+    contribute(top)  # the copy's first packet (a new owner) sets its generation
+    assert sw.ingress.slot_gen.read(0) == top and sw.ingress.seen.read(0) == 1
+    for gen in (top - 1, top - 300, 1, 2**31):  # behind by 1 and 300, ahead by 2 and 2**31
         contribute(gen)
-    assert drops[DROP_LATE] == 3 and sw.ingress.slot_gen.read(0) == 200
-    contribute((200 + 127) % 256)  # ahead by 127 (= behind by 129): a new round
-    assert sw.ingress.slot_gen.read(0) == 71 and drops[DROP_LATE] == 3
-    contribute(72)  # ahead by 1
-    assert sw.ingress.slot_gen.read(0) == 72 and sw.ingress.seen.read(0) == 1
+    assert drops[DROP_LATE] == 4 and sw.ingress.slot_gen.read(0) == top
+    assert sw.ingress.seen.read(0) == 1 and sw.ingress.contrib_count.read(0) == 1
+    contribute(0)  # ahead by 1 across the wrap: a new round
+    assert sw.ingress.slot_gen.read(0) == 0 and drops[DROP_LATE] == 4
+    contribute(1, session=4)  # an older session: late, the copy untouched
+    assert drops[DROP_LATE] == 5 and sw.ingress.slot_gen.read(0) == 0
+    contribute(900, session=6)  # a newer session: takes the copy at its generation
+    assert sw.ingress.slot_gen.read(0) == 900 and sw.ingress.slot_tag.read(0) & 0xFFFFFFFF == 6
+    assert sw.ingress.slot_reclaims.packets[0] == 2 and drops[DROP_LATE] == 5
 
 
 def test_single_worker_group_completes_on_every_round() -> None:
@@ -383,7 +389,7 @@ def test_trailing_bytes_are_kept_and_frames_below_ethernet_ignored(sw: InaPipeli
     frame = bytes.fromhex("0200000000020200000000010800") + b"\x46" + bytes(40)
     assert sw.process(1, frame) == [(2, frame)]  # IPv4 with options: plain L2
     assert sw.process(1, b"\x00" * 10) == []
-    assert struct.calcsize("!HHBBBB") + 4 * VECTOR_LEN == len(
+    assert struct.calcsize("!HHBBBBII") + 4 * VECTOR_LEN == len(
         pack(InaHeader(0, 0, 0, 1), [0] * VECTOR_LEN)
     )
 
@@ -403,8 +409,10 @@ def test_random_and_truncated_frames_never_raise(sw: InaPipeline) -> None:
             frame = good[: rng.randrange(0, len(good) + 1)]
         else:  # valid headers, random INA fields
             b = bytearray(good)
-            for i in range(OFF, OFF + 8):
+            for i in range(OFF, OFF + 16):
                 b[i] = rng.randrange(256)
+            if rng.random() < 0.75:  # mostly a clear reserved byte, to reach the later checks
+                b[OFF + 7] = 0
             frame = bytes(b)
         for port, out in sw.process(rng.randrange(1, 5), frame):
             assert 0 <= port < 511 and len(out) >= 14

@@ -124,22 +124,22 @@ def test_overlapped_ina_hand_worked():
     assert ina_pattern(PAPER.fabric(g), ["gn2", "gn3"], "S2", MB, PAPER_BYTES).time(
         PAPER.fabric(g), MB
     ) == pytest.approx(184.3333e-6, rel=1e-5)
-    # the project's default lanes: int32 (4 bytes per FP16 element) in 202-byte frames of 128
-    # payload bytes: 1 MB of FP16 is 2 x 202 / 128 = 3.15625 MB on the wire, 252.5 us; the
-    # round trip's packet terms use 202 bytes: 6 us + 202 B x (4 / 300 + 1 / 12.5) GB/s^-1
+    # the project's default lanes: int32 (4 bytes per FP16 element) in 210-byte frames of 128
+    # payload bytes: 1 MB of FP16 is 2 x 210 / 128 = 3.28125 MB on the wire, 262.5 us; the
+    # round trip's packet terms use 210 bytes: 6 us + 210 B x (4 / 300 + 1 / 12.5) GB/s^-1
     d = NetParams()
-    assert d.ina_wire_ratio == pytest.approx(3.15625)
+    assert d.ina_wire_ratio == pytest.approx(3.28125)
     t = ina_pattern(f, ["gn2", "gn3"], "S2", MB, d).time(f, MB)
-    assert t == pytest.approx(3.15625 * MB / ETH + 6e-6 + 202 * (4 / NV + 1 / ETH) + 5e-6)
-    assert t == pytest.approx(263.518853e-6, rel=1e-8)
+    assert t == pytest.approx(3.28125 * MB / ETH + 6e-6 + 210 * (4 / NV + 1 / ETH) + 5e-6)
+    assert t == pytest.approx(273.5196e-6, rel=1e-8)
 
 
 def test_lane_formats():
-    # bytes on the wire per byte of FP16 message, with the 74 bytes of headers and framing
-    # of each 128-byte INA payload: int32 2 x 202/128; int16 (2 + 1/32) / 2 x 202/128
-    assert NetParams(ina_lanes="int32").ina_wire_ratio == pytest.approx(2 * 202 / 128)
-    assert NetParams(ina_lanes="int16").ina_wire_ratio == pytest.approx(2.03125 / 2 * 202 / 128)
-    assert NetParams(ina_lanes="fp16").ina_wire_ratio == pytest.approx(202 / 128)
+    # bytes on the wire per byte of FP16 message, with the 82 bytes of headers and framing
+    # of each 128-byte INA payload: int32 2 x 210/128; int16 (2 + 1/32) / 2 x 210/128
+    assert NetParams(ina_lanes="int32").ina_wire_ratio == pytest.approx(2 * 210 / 128)
+    assert NetParams(ina_lanes="int16").ina_wire_ratio == pytest.approx(2.03125 / 2 * 210 / 128)
+    assert NetParams(ina_lanes="fp16").ina_wire_ratio == pytest.approx(210 / 128)
     assert NetParams().plan_options() == {"cost_mode": "pipelined", "ina_lanes": "int32"}
     assert NetParams.from_plan_options({}) == NetParams()
     assert NetParams.from_plan_options({"cost_mode": "paper"}).cost_mode == "paper"
@@ -368,9 +368,9 @@ def test_hier_ina_on_the_testbed_rails_follow_the_tracks():
         ("s1", ["srv0-gpu0", "srv1-gpu0"]),
         ("s2", ["srv0-gpu1", "srv1-gpu1"]),
     ]
-    # int32 lanes: a shard is 0.5 MB x 3.15625 on each NIC link, up and down
+    # int32 lanes: a shard is 0.5 MB x 3.28125 on each NIC link, up and down
     ina = h.compiled(f)[1]
-    assert max(ina.slopes) * MB == pytest.approx(0.5 * 3.15625 * MB / ETH, rel=1e-12)
+    assert max(ina.slopes) * MB == pytest.approx(0.5 * 3.28125 * MB / ETH, rel=1e-12)
 
 
 @pytest.mark.parametrize(

@@ -28,13 +28,13 @@ def test_eq8_in_full_fp16_lanes():
 
 
 def test_eq8_in_full_int32_lanes():
-    """int32 lanes carry 4 bytes per FP16 element in 202-byte frames of 128 payload bytes:
-    1 MB of FP16 is 2 x 202 / 128 = 3.15625 MB on the wire. Homogeneous: 2 x 2 x (252.5 + 2)
-    + 5 = 1,023 us; heterogeneous: 2 x (2 x (10.5208 + 0.5) + 252.5 + 2) + 5 = 558.083 us."""
-    wire = 3.15625 * MB
+    """int32 lanes carry 4 bytes per FP16 element in 210-byte frames of 128 payload bytes:
+    1 MB of FP16 is 2 x 210 / 128 = 3.28125 MB on the wire. Homogeneous: 2 x 2 x (262.5 + 2)
+    + 5 = 1,063 us; heterogeneous: 2 x (2 x (10.9375 + 0.5) + 262.5 + 2) + 5 = 579.75 us."""
+    wire = 3.28125 * MB
     homo, het = fig2_full("paper", "int32")
     assert homo == pytest.approx(4 * (wire / ETH + 2e-6) + T_AGG + HOST, rel=1e-12)
     assert het == pytest.approx(
         2 * (2 * (wire / NV + 0.5e-6) + wire / ETH + 2e-6) + T_AGG + HOST, rel=1e-12
     )
-    assert (homo, het) == pytest.approx((1023e-6, 558.0833e-6), rel=1e-6)
+    assert (homo, het) == pytest.approx((1063e-6, 579.75e-6), rel=1e-6)

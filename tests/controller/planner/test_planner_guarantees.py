@@ -80,18 +80,18 @@ def test_heroserve_grouping_never_worse_than_the_packed_order(cluster, n_groups,
 
 def test_flat_ina_never_above_the_ethernet_only_routes():
     """Fig. 2's cluster, gn3 and gn4 aggregating at the core S1 with 8 KB of FP16 in int32
-    lanes (8192 x 2 x 202 / 128 = 25,856 bytes on the wire). Allowed to relay, the greedy route
-    choice takes a relay that costs 17.12 us; the Ethernet-only routes (gn3 -> S2 -> S1, gn4 ->
-    S1) cost every link's 25,856 B / 12.5 GB/s = 2.06848 us, gn3's round trip of four 2 us
-    hops and three 202-byte packets (8.04848 us), T_agg 1 us and the host's 4 us: 15.11696 us.
+    lanes (8192 x 2 x 210 / 128 = 26,880 bytes on the wire). Allowed to relay, the greedy route
+    choice takes a relay that costs 17.20 us; the Ethernet-only routes (gn3 -> S2 -> S1, gn4 ->
+    S1) cost every link's 26,880 B / 12.5 GB/s = 2.1504 us, gn3's round trip of four 2 us
+    hops and three 210-byte packets (8.0504 us), T_agg 1 us and the host's 4 us: 15.2008 us.
     HeroServe keeps the cheaper, so it never prices INA above DS-SwitchML."""
     g = fig2()
     members, nbytes = ["gn3", "gn4"], 8192.0
     ev = Evaluator(problem(g), heroserve.POLICY)
     relay = ina_pattern(ev.ina_fabric, members, "S1", nbytes, ev.net)
-    assert relay.time(ev.ina_fabric, nbytes) == pytest.approx(17.119653e-6, rel=1e-6)
-    want = 25856 / ETH + 8e-6 + 3 * 202 / ETH + 1e-6 + 4e-6
-    assert want == pytest.approx(15.11696e-6, rel=1e-9)
+    assert relay.time(ev.ina_fabric, nbytes) == pytest.approx(17.2036e-6, rel=1e-6)
+    want = 26880 / ETH + 8e-6 + 3 * 210 / ETH + 1e-6 + 4e-6
+    assert want == pytest.approx(15.2008e-6, rel=1e-9)
     ours = {p.switch: p.time(ev.ina_fabric, nbytes) for p in ev.all_ina(members, nbytes)}
     assert ours["S1"] == pytest.approx(want, rel=1e-12)
     base = Evaluator(problem(g), DS_SWITCHML)

@@ -68,12 +68,12 @@ def test_ina_group_hand_worked(tmp_path: Path) -> None:
     # Shared-uplink plan, decode group {d0-gpu0, d1-gpu0}: P = 2, every link 12.5e9 B/s
     # (B) with 2 us latency, D_ref = 48 tokens * 5120 * 2 B = 491 520 B. The plan records no
     # cost options, so the defaults: pipelined, int32 lanes.
-    # INA on c1 (policy 0): int32 lanes in 202-byte frames of 128 payload bytes put
-    # 2 x 202/128 = 3.15625 bytes on every link of both 2-hop routes, up and down, per byte.
-    # Collection and distribution overlap: the slowest link (3.15625 D / B) + the longest
-    # round trip (4 hops: 8 us + one 202-byte packet on 3 of them, 48.48 ns) + T_agg 1 us +
+    # INA on c1 (policy 0): int32 lanes in 210-byte frames of 128 payload bytes put
+    # 2 x 210/128 = 3.28125 bytes on every link of both 2-hop routes, up and down, per byte.
+    # Collection and distribution overlap: the slowest link (3.28125 D / B) + the longest
+    # round trip (4 hops: 8 us + one 210-byte packet on 3 of them, 50.4 ns) + T_agg 1 us +
     # host 4 us:
-    #   t(D) = 3.15625 D / B + 13.04848 us -> latency_s = 13.04848 us, bandwidth = B / 3.15625.
+    #   t(D) = 3.28125 D / B + 13.0504 us -> latency_s = 13.0504 us, bandwidth = B / 3.28125.
     # Fallback ring through c1 (policy 1): each member sends D/2 over 4 hops to the other, its
     # own directed links: a step takes D / (2B) + 8 us + 3 packets of 4096 B (0.98304 us) +
     # NCCL's 4 us step; 2(P-1) = 2 steps:
@@ -82,19 +82,19 @@ def test_ina_group_hand_worked(tmp_path: Path) -> None:
     t = build_tables(tmp_path, p, g)["decode/0/0"]
     ina, ring = t.policies
     assert (ina.scheme, ring.scheme) == (pb.SCHEME_INA, pb.SCHEME_RING)
-    assert ina.latency_s == pytest.approx(13.04848e-6, rel=1e-12)
-    assert ina.bandwidth == pytest.approx(12.5e9 / 3.15625, rel=1e-9)
+    assert ina.latency_s == pytest.approx(13.0504e-6, rel=1e-12)
+    assert ina.bandwidth == pytest.approx(12.5e9 / 3.28125, rel=1e-9)
     assert ring.latency_s == pytest.approx(25.96608e-6, rel=1e-12)
     assert ring.bandwidth == pytest.approx(12.5e9, rel=1e-9)
-    # The same cost model as the simulator's option for INA on c1 (137.15728 us at D_ref).
+    # The same cost model as the simulator's option for INA on c1 (142.0744 us at D_ref).
     m = build_model(p, g, chatbot())
     ref = 48 * 5120 * 2
     sim_ina = m.decode[0].stages[0].options[0].time(ref)
     assert ina.latency_s + ref / ina.bandwidth == pytest.approx(sim_ina, rel=1e-9)
-    assert sim_ina == pytest.approx(137.15728e-6, rel=1e-9)
-    # Crossover 13.04848 + 3.15625 D / B = 25.96608 + D / B at D = 12.9176 us * B / 2.15625
-    # = 74 887 B: INA below, the fallback ring above.
-    for nbytes, want in ((4096, 0), (30_000, 0), (74_000, 0), (76_000, 1), (ref, 1)):
+    assert sim_ina == pytest.approx(142.0744e-6, rel=1e-9)
+    # Crossover 13.0504 + 3.28125 D / B = 25.96608 + D / B at D = 12.91568 us * B / 2.28125
+    # = 70 772 B: INA below, the fallback ring above.
+    for nbytes, want in ((4096, 0), (30_000, 0), (70_000, 0), (72_000, 1), (ref, 1)):
         assert OnlineScheduler(table_json(t)).select(nbytes) == want, nbytes
     s = OnlineScheduler(table_json(t))
     s.select(ref)
