@@ -110,4 +110,4 @@ def test_the_controller_process_logs_json_lines(tmp_path: Path) -> None:
     )
     assert r.returncode == 2
     (line,) = r.stderr.splitlines()
-    assert line.startswith("heroserve controller: cannot resolve")
+    assert line.startswith("heroserve controller: the plan's topology is not a built-in")
