@@ -1,10 +1,12 @@
 """Planner options and the problem every planner solves.
 
 Holds ``PlannerOptions`` (the user's knobs), ``Policy`` (what a planner may use: grouping,
-INA schemes, routes) and ``Problem`` (cluster, model, workload, SLA and options together)."""
+INA schemes, routes), ``Problem`` (cluster, model, workload, SLA and options together, with
+the planner's clock for its time limit) and ``DEFAULT_TIME_LIMIT_S``."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -16,6 +18,12 @@ from controller.workload.base import Workload
 from controller.workload.sla import SLA
 
 Progress = object  # a callable(str) or None; kept loose to stay plain data
+
+# Wall-clock seconds one planner may search before it returns the best plan found so far
+# (docs/planner.md, "Time limit"): five times what HeroServe's own search takes on the
+# paper's 9,600-GPU clusters on a loaded 2-core machine, so it only stops searches that
+# would not finish in any useful time.
+DEFAULT_TIME_LIMIT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,9 @@ class PlannerOptions:
     # an upper bound, not a deployment: every all-reduce the policy may aggregate in the
     # network costs nothing (docs/fidelity.md's free-INA bound)
     free_ina: bool = False
+    # the search stops at its first check past this many seconds that has a plan in hand
+    # and returns the best found, marked (``Plan.time_limit_reached``); None: no limit
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
 
 
 @dataclass(frozen=True)
@@ -64,7 +75,21 @@ class Problem:
     sla: SLA
     options: PlannerOptions = field(default_factory=PlannerOptions)
     progress: object = None  # callable(str) for progress lines, or None
+    started: float = field(default_factory=time.monotonic)  # the planner's clock
+    timed_out: bool = False  # a search stopped at the time limit (``out_of_time``)
 
     def say(self, msg: str) -> None:
         if callable(self.progress):
             self.progress(msg)
+
+    def out_of_time(self, have_plan: bool) -> bool:
+        """Whether the search must stop now: past ``options.time_limit_s`` with a plan in
+        hand (without one it goes on: a time limit returns the best plan found, never none).
+        Records that it stopped, for the plan's mark."""
+        limit = self.options.time_limit_s
+        if not have_plan or limit is None or time.monotonic() - self.started <= limit:
+            return False
+        if not self.timed_out:
+            self.say(f"time limit of {limit:g} s reached: keeping the best plan found")
+        self.timed_out = True
+        return True
