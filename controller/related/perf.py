@@ -138,7 +138,8 @@ class PerfModel:
         self._conn: dict[tuple[str, str], Connection | None] = {}
         # (src exits, dst exits) -> which (exit, exit) pair the best route takes (``_route``)
         self._best_exits: dict[tuple, tuple[int, int] | None] = {}
-        self._exit_keys: dict[str, tuple] = {}
+        self._exit_keys: dict[str, int] = {}  # GPU -> the number of its exits' shape
+        self._exit_ids: dict[tuple, int] = {}
         self._key_bw: dict[tuple, float | None] = {}  # (src exits, dst exits) -> bandwidth
 
     @cached_property
@@ -325,16 +326,18 @@ class PerfModel:
     def _servers(self) -> dict[str, str | None]:
         return {n: d.get("server") for n, d in self.g.nodes(data=True)}
 
-    def _exit_key(self, gpu: str) -> tuple:
+    def _exit_key(self, gpu: str) -> int:
         """``gpu``'s exits as the switch each reaches and its links' (1/B, latency): what a
-        route through them costs, whichever GPU it starts from."""
+        route through them costs, whichever GPU it starts from. Numbered, so that a pair of
+        them hashes in O(1)."""
         hit = self._exit_keys.get(gpu)
         if hit is None:
             table = self.fabric.link_table
-            hit = self._exit_keys[gpu] = tuple(
+            shape = tuple(
                 (e[-1], tuple(table[x] for x in zip(e, e[1:], strict=False)))
                 for e in self.fabric.exits(gpu)
             )
+            hit = self._exit_keys[gpu] = self._exit_ids.setdefault(shape, len(self._exit_ids))
         return hit
 
     def _route(self, src: str, dst: str) -> list[str] | None:
