@@ -103,7 +103,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
         type=bounded(float, 0, 86400, low_open=True),
         default=DEFAULT_TIME_LIMIT_S,
         metavar="S",
-        help="wall-clock limit of each planner's search, s: hitting it returns the best plan "
+        help="CPU-time limit of each planner's search, s: hitting it returns the best plan "
         f"found, marked 'time limit reached' (default {DEFAULT_TIME_LIMIT_S:g})",
     )
     p.add_argument("--quiet", action="store_true", help="no progress line on stderr")

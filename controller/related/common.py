@@ -29,7 +29,7 @@ class RelatedOptions:
     max_batch: int = 512
     # solvers
     time_limit_s: float = 60.0  # MILP wall-clock limit (Helix, cost-efficiency)
-    # the whole planner's wall-clock limit (``PlannerOptions.time_limit_s``); None: none
+    # the whole planner's CPU-time limit (``PlannerOptions.time_limit_s``); None: none
     planner_time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
     early_stop_gap: float = 0.01  # Helix: stop within this fraction of its upper bound
     workers: int = 2  # CP-SAT search workers

@@ -74,7 +74,7 @@ def plan_costeff(
     opts: RelatedOptions,
     progress: Callable[[str], None] | None = None,
 ) -> Plan:
-    t0 = time.monotonic()
+    t0 = time.process_time()
     perf = PerfModel(g, model, r_frac=opts.r_frac, max_batch=opts.max_batch)
     rng = np.random.default_rng(opts.seed)
     n = len(workload.inputs)
@@ -107,7 +107,7 @@ def plan_costeff(
     solve = solve_milp if opts.costeff_method == "milp" else solve_binary
     limit = opts.time_limit_s
     if opts.planner_time_limit_s is not None:  # what is left of the planner's own limit
-        limit = min(limit, max(0.01, opts.planner_time_limit_s - (time.monotonic() - t0)))
+        limit = min(limit, max(0.01, opts.planner_time_limit_s - (time.process_time() - t0)))
     sol = solve(problem, limit)
     stages = _place(g, configs, sol)
     nodes, replicas = [], []

@@ -270,9 +270,9 @@ def plan_helix(
     opts: RelatedOptions,
     progress: Callable[[str], None] | None = None,
 ) -> Plan:
-    t0 = time.monotonic()
+    t0 = time.process_time()
     limit = opts.planner_time_limit_s
-    left = None if limit is None else (lambda: limit - (time.monotonic() - t0))
+    left = None if limit is None else (lambda: limit - (time.process_time() - t0))
     s = setup(g, model, workload, opts)
     r = solve_placement(s, opts, progress, left)
     col = _colocated(s, r.placement, r.flow, "iwrr", opts.partial_inference, OBJECTIVE)
