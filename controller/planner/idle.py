@@ -32,15 +32,18 @@ REL = 1e-9  # Eq. 1's tolerance on equal rates (``Combination.better_than``)
 def _bound(
     role: str, comb: Combination, cap: dict[str, float], size: int, max_gpus: int | None
 ) -> str:
-    """What bounds H, seen from a ``role`` whose next instance (``size`` GPUs) adds none."""
+    """Why the next instance of ``role`` (``size`` GPUs) is not deployed: what bounds H."""
     other = "decode" if role == "prefill" else "prefill"
     if max_gpus is not None and comb.gpus_used + size > max_gpus:
-        return f"the --gpus limit of {max_gpus}"
+        return f"one more would pass the --gpus limit of {max_gpus}"
     if comb.rate < min(cap.values()) * (1 - 1e-6):
-        return "the KV transfer's busiest link"
+        return f"more {role} adds no rate, H is bounded by the KV transfer's busiest link"
     if cap[other] <= cap[role] * (1 + REL):
-        return f"the {other} instances' capacity ({cap[other]:.3f} req/s)"
-    return f"the {role} instances' own capacity"
+        return (
+            f"more {role} adds no rate, H is bounded by the {other} instances' capacity "
+            f"({cap[other]:.3f} req/s)"
+        )
+    return f"more {role} adds no rate"
 
 
 def idle_gpus(
@@ -77,8 +80,7 @@ def idle_gpus(
                 IdleGPUs(
                     role,
                     spare,
-                    f"{spare // size} {res.tp}x{res.pp} instance(s) not deployed: more "
-                    f"{role} adds no rate, H is bounded by {why}",
+                    f"{spare // size} {res.tp}x{res.pp} instance(s) not deployed: {why}",
                 )
             )
         if zero:

@@ -17,8 +17,14 @@ from controller.topology import testbed as make_testbed
 from controller.workload import chatbot, default_sla
 
 
-def _ev(model: str) -> Evaluator:
-    problem = Problem(make_testbed(), model_spec(model), chatbot(n=500), default_sla("chatbot"))
+def _ev(model: str, opts: PlannerOptions | None = None) -> Evaluator:
+    problem = Problem(
+        make_testbed(),
+        model_spec(model),
+        chatbot(n=500),
+        default_sla("chatbot"),
+        opts or PlannerOptions(),
+    )
     return Evaluator(problem, POLICY)
 
 
@@ -61,6 +67,12 @@ def test_idle_gpus_by_hand():
     kv = Combination(1, 1, 2.0, 2.0 / 6, 6, 0.1, 0.05)
     got = idle_gpus(ev, [(pre, 1, pool_p), (dec, 1, pool_d)], kv)
     assert got[0].reason.endswith("H is bounded by the KV transfer's busiest link")
+    # with --gpus 7, a third prefill instance (6 + 2 GPUs) would not fit
+    capped = _ev("OPT-13B", PlannerOptions(max_gpus=7))
+    got = idle_gpus(capped, [(pre, 1, pool_p), (dec, 1, pool_d)], comb)
+    assert (
+        got[0].reason == "1 2x1 instance(s) not deployed: one more would pass the --gpus limit of 7"
+    )
 
 
 def test_idle_gpus_short_of_memory():
