@@ -149,6 +149,7 @@ class HelixResult:
     links_used: int  # connections in the MILP after pruning
     links_total: int
     heuristics: dict[str, float]  # each heuristic's max flow, tokens/s
+    milp_limit_s: float = 0.0  # the time the MILP was given (0: it was skipped)
 
 
 def solve_placement(
@@ -201,6 +202,7 @@ def solve_placement(
         len(links),
         len(p.links),
         {k: f.value for k, f in flows.items()},
+        limit if res is not None else 0.0,
     )
 
 
@@ -283,61 +285,40 @@ def plan_helix(
             f"time limit reached ({limit:g} s) before the MILP: the best heuristic "
             f"placement ({r.hint}, max flow {r.flow.value:.0f} tokens/s)"
         ]
-        plan = colocated_plan(
-            "helix",
-            g,
-            model,
-            workload,
-            sla,
-            col,
-            _predicted(s, r.placement, r.flow),
-            notes,
-            IDLE_REASON,
-        )
-        plan.time_limit_reached = True
-        return plan
-    col.solver = {
-        "solver": "OR-Tools CP-SAT",
-        "status": m.status,
-        "objective_tokens_per_s": m.objective,
-        "bound_tokens_per_s": m.bound,
-        "upper_bound_tokens_per_s": m.upper_bound,
-        "time_s": m.time_s,
-        "time_limit_s": opts.time_limit_s,
-        "variables": m.variables,
-        "constraints": m.constraints,
-        "links": r.links_used,
-        "links_before_pruning": r.links_total,
-        "warm_start": r.hint,
-        "warm_start_tokens_per_s": r.hint_flow,
-        "heuristics_tokens_per_s": r.heuristics,
-    }
-    notes = [
-        f"Helix MILP ({m.status}): max flow {r.flow.value:.0f} tokens/s, solver bound "
-        f"{m.bound:.0f}, upper bound {m.upper_bound:.0f}, {m.time_s:.1f} s "
-        f"(limit {opts.time_limit_s:g} s), warm start {r.hint} at {r.hint_flow:.0f}",
-        "serves without disaggregation: every node runs prefill and decode iterations of its "
-        "layers; requests take per-request pipelines chosen by IWRR over the flows",
-    ]
-    if m.status == "time-limit":
-        notes.append(
-            f"the solver hit its {opts.time_limit_s:g} s time limit: this is the best "
-            "placement found, not a proven optimum"
-        )
+    else:
+        col.solver = {
+            "solver": "OR-Tools CP-SAT",
+            "status": m.status,
+            "objective_tokens_per_s": m.objective,
+            "bound_tokens_per_s": m.bound,
+            "upper_bound_tokens_per_s": m.upper_bound,
+            "time_s": m.time_s,
+            "time_limit_s": r.milp_limit_s,
+            "variables": m.variables,
+            "constraints": m.constraints,
+            "links": r.links_used,
+            "links_before_pruning": r.links_total,
+            "warm_start": r.hint,
+            "warm_start_tokens_per_s": r.hint_flow,
+            "heuristics_tokens_per_s": r.heuristics,
+        }
+        notes = [
+            f"Helix MILP ({m.status}): max flow {r.flow.value:.0f} tokens/s, solver bound "
+            f"{m.bound:.0f}, upper bound {m.upper_bound:.0f}, {m.time_s:.1f} s "
+            f"(limit {r.milp_limit_s:g} s), warm start {r.hint} at {r.hint_flow:.0f}",
+            "serves without disaggregation: every node runs prefill and decode iterations of "
+            "its layers; requests take per-request pipelines chosen by IWRR over the flows",
+        ]
+        if m.status == "time-limit":
+            notes.append(
+                f"the solver hit its {r.milp_limit_s:g} s time limit: this is the best "
+                "placement found, not a proven optimum"
+            )
     if s.dropped:
         notes.append(f"nodes too small for one layer, left out: {', '.join(s.dropped)}")
-    plan = colocated_plan(
-        "helix",
-        g,
-        model,
-        workload,
-        sla,
-        col,
-        _predicted(s, r.placement, r.flow),
-        notes,
-        IDLE_REASON,
-    )
-    plan.time_limit_reached = m.status == "time-limit"
+    pred = _predicted(s, r.placement, r.flow)
+    plan = colocated_plan("helix", g, model, workload, sla, col, pred, notes, IDLE_REASON)
+    plan.time_limit_reached = m is None or m.status == "time-limit"
     return plan
 
 
