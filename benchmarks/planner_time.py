@@ -1,11 +1,15 @@
-"""Planning time and peak memory of every planner of `heroserve plan --planner all` on the
-testbed and on the 2tracks and 8tracks 1,200-server clusters (9,600 GPUs each).
+"""Planning time and peak memory of every planner `heroserve plan` offers, on the testbed and
+on the 2tracks and 8tracks 1,200-server clusters (9,600 GPUs each): heroserve and the four
+baselines of `--planner all`, and the seed papers' helix, costeff and hetero-search.
 
 Each (cluster, planner) plans in a process of its own, so the peak resident memory printed
-is that planner's alone; times are wall-clock and printed beside their ratio to the same
-planner's testbed time (the machine's load cancels out of the ratio, not of the seconds).
+is that planner's alone. Wall and CPU seconds (``resource.getrusage`` of that process: user
+plus system) are printed side by side: on a shared machine the wall time carries the load,
+the CPU time much less of it; the ratio is to the same planner's testbed CPU time. A planner
+that reached its time limit (``--limit``, `heroserve plan --planner-time-limit`) is marked.
 
-    .venv/bin/python benchmarks/planner_time.py [--skip-large] [--planners heroserve,distserve]
+    .venv/bin/python benchmarks/planner_time.py [--skip-large] [--clusters 2tracks]
+        [--planners heroserve,helix] [--limit 300]
 """
 
 from __future__ import annotations
@@ -16,54 +20,76 @@ import resource
 import time
 
 ALL = ("heroserve", "distserve", "ds-atp", "ds-switchml", "distserve-paper")
+SEED = ("helix", "costeff", "hetero-search")
 CLUSTERS = {"testbed": ("OPT-66B", "testbed"), "2tracks": ("OPT-175B", "large"),
             "8tracks": ("OPT-175B", "large")}  # fmt: skip
 
 
-def one(cluster: str, planner: str) -> tuple[float, float, str]:
-    """(plan seconds, peak resident GiB of this process, a summary of the plan)."""
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def one(cluster: str, planner: str, limit: float) -> tuple[float, float, float, str]:
+    """(plan wall s, plan CPU s, peak resident GiB of this process, a summary of the plan)."""
     from controller.errors import InputError
     from controller.models import model_spec
-    from controller.planner import plan
-    from controller.topology import resolve_topology
+    from controller.planner import PlannerOptions, plan
+    from controller.related import RelatedOptions, plan_related
+    from controller.related.clusters import resolve_cluster
     from controller.workload import chatbot, default_sla
 
     model, scale = CLUSTERS[cluster]
-    g = resolve_topology(cluster)
-    t0 = time.perf_counter()
+    g = resolve_cluster(cluster)
+    sla = default_sla("chatbot", scale)
+    t0, c0 = time.perf_counter(), _cpu()
     try:
-        p = plan(g, model_spec(model), chatbot(), default_sla("chatbot", scale), planner=planner)
+        if planner in SEED:
+            opts = RelatedOptions(planner_time_limit_s=limit)
+            p = plan_related(planner, g, model_spec(model), chatbot(), sla, opts)
+            shape = f"{len(p.colocated.nodes)} nodes" if p.colocated else ""
+        else:
+            opts = PlannerOptions(time_limit_s=limit)
+            p = plan(g, model_spec(model), chatbot(), sla, opts, planner=planner)
+            shape = f"prefill {p.prefill.tp}x{p.prefill.pp}, decode {p.decode.tp}x{p.decode.pp}"
+        idle = sum(e.gpus for e in p.idle)
         what = (
-            f"prefill {p.prefill.tp}x{p.prefill.pp}, decode {p.decode.tp}x{p.decode.pp}, "
-            f"{p.predicted.gpus_used} GPUs, H {p.predicted.rate:.3f} req/s"
+            f"{shape}, {p.predicted.gpus_used} GPUs ({idle} idle), H {p.predicted.rate:.3f} req/s"
+            + (", time limit reached" if p.time_limit_reached else "")
         )
     except InputError as e:
         what = f"no plan ({e})"
-    took = time.perf_counter() - t0
-    return took, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, what
+    took, cpu = time.perf_counter() - t0, _cpu() - c0
+    return took, cpu, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, what
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-large", action="store_true", help="the testbed only")
-    ap.add_argument("--planners", default=",".join(ALL), help="comma-separated planners")
+    ap.add_argument("--clusters", default=",".join(CLUSTERS), help="comma-separated clusters")
+    ap.add_argument("--planners", default=",".join(ALL + SEED), help="comma-separated planners")
+    ap.add_argument("--limit", type=float, default=300.0, help="each planner's time limit, s")
     a = ap.parse_args()
     planners = [x.strip() for x in a.planners.split(",") if x.strip()]
-    clusters = ["testbed"] if a.skip_large else list(CLUSTERS)
+    clusters = ["testbed"] if a.skip_large else [x.strip() for x in a.clusters.split(",")]
     ctx = mp.get_context("spawn")
     base: dict[str, float] = {}
-    print(f"{'cluster':<8} {'planner':<16} {'plan s':>8} {'x testbed':>9} {'peak GiB':>8}  plan")
+    print(
+        f"{'cluster':<8} {'planner':<16} {'wall s':>8} {'CPU s':>8} {'x testbed':>9} "
+        f"{'peak GiB':>8}  plan"
+    )
     for cluster in clusters:
         for planner in planners:
             with ctx.Pool(1) as pool:
-                took, peak, what = pool.apply(one, (cluster, planner))
+                took, cpu, peak, what = pool.apply(one, (cluster, planner, a.limit))
             if cluster == "testbed":
-                base[planner] = took
+                base[planner] = cpu
             ratio = (
-                f"{took / base[planner]:.0f}x" if cluster != "testbed" and planner in base else "-"
+                f"{cpu / base[planner]:.0f}x" if cluster != "testbed" and base.get(planner) else "-"
             )
             print(
-                f"{cluster:<8} {planner:<16} {took:8.2f} {ratio:>9} {peak:8.2f}  {what}", flush=True
+                f"{cluster:<8} {planner:<16} {took:8.2f} {cpu:8.2f} {ratio:>9} {peak:8.2f}  {what}",
+                flush=True,
             )
 
 

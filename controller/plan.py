@@ -136,6 +136,17 @@ class Predicted:
 
 
 @dataclass
+class IdleGPUs:
+    """GPUs of the cluster a plan leaves unused, for one reason (docs/planner.md, "GPUs left
+    idle"). ``role`` is the pool they belong to (prefill, decode, or any where the plan has
+    no pools); ``gpus`` how many; ``reason`` why the planner left them out."""
+
+    role: str
+    gpus: int
+    reason: str
+
+
+@dataclass
 class ColocatedNode:
     """A compute node of a colocated plan (the seed planners, docs/related-planners.md): a
     tensor-parallel group of GPUs inside one server that runs prefill and decode iterations of
@@ -231,6 +242,11 @@ class Plan:
     # prefill and decode phases are then empty
     layout: Layout = "disaggregated"
     colocated: ColocatedPlan | None = None
+    # the GPUs the plan leaves unused, grouped by why; their sum is the cluster's GPUs less
+    # ``predicted.gpus_used``
+    idle: list[IdleGPUs] = field(default_factory=list)
+    # the planner stopped at its time limit: the plan is the best it had found by then
+    time_limit_reached: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

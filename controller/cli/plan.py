@@ -21,6 +21,7 @@ HELP = "plan a disaggregated deployment and compare it with the baselines"
 
 def add_args(p: argparse.ArgumentParser) -> None:
     from controller.costmodel.netparams import DEFAULT_INA_LANES, INA_LANES
+    from controller.planner.options import DEFAULT_TIME_LIMIT_S
     from controller.topology.fabric import PIPELINED
 
     p.add_argument(
@@ -103,6 +104,14 @@ def add_args(p: argparse.ArgumentParser) -> None:
         help="amortized: the KV transfer paid once per request, spread over its output tokens "
         "(DistServe's TPOT, the default); eq4: added to every token, as Eq. 4 is written",
     )
+    p.add_argument(
+        "--planner-time-limit",
+        type=bounded(float, 0, 86400, low_open=True),
+        default=DEFAULT_TIME_LIMIT_S,
+        metavar="S",
+        help="CPU-time limit of each planner's search, s: hitting it returns the best plan "
+        f"found, marked 'time limit reached' (default {DEFAULT_TIME_LIMIT_S:g})",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     p.add_argument(
         "--verbose",
@@ -114,7 +123,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run(a: argparse.Namespace) -> int:
     from controller.cli.progress import ProgressLine
-    from controller.cli.report import comparison_table, groups_table
+    from controller.cli.report import comparison_table, groups_table, idle_lines
     from controller.costmodel.netparams import NetParams
     from controller.planner import BASELINES, PLANNERS, PlannerOptions, plan
     from controller.related import HELIX_BASELINES, RELATED
@@ -155,6 +164,7 @@ def run(a: argparse.Namespace) -> int:
         tpot_mode=a.tpot_mode,
         net=net,
         engine=a.engine,
+        time_limit_s=a.planner_time_limit,
     )
     plans = {}
     failed: dict[str, str] = {}
@@ -175,6 +185,9 @@ def run(a: argparse.Namespace) -> int:
         f"({sla.attainment:.0%})\n"
     )
     print(comparison_table(plans, reference=head))
+    idle = idle_lines(plans)
+    if idle:
+        print(f"\nGPUs left idle (docs/planner.md):\n{idle}")
     for n, why in failed.items():
         print(f"{n}: no plan ({why})")
     print(f"\nGroups of the {head} plan (scheme per group and why):\n")

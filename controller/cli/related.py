@@ -71,6 +71,7 @@ def add_related_args(p: argparse.ArgumentParser) -> None:
 
 
 def related_options(a: argparse.Namespace):
+    from controller.planner.options import DEFAULT_TIME_LIMIT_S
     from controller.related.common import RelatedOptions
 
     return RelatedOptions(
@@ -83,6 +84,7 @@ def related_options(a: argparse.Namespace):
         helix_nodes=a.helix_nodes,
         partial_inference=not a.no_partial_inference,
         prune_degree=a.prune_degree,
+        planner_time_limit_s=getattr(a, "planner_time_limit", DEFAULT_TIME_LIMIT_S),
     )
 
 
@@ -148,6 +150,9 @@ def colocated_summary(plan: Plan, limit: int = 40) -> str:
         lines.append(text_table(rows))
     lines.append("")
     lines += [f"note: {n}" for n in plan.notes]
+    if plan.time_limit_reached:
+        lines.append("time limit reached: the best plan found by then")
+    lines += [f"idle: {e.gpus} GPU(s), {e.reason}" for e in plan.idle]
     return "\n".join(lines)
 
 

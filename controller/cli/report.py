@@ -46,7 +46,7 @@ def comparison_table(plans: dict[str, Plan], reference: str = "heroserve") -> st
         ratio = f"{ref.predicted.rate / pr.rate:.2f}x" if ref and pr.rate > 0 else "-"
         rows.append(
             [
-                name,
+                f"{name} (time limit)" if p.time_limit_reached else name,
                 f"{p.prefill.tp}x{p.prefill.pp} ({len(p.prefill.instances)} inst)",
                 f"{p.decode.tp}x{p.decode.pp} ({len(p.decode.instances)} inst, "
                 f"B={p.decode.batch_size})",
@@ -60,6 +60,18 @@ def comparison_table(plans: dict[str, Plan], reference: str = "heroserve") -> st
             ]
         )
     return text_table(rows)
+
+
+def idle_lines(plans: dict[str, Plan]) -> str:
+    """Per planner, the GPUs its plan leaves idle and why (``Plan.idle``), and whether it
+    stopped at its time limit; empty when every plan uses every GPU in full."""
+    lines = []
+    for name, p in plans.items():
+        if p.time_limit_reached:
+            lines.append(f"{name}: time limit reached, the best plan found by then")
+        for e in p.idle:
+            lines.append(f"{name}: {e.gpus} {e.role} GPU(s) idle: {e.reason}")
+    return "\n".join(lines)
 
 
 def groups_table(plan: Plan, limit: int = 40) -> str:

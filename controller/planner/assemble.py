@@ -1,7 +1,7 @@
 """Turning a search result into a :class:`controller.plan.Plan`: the scheme of each group at
 the phase's operating message size, the aggregation switch and its slot range (Alg. 2 line 7:
 the cheapest switch that still has room for the group's window of aggregator slots), paths,
-KV-transfer pairs and the predicted figures.
+KV-transfer pairs, the predicted figures and the GPUs left idle (``idle.idle_gpus``).
 
 Holds ``build_plan`` (the entry point), ``SlotPool`` (the aggregator slots of every switch,
 handed out as groups claim them) and ``window_slots`` (the slots one aggregation keeps in
@@ -28,6 +28,7 @@ from controller.planner.allreduce import GroupEval
 from controller.planner.combine import combine
 from controller.planner.deployment import SearchResult
 from controller.planner.evaluate import Evaluator
+from controller.planner.idle import idle_gpus
 from controller.planner.results import InstanceEval, PhaseResult
 from controller.topology.fabric import Fabric, Path
 from controller.topology.graph import DEFAULT_AGGREGATOR_SLOTS, DEFAULT_SLOT_BYTES
@@ -264,6 +265,20 @@ def build_plan(result: SearchResult, planner: str, topology: str, workload: str)
         gpus_used=comb.gpus_used,
     )
     kv = [KVTransfer(f.src, f.dst, f.nbytes, list(f.path), f.time_s) for f in result.kv_flows]
+    split = result.split
+    idle = idle_gpus(
+        ev,
+        [
+            (pre, comb.n_prefill, split.prefill if split is not None else None),
+            (dec, comb.n_decode, split.decode if split is not None else None),
+        ],
+        comb,
+    )
+    if problem.timed_out:
+        notes.append(
+            f"time limit reached ({problem.options.time_limit_s:g} s): the best plan found "
+            "by then, not the search's end"
+        )
     if result.split is not None:
         notes.append(f"role split {result.split.label}, the best of {result.splits_priced} priced")
     notes.append(f"{result.candidates_tried} candidate pair(s) priced with KV transfer")
@@ -285,4 +300,6 @@ def build_plan(result: SearchResult, planner: str, topology: str, workload: str)
             # what the plan was searched for: export checks it again (docs/export.md)
             **({"engine": problem.options.engine} if problem.options.engine else {}),
         },
+        idle=idle,
+        time_limit_reached=problem.timed_out,
     )

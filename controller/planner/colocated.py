@@ -120,6 +120,8 @@ def colocated_search(ev: Evaluator) -> SearchResult | None:
             )
             if best is not None and bound <= best.combination.rate * (1 + 1e-9):
                 continue  # cannot beat the best layout found (compute alone bounds it)
+            if problem.out_of_time(best is not None):
+                break
             tried += 1
             pre = ev.phase_result("prefill", tp_p, pp, [ev.prefill_instance(s) for s in pre_stages])
             dec = ev.phase_result(

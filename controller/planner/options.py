@@ -1,11 +1,13 @@
 """Planner options and the problem every planner solves.
 
 Holds ``PlannerOptions`` (the user's knobs), ``Policy`` (what a planner may use: grouping,
-INA schemes, routes) and ``Problem`` (cluster, model, workload, SLA and options together,
-and the serving engine's profile when the plan is for one)."""
+INA schemes, routes), ``Problem`` (cluster, model, workload, SLA and options together,
+the serving engine's profile when the plan is for one, and the planner's clock for its time
+limit) and ``DEFAULT_TIME_LIMIT_S``."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -18,6 +20,13 @@ from controller.workload.base import Workload
 from controller.workload.sla import SLA
 
 Progress = object  # a callable(str) or None; kept loose to stay plain data
+
+# CPU seconds (of the planning process) one planner may search before it returns the best
+# plan found so far (docs/planner.md, "Time limit"): several times what HeroServe's own search
+# takes on the paper's 9,600-GPU clusters, so it only stops searches that would not finish in
+# any useful time. CPU time rather than wall time: on a shared machine the wall time of the
+# same search varies tenfold with the load, and the plan would vary with it.
+DEFAULT_TIME_LIMIT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,9 @@ class PlannerOptions:
     free_ina: bool = False
     # plan only what this serving engine runs (controller/models/engines.py); None: any
     engine: str | None = None
+    # the search stops at its first check past this many CPU seconds with a plan in hand
+    # and returns the best found, marked (``Plan.time_limit_reached``); None: no limit
+    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,8 @@ class Problem:
     sla: SLA
     options: PlannerOptions = field(default_factory=PlannerOptions)
     progress: object = None  # callable(str) for progress lines, or None
+    started: float = field(default_factory=time.process_time)  # the planner's CPU clock
+    timed_out: bool = False  # a search stopped at the time limit (``out_of_time``)
 
     @property
     def engine(self) -> EngineProfile | None:
@@ -78,3 +92,15 @@ class Problem:
     def say(self, msg: str) -> None:
         if callable(self.progress):
             self.progress(msg)
+
+    def out_of_time(self, have_plan: bool) -> bool:
+        """Whether the search must stop now: past ``options.time_limit_s`` CPU seconds since
+        the problem was made, with a plan in hand (without one it goes on: a time limit
+        returns the best plan found, never none). Records that it stopped, for the mark."""
+        limit = self.options.time_limit_s
+        if not have_plan or limit is None or time.process_time() - self.started <= limit:
+            return False
+        if not self.timed_out:
+            self.say(f"time limit of {limit:g} s reached: keeping the best plan found")
+        self.timed_out = True
+        return True

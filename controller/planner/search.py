@@ -232,6 +232,8 @@ def _best_pair(
         beat = max(floor, best[0].rate if best is not None else 0.0)
         if bound <= beat * (1 + 1e-9):
             break
+        if problem.out_of_time(beat > 0.0):
+            break
         po = ps.priced("prefill", split.prefill, pb[i][1], pb[i][2])
         d0 = ps.priced("decode", split.decode, db[j][1], db[j][2])
         if po is None or d0 is None:
@@ -324,6 +326,8 @@ def search(problem: Problem, policy: Policy, groupers: Sequence[Grouper]) -> Sea
         floor = best.combination.rate if best is not None else 0.0
         if bound <= floor * (1 + 1e-9):
             break  # no remaining split can beat the best plan
+        if problem.out_of_time(best is not None):
+            break
         found = _best_pair(ps, split, floor)
         if found is None:
             continue
@@ -338,7 +342,7 @@ def search(problem: Problem, policy: Policy, groupers: Sequence[Grouper]) -> Sea
     # DistServe's low-affinity layouts, priced by this planner, where the role splits were
     # all priced too (on a cluster of hundreds of servers they cost more than the rest of
     # the search and the rail network's own splits beat them)
-    if policy.colocated_layouts and space.n_splits <= opts.max_splits:
+    if policy.colocated_layouts and space.n_splits <= opts.max_splits and not problem.timed_out:
         co = colocated_search(ev)
         if co is not None and (best is None or co.combination.better_than(best.combination)):
             problem.say(f"  DistServe low-affinity layout: H {co.combination.rate:.3f} req/s")

@@ -11,9 +11,10 @@ import networkx as nx
 
 from controller.errors import InputError
 from controller.models.specs import ModelSpec
-from controller.plan import ColocatedPlan, PhasePlan, Plan, Predicted
+from controller.plan import ColocatedPlan, IdleGPUs, PhasePlan, Plan, Predicted
+from controller.planner.options import DEFAULT_TIME_LIMIT_S
 from controller.related.perf import LengthStats, NodeHW, PerfModel, node_hw
-from controller.topology.graph import servers
+from controller.topology.graph import gpus, servers
 from controller.workload.base import Workload
 from controller.workload.sla import SLA
 
@@ -28,6 +29,8 @@ class RelatedOptions:
     max_batch: int = 512
     # solvers
     time_limit_s: float = 60.0  # MILP wall-clock limit (Helix, cost-efficiency)
+    # the whole planner's CPU-time limit (``PlannerOptions.time_limit_s``); None: none
+    planner_time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
     early_stop_gap: float = 0.01  # Helix: stop within this fraction of its upper bound
     workers: int = 2  # CP-SAT search workers
     # Helix
@@ -85,10 +88,12 @@ def cluster_nodes(g: nx.Graph, per: str) -> list[NodeHW]:
     return out
 
 
-def node_name(node: NodeHW, g: nx.Graph) -> str:
-    """A node's name in a plan: its server for a whole server, else its GPU."""
+def node_name(node: NodeHW, g: nx.Graph, by_server: dict[str, list[str]] | None = None) -> str:
+    """A node's name in a plan: its server for a whole server, else its GPU. ``by_server``:
+    ``servers(g)`` when the caller names many nodes (it costs O(GPUs) to build)."""
     server = g.nodes[node.gpus[0]].get("server")
-    whole = len(node.gpus) > 1 and len(servers(g).get(server, [])) == len(node.gpus)
+    by_server = servers(g) if by_server is None else by_server
+    whole = len(node.gpus) > 1 and len(by_server.get(server, [])) == len(node.gpus)
     return str(server) if whole else node.gpus[0]
 
 
@@ -106,7 +111,11 @@ def colocated_plan(
     colocated: ColocatedPlan,
     predicted: Predicted,
     notes: Sequence[str],
+    idle_reason: str = "in no node the plan serves on",
 ) -> Plan:
+    """A colocated plan; the cluster's GPUs beyond ``predicted.gpus_used`` are reported idle
+    for ``idle_reason`` (the planner's own words for what left them out)."""
+    idle = len(gpus(g)) - predicted.gpus_used
     return Plan(
         planner=planner,
         topology=str(g.name),
@@ -121,6 +130,7 @@ def colocated_plan(
         options={},
         layout="colocated",
         colocated=colocated,
+        idle=[IdleGPUs("any", idle, idle_reason)] if idle > 0 else [],
     )
 
 

@@ -12,6 +12,7 @@ it) and become the plan's replicas, each with its share of every workload class.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import networkx as nx
@@ -73,6 +74,7 @@ def plan_costeff(
     opts: RelatedOptions,
     progress: Callable[[str], None] | None = None,
 ) -> Plan:
+    t0 = time.process_time()
     perf = PerfModel(g, model, r_frac=opts.r_frac, max_batch=opts.max_batch)
     rng = np.random.default_rng(opts.seed)
     n = len(workload.inputs)
@@ -103,7 +105,10 @@ def plan_costeff(
     if progress:
         progress(f"costeff: {len(configs)} configurations, {len(classes)} workload classes")
     solve = solve_milp if opts.costeff_method == "milp" else solve_binary
-    sol = solve(problem, opts.time_limit_s)
+    limit = opts.time_limit_s
+    if opts.planner_time_limit_s is not None:  # what is left of the planner's own limit
+        limit = min(limit, max(0.01, opts.planner_time_limit_s - (time.process_time() - t0)))
+    sol = solve(problem, limit)
     stages = _place(g, configs, sol)
     nodes, replicas = [], []
     j = 0
@@ -141,7 +146,7 @@ def plan_costeff(
             "makespan_s": sol.makespan,
             "bound_s": sol.bound,
             "time_s": sol.time_s,
-            "time_limit_s": opts.time_limit_s,
+            "time_limit_s": limit,
             "configurations": len(configs),
             "binary_search_steps": len(sol.steps),
         },
@@ -168,7 +173,7 @@ def plan_costeff(
     ]
     if sol.status == "time-limit":
         notes.append(
-            f"the solver hit its {opts.time_limit_s:g} s time limit: this is the best plan "
+            f"the solver hit its {limit:g} s time limit: this is the best plan "
             "found, not a proven optimum"
         )
     unpriced = sorted(t for t in avail if t not in prices)
@@ -186,4 +191,17 @@ def plan_costeff(
             perf, [(node_hw(g, by[x].gpus), by[x].end - by[x].start) for x in best.nodes], st
         )
     pred = Predicted(ttft, tpot, 0.0, rate, rate / gpus if gpus else 0.0, gpus)
-    return colocated_plan("costeff", g, model, workload, sla, col, pred, notes)
+    plan = colocated_plan(
+        "costeff",
+        g,
+        model,
+        workload,
+        sla,
+        col,
+        pred,
+        notes,
+        f"not rented: the MILP ({sol.status}) finishes the sampled requests' makespan on the "
+        f"copies it activates, within the {budget:.2f} $/h budget",
+    )
+    plan.time_limit_reached = sol.status == "time-limit"
+    return plan

@@ -21,6 +21,7 @@ Planning steps (§4.3-4.5):
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -51,10 +52,12 @@ from controller.related.helix_flow import (
 from controller.related.helix_heuristics import complete, petals, separate_pipelines, swarm
 from controller.related.helix_milp import MilpResult, SolverOptions, solve
 from controller.related.perf import TOKEN_ID_BYTES, LengthStats, NodeHW, PerfModel
+from controller.topology.graph import servers
 from controller.workload.base import Workload
 from controller.workload.sla import SLA
 
 HIGH_WATER = 1.0  # Helix masks a node whose estimated KV use would pass its KV room
+IDLE_REASON = "in nodes the max flow sends no token through, or too small for one layer"
 
 
 @dataclass
@@ -76,8 +79,9 @@ def setup(g: nx.Graph, model: ModelSpec, workload: Workload, opts: RelatedOption
     nodes: dict[str, NodeHW] = {}
     compute: list[ComputeNode] = []
     dropped = []
+    by_server = servers(g)
     for hw in cluster_nodes(g, opts.helix_nodes):
-        name = node_name(hw, g)
+        name = node_name(hw, g, by_server)
         k = perf.max_layers(hw, stats.max_context)
         if k < 1:
             dropped.append(name)
@@ -101,9 +105,9 @@ def setup(g: nx.Graph, model: ModelSpec, workload: Workload, opts: RelatedOption
         for b in compute:
             if a is b:
                 continue
-            conn = perf.connection(na, nodes[b.name])
-            if conn is not None:
-                links.append(Link(a.name, b.name, conn.bandwidth / perf.activation_bytes))
+            bw = perf.bandwidth(na, nodes[b.name])
+            if bw is not None:
+                links.append(Link(a.name, b.name, bw / perf.activation_bytes))
     problem = HelixProblem(model.layers, compute, links)
     half = {
         n: max(1, int(0.5 * hw.tp * hw.memory_bytes // perf.layer_bytes)) for n, hw in nodes.items()
@@ -147,11 +151,19 @@ class HelixResult:
     links_used: int  # connections in the MILP after pruning
     links_total: int
     heuristics: dict[str, float]  # each heuristic's max flow, tokens/s
+    milp_limit_s: float = 0.0  # the time the MILP was given (0: it was skipped)
 
 
 def solve_placement(
-    s: HelixSetup, opts: RelatedOptions, progress: Callable[[str], None] | None = None
+    s: HelixSetup,
+    opts: RelatedOptions,
+    progress: Callable[[str], None] | None = None,
+    left_s: Callable[[], float] | None = None,
 ) -> HelixResult:
+    """The heuristics' placements priced by max flow, then the MILP warm-started from the
+    best of them, for at most ``opts.time_limit_s`` and what ``left_s()`` says is left of the
+    planner's time; with none left the MILP is skipped and the best heuristic kept
+    (``milp`` None)."""
     p = s.problem
     partial = opts.partial_inference
     sp_place, _ = separate_pipelines(p, s.kinds)
@@ -173,16 +185,19 @@ def solve_placement(
             f"pruning, warm start {hint} ({flows[hint].value:.0f} tokens/s), "
             f"upper bound {p.upper_bound():.0f} tokens/s"
         )
-    res = solve(
-        p,
-        SolverOptions(opts.time_limit_s, partial, opts.early_stop_gap, opts.workers, opts.seed),
-        hint=candidates[hint],
-        links=links,
-    )
-    flow = max_flow(p, res.placement, partial)
-    placement = res.placement
-    if flow.value < flows[hint].value:  # the solver never lost the hint, but be sure
-        placement, flow = candidates[hint], flows[hint]
+    limit = opts.time_limit_s if left_s is None else min(opts.time_limit_s, left_s())
+    res: MilpResult | None = None
+    placement, flow = candidates[hint], flows[hint]
+    if limit > 0:
+        res = solve(
+            p,
+            SolverOptions(limit, partial, opts.early_stop_gap, opts.workers, opts.seed),
+            hint=candidates[hint],
+            links=links,
+        )
+        got = max_flow(p, res.placement, partial)
+        if got.value >= flows[hint].value:  # the solver never lost the hint, but be sure
+            placement, flow = res.placement, got
     return HelixResult(
         placement,
         flow,
@@ -192,6 +207,7 @@ def solve_placement(
         len(links),
         len(p.links),
         {k: f.value for k, f in flows.items()},
+        limit if res is not None else 0.0,
     )
 
 
@@ -261,44 +277,54 @@ def plan_helix(
     opts: RelatedOptions,
     progress: Callable[[str], None] | None = None,
 ) -> Plan:
+    t0 = time.process_time()
+    limit = opts.planner_time_limit_s
+    left = None if limit is None else (lambda: limit - (time.process_time() - t0))
     s = setup(g, model, workload, opts)
-    r = solve_placement(s, opts, progress)
+    r = solve_placement(s, opts, progress, left)
     col = _colocated(s, r.placement, r.flow, "iwrr", opts.partial_inference, OBJECTIVE)
     m = r.milp
-    assert m is not None
-    col.solver = {
-        "solver": "OR-Tools CP-SAT",
-        "status": m.status,
-        "objective_tokens_per_s": m.objective,
-        "bound_tokens_per_s": m.bound,
-        "upper_bound_tokens_per_s": m.upper_bound,
-        "time_s": m.time_s,
-        "time_limit_s": opts.time_limit_s,
-        "variables": m.variables,
-        "constraints": m.constraints,
-        "links": r.links_used,
-        "links_before_pruning": r.links_total,
-        "warm_start": r.hint,
-        "warm_start_tokens_per_s": r.hint_flow,
-        "heuristics_tokens_per_s": r.heuristics,
-    }
-    notes = [
-        f"Helix MILP ({m.status}): max flow {r.flow.value:.0f} tokens/s, solver bound "
-        f"{m.bound:.0f}, upper bound {m.upper_bound:.0f}, {m.time_s:.1f} s "
-        f"(limit {opts.time_limit_s:g} s), warm start {r.hint} at {r.hint_flow:.0f}",
-        "serves without disaggregation: every node runs prefill and decode iterations of its "
-        "layers; requests take per-request pipelines chosen by IWRR over the flows",
-    ]
-    if m.status == "time-limit":
-        notes.append(
-            f"the solver hit its {opts.time_limit_s:g} s time limit: this is the best "
-            "placement found, not a proven optimum"
-        )
+    if m is None:  # the planner's time went on setting up: the best heuristic, marked
+        col.solver = {"warm_start": r.hint, "heuristics_tokens_per_s": r.heuristics}
+        notes = [
+            f"time limit reached ({limit:g} s) before the MILP: the best heuristic "
+            f"placement ({r.hint}, max flow {r.flow.value:.0f} tokens/s)"
+        ]
+    else:
+        col.solver = {
+            "solver": "OR-Tools CP-SAT",
+            "status": m.status,
+            "objective_tokens_per_s": m.objective,
+            "bound_tokens_per_s": m.bound,
+            "upper_bound_tokens_per_s": m.upper_bound,
+            "time_s": m.time_s,
+            "time_limit_s": r.milp_limit_s,
+            "variables": m.variables,
+            "constraints": m.constraints,
+            "links": r.links_used,
+            "links_before_pruning": r.links_total,
+            "warm_start": r.hint,
+            "warm_start_tokens_per_s": r.hint_flow,
+            "heuristics_tokens_per_s": r.heuristics,
+        }
+        notes = [
+            f"Helix MILP ({m.status}): max flow {r.flow.value:.0f} tokens/s, solver bound "
+            f"{m.bound:.0f}, upper bound {m.upper_bound:.0f}, {m.time_s:.1f} s "
+            f"(limit {r.milp_limit_s:g} s), warm start {r.hint} at {r.hint_flow:.0f}",
+            "serves without disaggregation: every node runs prefill and decode iterations of "
+            "its layers; requests take per-request pipelines chosen by IWRR over the flows",
+        ]
+        if m.status == "time-limit":
+            notes.append(
+                f"the solver hit its {r.milp_limit_s:g} s time limit: this is the best "
+                "placement found, not a proven optimum"
+            )
     if s.dropped:
         notes.append(f"nodes too small for one layer, left out: {', '.join(s.dropped)}")
-    return colocated_plan(
-        "helix", g, model, workload, sla, col, _predicted(s, r.placement, r.flow), notes
-    )
+    pred = _predicted(s, r.placement, r.flow)
+    plan = colocated_plan("helix", g, model, workload, sla, col, pred, notes, IDLE_REASON)
+    plan.time_limit_reached = m is None or m.status == "time-limit"
+    return plan
 
 
 def plan_baseline(
@@ -340,4 +366,5 @@ def plan_baseline(
         flow = max_flow(p, placement, partial)
     col = _colocated(s, placement, flow, scheduler, partial and name != "helix-sp", what, replicas)
     notes = [f"{what}; max flow {flow.value:.0f} tokens/s"]
-    return colocated_plan(name, g, model, workload, sla, col, _predicted(s, placement, flow), notes)
+    pred = _predicted(s, placement, flow)
+    return colocated_plan(name, g, model, workload, sla, col, pred, notes, IDLE_REASON)

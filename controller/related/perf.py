@@ -136,6 +136,11 @@ class PerfModel:
         self._coeffs: dict[str, ComputeCoefficients] = {}
         self._ar: dict[tuple[str, ...], tuple[float, float]] = {}
         self._conn: dict[tuple[str, str], Connection | None] = {}
+        # (src exits, dst exits) -> which (exit, exit) pair the best route takes (``_route``)
+        self._best_exits: dict[tuple, tuple[int, int] | None] = {}
+        self._exit_keys: dict[str, int] = {}  # GPU -> the number of its exits' shape
+        self._exit_ids: dict[tuple, int] = {}
+        self._key_bw: dict[tuple, float | None] = {}  # (src exits, dst exits) -> bandwidth
 
     @cached_property
     def fabric(self) -> Fabric:
@@ -283,15 +288,86 @@ class PerfModel:
         fab = self.fabric
         if src == dst:
             return Connection((src,), math.inf, 0.0)
-        routes = fab.routes_between(src, dst)
-        if not routes:
-            return None
-        best = min(routes, key=lambda p: path_time(fab, p, 1e6))
+        if fab.nvlink_path(src, dst) is not None:
+            routes = fab.routes_between(src, dst)
+            best = min(routes, key=lambda p: path_time(fab, p, 1e6))
+        else:
+            best = self._route(src, dst)
+            if best is None:
+                return None
         table = fab.link_table
         hops = list(zip(best, best[1:], strict=False))
         bw = min(1.0 / table[e][0] for e in hops)
         lat = sum(table[e][1] for e in hops)
         return Connection(tuple(best), bw, lat)
+
+    def bandwidth(self, a: NodeHW, b: NodeHW) -> float | None:
+        """``connection(a, b).bandwidth`` (None: no route), without building the route when
+        the nodes are on different servers: the route's links are those of the pair of exit
+        shapes it leaves and enters by (``_route``), so the figure is kept per such pair.
+        Helix asks it for every ordered pair of 1,200 servers."""
+        src, dst = a.gpus[0], b.gpus[0]
+        server = self._servers
+        if src == dst or server[src] is None or server[src] == server[dst]:
+            c = self.connection(a, b)
+            return None if c is None else c.bandwidth
+        key = (self._exit_key(src), self._exit_key(dst))
+        if key not in self._key_bw:
+            path = self._route(src, dst)
+            table = self.fabric.link_table
+            self._key_bw[key] = (
+                None
+                if path is None
+                else min(1.0 / table[e][0] for e in zip(path, path[1:], strict=False))
+            )
+        return self._key_bw[key]
+
+    @cached_property
+    def _servers(self) -> dict[str, str | None]:
+        return {n: d.get("server") for n, d in self.g.nodes(data=True)}
+
+    def _exit_key(self, gpu: str) -> int:
+        """``gpu``'s exits as the switch each reaches and its links' (1/B, latency): what a
+        route through them costs, whichever GPU it starts from. Numbered, so that a pair of
+        them hashes in O(1)."""
+        hit = self._exit_keys.get(gpu)
+        if hit is None:
+            table = self.fabric.link_table
+            shape = tuple(
+                (e[-1], tuple(table[x] for x in zip(e, e[1:], strict=False)))
+                for e in self.fabric.exits(gpu)
+            )
+            hit = self._exit_keys[gpu] = self._exit_ids.setdefault(shape, len(self._exit_ids))
+        return hit
+
+    def _route(self, src: str, dst: str) -> list[str] | None:
+        """The route between two GPUs of different servers that moves 1 MB fastest: the first
+        of ``Fabric.routes_between``'s (an exit of src, a switch path, an exit of dst back)
+        with the least ``path_time``. A route's time is a function of its links' (1/B,
+        latency) alone, so pairs whose exits reach the same switches over links of the same
+        figures (``_exit_key``) choose the same pair of exits: it is found once for them, which
+        takes Helix's all-pairs connections on 1,200 servers from O(pairs x exits^2) routes
+        priced to O(pod pairs x exits^2)."""
+        fab = self.fabric
+        key = (self._exit_key(src), self._exit_key(dst))
+        if key not in self._best_exits:
+            pick, best_t = None, math.inf
+            for i, e in enumerate(fab.exits(src)):
+                for j, f in enumerate(fab.exits(dst)):
+                    sp = fab.switch_path(e[-1], f[-1])
+                    if sp is None:
+                        continue
+                    t = path_time(fab, e + sp[1:] + f[::-1][1:], 1e6)
+                    if pick is None or t < best_t:  # the first of equal times, as min()
+                        pick, best_t = (i, j), t
+            self._best_exits[key] = pick
+        pick = self._best_exits[key]
+        if pick is None:
+            return None
+        e, f = fab.exits(src)[pick[0]], fab.exits(dst)[pick[1]]
+        sp = fab.switch_path(e[-1], f[-1])
+        assert sp is not None
+        return e + sp[1:] + f[::-1][1:]
 
     def nic_bandwidth(self, node: NodeHW) -> float:
         """The node's bandwidth to the rest of the cluster (its first GPU's fastest

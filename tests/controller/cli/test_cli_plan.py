@@ -29,6 +29,23 @@ def test_default_plan_prints_every_planner_and_writes_json(tmp_path, capsys):
     assert (tmp_path / "plan.distserve.json").exists()
 
 
+def test_time_limit_and_idle_gpus_in_the_output(tmp_path, capsys):
+    """A spent time limit marks the planner's row and the JSON; the GPUs the plan leaves out
+    are listed with why, as many as the cluster's 16 less those the plan uses."""
+    out = tmp_path / "plan.json"
+    argv = ["plan", "--planner", "heroserve", "--gpus", "12", "--planner-time-limit", "1e-9"]
+    assert main([*argv, "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "heroserve (time limit)" in text
+    assert "heroserve: time limit reached, the best plan found by then" in text
+    d = json.loads(out.read_text())
+    assert d["time_limit_reached"] is True
+    idle = 16 - d["predicted"]["gpus_used"]
+    assert idle > 0 and sum(e["gpus"] for e in d["idle"]) == idle
+    for e in d["idle"]:
+        assert f"heroserve: {e['gpus']} {e['role']} GPU(s) idle: {e['reason']}" in text
+
+
 def _write(tmp_path, name, text):
     p = tmp_path / name
     p.write_text(text)
@@ -105,6 +122,7 @@ def test_the_installed_command_answers_bad_input_in_one_line(tmp_path):
         (["--sla-ttft", "nan"], "argument --sla-ttft: must be a finite number, got nan"),
         (["--sla-tpot", "inf"], "argument --sla-tpot: must be a finite number, got inf"),
         (["--sla-tpot", "0"], "argument --sla-tpot: must be positive, got 0"),
+        (["--planner-time-limit", "0"], "argument --planner-time-limit: must be positive, got 0"),
         (["--max-candi", "0.5"], "argument --max-candi: must be an integer, got 0.5"),
         (["--prefill-par", "4096x1"], "TP and PP must be in 1..1024"),
         (["--topology", "{typo}"], "links[0]: key 5: unknown key (did you mean latency_us?)"),
