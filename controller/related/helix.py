@@ -13,7 +13,8 @@ Planning steps (§4.3-4.5):
    the nodes' kinds, ``helix_coverage``) priced by max flow; the best is the MILP's warm start;
 4. pruning (§4.5, §6.8): the connections carrying flow in a heuristic solution are kept, then
    the fastest others, a speed tier at a time, until the average node degree is
-   ``prune_degree`` (uniform connections: none pruned);
+   ``prune_degree`` (uniform connections: none pruned, unless the tier is far larger than
+   the target, which is then thinned to a circulant);
 5. the MILP (``helix_milp``) with a time limit and early stop against the upper bound; the
    placement's max flow is then recomputed exactly on every connection (pruning only shrinks
    the search) and the better of it and the hint is kept.
@@ -116,13 +117,21 @@ def setup(g: nx.Graph, model: ModelSpec, workload: Workload, opts: RelatedOption
     return HelixSetup(perf, stats, nodes, problem, kinds, half, dropped)
 
 
+# A speed tier is kept whole up to this many times the pruning target; a larger one (every
+# node pair of a uniform 1,200-node cluster: 1.44 M connections) is thinned to a circulant.
+WHOLE_TIER_FACTOR = 4
+
+
 def prune(problem: HelixProblem, keep: set[tuple[str, str]], degree: float) -> list[Link]:
     """Helix's pruning: keep the coordinator's connections and those in ``keep``, then the
     fastest node-to-node connections until the average degree (in + out) per node reaches
     ``degree``, a whole speed tier at a time: connections of equal capacity are all kept or
-    all dropped, so no connection is dropped for a faster one it ties with (on uniform links
-    nothing is pruned; a random subset would break the nodes' symmetry and lose placements).
-    ``degree <= 0`` keeps everything."""
+    all dropped, so no connection is dropped for a faster one it ties with (on Helix's
+    24-node cluster, whose links are uniform, nothing is pruned; a random subset would make
+    equal nodes unequal and lose placements). A tier too large to keep whole (more than
+    ``WHOLE_TIER_FACTOR`` times the target) is thinned to a circulant: node i keeps its
+    connections to the nodes 1, 2, ... places after it in the problem's order, the same
+    number for every node, until the target is reached. ``degree <= 0`` keeps everything."""
     if degree <= 0:
         return list(problem.links)
     inner = [k for k in problem.links if k.src != SOURCE and k.dst != SINK]
@@ -130,10 +139,16 @@ def prune(problem: HelixProblem, keep: set[tuple[str, str]], degree: float) -> l
     target = int(round(degree * len(problem.nodes) / 2))  # each link adds 2 to the degrees
     kept = [k for k in inner if (k.src, k.dst) in keep]
     rest = [k for k in inner if (k.src, k.dst) not in keep]
+    order = {n.name: i for i, n in enumerate(problem.nodes)}
+    n = len(problem.nodes)
     for cap in sorted({k.capacity for k in rest}, reverse=True):
         if len(kept) >= target:
             break
-        kept += [k for k in rest if k.capacity == cap]
+        tier = [k for k in rest if k.capacity == cap]
+        if len(tier) > WHOLE_TIER_FACTOR * target:
+            tier.sort(key=lambda k: ((order[k.dst] - order[k.src]) % n, order[k.src]))
+            tier = tier[: target - len(kept)]
+        kept += tier
     return outer + kept
 
 

@@ -42,6 +42,9 @@ from controller.errors import InputError
 from controller.related.helix_flow import SINK, SOURCE, HelixProblem, Link, Placement, valid
 
 UNITS = 1_000_000  # integer units of the upper bound
+# node_classes compares each node with its bucket's classes, O(N) a comparison: past this
+# many nodes (where the MILP itself is out of reach) the symmetry cut is not looked for
+MAX_SYMMETRY_NODES = 256
 
 
 @dataclass(frozen=True)
@@ -232,7 +235,8 @@ def solve(
         m.Add(through == sum(parts))
         layer_work += [j * part for j, part in enumerate(parts, start=1)]
     total = sum(source_flows)
-    classes = node_classes(problem, links) if options.symmetry_cut and fixed is None else []
+    symmetric = options.symmetry_cut and fixed is None and len(problem.nodes) <= MAX_SYMMETRY_NODES
+    classes = node_classes(problem, links) if symmetric else []
     for cl in classes:
         # any solution, its nodes permuted within their classes, is a solution of the same
         # flow: keep only the one whose first layers rise along the class

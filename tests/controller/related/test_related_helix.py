@@ -182,6 +182,17 @@ def test_pruning_keeps_or_drops_a_speed_tier_whole() -> None:
     assert len(prune(tiers, set(), degree=4)) == 12  # target 8: the slow tier joins, whole
 
 
+def test_pruning_thins_a_huge_uniform_tier_to_a_circulant() -> None:
+    """Six nodes, every pair at one speed (30 connections) and degree 2: the target of 6 is
+    under a fifth of the tier, so each node keeps its connection to the next node in order
+    (n5 to n0), one in and one out each."""
+    nodes = [ComputeNode(f"n{i}", (1.0,)) for i in range(6)]
+    pairs = [(a.name, b.name) for a in nodes for b in nodes if a is not b]
+    p = HelixProblem(1, nodes, [Link(a, b, 5.0) for a, b in pairs])
+    kept = sorted((k.src, k.dst) for k in prune(p, set(), degree=2))
+    assert kept == [(f"n{i}", f"n{(i + 1) % 6}") for i in range(6)]
+
+
 @pytest.fixture(scope="module")
 def h24():
     g = helix24()
