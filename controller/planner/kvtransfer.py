@@ -39,6 +39,7 @@ class KVLoad:
     link_s: dict[Edge, float]
     flows: list[KVFlow]  # every share of every pair, priced alone (its request's shares beside)
     busiest_s: np.ndarray = field(init=False)  # per flow, link_s of the busiest link it crosses
+    alone_s: np.ndarray = field(init=False)  # per flow, its time alone
 
     def __post_init__(self) -> None:
         self.busiest_s = np.array(
@@ -47,7 +48,7 @@ class KVLoad:
                 for f in self.flows
             ]
         )
-        self._alone = np.array([f.time_s for f in self.flows])
+        self.alone_s = np.array([f.time_s for f in self.flows])
 
     @property
     def service_s(self) -> float:
@@ -64,7 +65,7 @@ class KVLoad:
         """Each flow's time at ``rate`` requests/s (inf on a saturated link)."""
         util = rate * self.busiest_s
         with np.errstate(divide="ignore"):
-            return np.where(util < 1.0, self._alone / np.maximum(1.0 - util, 0.0), np.inf)
+            return np.where(util < 1.0, self.alone_s / np.maximum(1.0 - util, 0.0), np.inf)
 
     def t_f(self, rate: float) -> float:
         """T_f at ``rate``: the slowest share of any pair (Eq. 14), each stretched."""
