@@ -1,7 +1,7 @@
 """Queueing delay (paper §III-C1, docs/costmodel.md "Latency, rate and the objective").
 
-- ``pk_queue_delay``, ``max_rate_within``: Pollaczek-Khinchine for deterministic service,
-  T_queue = lambda T_serve^2 / (2 (1 - rho)), rho = lambda T_serve (the KV links' wait).
+- ``pk_queue_delay``: Pollaczek-Khinchine for deterministic service,
+  T_queue = lambda T_serve^2 / (2 (1 - rho)), rho = lambda T_serve.
 - ``PrefillTimes``, ``pipeline_ttft_cdf``, ``pipeline_ttft_quantile``, ``pipeline_max_rate``:
   TTFT of a FIFO prefill pipeline fed by Poisson arrivals of requests of varied lengths, as
   the simulator runs it: no request overtakes another in the pipeline, so a short request
@@ -24,19 +24,6 @@ def pk_queue_delay(rate: float, service_s: float) -> float:
     if rho >= 1.0:
         return math.inf
     return rate * service_s**2 / (2.0 * (1.0 - rho))
-
-
-def max_rate_within(latency_bound_s: float, fixed_s: float, service_s: float) -> float:
-    """Largest arrival rate with ``fixed_s + pk_queue_delay(rate, service_s) <= bound``.
-
-    ``service_s`` is the time the queue's server is busy per request (a pipeline's slowest
-    stage), ``fixed_s`` what a request spends outside the queue. From
-    lambda S^2 / (2 (1 - lambda S)) <= W  =>  lambda <= 2W / (S (S + 2W)), W = bound - fixed.
-    Returns 0 when even an empty queue misses the bound."""
-    slack = latency_bound_s - fixed_s
-    if slack < 0 or service_s <= 0:
-        return 0.0 if slack < 0 else math.inf
-    return 2.0 * slack / (service_s * (service_s + 2.0 * slack))
 
 
 @dataclass(frozen=True)
