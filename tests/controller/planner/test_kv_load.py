@@ -10,14 +10,16 @@ import numpy as np
 import pytest
 
 from controller.models import model_spec
+from controller.planner import plan
 from controller.planner.evaluate import Evaluator
 from controller.planner.heroserve import POLICY as HEROSERVE
 from controller.planner.options import Problem
 from controller.planner.results import InstanceEval, PhaseResult
+from controller.topology import testbed as make_testbed
 from controller.topology.generators import add_server
 from controller.topology.graph import add_link, add_switch
 from controller.units import gbps
-from controller.workload import Workload, default_sla
+from controller.workload import Workload, chatbot, default_sla
 
 B = gbps(100)  # bytes/s of the p0 and decode NICs
 TOKENS = 100  # every prompt: the KV of one request is 100 tokens' worth
@@ -33,7 +35,7 @@ def cluster(n_decode: int = 1) -> nx.Graph:
 
 
 def inst(gpu: str, rate: float) -> InstanceEval:
-    return InstanceEval([[gpu]], [0.0], [], 0.0, 0.0, 0.0, 0.0, rate, 1)
+    return inst_of([[gpu]], rate)
 
 
 def phases(n_decode: int = 1) -> tuple[Evaluator, PhaseResult, PhaseResult]:
@@ -95,3 +97,26 @@ def test_every_deployed_pair_is_priced():
         assert load.link_s[("sw", f"d{k}-gpu0")] == pytest.approx(load.weights[k] * kv / B)
     assert load.link_s[("p1-gpu0", "sw")] == pytest.approx(4 / 3 * kv / B)
     assert len(load.flows) == 5
+
+
+def test_plan_names_its_busiest_kv_link():
+    # the testbed's plan: its notes name the link its KV transfers load most at H, at the
+    # utilisation H x that link's busy seconds per request
+    g = make_testbed()
+    load = chatbot()
+    p = plan(g, model_spec("OPT-66B"), load, default_sla("chatbot"))
+    (note,) = [n for n in p.notes if n.startswith("KV transfer: busiest link")]
+    ev = Evaluator(Problem(g, model_spec("OPT-66B"), load, default_sla("chatbot")), HEROSERVE)
+    pre = PhaseResult("prefill", p.prefill.tp, p.prefill.pp, [],
+                      [inst_of(i.stages, i.rate) for i in p.prefill.instances])  # fmt: skip
+    dec = PhaseResult("decode", p.decode.tp, p.decode.pp, [],
+                      [inst_of(i.stages, i.rate) for i in p.decode.instances])  # fmt: skip
+    kv = ev.kv_load(pre, dec, None, None)
+    a, b = kv.bottleneck()
+    assert f"{a} -> {b} at {p.predicted.rate * kv.link_s[(a, b)]:.1%}" in note
+    # every deployed pair's shares are in the plan
+    assert len(p.kv_transfer) == len(kv.flows)
+
+
+def inst_of(stages: list[list[str]], rate: float) -> InstanceEval:
+    return InstanceEval([list(s) for s in stages], [0.0], [], 0.0, 0.0, 0.0, 0.0, rate, 1)
