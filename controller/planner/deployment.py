@@ -13,6 +13,7 @@ Shared by the common search (``search``) and DistServe's low-affinity layouts
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -91,19 +92,32 @@ def settle_kv(
     if service <= 0.0:
         return comb, rd, t_f, load.flows
 
-    def at(rate: float) -> tuple[Combination | None, PhaseResult, float]:
-        t = load.t_f(rate)
-        d = ev.reprice_decode(price_decode(t), t, reorder)
-        return combine(pre, d, problem.sla.ttft_s, cap), d, t
+    def at(rate: float) -> tuple[Combination | None, PhaseResult, float, list]:
+        # decode priced at T_f(rate) of the pairs deployed so far; when that deploys other
+        # counts, their pairs load the links differently: price again at their T_f (the
+        # counts settle in a round or two), and a rate that saturates them serves nothing
+        c, d, t, cur = None, rd, 0.0, load
+        for _ in range(2):
+            t = cur.t_f(rate)
+            if not math.isfinite(t):
+                return None, d, t, []
+            d = ev.reprice_decode(price_decode(t), t, reorder)
+            c = combine(pre, d, problem.sla.ttft_s, cap)
+            if c is None:
+                return None, d, t, []
+            cur = ev.kv_load(pre, d, c.n_prefill, c.n_decode)
+            if cur.t_f(rate) <= t * (1 + 1e-9):
+                return c, d, t, cur.flows_at(rate)
+        return None, d, t, []
 
     hi = min(comb.rate, (1.0 - 1e-9) / service)
     if hi <= beat * (1 + 1e-9):
         return None
-    top, d_hi, t_hi = at(hi)
-    if top is not None and top.rate >= hi * (1 - 1e-6):
-        return _kv_bound(ev, pre, top, hi, d_hi, t_hi)
+    top = at(hi)
+    if top[0] is not None and top[0].rate >= hi * (1 - 1e-6):
+        return _kv_bound(top, hi)
     lo, best = 0.0, None
-    if beat > 0.0:  # the fixed point lies below beat when the rate at beat's wait is lower
+    if beat > 0.0:  # the fixed point lies below beat when the rate at beat's load is lower
         got = at(beat * (1 + 1e-9))
         if got[0] is None or got[0].rate < beat * (1 + 1e-9):
             return None
@@ -117,14 +131,14 @@ def settle_kv(
             hi = mid
     if best is None or best[0] is None:
         return None
-    c, d, t = best
-    return _kv_bound(ev, pre, c, lo, d, t)
+    return _kv_bound(best, lo)
 
 
 def _kv_bound(
-    ev: Evaluator, pre: PhaseResult, comb: Combination, rate: float, dec: PhaseResult, t: float
+    got: tuple[Combination | None, PhaseResult, float, list], rate: float
 ) -> tuple[Combination, PhaseResult, float, list]:
-    """``comb`` at the KV-bound ``rate``, with the flows of exactly the instances it deploys
-    (the count may have changed with the load), timed at that rate."""
-    flows = ev.kv_load(pre, dec, comb.n_prefill, comb.n_decode).flows_at(rate)
+    """The deployment ``at`` priced, at the KV-bound ``rate``, with the flows of exactly the
+    instances it deploys timed at that rate."""
+    comb, dec, t, flows = got
+    assert comb is not None
     return replace(comb, rate=rate, rate_per_gpu=rate / comb.gpus_used), dec, t, flows
