@@ -38,6 +38,10 @@ class KVLoad:
     weights: list[float]
     link_s: dict[Edge, float]
     flows: list[KVFlow]  # every share of every pair, priced alone (its request's shares beside)
+    # per flow, its (pair, prefill GPU) number; ``pipelined``: a GPU's shares stream at once
+    # (its time is the slowest), otherwise one after the other (summed, Eq. 15)
+    senders: np.ndarray
+    pipelined: bool
     busiest_s: np.ndarray = field(init=False)  # per flow, link_s of the busiest link it crosses
     alone_s: np.ndarray = field(init=False)  # per flow, its time alone
 
@@ -68,10 +72,14 @@ class KVLoad:
             return np.where(util < 1.0, self.alone_s / np.maximum(1.0 - util, 0.0), np.inf)
 
     def t_f(self, rate: float) -> float:
-        """T_f at ``rate``: the slowest share of any pair (Eq. 14), each stretched."""
+        """T_f at ``rate``: the slowest prefill GPU of any pair (Eq. 14), each share
+        stretched, a GPU's shares taken together as its cost mode says (``kv_time``)."""
         if not self.flows:
             return 0.0
-        return float(np.max(self.stretched(rate)))
+        times = self.stretched(rate)
+        if self.pipelined:
+            return float(np.max(times))
+        return float(np.max(np.bincount(self.senders, weights=times)))
 
     def flows_at(self, rate: float) -> list[KVFlow]:
         """The flows with their times at ``rate``."""
@@ -151,13 +159,17 @@ class KVPricing(EvalContext):
         table = self.ring_fabric.link_table
         link_s: dict[Edge, float] = {}
         flows: list[KVFlow] = []
-        for pair, wk in zip(pairs, weights, strict=True):
+        senders: list[int] = []
+        ids: dict[tuple[int, str], int] = {}
+        for k, (pair, wk) in enumerate(zip(pairs, weights, strict=True)):
             _, fl = self.kv_price([pair])
             flows += fl
+            senders += [ids.setdefault((k, f.src), len(ids)) for f in fl]
             for f in fl:
                 for e in zip(f.path, f.path[1:], strict=False):
                     link_s[e] = link_s.get(e, 0.0) + wk * f.nbytes * table[e][0]
-        return KVLoad(pairs, weights, link_s, flows)
+        senders_a = np.array(senders, dtype=int)
+        return KVLoad(pairs, weights, link_s, flows, senders_a, self.ring_fabric.pipelined)
 
     def kv_price(
         self, pairs: list[tuple[list[list[str]], list[list[str]]]]
