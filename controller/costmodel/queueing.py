@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -124,14 +125,20 @@ def _quantile(rate: float, t: PrefillTimes) -> float:
     _, wait = _wait(rate, t)
     if not math.isfinite(wait):
         return math.inf
-    lo, hi = 0.0, float(np.max(t.alone) + np.max(t.busiest) + wait)
+    top = float(np.max(t.alone) + np.max(t.busiest) + wait)  # everyone meets it by then
+    return _edge(lambda x: pipeline_ttft_cdf(x, rate, t) < t.q, 0.0, top)[1]
+
+
+def _edge(below: Callable[[float], bool], lo: float, hi: float) -> tuple[float, float]:
+    """(lo, hi) narrowed by ``BISECT_STEPS`` bisections around where ``below`` turns false
+    (true at ``lo``, false at ``hi``)."""
     for _ in range(BISECT_STEPS):
         mid = (lo + hi) / 2
-        if pipeline_ttft_cdf(mid, rate, t) >= t.q:
-            hi = mid
-        else:
+        if below(mid):
             lo = mid
-    return hi
+        else:
+            hi = mid
+    return lo, hi
 
 
 def pipeline_max_rate(bound_s: float, t: PrefillTimes) -> float:
@@ -140,11 +147,4 @@ def pipeline_max_rate(bound_s: float, t: PrefillTimes) -> float:
     requests alone miss it."""
     if pipeline_ttft_cdf(bound_s, 0.0, t) < t.q:
         return 0.0
-    lo, hi = 0.0, 1.0 / t.mean_busiest
-    for _ in range(BISECT_STEPS):
-        mid = (lo + hi) / 2
-        if pipeline_ttft_cdf(bound_s, mid, t) >= t.q:
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return _edge(lambda r: pipeline_ttft_cdf(bound_s, r, t) >= t.q, 0.0, 1.0 / t.mean_busiest)[0]
