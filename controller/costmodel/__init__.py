@@ -12,5 +12,6 @@
 | latency matrix (Alg. 2 lines 1-3) | ``pairs.pair_times`` |
 | Eqs. 12-13 (compute) | ``compute.prefill_layer_time``, ``compute.decode_layer_time`` |
 | Eqs. 14-15 (KV transfer) | ``kvcache.kv_shares``, ``kvcache.kv_route``, ``kvcache.kv_time`` |
-| P-K queueing | ``queueing.pk_queue_delay``, ``queueing.max_rate_within`` |
+| P-K queueing | ``queueing.pk_queue_delay`` |
+| prefill TTFT (FIFO pipeline) | ``queueing.pipeline_ttft_cdf``, ``queueing.pipeline_max_rate`` |
 """

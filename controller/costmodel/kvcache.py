@@ -150,20 +150,3 @@ def kv_time(fabric: Fabric, shares: Sequence[tuple[str, Path, float]]) -> tuple[
         else:
             per_src[src] = per_src.get(src, 0.0) + t
     return max(per_src.values()), times
-
-
-def kv_busiest_link_s(
-    fabric: Fabric,
-    flows: Sequence[KVFlow],
-    busy: dict[tuple[str, str], float] | None = None,
-) -> float:
-    """Seconds the busiest directed link is busy carrying ``flows`` (sum of bytes x 1/B per
-    link): the service time of one set of transfers at the network's bottleneck, which bounds
-    how many such sets per second the links can carry (utilisation below 1). ``busy``: the
-    per-link seconds of flows counted before, updated in place. O(total hops)."""
-    table = fabric.link_table
-    busy = {} if busy is None else busy
-    for f in flows:
-        for e in zip(f.path, f.path[1:], strict=False):
-            busy[e] = busy.get(e, 0.0) + f.nbytes * table[e][0]
-    return max(busy.values(), default=0.0)

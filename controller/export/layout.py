@@ -232,8 +232,8 @@ def layout(plan: Plan, g: nx.Graph, opts: Options) -> list[InstanceView]:
     for v in pre + dec:
         if not v.kv_peers:
             v.notes.append(
-                "the plan prices no KV transfer for this instance (it prices at most "
-                "kv_pairs_max pairs): any instance of the other phase may pair with it"
+                "the plan prices no KV transfer for this instance: any instance of the "
+                "other phase may pair with it"
             )
     return pre + dec
 

@@ -25,13 +25,14 @@ from controller.plan import (
     SlotRange,
 )
 from controller.planner.allreduce import GroupEval
-from controller.planner.combine import combine
+from controller.planner.combine import Combination, combine
 from controller.planner.deployment import SearchResult
 from controller.planner.evaluate import Evaluator
 from controller.planner.idle import idle_gpus
 from controller.planner.results import InstanceEval, PhaseResult
 from controller.topology.fabric import Fabric, Path
 from controller.topology.graph import DEFAULT_AGGREGATOR_SLOTS, DEFAULT_SLOT_BYTES
+from controller.units import to_gbps
 
 
 def window_slots(ev: Evaluator, switch: str, paths: Sequence[Path], fabric: Fabric) -> int:
@@ -241,6 +242,21 @@ def _phase_plan(ev: Evaluator, res: PhaseResult, n_used: int, groups: list[Group
     )
 
 
+def _kv_note(ev: Evaluator, pre: PhaseResult, dec: PhaseResult, comb: Combination) -> str:
+    """The link that the deployment's KV transfers load most at H, and how much: the link
+    that bounds H when the network binds (``kvtransfer.KVLoad``)."""
+    load = ev.kv_load(pre, dec, comb.n_prefill, comb.n_decode)
+    e = load.bottleneck()
+    if e is None:
+        return ""
+    util = comb.rate * load.link_s[e]
+    gbps = to_gbps(util / ev.ring_fabric.link_table[e][0])
+    return (
+        f"KV transfer: busiest link {e[0]} -> {e[1]} at {util:.1%} of its capacity "
+        f"({gbps:.3g} Gb/s) at H, {len(load.pairs)} prefill/decode pair(s)"
+    )
+
+
 def build_plan(result: SearchResult, planner: str, topology: str, workload: str) -> Plan:
     ev = result.evaluator
     problem = ev.problem
@@ -282,6 +298,9 @@ def build_plan(result: SearchResult, planner: str, topology: str, workload: str)
     if result.split is not None:
         notes.append(f"role split {result.split.label}, the best of {result.splits_priced} priced")
     notes.append(f"{result.candidates_tried} candidate pair(s) priced with KV transfer")
+    note = _kv_note(ev, pre, dec, comb)
+    if note:
+        notes.append(note)
     return Plan(
         planner=planner,
         topology=topology,

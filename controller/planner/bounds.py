@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from controller.costmodel.compute import decode_layer_time, prefill_layer_time
-from controller.costmodel.queueing import max_rate_within
+from controller.costmodel.compute import decode_layer_time
 from controller.models.gpus import gpu_spec
 from controller.planner.evaluate import Evaluator
 from controller.units import GB
@@ -28,11 +27,9 @@ def capacity_bound(ev: Evaluator, role: str, pool: Sequence[str], tp: int, pp: i
     if n == 0:
         return 0.0
     fastest = max({t for _, t, _ in kinds}, key=lambda t: gpu_spec(t).fp16_flops)
-    co = ev.coeffs(fastest)
     if role == "prefill":
-        layer = prefill_layer_time(co, model, tp, ev.mean_in, ev.mean_in2)
-        serve = model.layers * layer
-        return n * max_rate_within(problem.sla.ttft_s, serve, serve / pp)
+        return n * ev.ideal_prefill_rate(fastest, tp, pp)
+    co = ev.coeffs(fastest)
     most = max(mem for mem, _, _ in kinds) * GB * problem.options.r_frac
     room = most - model.param_bytes / (tp * pp)
     ctx = problem.workload.mean_kv_tokens

@@ -2,7 +2,7 @@
 
 - ``Combination``: the deployment chosen (instance counts) and its predicted figures.
 - ``combine``: the counts that maximise H, the SLA-meeting rate, with the fewest GPUs at
-  equal H.
+  equal H; the predicted TTFT is the SLA's percentile of the busiest prefill instance.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controller.costmodel.queueing import pk_queue_delay
+from controller.costmodel.queueing import pipeline_ttft_quantile, pk_queue_delay
 from controller.planner.results import PhaseResult
 
 
@@ -78,7 +78,11 @@ def combine(
     ttft = 0.0
     for x in chosen:  # each prefill instance takes load in proportion to its capacity
         lam = rate * x.rate / total if total > 0 else 0.0
-        ttft = max(ttft, x.serve_s + pk_queue_delay(lam, x.bottleneck_s))
+        if x.ttft is not None:  # the SLA's percentile of its FIFO pipeline
+            t = pipeline_ttft_quantile(lam, x.ttft)
+        else:
+            t = x.serve_s + pk_queue_delay(lam, x.bottleneck_s)
+        ttft = max(ttft, t)
     tpot = max(x.tpot_s for x in d[:j])
     if not math.isfinite(ttft):
         ttft = sla_ttft

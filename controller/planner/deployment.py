@@ -2,7 +2,8 @@
 
 - ``settle_kv``: from the deployment at T_f = 0, price the KV transfer between the instances
   it deploys (Eqs. 14-15), re-price decode at that T_f and combine again (Eq. 1) until the
-  counts repeat; then bound H by the links' capacity for KV (P-K wait, bisection).
+  counts repeat; then bound H where the decode phase, priced at T_f stretched by the links'
+  KV load at H (``kvtransfer.KVLoad``), still serves H (bisection).
 - ``SearchResult``: the settled deployment a planner's search returns, which
   ``assemble.build_plan`` turns into a plan.
 
@@ -12,11 +13,10 @@ Shared by the common search (``search``) and DistServe's low-affinity layouts
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from controller.costmodel.kvcache import kv_busiest_link_s
-from controller.costmodel.queueing import pk_queue_delay
 from controller.planner.combine import Combination, combine
 from controller.planner.evaluate import Evaluator
 from controller.planner.results import PhaseResult
@@ -67,15 +67,11 @@ def settle_kv(
     rd = dec
     t_f = 0.0
     if beat > 0.0:
-        # Drop a deployment whose KV capacity at T_f = 0 cannot beat ``beat`` before pricing
-        # its transfer (the search meets thousands of them). Pair by pair: the busiest
-        # link's load only grows as pairs are added, so n over it bounds the capacity.
-        pairs = ev.kv_pairs(pre, dec, comb.n_prefill, comb.n_decode)
-        loads: dict = {}
-        for pair in pairs:
-            busy = kv_busiest_link_s(ev.ring_fabric, ev.kv_routed([pair]), loads)
-            if busy > 0.0 and len(pairs) / busy <= beat * (1 + 1e-9):
-                return None
+        # Drop a deployment whose links saturate below ``beat`` before re-pricing decode
+        # (the search meets thousands of them).
+        busy = ev.kv_load(pre, dec, comb.n_prefill, comb.n_decode).service_s
+        if busy > 0.0 and 1.0 / busy <= beat * (1 + 1e-9):
+            return None
     for _ in range(3):
         t_f, _, more = ev.kv_transfer(pre, rd, comb.n_prefill, comb.n_decode)
         reorder.update(more)
@@ -87,32 +83,41 @@ def settle_kv(
         comb = new
         if same:
             break
-    pairs = ev.kv_pairs(pre, rd, comb.n_prefill, comb.n_decode)
-    t_dep, flows = ev.kv_price(pairs)
-    t_f = max(t_f, t_dep)
-    # The links carry H requests' KV per second: the busiest one's utilisation must stay
-    # below 1, and a request queues behind others' transfers there (P-K, deterministic
-    # service). Per request, the bottleneck is busy ``service`` seconds (the priced pairs
-    # each moving one request, shared out: exact when every pair is priced, pessimistic for
-    # pairs on disjoint links otherwise). H is the fixed point where the decode phase, priced
-    # at T_f plus that wait, serves the rate that causes the wait.
-    service = kv_busiest_link_s(ev.ring_fabric, flows) / max(1, len(pairs))
+    # At H every deployed pair moves H x its share of requests per second: each link carries
+    # the sum, and a request's T_f is its shares' times alone stretched by their busiest
+    # link's utilisation (``KVLoad``). H is the fixed point where the decode phase, priced at
+    # T_f(H), serves H; it stays below the rate that saturates the busiest link.
+    load = ev.kv_load(pre, rd, comb.n_prefill, comb.n_decode)
+    service = load.service_s
     if service <= 0.0:
-        return comb, rd, t_f, flows
+        return comb, rd, t_f, load.flows
 
-    def at(load: float) -> tuple[Combination | None, PhaseResult, float]:
-        t = t_f + pk_queue_delay(load, service)
-        d = ev.reprice_decode(price_decode(t), t, reorder)
-        return combine(pre, d, problem.sla.ttft_s, cap), d, t
+    def at(rate: float) -> tuple[Combination | None, PhaseResult, float, list]:
+        # decode priced at T_f(rate) of the pairs deployed so far; when that deploys other
+        # counts, their pairs load the links differently: price again at their T_f (the
+        # counts settle in a round or two), and a rate that saturates them serves nothing
+        c, d, t, cur = None, rd, 0.0, load
+        for _ in range(2):
+            t = cur.t_f(rate)
+            if not math.isfinite(t):
+                return None, d, t, []
+            d = ev.reprice_decode(price_decode(t), t, reorder)
+            c = combine(pre, d, problem.sla.ttft_s, cap)
+            if c is None:
+                return None, d, t, []
+            cur = ev.kv_load(pre, d, c.n_prefill, c.n_decode)
+            if cur.t_f(rate) <= t * (1 + 1e-9):
+                return c, d, t, cur.flows_at(rate)
+        return None, d, t, []
 
     hi = min(comb.rate, (1.0 - 1e-9) / service)
     if hi <= beat * (1 + 1e-9):
         return None
-    top, d_hi, t_hi = at(hi)
-    if top is not None and top.rate >= hi * (1 - 1e-6):
-        return _kv_bound(ev, pre, top, hi, d_hi, t_hi)
+    top = at(hi)
+    if top[0] is not None and top[0].rate >= hi * (1 - 1e-6):
+        return _kv_bound(top, hi)
     lo, best = 0.0, None
-    if beat > 0.0:  # the fixed point lies below beat when the rate at beat's wait is lower
+    if beat > 0.0:  # the fixed point lies below beat when the rate at beat's load is lower
         got = at(beat * (1 + 1e-9))
         if got[0] is None or got[0].rate < beat * (1 + 1e-9):
             return None
@@ -126,14 +131,14 @@ def settle_kv(
             hi = mid
     if best is None or best[0] is None:
         return None
-    c, d, t = best
-    return _kv_bound(ev, pre, c, lo, d, t)
+    return _kv_bound(best, lo)
 
 
 def _kv_bound(
-    ev: Evaluator, pre: PhaseResult, comb: Combination, rate: float, dec: PhaseResult, t: float
+    got: tuple[Combination | None, PhaseResult, float, list], rate: float
 ) -> tuple[Combination, PhaseResult, float, list]:
-    """``comb`` at the KV-bound ``rate``, with the flows of exactly the instances it deploys
-    (the count may have changed with the wait)."""
-    _, flows = ev.kv_price(ev.kv_pairs(pre, dec, comb.n_prefill, comb.n_decode))
+    """The deployment ``at`` priced, at the KV-bound ``rate``, with the flows of exactly the
+    instances it deploys timed at that rate."""
+    comb, dec, t, flows = got
+    assert comb is not None
     return replace(comb, rate=rate, rate_per_gpu=rate / comb.gpus_used), dec, t, flows

@@ -2,9 +2,10 @@
 
 ``InstancePricing`` is the evaluator's part that prices an instance: per stage, its compute
 (Eqs. 12-13, at the slowest GPU's pace), its all-reduces (``allreduce``) and the hop to the
-next stage (Eq. 6, ``pipeline``); then prefill's rate within the TTFT bound (P-K queueing)
-and decode's largest batch within the TPOT bound and the KV memory. Its cache: instances per
-shape of their stages. ``tpot_quantile`` sets how much of the KV transfer a TPOT carries.
+next stage (Eq. 6, ``pipeline``); then prefill's rate within the TTFT bound (the FIFO
+pipeline's TTFT percentile over the workload's lengths, ``prefill_times``) and decode's
+largest batch within the TPOT bound and the KV memory. Its cache: instances per shape of
+their stages. ``tpot_quantile`` sets how much of the KV transfer a TPOT carries.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from controller.costmodel.compute import decode_layer_time, prefill_layer_time
-from controller.costmodel.queueing import max_rate_within
+from controller.costmodel.queueing import PrefillTimes, pipeline_max_rate
 from controller.planner.allreduce import AllReducePricing
 from controller.planner.options import Policy, Problem
 from controller.planner.pipeline import PipelinePricing
@@ -31,6 +32,9 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         self._instances: dict[tuple, InstanceEval] = {}
         w = problem.workload
         self._tpot_quantile = tpot_quantile(w.outputs, problem.sla.attainment)
+        lengths, counts = np.unique(np.asarray(w.inputs, dtype=float), return_counts=True)
+        self.input_lengths = (lengths, counts / counts.sum())
+        self._ideal_prefill: dict[tuple[str, int, int], float] = {}
 
     def stage_parts(
         self, stages: list[list[str]], nbytes: float
@@ -68,8 +72,9 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         return self._memo_instance("d", stages, t_f, lambda: self._decode_instance(stages, t_f))
 
     def _prefill_instance(self, stages: list[list[str]]) -> InstanceEval:
-        """TTFT side (Eqs. 3, 5-12): one request of mean length per batch; the queue is served
-        by the busiest stage (P-K with deterministic service)."""
+        """TTFT side (Eqs. 3, 5-12): a mean-length request's figures (serve time, busiest
+        stage), and the rate at which the SLA's share of requests meets the TTFT bound in
+        a FIFO pipeline (``prefill_times``, ``queueing.pipeline_max_rate``)."""
         m = self.model
         tp, pp = len(stages[0]), len(stages)
         co = self.coeffs(self.slowest_type([g for s in stages for g in s]))
@@ -79,9 +84,54 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         stage_s = [lps * (layer + 2 * a) for a in ar]
         busy = [s + (hops[i] if i < len(hops) else 0.0) for i, s in enumerate(stage_s)]
         serve = sum(stage_s) + sum(hops)
-        rate = max_rate_within(self.problem.sla.ttft_s, serve, max(busy))
+        times = self.prefill_times(stages)
+        rate = pipeline_max_rate(self.problem.sla.ttft_s, times)
         comm = sum(2 * lps * a for a in ar) + sum(hops)
-        return InstanceEval(stages, ar, hops, m.layers * layer, comm, serve, max(busy), rate, 1)
+        return InstanceEval(
+            stages, ar, hops, m.layers * layer, comm, serve, max(busy), rate, 1, ttft=times
+        )
+
+    def prefill_times(self, stages: list[list[str]]) -> PrefillTimes:
+        """Per input length of the workload, a request's time alone through the pipeline
+        and at its busiest stage (the simulator batches one request per prefill when no
+        queue forms). Compute is Eq. 12 at each length; an all-reduce or a hop is affine in
+        its bytes along its fixed route (a latency plus bytes over a bandwidth), so each is
+        priced at the mean length and at twice it and taken on that line."""
+        m = self.model
+        tp, pp = len(stages[0]), len(stages)
+        co = self.coeffs(self.slowest_type([g for s in stages for g in s]))
+        x, share = self.input_lengths
+        layer = prefill_layer_time(co, m, tp, x, x * x)
+        lps = m.layers / pp
+        ar1, hop1 = self.stage_parts(stages, self.activation_bytes(self.mean_in))
+        ar2, hop2 = self.stage_parts(stages, self.activation_bytes(2 * self.mean_in))
+        u = (x / self.mean_in)[None, :] - 1.0  # 0 at the mean, 1 at twice it
+
+        def line(a: list[float], b: list[float]) -> np.ndarray:
+            lo, hi = np.asarray(a, dtype=float)[:, None], np.asarray(b, dtype=float)[:, None]
+            return np.maximum(lo + (hi - lo) * u, 0.0)
+
+        stage_s = lps * (layer[None, :] + 2 * line(ar1, ar2))
+        hop = np.vstack([line(hop1, hop2), np.zeros((1, len(x)))])
+        return PrefillTimes(
+            (stage_s + hop).sum(axis=0), (stage_s + hop).max(axis=0), share,
+            self.problem.sla.attainment,
+        )  # fmt: skip
+
+    def ideal_prefill_rate(self, gpu_type: str, tp: int, pp: int) -> float:
+        """The TTFT-bound rate of a (TP, PP) prefill instance of ``gpu_type`` that only
+        computes (no all-reduce, no hop), its layers evenly staged: the pipeline's TTFT
+        percentile falls as any request's time grows, so this bounds every real instance's
+        rate. Memoised."""
+        key = (gpu_type, tp, pp)
+        hit = self._ideal_prefill.get(key)
+        if hit is None:
+            m = self.model
+            x, share = self.input_lengths
+            serve = m.layers * prefill_layer_time(self.coeffs(gpu_type), m, tp, x, x * x)
+            times = PrefillTimes(serve, serve / pp, share, self.problem.sla.attainment)
+            hit = self._ideal_prefill[key] = pipeline_max_rate(self.problem.sla.ttft_s, times)
+        return hit
 
     def kv_room_bytes(self, members: Sequence[str], tp: int, pp: int) -> float:
         """Memory left per GPU for KV cache: r_frac of its memory minus its weight shard."""

@@ -1,15 +1,16 @@
 """The KV transfer between prefill and decode instances (Eqs. 14-15).
 
-``KVPricing`` is the evaluator's part that pairs the deployed prefill and decode instances
-(round robin), routes each pair's KV shares, prices T_f with the flows sharing links, and
-re-orders a decode instance's stages so that each sits near the prefill GPUs holding its
-layers when that is faster. Its caches: routes per (source, destination, size) and prices
-per set of pairs, which the search asks again for every split that deploys them.
+- ``KVPricing``: the evaluator's part that pairs every deployed prefill and decode instance
+  (round robin), routes each pair's KV shares, prices one request's transfer alone, and
+  re-orders a decode instance's stages so that each sits near the prefill GPUs holding its
+  layers when that is faster. Its caches: routes per (source, destination, size) and prices
+  per pair, which the search asks again for every split that deploys them.
+- ``KVLoad``: the load every pair puts on each link at a rate, and T_f stretched by it.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -19,6 +20,73 @@ from controller.costmodel.network import path_time
 from controller.planner.context import EvalContext
 from controller.planner.options import Policy, Problem
 from controller.planner.results import PhaseResult, stage_key
+
+Edge = tuple[str, str]
+
+
+@dataclass
+class KVLoad:
+    """The KV transfers of a deployment: every pair's request shares the links with the
+    others'. Requests reach pair k at ``weights[k]`` of the rate, so at rate H link e is
+    busy H * ``link_s[e]`` of the time (``link_s``: bytes per request over e, each pair's
+    weighted, times 1/B). A share is served as processor sharing serves a job: its time alone
+    stretched by 1 / (1 - utilisation) of its busiest link (M/G/1-PS, Kleinrock: a job's
+    mean time in the system is its size over 1 - rho), which holds for the simulator's fluid
+    links, where concurrent transfers split a link's capacity."""
+
+    pairs: list[tuple[list[list[str]], list[list[str]]]]
+    weights: list[float]
+    link_s: dict[Edge, float]
+    flows: list[KVFlow]  # every share of every pair, priced alone (its request's shares beside)
+    # per flow, its (pair, prefill GPU) number; ``pipelined``: a GPU's shares stream at once
+    # (its time is the slowest), otherwise one after the other (summed, Eq. 15)
+    senders: np.ndarray
+    pipelined: bool
+    busiest_s: np.ndarray = field(init=False)  # per flow, link_s of the busiest link it crosses
+    alone_s: np.ndarray = field(init=False)  # per flow, its time alone
+
+    def __post_init__(self) -> None:
+        self.busiest_s = np.array(
+            [
+                max((self.link_s[e] for e in zip(f.path, f.path[1:], strict=False)), default=0.0)
+                for f in self.flows
+            ]
+        )
+        self.alone_s = np.array([f.time_s for f in self.flows])
+
+    @property
+    def service_s(self) -> float:
+        """Seconds the busiest link is busy per request: the rate saturates it at 1 / this."""
+        return max(self.link_s.values(), default=0.0)
+
+    def bottleneck(self) -> Edge | None:
+        """The busiest link, or None without transfers over links."""
+        if not self.link_s:
+            return None
+        return max(self.link_s, key=lambda e: (self.link_s[e], e))
+
+    def stretched(self, rate: float) -> np.ndarray:
+        """Each flow's time at ``rate`` requests/s (inf on a saturated link)."""
+        util = rate * self.busiest_s
+        with np.errstate(divide="ignore"):
+            return np.where(util < 1.0, self.alone_s / np.maximum(1.0 - util, 0.0), np.inf)
+
+    def t_f(self, rate: float) -> float:
+        """T_f at ``rate``: the slowest prefill GPU of any pair (Eq. 14), each share
+        stretched, a GPU's shares taken together as its cost mode says (``kv_time``)."""
+        if not self.flows:
+            return 0.0
+        times = self.stretched(rate)
+        if self.pipelined:
+            return float(np.max(times))
+        return float(np.max(np.bincount(self.senders, weights=times)))
+
+    def flows_at(self, rate: float) -> list[KVFlow]:
+        """The flows with their times at ``rate``."""
+        return [
+            replace(f, time_s=float(t))
+            for f, t in zip(self.flows, self.stretched(rate), strict=True)
+        ]
 
 
 class KVPricing(EvalContext):
@@ -34,46 +102,81 @@ class KVPricing(EvalContext):
     def kv_transfer(
         self, pre: PhaseResult, dec: PhaseResult, n_pre: int | None = None, n_dec: int | None = None
     ) -> tuple[float, list[KVFlow], dict[tuple, list[list[str]]]]:
-        """T_f for one mean-length request from each prefill instance to the decode instance
-        it is paired with (round robin), all pairs at once; at most ``kv_pairs_max`` pairs are
-        priced. Routes are each flow's cheapest alone; the price counts shared links.
+        """T_f of one mean-length request alone (the slowest of every deployed pair, Eq. 14)
+        from each prefill instance to the decode instances it is paired with (round robin,
+        ``kv_pairs``), and the flows. Routes are each flow's cheapest alone.
 
         A decode instance's stages may be put in another order (``kv_stage_order``) so that
         each stage sits close to the prefill GPUs that hold its layers; the third value maps
         the key of every re-ordered instance (``stage_key``) to its new stages."""
         reorder: dict[tuple, list[list[str]]] = {}
-        paired = []
         for p, d in self.kv_pairs(pre, dec, n_pre, n_dec):
             key = stage_key(d)
             if key not in reorder:
                 best = self.kv_stage_order(p, d)
                 if best != d:
                     reorder[key] = best
-            paired.append((p, reorder.get(key, d)))
-        if not paired:
-            return 0.0, [], {}
-        t_f, flows = self.kv_price(paired)
-        return t_f, flows, reorder
+        load = self.kv_load(pre, dec, n_pre, n_dec, reorder)
+        return load.t_f(0.0), load.flows, reorder
 
     def kv_pairs(
         self, pre: PhaseResult, dec: PhaseResult, n_pre: int | None, n_dec: int | None
     ) -> list[tuple[list[list[str]], list[list[str]]]]:
-        """The (prefill stages, decode stages) pairs whose KV transfer is priced: the best
-        ``n_pre`` and ``n_dec`` instances (as ``combine`` deploys them), prefill instance i
-        paired with decode instance i round robin, at most ``kv_pairs_max`` pairs."""
+        """The (prefill stages, decode stages) pairs that carry KV: the best ``n_pre`` and
+        ``n_dec`` instances (as ``combine`` deploys them) paired round robin, pair k joining
+        prefill instance k mod P and decode instance k mod D, max(P, D) pairs, so that every
+        deployed instance sends or receives."""
         pres = [i.stages for i in sorted(pre.instances, key=lambda i: -i.rate)][:n_pre]
         decs = [i.stages for i in sorted(dec.instances, key=lambda i: -i.rate)][:n_dec]
-        if not decs:
+        if not decs or not pres:
             return []
-        n = min(len(pres), self.problem.options.kv_pairs_max)
-        return [(pres[i], decs[i % len(decs)]) for i in range(n)]
+        return [
+            (pres[k % len(pres)], decs[k % len(decs)]) for k in range(max(len(pres), len(decs)))
+        ]
+
+    def kv_load(
+        self,
+        pre: PhaseResult,
+        dec: PhaseResult,
+        n_pre: int | None,
+        n_dec: int | None,
+        reorder: dict[tuple, list[list[str]]] | None = None,
+    ) -> KVLoad:
+        """The links' load of the deployment's KV transfers (``KVLoad``), ``reorder``'s decode
+        stage orders applied. A prefill instance takes requests in proportion to its rate (the
+        simulator routes to the least work) and splits them evenly over its pairs. Pairs of
+        the same GPUs are priced once (``kv_price``); the sum over links is O(shares)."""
+        pairs = self.kv_pairs(pre, dec, n_pre, n_dec)
+        if reorder:
+            pairs = [(p, reorder.get(stage_key(d), d)) for p, d in pairs]
+        rates = {stage_key(i.stages): i.rate for i in pre.instances}
+        per_pre: dict[tuple, int] = {}
+        for p, _ in pairs:
+            per_pre[stage_key(p)] = per_pre.get(stage_key(p), 0) + 1
+        raw = [max(rates.get(stage_key(p), 0.0), 0.0) / per_pre[stage_key(p)] for p, _ in pairs]
+        total = sum(raw)
+        weights = [r / total if total > 0 else 1.0 / len(pairs) for r in raw]
+        table = self.ring_fabric.link_table
+        link_s: dict[Edge, float] = {}
+        flows: list[KVFlow] = []
+        senders: list[int] = []
+        ids: dict[tuple[int, str], int] = {}
+        for k, (pair, wk) in enumerate(zip(pairs, weights, strict=True)):
+            _, fl = self.kv_price([pair])
+            flows += fl
+            senders += [ids.setdefault((k, f.src), len(ids)) for f in fl]
+            for f in fl:
+                for e in zip(f.path, f.path[1:], strict=False):
+                    link_s[e] = link_s.get(e, 0.0) + wk * f.nbytes * table[e][0]
+        senders_a = np.array(senders, dtype=int)
+        return KVLoad(pairs, weights, link_s, flows, senders_a, self.ring_fabric.pipelined)
 
     def kv_price(
         self, pairs: list[tuple[list[list[str]], list[list[str]]]]
     ) -> tuple[float, list[KVFlow]]:
-        """T_f of the given (prefill stages, decode stages) pairs transferring at once, and
-        the flows (Eqs. 14-15); memoised on the pairs (the search prices the same deployment
-        again when it settles its KV transfer)."""
+        """T_f of the given (prefill stages, decode stages) pairs transferring one request each
+        at once, and the flows (Eqs. 14-15); memoised on the pairs (the search prices the same
+        pairs again for every deployment that holds them)."""
         key = tuple((tuple(map(tuple, p)), tuple(map(tuple, d))) for p, d in pairs)
         hit = self._kv_prices.get(key)
         if hit is None:

@@ -35,7 +35,6 @@ class PlannerOptions:
     r_frac: float = 0.9  # fraction of a GPU's memory a serving engine may use (Alg. 1 R_frac)
     seed: int = 0
     perturb_tries: int = 8  # failed random swaps per group before Alg. 2's loop moves on
-    kv_pairs_max: int = 16  # prefill/decode instance pairs whose KV transfer is priced
     max_batch: int = 512  # largest decode batch considered
     net: NetParams = field(default_factory=NetParams)
     exhaustive_limit: int = 20000  # most groupings the exhaustive planner enumerates per phase

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from controller.costmodel.queueing import PrefillTimes
+
 
 @dataclass
 class InstanceEval:
@@ -26,6 +28,7 @@ class InstanceEval:
     rate: float  # requests/s within the SLA
     batch: int  # decode batch (micro-batch per pipeline stage); 1 for prefill
     tpot_s: float = 0.0
+    ttft: PrefillTimes | None = None  # prefill: times per request length, for TTFT percentiles
 
 
 @dataclass

@@ -14,7 +14,7 @@ from controller.costmodel.ina import T_AGG_S, ina_pattern
 from controller.costmodel.kvcache import kv_shares
 from controller.costmodel.netparams import NetParams
 from controller.costmodel.network import flow_times
-from controller.costmodel.queueing import max_rate_within, pk_queue_delay
+from controller.costmodel.queueing import pk_queue_delay
 from controller.costmodel.ring import ring_pattern
 from controller.errors import InputError
 from controller.models import model_spec
@@ -234,9 +234,6 @@ def test_pollaczek_khinchine():
     assert pk_queue_delay(5.0, 0.1) == pytest.approx(5 * 0.01 / (2 * 0.5))
     assert pk_queue_delay(10.0, 0.1) == math.inf
     assert pk_queue_delay(20.0, 0.1) == math.inf  # unstable, never negative
-    lam = max_rate_within(1.0, 0.2, 0.1)
-    assert 0.2 + pk_queue_delay(lam, 0.1) == pytest.approx(1.0)
-    assert max_rate_within(0.1, 0.2, 0.1) == 0.0
 
 
 def test_kv_bytes_and_shard_overlap():

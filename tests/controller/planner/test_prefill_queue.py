@@ -1,0 +1,66 @@
+"""The planner's prefill side on the FIFO pipeline model: a prefill instance's times per
+request length (``InstancePricing.prefill_times``) against its mean-length figures, its rate
+at the TTFT bound's percentile, and the plan's predicted TTFT at that percentile."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from controller.costmodel.queueing import pipeline_ttft_quantile
+from controller.models import model_spec
+from controller.planner import plan
+from controller.planner.evaluate import Evaluator
+from controller.planner.heroserve import POLICY as HEROSERVE
+from controller.planner.options import Problem
+from controller.topology import testbed as make_testbed
+from controller.workload import Workload, chatbot, default_sla
+
+
+def evaluator(load: Workload) -> Evaluator:
+    g = make_testbed()
+    return Evaluator(Problem(g, model_spec("OPT-66B"), load, default_sla("chatbot")), HEROSERVE)
+
+
+STAGES = [["srv0-gpu0", "srv0-gpu1"], ["srv0-gpu2", "srv0-gpu3"]]
+
+
+def test_one_length_times_are_the_mean_request_figures():
+    # every prompt 300 tokens: the per-length times are the mean request's serve time and
+    # busiest stage exactly (the all-reduce and hop lines pass through the mean's prices)
+    load = Workload("fixed", np.full(50, 300), np.full(50, 20))
+    ev = evaluator(load)
+    inst = ev.prefill_instance(STAGES)
+    t = ev.prefill_times(STAGES)
+    assert t.alone.tolist() == pytest.approx([inst.serve_s], rel=1e-12)
+    assert t.busiest.tolist() == pytest.approx([inst.bottleneck_s], rel=1e-12)
+    assert t.q == 0.9
+
+
+def test_times_grow_with_the_prompt_and_the_rate_sits_at_the_bound():
+    load = chatbot()
+    ev = evaluator(load)
+    inst = ev.prefill_instance(STAGES)
+    t = inst.ttft
+    assert t is not None
+    assert np.all(np.diff(t.alone) > 0) and np.all(np.diff(t.busiest) > 0)
+    # the lengths' weights are the workload's shares
+    x, share = ev.input_lengths
+    assert float(share @ x) == pytest.approx(load.mean_input)
+    # 90% of requests meet the TTFT bound at the instance's rate, and no more rate fits
+    assert pipeline_ttft_quantile(inst.rate, t) == pytest.approx(ev.problem.sla.ttft_s, rel=1e-6)
+    assert pipeline_ttft_quantile(inst.rate * 1.01, t) > ev.problem.sla.ttft_s
+    # the search's capacity bound (compute alone, even stages) stays above the real rate
+    assert ev.ideal_prefill_rate("A100-40GB", 2, 2) >= inst.rate
+
+
+def test_plan_predicts_the_ttft_percentile_at_its_rate():
+    g = make_testbed()
+    load = chatbot()
+    p = plan(g, model_spec("OPT-66B"), load, default_sla("chatbot"))
+    ev = evaluator(load)
+    insts = [ev.prefill_instance(i.stages) for i in p.prefill.instances]
+    total = sum(i.rate for i in insts)
+    want = max(pipeline_ttft_quantile(p.predicted.rate * i.rate / total, i.ttft) for i in insts)
+    assert p.predicted.ttft_s == pytest.approx(want, rel=1e-9)
+    assert p.predicted.ttft_s <= p.sla.ttft_s
