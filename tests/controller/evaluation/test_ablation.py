@@ -30,8 +30,10 @@ def test_the_ladder_runs_from_distserve_to_heroserve_one_change_a_step():
 
 
 def test_testbed_summarization_rows():
-    """Its ends are the two planners' H; the search space alone (tensor groups across
-    servers) takes DistServe from 5.342 to 6.600 req/s, and no INA scheme adds to it."""
+    """Its ends are the two planners' H, and the steps multiply to the ratio. On this
+    scenario the search space alone (tensor groups across servers) carries the whole gap
+    (DistServe 5.342 req/s, every later step the same H as HeroServe's): no INA scheme and
+    no placement adds to it."""
     g, model, w = make_testbed(), model_spec("OPT-66B"), summarization()
     sla = default_sla("summarization")
     rows = ablation(g, model, w, sla, fixed_roles=make_testbed(fixed_roles=True))
@@ -39,7 +41,11 @@ def test_testbed_summarization_rows():
                                            "heroserve, the paper's role split"]  # fmt: skip
     assert rows[0].rate == pytest.approx(plan(g, model, w, sla, planner="distserve").predicted.rate)
     assert rows[5].rate == pytest.approx(plan(g, model, w, sla).predicted.rate)
-    assert rows[1].vs_previous == pytest.approx(6.600381 / 5.342384, rel=1e-5)
+    assert rows[1].vs_previous > 1.1
     assert [r.vs_previous for r in rows[2:6]] == pytest.approx([1.0] * 4)
+    product = 1.0
+    for r in rows[1:6]:
+        product *= r.vs_previous
+    assert product == pytest.approx(rows[5].rate / rows[0].rate)
     for r in rows[1:6]:
         assert r.vs_distserve == pytest.approx(r.rate / rows[0].rate)
