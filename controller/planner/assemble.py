@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controller.costmodel.network import CommPattern
+from controller.errors import InputError
 from controller.plan import (
     Group,
     Instance,
@@ -26,7 +27,7 @@ from controller.plan import (
 )
 from controller.planner.allreduce import GroupEval
 from controller.planner.combine import Combination, combine
-from controller.planner.deployment import SearchResult
+from controller.planner.deployment import SearchResult, settle_kv
 from controller.planner.evaluate import Evaluator
 from controller.planner.idle import idle_gpus
 from controller.planner.results import InstanceEval, PhaseResult
@@ -257,30 +258,64 @@ def _kv_note(ev: Evaluator, pre: PhaseResult, dec: PhaseResult, comb: Combinatio
     )
 
 
+def _settle_slots(
+    result: SearchResult,
+) -> tuple[PhaseResult, PhaseResult, Combination, float, list, list[Group], list[Group]]:
+    """The phases, the combination, the KV transfer and the groups of one pricing.
+
+    Groups that find no aggregator slots fall back to the ring (``forced_ring``), which
+    slows their instances: the phases are then priced again and the deployment settled
+    again on its KV transfer (Eq. 1, Eqs. 14-15, ``settle_kv``), which can reorder the
+    instances by rate or deploy others. The groups are decided afresh on that pricing, every
+    slot free again, until no further group falls back (``forced_ring`` only grows, so this
+    ends). So a group's instance number is the position of its instance in the order
+    ``_phase_plan`` lists the same pricing's instances, and the KV transfers join GPUs the
+    plan deploys: the plan checks both on reload (``inputs/plan_checks.py``)."""
+    ev = result.evaluator
+    problem = ev.problem
+    pre, dec, comb = result.prefill, result.decode, result.combination
+    t_f, flows = result.t_f, result.kv_flows
+    forced = ev.forced_ring
+    while True:
+        before = len(forced)
+        slots = SlotPool(ev)
+        pre_groups = _decide(ev, pre, comb.n_prefill, slots, forced)
+        dec_groups = _decide(ev, dec, comb.n_decode, slots, forced)
+        if len(forced) == before:
+            return pre, dec, comb, t_f, flows, pre_groups, dec_groups
+        pre = ev.reevaluate(pre, 0.0)
+        dec0 = ev.reevaluate(dec, 0.0)
+        first = combine(pre, dec0, problem.sla.ttft_s, problem.options.max_gpus)
+        settled = (
+            None
+            if first is None
+            else settle_kv(ev, pre, dec0, lambda t, d=dec: ev.reevaluate(d, t), first)
+        )
+        if settled is None:
+            raise InputError(
+                "no deployment meets the SLA once the groups without aggregator slots run as rings"
+            )
+        comb, dec, t_f, flows = settled
+
+
 def build_plan(result: SearchResult, planner: str, topology: str, workload: str) -> Plan:
     ev = result.evaluator
     problem = ev.problem
-    comb = result.combination
-    pre, dec = result.prefill, result.decode
-    slots = SlotPool(ev)
-    forced = ev.forced_ring
-    pre_groups = _decide(ev, pre, comb.n_prefill, slots, forced)
-    dec_groups = _decide(ev, dec, comb.n_decode, slots, forced)
+    pre, dec, comb, t_f, flows, pre_groups, dec_groups = _settle_slots(result)
     notes = []
-    if forced:  # some groups lost INA to the slot limit: price them as rings again
-        notes.append(f"{len(forced)} group(s) fell back to ring: aggregator slots exhausted")
-        pre = ev.reevaluate(pre, 0.0)
-        dec = ev.reevaluate(dec, result.t_f)
-        comb = combine(pre, dec, problem.sla.ttft_s, problem.options.max_gpus) or comb
+    # the groups of this plan that lost INA (others may have, in a deployment not kept)
+    fell = sum(tuple(g.gpus) in ev.forced_ring for g in pre_groups + dec_groups)
+    if fell:
+        notes.append(f"{fell} group(s) fell back to ring: aggregator slots exhausted")
     pred = Predicted(
         ttft_s=comb.ttft_s,
         tpot_s=comb.tpot_s,
-        kv_transfer_s=result.t_f,
+        kv_transfer_s=t_f,
         rate=comb.rate,
         rate_per_gpu=comb.rate_per_gpu,
         gpus_used=comb.gpus_used,
     )
-    kv = [KVTransfer(f.src, f.dst, f.nbytes, list(f.path), f.time_s) for f in result.kv_flows]
+    kv = [KVTransfer(f.src, f.dst, f.nbytes, list(f.path), f.time_s) for f in flows]
     split = result.split
     idle = idle_gpus(
         ev,
