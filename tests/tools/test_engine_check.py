@@ -89,18 +89,13 @@ def test_cross_check_names_what_the_engine_took_otherwise() -> None:
     ]
 
 
-def _have(engine: str) -> bool:
-    return (ec.DEFAULT_ENGINES / engine / "bin" / "python").exists()
-
-
 @pytest.mark.engines
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_engines_accept_the_export_and_refuse_the_broken_ones(
-    engine: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    engine: str, engines_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    if not _have(engine):
-        pytest.skip(f"no {engine} environment in {ec.DEFAULT_ENGINES} (tools/engines.sh)")
-    rc = ec.main(["--quick", "--engine", engine, "--work", str(tmp_path)])
+    args = ["--quick", "--engine", engine, "--engines", str(engines_dir), "--work", str(tmp_path)]
+    rc = ec.main(args)
     out = capsys.readouterr().out
     m = re.search(rf"^{engine}: (\d+) commands, (\d+) accepted, (\d+) problems", out, re.M)
     assert m, out

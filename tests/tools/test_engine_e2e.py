@@ -11,7 +11,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 import engine_e2e as e2e  # noqa: E402
-from engine_check import DEFAULT_ENGINES  # noqa: E402
 
 
 def test_exported_command_gets_the_cpu_additions_and_keeps_the_plan() -> None:
@@ -58,10 +57,8 @@ def test_metric_sums_a_counter_over_its_label_sets() -> None:
 
 
 @pytest.mark.engines
-def test_one_request_end_to_end_on_the_cpu(tmp_path: Path) -> None:
-    if not (DEFAULT_ENGINES / "vllm" / "bin" / "vllm-router").exists():
-        pytest.skip(f"no vllm environment in {DEFAULT_ENGINES} (tools/engines.sh)")
-    res = e2e.run(DEFAULT_ENGINES, tmp_path, timeout=2400)
+def test_one_request_end_to_end_on_the_cpu(engines_dir: Path, tmp_path: Path) -> None:
+    res = e2e.run(engines_dir, tmp_path, timeout=2400)
     assert len(res["token_ids"]) == e2e.MAX_TOKENS, res
     # the router sent the whole prompt to both instances; the decode instance took the KV of
     # all but the last prompt token from the connector and computed only that one
