@@ -14,7 +14,8 @@ the router on the pool the export names, send one completion with token ids as i
 cache came through the connector instead of being computed.
 
 CPU additions to each exported command (what a GPU server does not need):
-``--load-format dummy --skip-tokenizer-init --max-model-len 256 --host 127.0.0.1``, and the
+``--load-format dummy --skip-tokenizer-init --max-model-len 256 --enforce-eager --host
+127.0.0.1`` (eager: compiling the model's graph takes minutes on two cores), and the
 environment ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB of KV cache; the default sizes it from the
 machine), ``VLLM_CPU_OMP_THREADS_BIND=nobind`` (two engines share the cores) and
 ``VLLM_NIXL_SIDE_CHANNEL_HOST`` = the server name when the export does not set it.
@@ -68,8 +69,14 @@ TINY_OPT = {
     "pad_token_id": 1,
     "torch_dtype": "bfloat16",
 }
-CPU_FLAGS = ["--load-format", "dummy", "--skip-tokenizer-init", "--max-model-len", "256"]
-CPU_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+CPU_FLAGS = ["--load-format", "dummy", "--skip-tokenizer-init", "--max-model-len", "256",
+             "--enforce-eager"]  # fmt: skip
+# PYTHONFAULTHANDLER: a kernel that dies on this CPU (SIGILL, SIGSEGV) leaves its stack in the log
+CPU_ENV = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "PYTHONFAULTHANDLER": "1",
+}
 PROMPT = list(range(10, 74))  # 64 token ids: four 16-token KV blocks
 MAX_TOKENS = 8  # ignore_eos: dummy weights may pick the end token at any step
 ROUTER_PORT = 8090

@@ -11,7 +11,8 @@ Stages, in the order ``vllm serve`` runs them:
    ``config.json`` at the model path, never its weights);
 3. ``kv worker``: the KV connector's worker-side constructor, where vLLM refuses layouts its
    connector cannot move (NIXL: a consumer with pipeline_parallel_size > 1), run with the
-   tensor-parallel rank a one-process probe has (0) in place of a started worker group.
+   tensor-parallel rank a one-process probe has (0) in place of a started worker group, and
+   the KV cache layout the engine core resolves for attention backends that declare none.
 
 Usage: ``python engine_probe_vllm.py COMMANDS.json`` where the file holds a list of
 ``{"id", "argv", "env"}``. Not imported by the project: it runs under the engine's Python.
@@ -56,6 +57,11 @@ def _kv_cache_config(cfg):  # noqa: ANN001, ANN202 - vLLM types, imported late
 def _kv_worker(cfg) -> None:  # noqa: ANN001 - a VllmConfig
     from vllm.distributed.kv_transfer.kv_connector.factory import KVConnectorFactory
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+    from vllm.v1.attention.backends.utils import (
+        get_supported_kv_cache_layouts,
+        record_kv_cache_layout,
+        resolve_kv_cache_layout,
+    )
 
     kvt = cfg.kv_transfer_config
     if kvt is None or not kvt.is_kv_transfer_instance:
@@ -65,8 +71,16 @@ def _kv_worker(cfg) -> None:  # noqa: ANN001 - a VllmConfig
 
     bw.get_tensor_model_parallel_rank = lambda: 0
     bw.get_tensor_model_parallel_world_size = lambda: 1
+    kvc = _kv_cache_config(cfg)
+    # the engine core resolves the KV cache layout from what the workers' attention backends
+    # support before any connector starts; a probe has no backends, which is the case of
+    # backends that declare nothing: vLLM's default preference
+    names = [layout.name for layout in get_supported_kv_cache_layouts([])]
+    specs = [g.kv_cache_spec for g in kvc.kv_cache_groups]
+    layout = resolve_kv_cache_layout(cfg, [names], specs)
+    record_kv_cache_layout(cfg.cache_config, layout.name)
     conn = KVConnectorFactory.create_connector(
-        config=cfg, role=KVConnectorRole.WORKER, kv_cache_config=_kv_cache_config(cfg)
+        config=cfg, role=KVConnectorRole.WORKER, kv_cache_config=kvc
     )
     worker = getattr(conn, "connector_worker", None)
     if worker is not None and hasattr(worker, "shutdown"):
