@@ -50,15 +50,16 @@ links:
   - {a: localhost-gpu0, b: s1, gbps: 100}
   - {a: localhost-gpu1, b: s1, gbps: 100}
 """
-# OPT's architecture at toy size: 2 layers of width 64, so that dummy weights start in seconds
+# OPT's architecture at toy size, so that dummy weights start in seconds: 2 layers of width 128
+# in 2 heads of 64, a head size vLLM's CPU attention kernels support (16 is refused)
 TINY_OPT = {
     "architectures": ["OPTForCausalLM"],
     "model_type": "opt",
-    "hidden_size": 64,
-    "word_embed_proj_dim": 64,
+    "hidden_size": 128,
+    "word_embed_proj_dim": 128,
     "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "ffn_dim": 256,
+    "num_attention_heads": 2,
+    "ffn_dim": 512,
     "vocab_size": 1024,
     "max_position_embeddings": 512,
     "do_layer_norm_before": True,
