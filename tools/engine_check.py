@@ -1,6 +1,5 @@
 """The engines as tests: every command ``heroserve export`` writes, fed through vLLM's and
-SGLang's own argument parsers and configuration checks (docs/export.md, "Checked by the
-engines").
+SGLang's own argument parsers and configuration checks (docs/engine-check.md).
 
     python tools/engine_check.py [--engines DIR] [--work DIR] [--quick]
 

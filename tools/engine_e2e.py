@@ -1,7 +1,7 @@
 """One real request end to end on this machine's CPU: a ``heroserve export --format vllm`` of a
 plan for a one-server "cluster" (``localhost`` with two GPU slots) started with vLLM's CPU build,
 a tiny OPT-shaped model with dummy weights, the NIXL KV connector, and ``vllm-router`` in
-front (docs/export.md, "End to end on a CPU").
+front (docs/engine-check.md).
 
     python tools/engine_e2e.py [--engines DIR] [--work DIR] [--timeout S]
 
