@@ -1,8 +1,9 @@
 """The controller's persistent state in SQLite (docs/design.md §9): a restart loses nothing.
 
-Tables: ``meta`` (topology name, current epoch, current plan id), ``plans`` (every plan
-applied, by content hash), ``agents`` (registry: identity, inventory, acknowledged epoch),
-``slot_pools`` / ``slot_allocs`` (aggregator slots per switch, see :mod:`controller.service.slots`),
+Tables: ``meta`` (topology name, current epoch, current plan id), ``plans`` (the plans
+applied, by content hash: the newest ``PLAN_BODIES_KEPT`` whole, older ones by id and
+epoch), ``agents`` (registry: identity, inventory, acknowledged epoch), ``slot_pools`` /
+``slot_allocs`` (aggregator slots per switch, see :mod:`controller.service.slots`),
 ``group_ids`` (numeric INA group id of each group name), ``table_versions`` (version of
 each GPU policy table, bumped when its content changes), ``table_floors`` (versions GPU
 agents said they hold, which a new version must exceed) and ``member_seq`` (the collective
@@ -54,6 +55,12 @@ MAX_SEQ_RATE = 1_000_000
 # What an agent's report may run ahead of that bound: the apply margin of one table
 # (controller.service.core.DEFAULT_APPLY_MARGIN), so reports a moment apart are never cut.
 SEQ_SLACK = 1024
+# Plans kept: a plan body can be 64 MiB (the body limit), and every distinct plan applied
+# was kept whole. The newest PLAN_BODIES_KEPT keep their JSON (the current one always is
+# among them: it is the newest); older ones keep their id and epoch, which is what a restart
+# asks of them (``plan_epoch``: was this --plan applied before?), up to PLAN_IDS_KEPT rows.
+PLAN_BODIES_KEPT = 8
+PLAN_IDS_KEPT = 4096
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -215,6 +222,12 @@ class Store:
                 (pid, plan_json, epoch, time.time()),
             )
             db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('plan_id', ?)", (pid,))
+            newest = "SELECT plan_id FROM plans ORDER BY epoch DESC, applied DESC LIMIT ?"
+            db.execute(
+                f"UPDATE plans SET json = '' WHERE json != '' AND plan_id NOT IN ({newest})",
+                (PLAN_BODIES_KEPT,),
+            )
+            db.execute(f"DELETE FROM plans WHERE plan_id NOT IN ({newest})", (PLAN_IDS_KEPT,))
         return pid
 
     def current_plan(self) -> tuple[str, str] | None:

@@ -265,3 +265,24 @@ def test_a_version_1_database_is_upgraded(tmp_path: Path) -> None:
     with s.transaction() as c:
         tables = {n for (n,) in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "group_seq" not in tables and "member_seq" in tables
+
+
+def test_old_plans_keep_their_id_and_epoch_not_their_body(tmp_path: Path) -> None:
+    """Every distinct plan used to be kept whole (a body can be 64 MiB): the newest
+    PLAN_BODIES_KEPT keep their JSON, older ones their id and epoch, which is what a restart
+    asks (was this --plan applied before?); the current plan is always whole."""
+    from controller.service.store import PLAN_BODIES_KEPT
+
+    s = Store(tmp_path / "c.db")
+    bodies = [f'{{"plan": {i}}}' for i in range(PLAN_BODIES_KEPT + 3)]
+    pids = [s.save_plan(b, epoch=s.next_epoch()) for b in bodies]
+    assert s.current_plan() == (pids[-1], bodies[-1])
+    rows = dict(s._db.execute("SELECT plan_id, json FROM plans").fetchall())
+    assert [rows[p] for p in pids[:3]] == ["", "", ""]
+    assert [rows[p] for p in pids[3:]] == bodies[3:]
+    assert [s.plan_epoch(p) for p in pids] == list(range(1, len(pids) + 1))
+    s.verify()
+    # a plan applied again gets its body back
+    s.save_plan(bodies[0], epoch=s.next_epoch())
+    assert s.current_plan() == (pids[0], bodies[0])
+    s.verify()
