@@ -16,7 +16,7 @@ import shlex
 
 from controller.export.engines import ADDR, Command
 from controller.export.layout import InstanceView, Options, pools
-from controller.models.engines import EngineProfile
+from controller.models.engines import EngineProfile, in_flight
 
 HELPERS = """\
 TIMEOUT=${HEROSERVE_START_TIMEOUT:-1800}  # seconds a process may take to come up
@@ -169,6 +169,8 @@ def render_json(
                 "tp": v.tp,
                 "pp": v.pp,
                 "batch": v.batch,
+                # the request limit its command sets: the batch, raised for a pipelined prefill
+                "in_flight": in_flight(profile, v.role, v.pp, v.batch),
                 "servers": [
                     {"server": p.server, "gpus": p.cuda, "gpu_ids": p.gpu_ids} for p in v.servers
                 ],
