@@ -117,7 +117,7 @@ def _set(d: dict, path: str, value: Any) -> None:
     ("path", "value", "message"),
     [
         ("decode/groups/0/pathz", {}, "groups[0]: key 14: unknown key (did you mean paths?)"),
-        ("kv_transfers", [], "not a plan: key 14: unknown key (did you mean kv_transfer?)"),
+        ("kv_transfers", [], "not a plan: key 16: unknown key (did you mean kv_transfer?)"),
         ("decode/groups/0/scheme", "magic", "decode.groups[0].scheme: must be one of ina, ring"),
         ("decode/tp", 0.5, "decode.tp: must be an integer, got 0.5"),
         ("decode/batch_size", -3, "decode.batch_size: must be positive, got -3"),

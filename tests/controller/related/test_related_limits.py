@@ -12,6 +12,7 @@ from controller.models import model_spec
 from controller.related.clusters import helix24, resolve_cluster
 from controller.related.common import RelatedOptions, cluster_nodes
 from controller.related.helix import plan_helix, setup
+from controller.related.helix_coverage import aligned_placement
 from controller.related.helix_flow import max_flow
 from controller.related.helix_heuristics import complete, petals, separate_pipelines, swarm
 from controller.related.perf import PerfModel
@@ -59,8 +60,8 @@ def test_routes_found_once_per_exit_shape_are_every_routes_best():
 
 def test_helix_out_of_time_keeps_its_best_heuristic_marked():
     """A planner limit already spent when the heuristics are priced: no MILP, the best of
-    Swarm, Petals and separate pipelines by max flow, marked in the field and the notes; the
-    idle GPUs are the cluster's less those the flow uses."""
+    Swarm, Petals, separate pipelines and aligned stages by max flow, marked in the field and
+    the notes; the idle GPUs are the cluster's less those the flow uses."""
     g, model, w = helix24(), model_spec("LLaMA-2-70B"), chatbot(n=500)
     opts = RelatedOptions(helix_nodes="gpu", workers=1, planner_time_limit_s=1e-9)
     plan = plan_helix(g, model, w, SLA(5, 0.5), opts)
@@ -70,7 +71,12 @@ def test_helix_out_of_time_keeps_its_best_heuristic_marked():
     p = s.problem
     best = max(
         max_flow(p, complete(p, pl), True).value
-        for pl in (swarm(p, s.half_vram), petals(p, s.half_vram), separate_pipelines(p, s.kinds)[0])
+        for pl in (
+            swarm(p, s.half_vram),
+            petals(p, s.half_vram),
+            separate_pipelines(p, s.kinds)[0],
+            aligned_placement(p),
+        )
     )
     assert plan.colocated is not None
     assert plan.colocated.tokens_per_s == best

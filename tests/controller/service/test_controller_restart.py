@@ -3,7 +3,6 @@ with backoff and resynchronise, the epoch continues, slot allocations are intact
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -19,6 +18,7 @@ import pytest
 from support import ROOT
 
 from agents.client import AgentClient, Backoff, PolicyState
+from agents.gpu.shmview import read_segment
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service.sample import sample_plan, sample_topology, save_sample_topology
@@ -287,11 +287,9 @@ def test_gpu_agent_never_acks_a_table_it_ignores(tmp_path: Path) -> None:
         return rec is not None and rec.acked_epoch >= epoch
 
     def newest() -> dict:
-        raw = segment(prefix).read_bytes()
-        doc, _ = json.JSONDecoder().raw_decode(
-            raw[raw.index(b'{"tables":') :].decode("utf-8", errors="replace")
-        )
-        return doc["tables"][-1]
+        got = read_segment(segment(prefix))  # the checked read the plugin's layout defines
+        assert not got.error, got.error
+        return got.tables[-1]
 
     try:
         wait_for(f"ack of epoch 3\n{agent.text()}", lambda: acked(a, 3), timeout=15)

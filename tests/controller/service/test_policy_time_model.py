@@ -7,7 +7,6 @@ tables it publishes, with 0 bandwidth meaning "the bottleneck", and refuses bad 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from support.gpu_agent import (
 )
 from support.plans import shared_uplink_cluster, shared_uplink_plan
 
+from agents.gpu.shmview import read_segment
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from controller.errors import InputError
 from controller.models import model_spec
@@ -185,10 +185,9 @@ class FixedTimer(PolicyTimer):
 
 def published(prefix: str) -> dict:
     """The newest table in the group's shared-memory segment."""
-    raw = segment(prefix).read_bytes()
-    start = raw.index(b'{"tables":')
-    doc, _ = json.JSONDecoder().raw_decode(raw[start:].decode("utf-8", errors="replace"))
-    return doc["tables"][-1]
+    got = read_segment(segment(prefix))  # the checked read the plugin's layout defines
+    assert not got.error, got.error
+    return got.tables[-1]
 
 
 @pytest.mark.skipif(

@@ -170,7 +170,7 @@ def _both(d: dict, role: str, k: int, gpu: str) -> None:
         (lambda d: _g0(d).update(slots={"start": 0}), "groups[0].slots: missing 'count'"),
         (lambda d: _g0(d).update(scheme="magic"), "scheme: must be one of ina, ring, hier"),
         (lambda d: _g0(d).update(rails=[{"switch": 1}]), "rails[0].switch: must be a node id"),
-        (lambda d: d.update(extra=1), "plan: not a plan: key 14: unknown key"),
+        (lambda d: d.update(extra=1), "plan: not a plan: key 16: unknown key"),
         (lambda d: d["sla"].update(ttft_s="fast"), "plan: sla.ttft_s: must be a number"),
         (lambda d: _g0(d).update(instance=2**70), "instance: must be at most 9007199254740992"),
         (lambda d: _g0(d).update(slots={"start": 0, "count": 2**20}), "must be at most 65536"),
