@@ -278,7 +278,10 @@ def report(
         "requests may show a longer TPOT within the bound.\n"
     )
     lines.append(_why())
-    say(f"fidelity: done in {time.perf_counter() - t0:.0f} s")
+    took = time.perf_counter() - t0
+    lines.append(f"\n*Computed in {took:.0f} s of wall time by `heroserve fidelity --servers "
+                 f"{servers}`{' --quick' if quick else ''}.*")  # fmt: skip
+    say(f"fidelity: done in {took:.0f} s")
     return "\n".join(lines) + "\n"
 
 
