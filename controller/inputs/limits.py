@@ -22,6 +22,11 @@ MiB = 1 << 20
 MAX_TOPOLOGY_JSON_BYTES = 16 * MiB
 MAX_YAML_BYTES = 4 * MiB
 MAX_PLAN_BYTES = 64 * MiB  # a 9,600-GPU plan lists paths and KV pairs per GPU
+# Values in a plan, bounded by its commas before it is decoded: JSON decoding holds Python's
+# interpreter lock, and 56 MB of small numbers stopped the controller's event loop for 7.8 s
+# in a worker thread (benchmarks/bench_apply_stall.py --shape numbers). The 8tracks plan
+# (9,600 GPUs, 4.9 MB) has 122,879 commas; the bound leaves 16x that.
+MAX_PLAN_COMMAS = 2_000_000
 # ShareGPT's public dump (ShareGPT_V3_unfiltered_cleaned_split.json) is about 0.67 GB.
 MAX_TRACE_BYTES = 1024 * MiB
 # Nesting: a plan is 9 levels deep (plan.decode.groups[i].rails[k].paths[gpu][j]); the bound

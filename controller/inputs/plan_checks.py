@@ -38,6 +38,7 @@ from controller.inputs.limits import (
     MAX_PARALLEL,
     MAX_PATH_NODES,
     MAX_PLAN_BYTES,
+    MAX_PLAN_COMMAS,
     MAX_SLA_S,
 )
 from controller.inputs.schema import (
@@ -155,6 +156,8 @@ def load_plan(path: str | Path) -> Plan:
 
 def parse_plan(text: str, source: str = "plan") -> Plan:
     """A plan from its JSON text (a file's or a gRPC request's)."""
+    if text.count(",") > MAX_PLAN_COMMAS:  # a C scan, before the costly decoding
+        raise InputError(f"{source}: more than {MAX_PLAN_COMMAS} values (commas)")
     return validate_plan_dict(parse_json(text, source), source)
 
 

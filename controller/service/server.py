@@ -123,6 +123,33 @@ def _check_pem(tls: Tls) -> None:
         raise UsageError("--tls-key: not an unencrypted PEM private key") from None
 
 
+# Methods whose handler gets the request serialised, to decode it once in a worker thread
+# (servicer.decode_apply_plan): grpc would decode it on the event loop.
+RAW_REQUEST_METHODS = frozenset({"ApplyPlan"})
+
+
+class RawRequests:
+    """Stands for a ``grpc.aio.Server`` while generated code registers a service, so the
+    methods in ``raw`` are registered without their request deserializer (the handler gets
+    bytes); everything else is registered as generated."""
+
+    def __init__(self, server: grpc.aio.Server, raw: frozenset[str]) -> None:
+        self.server, self.raw = server, raw
+
+    def add_generic_rpc_handlers(self, handlers: tuple) -> None:
+        """Ignored: :meth:`add_registered_method_handlers` registers both kinds."""
+
+    def add_registered_method_handlers(self, service: str, handlers: dict) -> None:
+        handlers = {
+            name: h._replace(request_deserializer=None) if name in self.raw else h
+            for name, h in handlers.items()
+        }
+        self.server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(service, handlers),)
+        )
+        self.server.add_registered_method_handlers(service, handlers)
+
+
 class ControllerServer:
     """The controller's gRPC server on an asyncio loop (owns core, store, server)."""
 
@@ -171,7 +198,8 @@ class ControllerServer:
             ControlServicer(self.core, self.tls is not None), self.server
         )
         pb_grpc.add_AdminServicer_to_server(
-            AdminServicer(self.core, self.tls is not None, self.admin_name), self.server
+            AdminServicer(self.core, self.tls is not None, self.admin_name),
+            RawRequests(self.server, RAW_REQUEST_METHODS),
         )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         # Server reflection, so grpcurl and other generic clients can list and call methods.

@@ -16,6 +16,7 @@ import logging
 from collections.abc import AsyncIterator
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
@@ -23,7 +24,7 @@ from controller.errors import InputError
 from controller.service.admission import TopologyUnavailable
 from controller.service.binding import KIND_NAMES, Denied
 from controller.service.core import Controller, NotRegistered, RegistryFull
-from controller.service.planinput import parse_plan_canonical
+from controller.service.planinput import Parsed, parse_plan_canonical
 from controller.service.slots import SlotError
 from controller.service.state import NodeState, diff
 from controller.service.store import StoreError
@@ -40,6 +41,18 @@ def peer_names(context: grpc.aio.ServicerContext) -> set[str] | None:
     for key in ("x509_common_name", "x509_subject_alternative_name"):
         names.update(v.decode() for v in auth.get(key, []))
     return names
+
+
+def decode_apply_plan(raw: bytes) -> tuple[str, Parsed]:
+    """The plan JSON of a serialised ``ApplyPlanRequest`` and the plan parsed from it, or
+    :class:`InputError`. Decoding holds the interpreter lock whichever thread runs it, and
+    each read of a protobuf string field makes a new copy (150 ms for 56 MB): the request is
+    decoded here once, in a worker thread (benchmarks/bench_apply_stall.py)."""
+    try:
+        text = pb.ApplyPlanRequest.FromString(raw).plan_json
+    except DecodeError:
+        raise InputError("ApplyPlan: not an ApplyPlanRequest message") from None
+    return text, parse_plan_canonical(text)
 
 
 class _Base:
@@ -165,15 +178,14 @@ class AdminServicer(_Base, pb_grpc.AdminServicer):
         self.admin_name = admin_name
 
     async def ApplyPlan(
-        self, request: pb.ApplyPlanRequest, context: grpc.aio.ServicerContext
+        self, request: bytes, context: grpc.aio.ServicerContext
     ) -> pb.ApplyPlanResponse:
+        """``request`` arrives serialised (server.py registers it so) and is decoded once, in a
+        worker thread; what changes state runs back on the loop."""
         await self._authorise(context, "ApplyPlan", self.admin_name)
         try:
-            # The parse and schema checks read nothing shared: in a worker thread, so the loop
-            # gets turns during the checks' Python code; JSON decoding itself holds the GIL
-            # (benchmarks/bench_apply_stall.py). What changes state runs back on the loop.
-            parsed = await asyncio.to_thread(parse_plan_canonical, request.plan_json)
-            epoch, pid = self.core.apply_plan(request.plan_json, parsed)
+            text, parsed = await asyncio.to_thread(decode_apply_plan, request)
+            epoch, pid = self.core.apply_plan(text, parsed)
         except Exception as exc:  # noqa: BLE001
             await self._fail(context, "ApplyPlan", exc)
             raise
