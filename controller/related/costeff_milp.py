@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_matrix
+from scipy.sparse import coo_matrix, csr_matrix
 
 from controller.errors import InputError
 
@@ -112,6 +112,30 @@ def _check_feasible(p: CostProblem) -> None:
             )
 
 
+class _Rows:
+    """Sparse constraint rows ``lo <= sum(v * x[col]) <= hi``, added one at a time."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.vals: list[float] = []
+        self.lo: list[float] = []
+        self.hi: list[float] = []
+
+    def add(self, entries: list[tuple[int, float]], low: float, high: float) -> None:
+        r = len(self.lo)
+        for col, v in entries:
+            self.rows.append(r)
+            self.cols.append(col)
+            self.vals.append(v)
+        self.lo.append(low)
+        self.hi.append(high)
+
+    def matrix(self, n: int) -> csr_matrix:
+        """The rows as an ``len(lo) x n`` CSR matrix."""
+        return coo_matrix((self.vals, (self.rows, self.cols)), shape=(len(self.lo), n)).tocsr()
+
+
 def solve_milp(p: CostProblem, time_limit_s: float = 60.0) -> CostSolution:
     """The exact MILP (copy-wise linearisation, see module docstring)."""
     t0 = time.perf_counter()
@@ -121,18 +145,8 @@ def solve_milp(p: CostProblem, time_limit_s: float = 60.0) -> CostSolution:
     nz = len(copies)
     n = 1 + nz + nz * W  # T, z, x
     xi = lambda j, w: 1 + nz + j * W + w  # noqa: E731
-    rows, cols, vals, lo, hi = [], [], [], [], []
-    r = 0
-
-    def add(entries: list[tuple[int, float]], low: float, high: float) -> None:
-        nonlocal r
-        for col, v in entries:
-            rows.append(r)
-            cols.append(col)
-            vals.append(v)
-        lo.append(low)
-        hi.append(high)
-        r += 1
+    rows = _Rows()
+    add = rows.add
 
     for w in range(W):  # assignment
         add([(xi(j, w), 1.0) for j, (c, _) in enumerate(copies) if p.rate[c][w] > 0], 1.0, 1.0)
@@ -149,7 +163,7 @@ def solve_milp(p: CostProblem, time_limit_s: float = 60.0) -> CostSolution:
     for t in range(len(p.types)):
         entries = [(1 + j, float(p.gpus[c][t])) for j, (c, _) in enumerate(copies)]
         add([e for e in entries if e[1] > 0], -np.inf, float(p.avail[t]))
-    A = coo_matrix((vals, (rows, cols)), shape=(r, n)).tocsr()
+    A = rows.matrix(n)
     upper = np.ones(n)
     upper[0] = np.inf
     for j, (c, _) in enumerate(copies):
@@ -162,7 +176,7 @@ def solve_milp(p: CostProblem, time_limit_s: float = 60.0) -> CostSolution:
     cost[0] = 1.0
     res = milp(
         cost,
-        constraints=LinearConstraint(A, lo, hi),
+        constraints=LinearConstraint(A, rows.lo, rows.hi),
         integrality=integrality,
         bounds=Bounds(np.zeros(n), upper),
         options={"time_limit": max(0.01, time_limit_s), "mip_rel_gap": 1e-9},
@@ -213,18 +227,8 @@ def _feasible(p: CostProblem, T: float, time_limit_s: float) -> tuple[list[int] 
     m = len(cs)
     n = m + m * W  # y, x
     xi = lambda j, w: m + j * W + w  # noqa: E731
-    rows, cols, vals, lo, hi = [], [], [], [], []
-    r = 0
-
-    def add(entries, low, high):
-        nonlocal r
-        for col, v in entries:
-            rows.append(r)
-            cols.append(col)
-            vals.append(v)
-        lo.append(low)
-        hi.append(high)
-        r += 1
+    rows = _Rows()
+    add = rows.add
 
     for w in range(W):
         add([(xi(j, w), 1.0) for j, c in enumerate(cs) if p.rate[c][w] > 0], 1.0, 1.0)
@@ -238,7 +242,7 @@ def _feasible(p: CostProblem, T: float, time_limit_s: float) -> tuple[list[int] 
     for t in range(len(p.types)):
         add([(j, float(p.gpus[c][t])) for j, c in enumerate(cs) if p.gpus[c][t] > 0],
             -np.inf, float(p.avail[t]))  # fmt: skip
-    A = coo_matrix((vals, (rows, cols)), shape=(r, n)).tocsr()
+    A = rows.matrix(n)
     upper = np.ones(n)
     for j, c in enumerate(cs):
         upper[j] = p.max_copies(c)
@@ -252,7 +256,7 @@ def _feasible(p: CostProblem, T: float, time_limit_s: float) -> tuple[list[int] 
         cost[j] = p.price[c]
     res = milp(
         cost,
-        constraints=LinearConstraint(A, lo, hi),
+        constraints=LinearConstraint(A, rows.lo, rows.hi),
         integrality=integrality,
         bounds=Bounds(np.zeros(n), upper),
         options={"time_limit": max(0.01, time_limit_s)},
