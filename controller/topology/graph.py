@@ -5,10 +5,12 @@ Nodes
   gpu       ``kind="gpu"``, ``gpu_type``, ``memory_gb``, ``server``, ``index`` (GPU number inside
             its server), ``role`` in {prefill, decode, any}. A GPU node stands for the GPU and
             its RDMA NIC(s) (GPUDirect): its Ethernet edges are its NIC ports.
-  nvswitch  ``kind="nvswitch"``, ``server``: the NVLink fabric of one server. Each GPU of the
-            server has one NVLink edge to it with the GPU's NVLink bandwidth per direction
-            (half the datasheet's total), so a GPU cannot send more than that to all its
-            peers together.
+  nvswitch  ``kind="nvswitch"``, ``server``: the NVLink fabric of one server with an NVSwitch
+            board (or the PCIe fabric of NVLink-less cards). Each GPU of the server has one
+            edge to it with the GPU's NVLink bandwidth per direction (half the datasheet's
+            total), so a GPU cannot send more than that to all its peers together. A mesh
+            board (4-GPU A100 and V100) has no such node: its GPUs are joined pair by pair by
+            ``nvlink`` edges (docs/topology.md "Server fabrics").
   switch    ``kind="switch"``, ``tier`` in {access, core}, ``ina`` (bool), ``aggregator_slots``
             (slots available for INA), ``slot_bytes`` (payload bytes aggregated per slot).
   host      ``kind="host"``: anything else (a parameter server, a client).
