@@ -130,8 +130,9 @@ def build_tables(
 def _hier_policy(name: str, g: Group, alt: Alternatives) -> pb.Policy:
     """Policy 0 of a hierarchical group: each member's route to its rail's switch, and the
     NVLink links of the reduce-scatter and all-gather inside each server (consecutive
-    members of a server in ring order, over NVLink, as NCCL's intra-node ring runs)."""
-    from controller.costmodel.ring import ring_order
+    members of a server in ring order, over NVLink, as NCCL's intra-node ring runs; on a mesh
+    board every link the cost model spreads the ring over, ``ring.server_ring``)."""
+    from controller.costmodel.ring import ring_order, server_ring
 
     paths: dict[str, list[str]] = {}
     for r in g.rails:
@@ -150,6 +151,9 @@ def _hier_policy(name: str, g: Group, alt: Alternatives) -> pb.Policy:
             if route is None and u != v:
                 raise InputError(f"group {name}: {u} and {v} share a server but no NVLink path")
             extra.extend(route_links(route or []))
+        if len(gpus) > 1:
+            for route, _ in server_ring(fab, gpus, 1.0):
+                extra.extend(route_links(route))
     links = sorted(set(pol.links) | set(extra))
     del pol.links[:]
     pol.links.extend(links)

@@ -158,6 +158,12 @@ def nic_switches(g: nx.Graph, gpu: str) -> list[str]:
     )
 
 
+def relayed(g: nx.Graph, path: list[str]) -> bool:
+    """Whether a GPU's route to a switch leaves it over NVLink (to its server's fabric node or
+    a mesh peer) and out through a peer's NIC (the paper's Fig. 2), not through its own."""
+    return len(path) > 1 and g.nodes[path[1]]["kind"] != SWITCH
+
+
 def link_id(a: str, b: str) -> str:
     """Stable id of an undirected link: the two node names sorted, joined by '|'."""
     return "|".join(sorted((a, b)))

@@ -68,6 +68,21 @@ def test_hier_reduce_scatter_on_the_mesh():
     assert {tuple(p) for p, _ in h.phases[0].flows} >= {("srv0-gpu0", "srv0-gpu1")}
 
 
+def test_hier_reduce_scatter_of_four_spreads_over_the_mesh():
+    """4 + 4 A100s: 3 steps of D/4 per GPU spread over its 3 links, D/12 on each: D = 4 MB,
+    3 x 3.3333 us + 3 x (0.5 + 1.9) us = 17.2 us (one ring order would take 3 x 10 us of
+    bandwidth: 37.2 us)."""
+    g = make_testbed()
+    f = NetParams().fabric(g)
+    d = 4 * MB
+    members = [f"srv{s}-gpu{i}" for s in (0, 1) for i in range(4)]
+    h = hier_pattern(f, members, d, NetParams())
+    assert h is not None and len(h.rails) == 4
+    rs = compile_phase(f, h.phases[0])
+    assert rs.time(d) == pytest.approx(3 * (d / 12) / PAIR_A100 + 3 * (0.5e-6 + STEP_NV))
+    assert rs.time(d) == pytest.approx(17.2e-6, rel=1e-9)
+
+
 def test_kv_transfer_inside_a_mesh_server():
     """A KV share between two GPUs of one V100 board takes their direct link (50 GB/s each
     way): 10 MB alone = 200 us + 0.5 us; two shares into the same GPU from two peers run on

@@ -11,7 +11,7 @@ from controller.topology import testbed as make_testbed
 from controller.topology import topology_from_dict, tracks
 from controller.topology.fabric import Fabric
 from controller.topology.generators import add_server, nvlink_per_direction
-from controller.topology.graph import add_link, add_switch
+from controller.topology.graph import add_link, add_switch, relayed
 from controller.units import GB
 
 
@@ -58,6 +58,8 @@ def test_a100_mesh_pair_gets_100_gb_per_s():
     assert f.path_time(p, 1e6) == pytest.approx(10.5e-6, rel=1e-12)
     # relaying to a peer's NIC (Fig. 2) also crosses the direct link
     assert ["srv0-gpu1", "srv0-gpu0", "s1"] in f.exits("srv0-gpu1")
+    assert relayed(g, ["srv0-gpu1", "srv0-gpu0", "s1"])
+    assert not relayed(g, ["srv0-gpu1", "s2", "s1"])
 
 
 def test_eight_gpu_nvswitch_server_unchanged():
@@ -75,6 +77,7 @@ def test_eight_gpu_nvswitch_server_unchanged():
         hub,
         "u0-srv0-gpu5",
     ]
+    assert relayed(g, ["u0-srv0-gpu0", hub, "u0-srv0-gpu1", "u0-acc1"])
 
 
 def test_routes_never_cross_a_third_gpu():
