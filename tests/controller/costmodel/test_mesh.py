@@ -83,6 +83,25 @@ def test_hier_reduce_scatter_of_four_spreads_over_the_mesh():
     assert rs.time(d) == pytest.approx(17.2e-6, rel=1e-9)
 
 
+def test_flat_ina_relay_crosses_the_pair_link():
+    """srv0-gpu1 relays to s1 through srv0-gpu0's NIC over their direct 100 GB/s link (Fig.
+    2), srv1-gpu0 goes up its own NIC. Pipelined: the Ethernet links carry D in the lane format
+    each way, D w / 12.5 GB/s; the relay's round trip is the longest, 0.5 + 2 + 2 + 0.5 us of
+    latency and one frame on every hop but the slowest (2 / 100 GB/s + 2 / 12.5 GB/s - 1 /
+    12.5 GB/s); then T_agg and the host's synchronisation."""
+    from controller.costmodel.ina import T_AGG_S, ina_on_routes
+
+    g = make_testbed()
+    params = NetParams()
+    f = params.fabric(g)
+    routes = {"srv0-gpu1": ["srv0-gpu1", "srv0-gpu0", "s1"], "srv1-gpu0": ["srv1-gpu0", "s1"]}
+    d = MB
+    t = ina_on_routes(routes, "s1", params).time(f, d)
+    eth, frame, w = 12.5e9, params.ina_frame_bytes, params.ina_wire_ratio
+    want = d * w / eth + 5e-6 + frame * (2 / PAIR_A100 + 1 / eth) + T_AGG_S + params.ina_host_s
+    assert t == pytest.approx(want, rel=1e-12)
+
+
 def test_kv_transfer_inside_a_mesh_server():
     """A KV share between two GPUs of one V100 board takes their direct link (50 GB/s each
     way): 10 MB alone = 200 us + 0.5 us; two shares into the same GPU from two peers run on
