@@ -103,10 +103,10 @@ def test_tp1_groups_get_no_table_and_the_others_valid_ones(
                 a, b = lk.id.split("|")
                 assert lk.capacity == g.edges[a, b]["capacity"] > 0
             # The decode groups are NVLink rings inside one 4-GPU V100 board, a mesh: the
-            # ring edges the plan records (NCCL's order) are pairs' direct links, 2 x 25 =
-            # 50 GB/s each per direction.
+            # ring is spread over all 6 pairs' direct links (as the cost model spreads it),
+            # 2 x 25 = 50 GB/s each per direction.
             assert {lk.capacity for lk in t.links} == {pair} == {50e9}
-            assert len(t.links) == 4
+            assert len(t.links) == 6
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             # A prefill GPU (TP=1) gets no table at all; a decode GPU gets its group's.
             for gr in plan.prefill.groups:
