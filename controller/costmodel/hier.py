@@ -11,7 +11,8 @@ For a group spanning N >= 2 servers with the same number m >= 2 of members on ea
 3. **All-gather** inside each server over NVLink: every member gets the whole sum.
 
 NVLink's reduce-scatter and all-gather are priced as NCCL runs them inside a node: a ring of
-m - 1 steps, each GPU sending D/m to its successor (NCCL's ``nsteps = nRanks - 1`` for both
+m - 1 steps, each GPU sending D/m to its successor (on a mesh board spread over every link,
+``ring.server_ring``) (NCCL's ``nsteps = nRanks - 1`` for both
 collectives in ``src/graph/tuning.cc``), with NCCL's per-hop NVLink latency; pipelined, as
 NCCL's tuning model does, m - 1 times the step's bytes over bandwidth plus the latency of
 m - 1 hops. (NCCL's CollNet Direct latency model is the same sum: ``2 (nRanks/nNodes - 1)``
@@ -31,7 +32,7 @@ from controller.costmodel.network import (
     choose_routes,
     compile_phase,
 )
-from controller.costmodel.ring import server_blocks
+from controller.costmodel.ring import server_blocks, server_ring
 from controller.topology.fabric import Fabric, Path
 from controller.topology.graph import SWITCH
 
@@ -53,11 +54,9 @@ def _intra_ring(fabric: Fabric, blocks: list[list[str]], params: NetParams) -> P
     m = len(blocks[0])
     flows: list[tuple[Path, float]] = []
     for b in blocks:
-        for i, u in enumerate(b):
-            p = fabric.nvlink_path(u, b[(i + 1) % m])
-            if p is None:
-                return None
-            flows.append((p, 1.0 / m))
+        if any(fabric.nvlink_path(u, b[(i + 1) % m]) is None for i, u in enumerate(b)):
+            return None
+        flows += server_ring(fabric, b, 1.0 / m)  # spread over a mesh board's links
     step = params.ring_step_nvlink_s
     chain = ((float(m - 1), tuple(range(len(flows))), step),)
     return Phase(flows, m - 1, step, chain=chain, bottleneck=True)

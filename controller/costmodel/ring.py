@@ -3,7 +3,8 @@ rings in and the routes its channels take between servers.
 
 Holds :func:`ring_order` (servers in turn, GPUs by index: the one definition, which the
 emulation and the controller's policies use too), :func:`rail_routes` (one inter-server
-channel's routes, PXN included), :func:`local_path` (a hop inside a server) and
+channel's routes, PXN included), :func:`local_path` (a hop inside a server),
+:func:`server_ring` (a ring step inside one server, spread over a mesh board's links) and
 :func:`ring_pattern` (the priced collective).
 """
 
@@ -72,6 +73,24 @@ def local_path(fabric: Fabric, u: str, v: str) -> Path:
     return fabric.nvlink_path(u, v) or min(fabric.routes_between(u, v), key=len)
 
 
+def server_ring(fabric: Fabric, block: Sequence[str], share: float) -> list[tuple[Path, float]]:
+    """The flows of one ring step among ``block``, the group's GPUs in one server (NCCL's
+    order), each GPU sending ``share`` of the message to its successor.
+
+    Through an NVSwitch (or PCIe) fabric node: one ring in NCCL's order. On a point-to-point
+    mesh (every pair of the block joined by its own NVLink link, docs/topology.md "Server
+    fabrics") NCCL's channels take several ring orders, so that every link carries traffic
+    (NVIDIA's DGX-1 whitepaper: the cube-mesh "as three interwoven rings"); spread evenly over
+    every directed ring of the m GPUs, each directed link is in the same number of them
+    ((m - 2)! of the (m - 1)!), so each directed link carries ``share / (m - 1)``: one flow per
+    directed pair."""
+    m = len(block)
+    pairs = [(u, v) for u in block for v in block if u != v]
+    if m > 2 and all(fabric.nvlink_path(u, v) == [u, v] for u, v in pairs):
+        return [([u, v], share / (m - 1)) for u, v in pairs]
+    return [(local_path(fabric, u, block[(i + 1) % m]), share) for i, u in enumerate(block)]
+
+
 def ring_pattern(
     fabric: Fabric, members: Sequence[str], nbytes: float, params: NetParams
 ) -> CommPattern:
@@ -101,7 +120,7 @@ def ring_pattern(
     steps = 2 * (p - 1)
     if len(blocks) == 1:
         paths[order[-1]] = local_path(fabric, order[-1], order[0])
-        intra.append((paths[order[-1]], share))
+        intra = server_ring(fabric, order, share)
         chain = ((float(steps), tuple(range(len(intra))), params.ring_step_nvlink_s),)
         phase = Phase(intra, steps, params.ring_step_nvlink_s, chain=chain, bottleneck=True)
         return CommPattern("ring", [phase], None, paths)

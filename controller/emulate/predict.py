@@ -66,12 +66,15 @@ def measure_hop_latency(net: Any, spec: NetworkSpec, g: nx.Graph) -> dict[str, f
 def emulated_graph(g: nx.Graph, slowdown: float, hop_latency: dict[str, float]) -> nx.Graph:
     """``g`` with capacities divided by ``slowdown`` and the measured per-hop latencies."""
     h = g.copy()
-    for _, _, d in h.edges(data=True):
+    for a, b, d in h.edges(data=True):
         d["capacity"] /= slowdown
         d["available"] /= slowdown
         kind = "nvlink" if d["link"] in ("nvlink", "pcie") else "ethernet"
         if kind in hop_latency:
-            d["latency_s"] = hop_latency[kind]
+            # a mesh board's direct GPU-GPU link runs as two hops through the server's bridge
+            # (spec._mesh_ports)
+            direct = h.nodes[a]["kind"] == h.nodes[b]["kind"] == "gpu"
+            d["latency_s"] = hop_latency[kind] * (2 if direct and kind == "nvlink" else 1)
     return h
 
 

@@ -5,7 +5,9 @@
 * one host per GPU (and per ``host`` node), with one NIC ``eth0`` on its switch and, when its
   server has an NVLink (or PCIe) fabric, an interface ``nvl0`` on that server's bridge;
 * one P4 switch per switch node, ports numbered 1.. in the order of its neighbours' names;
-* one Linux bridge per server fabric (NVLink emulated as a fast shaped link to the bridge);
+* one Linux bridge per server fabric (NVLink emulated as a fast shaped link to the bridge); a
+  mesh board's GPUs (joined pair by pair) share one bridge too, each GPU's port carrying the
+  total of its NVLink links (``_mesh_ports``);
 * every link's rate shaped to the topology's bandwidth divided by one factor ``slowdown``; a
   link still faster than ``MAX_SHAPED_BPS`` after that is left unshaped and said so. No
   latency is added: the kernels this runs on have no ``sch_netem``, and a hop through a veth
@@ -164,13 +166,16 @@ def network_spec(g: nx.Graph, slowdown: float, tag: str | None = None) -> Networ
     kind = {n: d["kind"] for n, d in g.nodes(data=True)}
     hosts_nodes = sorted(n for n, k in kind.items() if k in (GPU, HOST))
     switch_nodes = sorted(n for n, k in kind.items() if k == SWITCH)
-    fabric_nodes = sorted(n for n, k in kind.items() if k == NVSWITCH)
+    meshes = _mesh_ports(g)
+    fabric_nodes = sorted({n for n, k in kind.items() if k == NVSWITCH} | set(meshes.values()))
     if len(hosts_nodes) > MAX_HOSTS:
         raise InputError(
             f"topology {g.name}: {len(hosts_nodes)} GPUs and hosts; one machine emulates at most "
             f"{MAX_HOSTS} (give a smaller topology file)"
         )
-    max_port = max((g.degree(s) for s in switch_nodes + fabric_nodes), default=1)
+    degree = [g.degree(s) for s in switch_nodes + fabric_nodes if s in g]
+    degree += [list(meshes.values()).count(b) for b in set(meshes.values())]
+    max_port = max(degree, default=1)
     _check_names(tag, len(switch_nodes), len(fabric_nodes), max_port)
 
     hosts: dict[str, HostSpec] = {}
@@ -203,7 +208,9 @@ def network_spec(g: nx.Graph, slowdown: float, tag: str | None = None) -> Networ
             h.switch, h.nic_mac, h.nic_ip = nics[0], _mac(0x00, i), _host_ip(NIC_NET, i)
         fabrics = [v for v in g.neighbors(n) if kind[v] == NVSWITCH]
         peers = [v for v in g.neighbors(n) if kind[v] in (GPU, HOST)]
-        if peers:
+        if n in meshes:
+            fabrics.append(meshes[n])
+        elif peers:
             raise InputError(
                 f"link {n}-{peers[0]}: direct GPU-to-GPU links are not emulated; "
                 "join a server's GPUs through an nvswitch node (docs/topology.md)"
@@ -232,7 +239,7 @@ def network_spec(g: nx.Graph, slowdown: float, tag: str | None = None) -> Networ
     unshaped: list[str] = []
 
     def add(a: str, b: str, a_intf: str, b_intf: str, a_port=None, b_port=None) -> None:
-        d = g.edges[a, b]
+        d = g.edges[a, b] if g.has_edge(a, b) else _mesh_port(g, b)
         sh = shape(float(d["capacity"]), slowdown)
         if sh.rate_bps == 0.0:
             unshaped.append(f"{a}-{b}")
@@ -264,10 +271,44 @@ def network_spec(g: nx.Graph, slowdown: float, tag: str | None = None) -> Networ
         bridge_ports[f] = bridge_ports.get(f, 0) + 1
         add(f, n, f"{bridges[f].name}-eth{bridge_ports[f]}", NVLINK_IF)
     for f in fabric_nodes:
-        for v in g.neighbors(f):
+        for v in g.neighbors(f) if f in g else ():
             if kind[v] not in (GPU, HOST):
                 raise InputError(f"link {f}-{v}: an NVLink fabric joins GPUs only")
     return NetworkSpec(tag, float(slowdown), hosts, switches, bridges, links, unshaped)
+
+
+def _mesh_ports(g: nx.Graph) -> dict[str, str]:
+    """GPU -> the bridge that emulates its server's point-to-point NVLink mesh (a mesh board,
+    docs/topology.md "Server fabrics"): every GPU whose links to other GPUs all stay in its
+    server. The bridge is named as an NVSwitch fabric node would be (``<server>-nvsw``);
+    refused when a node of the graph already has that name."""
+    out: dict[str, str] = {}
+    for n, d in g.nodes(data=True):
+        if d["kind"] != GPU:
+            continue
+        peers = [v for v in g.neighbors(n) if g.nodes[v]["kind"] in (GPU, HOST)]
+        server = d.get("server")
+        if not peers or any(g.nodes[v].get("server") != server for v in peers):
+            continue
+        bridge = f"{server}-nvsw"
+        if bridge in g:
+            raise InputError(
+                f"{n}: its server's NVLink mesh needs a bridge named {bridge!r}, already a node"
+            )
+        out[n] = bridge
+    return out
+
+
+def _mesh_port(g: nx.Graph, gpu: str) -> dict:
+    """The emulated link of a mesh GPU to its server's bridge: the total of its links to its
+    peers (a bridge cannot limit each pair; the prediction keeps the mesh), their kind and the
+    slowest latency."""
+    links = [g.edges[gpu, v] for v in g.neighbors(gpu) if g.nodes[v]["kind"] == GPU]
+    return {
+        "capacity": sum(e["capacity"] for e in links),
+        "link": links[0]["link"],
+        "latency_s": max(e["latency_s"] for e in links),
+    }
 
 
 def ring_route(spec: NetworkSpec, src: str, dst: str) -> tuple[str, str | None]:

@@ -32,7 +32,7 @@ from controller.planner.evaluate import Evaluator
 from controller.planner.idle import idle_gpus
 from controller.planner.results import InstanceEval, PhaseResult
 from controller.topology.fabric import Fabric, Path
-from controller.topology.graph import DEFAULT_AGGREGATOR_SLOTS, DEFAULT_SLOT_BYTES
+from controller.topology.graph import DEFAULT_AGGREGATOR_SLOTS, DEFAULT_SLOT_BYTES, relayed
 from controller.units import to_gbps
 
 
@@ -203,7 +203,7 @@ def _decide_group(ev: Evaluator, w: _Wanted, slots: SlotPool, forced: set) -> Gr
             )
             if rng is None:
                 continue
-            relay = any(ev.g.nodes[n]["kind"] == "nvswitch" for q in p.paths.values() for n in q)
+            relay = any(relayed(ev.g, q) for q in p.paths.values())
             how = "NVLink-assisted" if relay else "Ethernet-only"
             group.switch, group.slots = p.switch, rng
             group.reason = (

@@ -105,9 +105,9 @@ def build_tables(
             ring_paths = {m: list(r) for m, r in alternatives.ring(role, g).paths.items()}
             policies.append(_policy(len(policies), pb.SCHEME_RING, "", ring_paths))
         else:
-            policies.append(
-                _policy(0, pb.SCHEME_RING, "", {k: list(v) for k, v in g.paths.items()})
-            )
+            pol = _policy(0, pb.SCHEME_RING, "", {k: list(v) for k, v in g.paths.items()})
+            _add_links(pol, _mesh_ring_links(g, alternatives))
+            policies.append(pol)
         if timer is not None:
             price(timer, role, g, policies)
         t = pb.PolicyTable(group_id=name, window_s=window_s, gamma=gamma)
@@ -130,8 +130,9 @@ def build_tables(
 def _hier_policy(name: str, g: Group, alt: Alternatives) -> pb.Policy:
     """Policy 0 of a hierarchical group: each member's route to its rail's switch, and the
     NVLink links of the reduce-scatter and all-gather inside each server (consecutive
-    members of a server in ring order, over NVLink, as NCCL's intra-node ring runs)."""
-    from controller.costmodel.ring import ring_order
+    members of a server in ring order, over NVLink, as NCCL's intra-node ring runs; on a mesh
+    board every link the cost model spreads the ring over, ``ring.server_ring``)."""
+    from controller.costmodel.ring import ring_order, server_ring
 
     paths: dict[str, list[str]] = {}
     for r in g.rails:
@@ -150,12 +151,33 @@ def _hier_policy(name: str, g: Group, alt: Alternatives) -> pb.Policy:
             if route is None and u != v:
                 raise InputError(f"group {name}: {u} and {v} share a server but no NVLink path")
             extra.extend(route_links(route or []))
-    links = sorted(set(pol.links) | set(extra))
-    del pol.links[:]
-    pol.links.extend(links)
+        if len(gpus) > 1:
+            for route, _ in server_ring(fab, gpus, 1.0):
+                extra.extend(route_links(route))
+    _add_links(pol, extra)
     for r in sorted(g.rails, key=lambda r: r.shard):
         pol.rails.add(shard=r.shard, switch=r.switch)
     return pol
+
+
+def _mesh_ring_links(g: Group, alt: Alternatives) -> list[str]:
+    """The links a ring inside one mesh board is spread over (``ring.server_ring``: every
+    pair's direct link), beyond the ring edges the plan records; none for any other ring."""
+    from controller.costmodel.ring import ring_order, server_ring
+
+    # every member's ring edge recorded, each GPU to GPU (no fabric node between)
+    direct = set(g.paths) == set(g.gpus) and all(len(p) == 2 for p in g.paths.values())
+    servers = {alt.cluster.nodes[m].get("server") for m in g.gpus}
+    if len(g.gpus) < 3 or not direct or len(servers) != 1:
+        return []
+    fab = alt.ring_fabric
+    return [lk for p, _ in server_ring(fab, ring_order(fab, g.gpus), 1.0) for lk in route_links(p)]
+
+
+def _add_links(pol: pb.Policy, extra: list[str]) -> None:
+    links = sorted(set(pol.links) | set(extra))
+    del pol.links[:]
+    pol.links.extend(links)
 
 
 def _policy(pid: int, scheme: int, switch: str, paths: dict[str, list[str]]) -> pb.Policy:

@@ -119,7 +119,9 @@ class Fabric:
 
     # -- GPU tier ------------------------------------------------------------------------
     def nvlink_path(self, a: str, b: str) -> Path | None:
-        """Path between two GPUs of one server over NVLink/PCIe (no switch)."""
+        """Path between two GPUs of one server over NVLink/PCIe (no switch): through the
+        server's NVSwitch (or PCIe) fabric node, or the direct link of a mesh board. Never
+        through a third GPU: a GPU does not forward NVLink traffic between its peers."""
         if a == b:
             return [a]
         key = (a, b)
@@ -127,9 +129,10 @@ class Fabric:
             server = self.g.nodes[a]["server"]
             if self.g.nodes[b].get("server") != server:
                 return None
-            local = [n for n in self.g.neighbors(a)] + [a, b]
-            local += [n for n in self.g.neighbors(b)]
-            sub = self.g.subgraph({n for n in local if self.g.nodes[n]["kind"] != SWITCH})
+            local = [n for n in self.g.neighbors(a)] + [n for n in self.g.neighbors(b)]
+            sub = self.g.subgraph(
+                {a, b} | {n for n in local if self.g.nodes[n]["kind"] not in (SWITCH, GPU)}
+            )
             try:
                 self._nv_cache[key] = nx.shortest_path(sub, a, b)
             except nx.NetworkXNoPath:

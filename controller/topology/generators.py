@@ -1,10 +1,12 @@
 """Built-in clusters (docs/design.md §3): the paper's testbed (Fig. 6), the track clusters of its
-simulations (§V) and the Fig. 2 example. Each returns a cluster graph (``graph.py``)."""
+simulations (§V) and the Fig. 2 example. Each returns a cluster graph (``graph.py``). Also
+:func:`add_server`, one server wired as its board is, which topology files use too."""
 
 from __future__ import annotations
 
 import networkx as nx
 
+from controller.models.boards import MESH, NVSWITCH, board_for
 from controller.models.gpus import gpu_spec, pcie_per_direction
 from controller.topology.graph import add_gpu, add_link, add_nvswitch, add_switch
 from controller.units import GB, gbps
@@ -17,17 +19,32 @@ def nvlink_per_direction(gpu_type: str) -> float:
     return gpu_spec(gpu_type).nvlink_bw / 2
 
 
+def fabric_node(server: str) -> str:
+    """The id of a server's NVSwitch (or PCIe) fabric node; mesh boards have none."""
+    return f"{server}-nvsw"
+
+
+def server_nodes(server: str, gpu_type: str, n_gpus: int) -> list[str]:
+    """The node ids ``add_server`` makes: the fabric node (unless the board is a mesh), then
+    the GPUs ``<server>-gpu<i>``."""
+    hub = [] if board_for(gpu_type, n_gpus).fabric == MESH else [fabric_node(server)]
+    return hub + [f"{server}-gpu{i}" for i in range(n_gpus)]
+
+
 def add_server(g: nx.Graph, server: str, *, gpu_type: str, n_gpus: int, role: str) -> list[str]:
-    """One GPU server: ``n_gpus`` GPUs joined by an NVLink fabric (or PCIe for NVLink-less
-        parts). Returns the GPU ids ``<server>-gpu<i>``. A link's capacity is per direction (it is
-        full duplex), so a GPU's NVLink edge gets half the datasheet's total over both directions
-        (``nvlink_per_direction``); a PCIe card's x16 link carries its generation's rate each way
-    (``models.gpus.pcie_per_direction``: 32 GB/s for 4.0, 16 for the T4's 3.0)."""
+    """One GPU server of ``n_gpus`` GPUs, wired as its board is (``models.boards.board_for``;
+    docs/topology.md "Server fabrics"). Returns the GPU ids ``<server>-gpu<i>``.
+
+    * NVSwitch board: one fabric node ``<server>-nvsw``, each GPU's NVLink edge to it with the
+      GPU's NVLink bandwidth per direction (half the datasheet's total over both directions,
+      ``nvlink_per_direction``), so any pair may use it all.
+    * Mesh board: an NVLink edge between every pair of GPUs with the pair's links
+      (``Board.pair_bw``: A100 4 x 25 = 100 GB/s, V100 2 x 25 = 50 GB/s each way); no fabric
+      node. A server with fewer GPUs than the board holds keeps each pair's links.
+    * PCIe parts: the fabric node is the host's PCIe fabric, each card's x16 link to it at its
+      generation's rate (``models.gpus.pcie_per_direction``: 32 GB/s for 4.0, 16 for 3.0)."""
     spec = gpu_spec(gpu_type)
-    fabric = f"{server}-nvsw"
-    add_nvswitch(g, fabric, server=server)
-    nvlink = nvlink_per_direction(gpu_type)
-    link, bw = ("nvlink", nvlink) if nvlink > 0 else ("pcie", pcie_per_direction(gpu_type))
+    board = board_for(gpu_type, n_gpus)
     out = []
     for i in range(n_gpus):
         gid = f"{server}-gpu{i}"
@@ -40,8 +57,20 @@ def add_server(g: nx.Graph, server: str, *, gpu_type: str, n_gpus: int, role: st
             index=i,
             role=role,
         )
-        add_link(g, gid, fabric, link=link, capacity=bw)
         out.append(gid)
+    if board.fabric == MESH:
+        for i, a in enumerate(out):
+            for b in out[i + 1 :]:
+                add_link(g, a, b, link="nvlink", capacity=board.pair_bw())
+        return out
+    hub = fabric_node(server)
+    add_nvswitch(g, hub, server=server)
+    if board.fabric == NVSWITCH:
+        link, bw = "nvlink", nvlink_per_direction(gpu_type)
+    else:
+        link, bw = "pcie", pcie_per_direction(gpu_type)
+    for gid in out:
+        add_link(g, gid, hub, link=link, capacity=bw)
     return out
 
 

@@ -5,10 +5,12 @@ Nodes
   gpu       ``kind="gpu"``, ``gpu_type``, ``memory_gb``, ``server``, ``index`` (GPU number inside
             its server), ``role`` in {prefill, decode, any}. A GPU node stands for the GPU and
             its RDMA NIC(s) (GPUDirect): its Ethernet edges are its NIC ports.
-  nvswitch  ``kind="nvswitch"``, ``server``: the NVLink fabric of one server. Each GPU of the
-            server has one NVLink edge to it with the GPU's NVLink bandwidth per direction
-            (half the datasheet's total), so a GPU cannot send more than that to all its
-            peers together.
+  nvswitch  ``kind="nvswitch"``, ``server``: the NVLink fabric of one server with an NVSwitch
+            board (or the PCIe fabric of NVLink-less cards). Each GPU of the server has one
+            edge to it with the GPU's NVLink bandwidth per direction (half the datasheet's
+            total), so a GPU cannot send more than that to all its peers together. A mesh
+            board (4-GPU A100 and V100) has no such node: its GPUs are joined pair by pair by
+            ``nvlink`` edges (docs/topology.md "Server fabrics").
   switch    ``kind="switch"``, ``tier`` in {access, core}, ``ina`` (bool), ``aggregator_slots``
             (slots available for INA), ``slot_bytes`` (payload bytes aggregated per slot).
   host      ``kind="host"``: anything else (a parameter server, a client).
@@ -154,6 +156,12 @@ def nic_switches(g: nx.Graph, gpu: str) -> list[str]:
         for v in g.neighbors(gpu)
         if g.nodes[v]["kind"] == SWITCH and g.edges[gpu, v]["link"] == "ethernet"
     )
+
+
+def relayed(g: nx.Graph, path: list[str]) -> bool:
+    """Whether a GPU's route to a switch leaves it over NVLink (to its server's fabric node or
+    a mesh peer) and out through a peer's NIC (the paper's Fig. 2), not through its own."""
+    return len(path) > 1 and g.nodes[path[1]]["kind"] != SWITCH
 
 
 def link_id(a: str, b: str) -> str:

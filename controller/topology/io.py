@@ -47,7 +47,7 @@ from controller.inputs.schema import (
     item,
 )
 from controller.models.gpus import GPU_SPECS
-from controller.topology.generators import add_server
+from controller.topology.generators import add_server, server_nodes
 from controller.topology.graph import (
     DEFAULT_AGGREGATOR_SLOTS,
     DEFAULT_SLOT_BYTES,
@@ -184,7 +184,7 @@ def _build(g: nx.Graph, d: dict[str, Any]) -> None:
     for i, s in enumerate(d.get("servers", [])):
         where, sid = item("servers", i), s["id"]
         n = s["gpus"]
-        for nid in [f"{sid}-nvsw", *(f"{sid}-gpu{k}" for k in range(n))]:
+        for nid in server_nodes(sid, s["gpu_type"], n):
             fresh(nid, at(where, "id"))
         made = add_server(g, sid, gpu_type=s["gpu_type"], n_gpus=n, role=s.get("role", "any"))
         for k, gid in enumerate(made):

@@ -152,7 +152,9 @@ def test_bad_arguments_exit_2_in_one_line_before_any_planning(tmp_path, capsys, 
 def test_validate_names_what_it_read(tmp_path, capsys):
     topo = _write(tmp_path, "t.yaml", _links())
     assert main(["validate", topo]) == 0
-    assert capsys.readouterr().out == f"{topo}: valid topology (4 GPUs, 7 nodes, 8 links)\n"
+    # two 2-GPU A100 servers on the 4-GPU board (a mesh: one pair link each, no fabric
+    # node), one switch: 5 nodes, 4 Ethernet and 2 NVLink links
+    assert capsys.readouterr().out == f"{topo}: valid topology (4 GPUs, 5 nodes, 6 links)\n"
     plan = tmp_path / "p.json"
     assert main(["plan", "--quiet", "--planner", "heroserve", "--model", "OPT-13B",
                  "--topology", topo, "--json", str(plan)]) == 0  # fmt: skip

@@ -153,22 +153,25 @@ def test_lane_formats():
 
 
 def test_ring_inside_a_server_hand_worked():
-    """4 A100s on one NVLink fabric (300 GB/s per direction): 2(P-1) = 6 steps of D/4."""
+    """4 A100s on the HGX A100 4-GPU mesh (each pair 100 GB/s per direction): 2(P-1) = 6
+    steps of D/4 per GPU, spread by NCCL's rings over the GPU's 3 links: D/12 on each."""
     g = make_testbed()
     members = [f"srv0-gpu{i}" for i in range(4)]
     d = 4 * MB
-    # paper (Eq. 11): each step D/4 at the bottleneck, 1 MB / 300 GB/s = 3.3333 us, not once
-    # per hop (GPU -> NVSwitch -> GPU), + two 0.5 us hop latencies + NCCL's 1.9 us: 6 x 6.2333
+    pair = 100e9
+    # paper (Eq. 11): each step D/12 = 0.3333 MB at 100 GB/s = 3.3333 us, + one 0.5 us NVLink
+    # hop (direct link, no NVSwitch hop) + NCCL's 1.9 us: 6 x 5.7333 = 34.4 us
     f = PAPER.fabric(g)
-    step = MB / NV + 2 * 0.5e-6 + 1.9e-6
+    step = d / 12 / pair + 0.5e-6 + 1.9e-6
     assert ring_pattern(f, members, d, PAPER).time(f, d) == pytest.approx(6 * step, rel=1e-12)
-    assert ring_pattern(f, members, d, PAPER).time(f, d) == pytest.approx(37.4e-6, rel=1e-9)
-    # pipelined (NCCL's model): 6 x D/4 / 300 GB/s = 20 us of bandwidth, plus the chain of
-    # 6 NVLink hops, each 1 us of latency + 4096 B / 300 GB/s + 1.9 us: 37.48192 us
+    assert ring_pattern(f, members, d, PAPER).time(f, d) == pytest.approx(34.4e-6, rel=1e-9)
+    # pipelined (NCCL's model): 6 x D/12 / 100 GB/s = 20 us of bandwidth, plus the chain of
+    # 6 one-link hops, each 0.5 us + NCCL's 1.9 us (one hop: no packet serialised before the
+    # slowest): 20 + 14.4 = 34.4 us
     f = NetParams().fabric(g)
     r = ring_pattern(f, members, d, NetParams())
-    assert r.time(f, d) == pytest.approx(20e-6 + 6 * (1e-6 + 4096 / NV + 1.9e-6), rel=1e-12)
-    assert r.time(f, d) == pytest.approx(37.48192e-6, rel=1e-6)
+    assert r.time(f, d) == pytest.approx(20e-6 + 6 * (0.5e-6 + 1.9e-6), rel=1e-12)
+    assert r.time(f, d) == pytest.approx(34.4e-6, rel=1e-9)
 
 
 def test_ring_across_servers_uses_one_channel_per_nic_pair():
@@ -185,14 +188,15 @@ def test_ring_across_servers_uses_one_channel_per_nic_pair():
     cross = d / 4 / 2 / ETH + 2 * 2e-6
     assert r.time(f, d) == pytest.approx(6 * (cross + 4e-6), rel=1e-12)
     assert r.time(f, d) == pytest.approx(528e-6, rel=1e-9)
-    # pipelined: 6 x 1 MB / 12.5 GB/s = 480 us; chain of 2(N-1) = 2 network hops (4 us +
-    # 4096 B / 12.5 GB/s + NCCL's 4 us) and 2(P-N) = 4 NVLink hops (1 us + 4096 B / 150 GB/s +
-    # 1.9 us): 480 + 2 x 8.32768 + 4 x 2.927307 = 508.364587 us
+    # pipelined: 6 x 1 MB / 12.5 GB/s = 480 us (the NVLink hop's D/4 = 2 MB at the V100
+    # pair's 50 GB/s is 40 us); chain of 2(N-1) = 2 network hops (4 us + 4096 B / 12.5 GB/s +
+    # NCCL's 4 us) and 2(P-N) = 4 NVLink hops over the pair's direct link (0.5 us + NCCL's
+    # 1.9 us): 480 + 2 x 8.32768 + 4 x 2.4 = 506.25536 us
     f = NetParams().fabric(g)
     r = ring_pattern(f, members, d, NetParams())
-    want = 480e-6 + 2 * (4e-6 + 4096 / ETH + 4e-6) + 4 * (1e-6 + 4096 / 150e9 + 1.9e-6)
+    want = 480e-6 + 2 * (4e-6 + 4096 / ETH + 4e-6) + 4 * (0.5e-6 + 1.9e-6)
     assert r.time(f, d) == pytest.approx(want, rel=1e-12)
-    assert r.time(f, d) == pytest.approx(508.364587e-6, rel=1e-8)
+    assert r.time(f, d) == pytest.approx(506.25536e-6, rel=1e-8)
 
 
 @pytest.mark.parametrize("mode", ["pipelined", "paper"])

@@ -58,6 +58,25 @@ def test_testbed_network_names_ports_and_addresses(testbed: nx.Graph) -> None:
     assert len(spec.links) == 33
 
 
+def test_mesh_board_runs_on_one_bridge_per_server(testbed: nx.Graph) -> None:
+    """The testbed's 4-GPU boards join GPUs pair by pair; the emulation puts each server on
+    one bridge, each GPU's port the total of its three links (A100 3 x 100, V100 3 x 50 GB/s),
+    and the prediction charges a direct link the two bridge hops it takes."""
+    spec = network_spec(testbed, 1000.0, tag="hx1")
+    ports = {(x.a, x.b): x for x in spec.links if x.kind == "nvlink"}
+    assert ports[("srv0-nvsw", "srv0-gpu1")].capacity == 300e9
+    assert ports[("srv3-nvsw", "srv3-gpu2")].capacity == 150e9
+    assert ports[("srv3-nvsw", "srv3-gpu2")].shape.rate_bps == 150e9 * 8 / 1000
+    h = emulated_graph(testbed, 1000, {"ethernet": 5e-6, "nvlink": 3e-6})
+    assert h.edges["srv0-gpu0", "srv0-gpu1"]["latency_s"] == 6e-6
+    assert h.edges["srv0-gpu0", "s1"]["latency_s"] == 5e-6
+    g = testbed.copy()
+    g.add_node("srv0-nvsw", kind="host")
+    g.add_edge("srv0-nvsw", "s1", link="ethernet", capacity=1e9, available=1e9, latency_s=0)
+    with pytest.raises(InputError, match="needs a bridge named 'srv0-nvsw'"):
+        network_spec(g, 1000.0)
+
+
 def test_shaping_divides_bandwidth_and_leaves_the_fastest_unshaped(testbed: nx.Graph) -> None:
     assert shape(12.5e9, 1000.0).rate_bps == 100e6  # 100 Gb/s -> 100 Mb/s
     # NVLink per direction: A100 300 GB/s -> 2.4 Gb/s, over 2 Gb/s: unshaped; V100 150 GB/s

@@ -52,7 +52,7 @@ def vllm_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_vllm_refuses_the_neutral_plans_pipelined_decode(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    plan = _plan(tmp_path)  # the testbed's neutral plan: decode 4x2
+    plan = _plan(tmp_path, "--decode-par", "4x2")  # a plan made for no engine: decode 4x2
     capsys.readouterr()
     rc, out = _export(plan, "vllm", tmp_path)
     err = _one_line(capsys)

@@ -28,7 +28,7 @@ from controller.units import MB
 from controller.workload import chatbot, default_sla
 
 OPT66 = model_spec("OPT-66B")
-ETH, NV = 12.5e9, 300e9
+ETH, PAIR = 12.5e9, 100e9  # Ethernet port; an A100 pair of a 4-GPU board, each way
 
 
 def problem(g, **opts) -> Problem:
@@ -100,15 +100,15 @@ def test_flat_ina_never_above_the_ethernet_only_routes():
 
 
 def test_pipeline_hop_is_min_over_receivers_of_max_over_senders():
-    """A stage of srv0-gpu0 sending 1 MB to a stage of srv0-gpu1 (same server: NVSwitch, two
-    300 GB/s hops of 0.5 us) and srv2-gpu0 (two Ethernet hops through s1). Eq. 6 takes the
-    receiver that is reached last from its own slowest sender, the cheapest of those: the
-    NVLink one, 1 MB / 300 GB/s + 2 x 0.5 us + one 4096-byte packet = 4.346987 us, not the
+    """A stage of srv0-gpu0 sending 1 MB to a stage of srv0-gpu1 (same server: the 4-GPU
+    A100 board's direct link, 100 GB/s, one 0.5 us hop) and srv2-gpu0 (two Ethernet hops
+    through s1). Eq. 6 takes the receiver that is reached last from its own slowest sender,
+    the cheapest of those: the NVLink one, 1 MB / 100 GB/s + 0.5 us = 10.5 us, not the
     Ethernet receiver's 80 + 4 us + a packet."""
     ev = Evaluator(problem(make_testbed()), heroserve.POLICY)
     t = ev.pipeline_hop_time(["srv0-gpu0"], ["srv0-gpu1", "srv2-gpu0"], MB)
-    assert t == pytest.approx(MB / NV + 1e-6 + 4096 / NV, rel=1e-9)
-    assert t == pytest.approx(4.346987e-6, rel=1e-6)
+    assert t == pytest.approx(MB / PAIR + 0.5e-6, rel=1e-9)
+    assert t == pytest.approx(10.5e-6, rel=1e-9)
     # two senders, srv0-gpu0 (on s1) and srv2-gpu1 (on s2): each receiver waits for the one
     # sender that reaches it over Ethernet through a single access switch (srv0-gpu1 and
     # srv2-gpu1 share s2, srv2-gpu0 and srv0-gpu0 share s1), 1 MB / 12.5 GB/s + 2 x 2 us +

@@ -51,10 +51,11 @@ def test_hier_group_gets_rails_and_three_policies(tmp_path: Path) -> None:
         "srv0-gpu1": ["srv0-gpu1", "s2"],
         "srv1-gpu1": ["srv1-gpu1", "s2"],
     }
-    # The reduce-scatter and all-gather inside each server run over its NVSwitch.
+    # The reduce-scatter and all-gather inside each server run over the direct NVLink link
+    # of its two members (the 4-GPU A100 board is a point-to-point mesh).
     assert list(hier.links) == sorted(
         [f"s{k + 1}|srv{s}-gpu{k}" for s in (0, 1) for k in (0, 1)]
-        + [f"srv{s}-gpu{k}|srv{s}-nvsw" for s in (0, 1) for k in (0, 1)]
+        + [f"srv{s}-gpu0|srv{s}-gpu1" for s in (0, 1)]
     )
     assert (flat.id, flat.scheme, flat.switch, list(flat.rails)) == (1, pb.SCHEME_INA, "s1", [])
     assert all(list(r.nodes)[-1] == "s1" for r in flat.paths.values())

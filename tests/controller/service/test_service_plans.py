@@ -75,7 +75,7 @@ def full_state(chan: grpc.Channel, gpu: str) -> pb.PolicyUpdate:
 def test_tp1_groups_get_no_table_and_the_others_valid_ones(
     tmp_path: Path, testbed_plan: str
 ) -> None:
-    from controller.models.gpus import gpu_spec
+    from controller.models.boards import board_for
     from controller.scheduler.online import parse_table
     from controller.service.tables import table_json
     from controller.topology import testbed
@@ -95,17 +95,18 @@ def test_tp1_groups_get_no_table_and_the_others_valid_ones(
         assert state is not None
         want = {f"decode/{gr.instance}/{gr.stage}" for gr in plan.decode.groups}
         assert sorted(t.group_id for t in state.tables) == sorted(want)
-        nvlink = gpu_spec(plan.decode.gpu_type).nvlink_bw / 2  # per direction
+        pair = board_for(plan.decode.gpu_type, 4).pair_bw()  # per direction
         for t in state.tables:
             parsed = parse_table(table_json(t))  # what every GPU agent runs
             assert parsed.group_id == t.group_id and parsed.version == 1
             for lk in t.links:
                 a, b = lk.id.split("|")
                 assert lk.capacity == g.edges[a, b]["capacity"] > 0
-            # The decode groups are NVLink rings inside one V100 server: 150 GB/s per GPU and
-            # direction (300 GB/s over both).
-            assert {lk.capacity for lk in t.links} == {nvlink} == {150e9}
-            assert len(t.links) == 4
+            # The decode groups are NVLink rings inside one 4-GPU V100 board, a mesh: the
+            # ring is spread over all 6 pairs' direct links (as the cost model spreads it),
+            # 2 x 25 = 50 GB/s each per direction.
+            assert {lk.capacity for lk in t.links} == {pair} == {50e9}
+            assert len(t.links) == 6
         with grpc.insecure_channel(f"127.0.0.1:{s.port}") as ch:
             # A prefill GPU (TP=1) gets no table at all; a decode GPU gets its group's.
             for gr in plan.prefill.groups:

@@ -337,7 +337,7 @@ def test_hier_group_offers_hier_ring_and_flat_ina():
         assert opts[0].time(nbytes) == pytest.approx(pattern.time(ev.ina_fabric, nbytes), rel=1e-12)
     # its links: the NVLink edges of both servers (reduce-scatter, all-gather) and the rails'
     # NIC links, each way
-    assert {"srv2-gpu0|srv2-nvsw", "s1|srv2-gpu0", "s2|srv3-gpu1"} <= set(opts[0].link_ids)
+    assert {"srv2-gpu0|srv2-gpu1", "s1|srv2-gpu0", "s2|srv3-gpu1"} <= set(opts[0].link_ids)
     r = Simulator(m, SimOptions(online_scheduler=True)).run(
         make_requests(chatbot(), 4.0, 300, seed=1, cv=4.0)
     )

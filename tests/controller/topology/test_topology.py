@@ -33,8 +33,13 @@ def test_testbed_matches_fig6():
         for i in range(4):
             gid = f"srv{s}-gpu{i}"
             assert nic_switches(g, gid) == ["s1" if i % 2 == 0 else "s2"]
-            # NVLink per direction: half of A100's 600 and V100's 300 GB/s totals
-            assert g.edges[gid, f"srv{s}-nvsw"]["capacity"] == (300 if s < 2 else 150) * GB
+            # 4-GPU boards are point-to-point meshes (docs/topology.md "Server fabrics"): each
+            # pair has 4 NVLink3 links (A100) or 2 NVLink2 links (V100) of 25 GB/s each way
+            for j in range(4):
+                if j != i:
+                    e = g.edges[gid, f"srv{s}-gpu{j}"]
+                    assert (e["link"], e["capacity"]) == ("nvlink", (100 if s < 2 else 50) * GB)
+            assert f"srv{s}-nvsw" not in g
             assert g.nodes[gid]["role"] == "any"  # the planner splits the roles
             assert g.nodes[gid]["memory_gb"] == (40 if s < 2 else 32)
     assert g.edges["s1", "s2"]["capacity"] == gbps(100) == 12.5e9
@@ -74,7 +79,10 @@ def _doc():
 def test_server_shorthand_builds_nvlink_fabric():
     g = topology_from_dict(_doc())
     assert len(gpus(g)) == 4
-    assert g.edges["a-gpu0", "a-nvsw"]["link"] == "nvlink"
+    # 2 A100s sit on the 4-GPU board (a mesh): their pair keeps its 4 links, 100 GB/s each way
+    e = g.edges["a-gpu0", "a-gpu1"]
+    assert (e["link"], e["capacity"]) == ("nvlink", 100 * GB)
+    assert "a-nvsw" not in g
 
 
 @pytest.mark.parametrize(
