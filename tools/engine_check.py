@@ -69,28 +69,33 @@ CASES = [
 QUICK = [c for c in CASES if c.name == "forced-1x8-4x1"]
 
 
+def opt_config(hidden: int, layers: int, heads: int, ffn: int, vocab: int, context: int) -> dict:
+    """A Hugging Face ``config.json`` body of OPT's architecture at the given sizes."""
+    return {
+        "architectures": ["OPTForCausalLM"],
+        "model_type": "opt",
+        "hidden_size": hidden,
+        "word_embed_proj_dim": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "ffn_dim": ffn,
+        "vocab_size": vocab,
+        "max_position_embeddings": context,
+        "do_layer_norm_before": True,
+        "activation_function": "relu",
+        "enable_bias": True,
+        "bos_token_id": 2,
+        "eos_token_id": 2,
+        "pad_token_id": 1,
+    }
+
+
 def write_model_config(spec: ModelSpec, folder: Path) -> Path:
     """A Hugging Face ``config.json`` with the spec's architecture: all the engines read of a
     checkpoint before they load weights."""
     folder.mkdir(parents=True, exist_ok=True)
     if spec.name.startswith("OPT"):
-        cfg = {
-            "architectures": ["OPTForCausalLM"],
-            "model_type": "opt",
-            "hidden_size": spec.hidden,
-            "word_embed_proj_dim": spec.hidden,
-            "num_hidden_layers": spec.layers,
-            "num_attention_heads": spec.heads,
-            "ffn_dim": spec.ffn,
-            "vocab_size": spec.vocab,
-            "max_position_embeddings": CONTEXT["OPT"],
-            "do_layer_norm_before": True,
-            "activation_function": "relu",
-            "enable_bias": True,
-            "bos_token_id": 2,
-            "eos_token_id": 2,
-            "pad_token_id": 1,
-        }
+        cfg = opt_config(spec.hidden, spec.layers, spec.heads, spec.ffn, spec.vocab, CONTEXT["OPT"])
     else:
         family = "LLaMA-3" if spec.name.startswith("LLaMA-3") else "LLaMA-2"
         cfg = {

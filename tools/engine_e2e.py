@@ -39,7 +39,7 @@ from pathlib import Path
 TOOLS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TOOLS))
 
-from engine_check import DEFAULT_ENGINES, heroserve, is_engine  # noqa: E402
+from engine_check import DEFAULT_ENGINES, heroserve, is_engine, opt_config  # noqa: E402
 
 TOPOLOGY = """name: cpu-localhost
 servers:
@@ -52,24 +52,8 @@ links:
 """
 # OPT's architecture at toy size, so that dummy weights start in seconds: 2 layers of width 128
 # in 2 heads of 64, a head size vLLM's CPU attention kernels support (16 is refused)
-TINY_OPT = {
-    "architectures": ["OPTForCausalLM"],
-    "model_type": "opt",
-    "hidden_size": 128,
-    "word_embed_proj_dim": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "ffn_dim": 512,
-    "vocab_size": 1024,
-    "max_position_embeddings": 512,
-    "do_layer_norm_before": True,
-    "activation_function": "relu",
-    "enable_bias": True,
-    "bos_token_id": 2,
-    "eos_token_id": 2,
-    "pad_token_id": 1,
-    "torch_dtype": "bfloat16",
-}
+TINY_OPT = opt_config(hidden=128, layers=2, heads=2, ffn=512, vocab=1024, context=512)
+TINY_OPT["torch_dtype"] = "bfloat16"
 CPU_FLAGS = ["--load-format", "dummy", "--skip-tokenizer-init", "--max-model-len", "256",
              "--enforce-eager"]  # fmt: skip
 # PYTHONFAULTHANDLER: a kernel that dies on this CPU (SIGILL, SIGSEGV) leaves its stack in the log

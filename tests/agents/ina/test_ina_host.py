@@ -9,7 +9,6 @@ import json
 import math
 import socket
 import threading
-from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -22,6 +21,7 @@ from agents.ina.packet import InaHeader, pack
 from agents.ina.ring import PeerListener, Ring, chunk_bounds
 from agents.ina.transport import InaGroup, InaSession, Timeouts
 from agents.ina.worker import Worker, member_data, serve
+from tests.support.threads import in_threads
 
 FAST = Timeouts(initial_rto_s=0.05, min_rto_s=0.01, max_rto_s=0.5, give_up_s=20.0)
 # The generation byte (dataplane branch) makes the switch exactly-once under
@@ -32,26 +32,6 @@ EXACTLY_ONCE_SWITCH = hasattr(InaHeader, "at_round")
 def int_sum(vectors: list[np.ndarray]) -> np.ndarray:
     """Exact int32 wrap-around sum, the switch's arithmetic."""
     return np.sum(np.stack(vectors).astype(np.int64), axis=0).astype(np.uint32).view(np.int32)
-
-
-def in_threads(fns: list[Callable[[], object]]) -> list[object]:
-    out: list[object] = [None] * len(fns)
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
-        try:
-            out[i] = fns[i]()
-        except BaseException as exc:  # re-raised below, in the test's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(fns))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    if errors:
-        raise errors[0]
-    return out
 
 
 # -- lane format -------------------------------------------------------------------------

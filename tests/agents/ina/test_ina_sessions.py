@@ -22,6 +22,7 @@ from agents.ina.loopback import LoopbackSwitch
 from agents.ina.packet import SESSIONS, VECTOR_LEN, pack, unpack
 from agents.ina.transport import InaGroup, InaSession, Timeouts
 from agents.softswitch.headers import DROP_LATE, DROP_WRONG_PORT
+from tests.support.threads import in_threads
 
 FAST = Timeouts(initial_rto_s=0.05, min_rto_s=0.01, max_rto_s=0.5, give_up_s=30.0)
 
@@ -33,23 +34,9 @@ def int_sum(vectors: list[np.ndarray]) -> np.ndarray:
 
 def all_reduce(members: list[InaSession], data: list[np.ndarray]) -> list[np.ndarray]:
     """Every member's all-reduce in its own thread; the first failure is raised here."""
-    out: list[np.ndarray] = [np.zeros(0, np.int32)] * len(members)
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
-        try:
-            out[i] = members[i].allreduce_lanes(data[i])
-        except BaseException as exc:  # re-raised below, in the test's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(members))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    if errors:
-        raise errors[0]
-    return out
+    return in_threads(
+        [lambda m=m, d=d: m.allreduce_lanes(d) for m, d in zip(members, data, strict=True)]
+    )
 
 
 def join(
