@@ -28,7 +28,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from controller.sim.flows import Work
 from controller.sim.model import CommOption, InstanceModel, PlanModel, StageModel
@@ -76,12 +76,6 @@ class DecodeState:
 
     def tokens(self) -> float:
         return self.reserved + self.held
-
-
-class _Pipeline(Protocol):
-    """A decode or prefill instance's run state: what ``_whole_pass`` reads."""
-
-    model: InstanceModel
 
 
 LAZY_STEPS = 64  # most steps per micro-batch between a lazy instance's wake-ups
@@ -216,11 +210,10 @@ class DecodeSide:
         ds.inbox[0].append(mb)
         self._decode_try(ds, 0)
 
-    def _whole_pass(self, ds: _Pipeline) -> bool:
-        """Whether a micro-batch's step (or a prefill batch, ``ds`` a prefill instance) may be
-        run through all stages at once: every stage time is then fixed in advance (each
-        stage's policy is known, without the online scheduler or with one option, and
-        crosses no risky link)."""
+    def _whole_pass(self, ds: DecodeState) -> bool:
+        """Whether a micro-batch's step may be run through all stages at once: every stage
+        time is then fixed in advance (each stage's policy is known, without the online
+        scheduler or with one option, and crosses no risky link)."""
         if not self.o.shortcuts:  # the unabridged run: every stage iteration an event
             return False
         hit = self._pass_ok.get(id(ds))

@@ -15,9 +15,8 @@ of the fluid network (``network.py``): its compute time (Eqs. 12-13) plus the 2 
 all-reduces of its layers over the links of the policy in use (the plan's, or the online
 scheduler's choice, ``scheduler.py``) plus the pipeline hop (Eq. 6).
 
-With ``SimOptions.shortcuts`` (the default), a prefill batch whose stages' times are fixed
-(no risky link, no online choice) runs through every stage in one pass, two events instead of
-one per stage, the same schedule (``_prefill_pass``); ``--exact`` turns the shortcuts off.
+With ``SimOptions.shortcuts`` (the default) decode steps run as whole passes with lazy ends
+(``decode.py``); ``--exact`` turns the shortcuts off.
 
 Each request's TPOT is (last token - first token) / (output tokens - 1): it includes the KV
 transfer once, spread over the tokens (the planner's Eq. 4 charges T_f to every token, an upper
@@ -55,7 +54,6 @@ class _PrefillState:
     busy: list[bool] = field(default_factory=list)
     work_tokens: float = 0.0  # tokens queued or in flight (the routing load)
     speed: float = 1.0  # seconds per token when alone (routing weight)
-    free: list[float] = field(default_factory=list)  # per stage: when a whole pass frees it
 
 
 class Simulator(DecodeSide):
@@ -101,7 +99,6 @@ class Simulator(DecodeSide):
             st = _PrefillState(im)
             st.inbox = [deque() for _ in im.stages]
             st.busy = [False] * len(im.stages)
-            st.free = [0.0] * len(im.stages)
             # seconds per token of a mean request alone: the least-work routing weight
             ev = m.evaluator
             st.speed = ev.prefill_instance([s.gpus for s in im.stages]).serve_s / max(
@@ -171,11 +168,6 @@ class Simulator(DecodeSide):
                 self._settle(ds)
             elif kind == "wake":
                 self._woken(*payload)
-            elif kind == "pf0":  # a whole prefill pass left stage 0: it takes more
-                payload.busy[0] = False
-                self._prefill_try(payload, 0)
-            elif kind == "pfend":
-                self._prefill_done(*payload)
             elif kind == "arr":
                 self._arrive()
             elif kind == "swap":
@@ -247,9 +239,6 @@ class Simulator(DecodeSide):
                 self.start_pf[r] = self.now
             self.q_len -= len(batch)
             item = (batch, k, k2)
-            if self._whole_pass(st):
-                self._prefill_pass(st, item)
-                return
         else:
             if not st.inbox[i]:
                 return
@@ -279,33 +268,6 @@ class Simulator(DecodeSide):
             try_next(st, i)
 
         self._iteration(stage, compute_s + hop, nbytes, done)
-
-    def _prefill_pass(self, st: _PrefillState, item) -> None:
-        """A prefill batch through every stage in one go, the same schedule as stage by stage
-        (the permutation flow shop of ``DecodeSide._decode_pass``: stages serve batches first
-        come first served, and a stage's time depends only on the batch). Two events per
-        batch instead of one per stage: stage 0 free again, and the first token out."""
-        _, k, k2 = item
-        stages = st.model.stages
-        # every stage holds L / P_pipe layers: the same Eq. 12 compute in each
-        compute = self.m.prefill_compute(st.model, stages[0], k, k2)
-        nbytes = self.m.message_bytes(k)
-        t = self.now
-        free = st.free
-        for i, stage in enumerate(stages):
-            x = compute + self.m.hop(stage, nbytes)
-            if stage.options:
-                opt = stage.options[0]
-                self._count(opt, stage.allreduces * nbytes)
-                self.net.note_usage((opt.bytes_per_byte, nbytes * stage.allreduces))
-                fixed, work = self._stage_terms(stage, opt, x)
-                x = work.time_alone(fixed, nbytes)
-            start = t if t > free[i] else free[i]
-            t = free[i] = start + x
-            if i == 0:
-                st.busy[0] = True
-                self._push(t, "pf0", st)
-        self._push(t, "pfend", (st, item))
 
     def _prefill_done(self, st: _PrefillState, item) -> None:
         batch, k, _ = item
