@@ -121,3 +121,19 @@ def test_cli_simulate_exact_gives_the_same_result(pp2_plan, tmp_path, capsys):
     assert a["ttft_s"] == pytest.approx(b["ttft_s"], rel=1e-9)
     assert a["tpot_s"] == pytest.approx(b["tpot_s"], rel=1e-9)
     assert a["events"] < b["events"]
+
+
+def test_a_run_does_not_depend_on_the_runs_before_it(pp2_plan):
+    """A run marks the KV routes it uses as risky links; the next run on the same priced plan
+    (a rate sweep) starts from the plan's own risky links again, so it gives what a run on a
+    freshly priced plan gives."""
+    g, w, p = pp2_plan
+    model = build_model(p, g, w)
+    start = list(model.links.risky)
+    reqs = make_requests(w, 2.0 * p.predicted.rate, 400, seed=2)
+    first = Simulator(model, SimOptions(shortcuts=False)).run(reqs)
+    assert model.links.risky != start  # the run did add links
+    model.links.reset()  # what every run starts with
+    assert model.links.risky == start
+    again = Simulator(model, SimOptions(shortcuts=False)).run(reqs)
+    _same_run(again, first)
