@@ -10,10 +10,15 @@ moves with everyone else's load: CPU seconds are the figure to compare.
 ``--lives`` request lives of arrivals at the rate (default 30, what ``Scenario.requests_at``
 gives an evaluation point), or ``--big-requests`` requests when given. Each line prints the
 attainment and mean TTFT and TPOT beside the speed, so two runs of the same point (before and
-after a change to the simulator) can be checked for the same answer.
+after a change to the simulator) can be checked for the same answer. ``--plans DIR`` keeps
+each cluster's plan there (planning 1,200 servers takes minutes): loaded when present,
+planned and saved otherwise. ``--exact`` runs every point a second time without the
+simulator's shortcuts (``SimOptions.shortcuts``, the unabridged run) and prints the two
+runs' agreement (attainment points, mean TTFT and TPOT) and the speed ratio.
 
     .venv/bin/python benchmarks/bench_sim.py [--requests 10000] [--servers N ...]
                                              [--lives 30 | --big-requests N] [--rate R]
+                                             [--plans DIR] [--exact]
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ import argparse
 import math
 import resource
 import time
+from pathlib import Path
 
 from controller.evaluation.scenarios import scenario
+from controller.inputs.plan_checks import load_plan
 from controller.planner import PlannerOptions, plan
-from controller.sim import SimOptions, Simulator, build_model, make_requests
+from controller.sim import SimOptions, SimResult, Simulator, build_model, make_requests
 
 
 def cpu_s() -> float:
@@ -41,12 +48,22 @@ def bench(
     lives: float,
     servers: int | None,
     rate_per_gpu: float | None,
+    plans: Path | None = None,
+    exact: bool = False,
 ) -> None:
-    """Plan ``name`` (at ``servers``), price the plan, run one point and print its speed."""
+    """Plan ``name`` (at ``servers``; reuse the plan kept in ``plans``), price the plan, run
+    one point and print its speed; with ``exact``, the unabridged run too, and the two
+    runs' agreement."""
     s = scenario(name, servers=servers or None)
     c0 = cpu_s()
     g = s.cluster()
-    p = plan(g, s.model_spec(), s.load(), s.sla(), PlannerOptions(), planner="heroserve")
+    kept = plans / f"{name}-{servers or 'default'}.json" if plans else None
+    if kept is not None and kept.exists():
+        p = load_plan(kept)
+    else:
+        p = plan(g, s.model_spec(), s.load(), s.sla(), PlannerOptions(), planner="heroserve")
+        if kept is not None:
+            p.save(kept)
     c_plan = cpu_s() - c0
     c0 = cpu_s()
     model = build_model(p, g, s.load())
@@ -55,19 +72,40 @@ def bench(
     rate = rpg * model.gpus_used
     n = requests or max(1, math.ceil(rate * lives * s.life_s()))
     reqs = make_requests(s.load(), rate, n, seed=0)
-    c0, w0 = cpu_s(), time.perf_counter()
-    res = Simulator(model, SimOptions()).run(reqs)
-    cpu, wall = cpu_s() - c0, time.perf_counter() - w0
-    print(
+    head = (
         f"{name} on {g.name} ({model.gpus_used} GPUs used): {n} requests at {rpg:.4g} "
-        f"req/s/GPU ({n / rate / s.life_s():.2f} request lives) -> {cpu:.2f} s CPU, "
-        f"{wall:.2f} s wall; {n / cpu:,.0f} requests and {res.events / cpu:,.0f} events per "
-        f"CPU s ({res.events:,} events, {res.events / wall:,.0f} per wall s); "
-        f"{res.duration_s:.0f} s simulated; attainment {res.attainment:.2%}, mean TTFT "
-        f"{res.ttft_s['mean'] * 1e3:.1f} ms, mean TPOT {res.tpot_s['mean'] * 1e3:.2f} ms; "
-        f"planning {c_plan:.1f} s CPU, pricing the plan {c_build:.2f} s CPU",
-        flush=True,
+        f"req/s/GPU ({n / rate / s.life_s():.2f} request lives)"
     )
+    runs = [("shortcuts", SimOptions())] + (
+        [("exact", SimOptions(shortcuts=False))] if exact else []
+    )
+    done: list[tuple[SimResult, float]] = []
+    for k, (label, opts) in enumerate(runs):
+        if k:  # priced anew: a run builds and keeps the KV routes of the pairs it uses
+            model = build_model(p, g, s.load())
+        c0, w0 = cpu_s(), time.perf_counter()
+        res = Simulator(model, opts).run(reqs)
+        cpu, wall = cpu_s() - c0, time.perf_counter() - w0
+        done.append((res, cpu))
+        print(
+            f"{head}, {label} -> {cpu:.2f} s CPU, "
+            f"{wall:.2f} s wall; {n / cpu:,.0f} requests and {res.events / cpu:,.0f} events per "
+            f"CPU s ({res.events:,} events, {res.events / wall:,.0f} per wall s); "
+            f"{res.duration_s:.0f} s simulated; attainment {res.attainment:.2%}, mean TTFT "
+            f"{res.ttft_s['mean'] * 1e3:.1f} ms, mean TPOT {res.tpot_s['mean'] * 1e3:.2f} ms; "
+            f"planning {c_plan:.1f} s CPU, pricing the plan {c_build:.2f} s CPU",
+            flush=True,
+        )
+    if exact:
+        (fast, c_fast), (full, c_full) = done
+        print(
+            f"{head}: shortcuts against exact: attainment "
+            f"{(fast.attainment - full.attainment) * 100:+.3f} points, mean TTFT "
+            f"{fast.ttft_s['mean'] / full.ttft_s['mean'] - 1:+.2e}, mean TPOT "
+            f"{fast.tpot_s['mean'] / full.tpot_s['mean'] - 1:+.2e} (relative); "
+            f"{c_full / c_fast:.2f}x faster",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -79,10 +117,14 @@ def main() -> None:
     ap.add_argument("--lives", type=float, default=30.0, help="2tracks point: request lives")
     ap.add_argument("--big-requests", type=int, default=None, help="2tracks point: requests")
     ap.add_argument("--rate", type=float, default=None, help="req/s per GPU")
+    ap.add_argument("--plans", type=Path, default=None, help="keep and reuse plans here")
+    ap.add_argument("--exact", action="store_true", help="also the unabridged run, compared")
     a = ap.parse_args()
-    bench("testbed-chatbot", a.requests, a.lives, None, a.rate)
+    if a.plans is not None:
+        a.plans.mkdir(parents=True, exist_ok=True)
+    bench("testbed-chatbot", a.requests, a.lives, None, a.rate, a.plans, a.exact)
     for n in a.servers:
-        bench("2tracks-chatbot", a.big_requests, a.lives, n, a.rate)
+        bench("2tracks-chatbot", a.big_requests, a.lives, n, a.rate, a.plans, a.exact)
 
 
 if __name__ == "__main__":

@@ -65,6 +65,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run the online scheduler (docs/policy-table.md)",
     )
+    p.add_argument(
+        "--exact",
+        action="store_true",
+        help="the unabridged run: one event per stage iteration and per decode step, without "
+        "the simulator's exact shortcuts (docs/simulator.md, Speed); the same result, slower",
+    )
     p.add_argument("--json", metavar="PATH", type=output_file, help="write the full result as JSON")
 
 
@@ -101,7 +107,8 @@ def run(a: argparse.Namespace) -> int:
         f"plan by {plan.planner}{', online scheduler on' if a.online_scheduler else ''}",
         file=sys.stderr,
     )
-    res = Simulator(model, SimOptions(online_scheduler=a.online_scheduler, seed=a.seed)).run(reqs)
+    opts = SimOptions(online_scheduler=a.online_scheduler, seed=a.seed, shortcuts=not a.exact)
+    res = Simulator(model, opts).run(reqs)
     print(report(res))
     if a.json:
         write_text(a.json, json.dumps(res.to_dict(), indent=1) + "\n", "--json")

@@ -2,9 +2,16 @@
 continuous batching, whole-pass decode steps, vLLM-style preemption with swapping, and the
 KV-memory statistics.
 
-Holds :class:`MicroBatch` and :class:`DecodeState` (a decode instance's state during a run)
-and :class:`DecodeSide`, the part of :class:`~controller.sim.engine.Simulator` that runs
-them (a mixin: the engine owns the event loop and the stage iterations it calls).
+Holds :class:`MicroBatch` and :class:`DecodeState` (a decode instance's state during a run),
+:data:`LAZY_STEPS` and :func:`_min_pass_s` (the lazy steps' horizon) and :class:`DecodeSide`,
+the part of :class:`~controller.sim.engine.Simulator` that runs them (a mixin: the engine
+owns the event loop and the stage iterations it calls).
+
+Lazy step ends (an exact shortcut, docs/simulator.md "Speed"): an instance whose steps are
+whole passes, with no transfer waiting for KV room, nothing swapped and KV headroom for
+``LAZY_STEPS`` more steps of every micro-batch keeps its passes in flight in a heap of its
+own instead of the event heap, and runs their ends, each at its own time, when anything
+reads or changes it (``_advance``) or at a wake-up event after at most that many steps.
 
 A request's KV transfer starts when its decode instance has room for the prompt's cache
 (Eqs. 14-15, as link flows that contend). Decode instances run continuous batching:
@@ -16,6 +23,8 @@ micro-batch's newest requests, as vLLM does.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,9 +65,31 @@ class DecodeState:
     pending: deque = field(default_factory=deque)  # waiting for KV room before the transfer
     reserved: float = 0.0  # tokens of transfers in flight and of waiting requests
     members: int = 0  # requests assigned (pending, transferring, waiting or decoding)
+    # lazy steps (``_settle``): passes in flight as a heap of (end, seq, micro-batch) that
+    # only this instance reads, its wake-up event's version (0: none armed) and the steps per
+    # micro-batch its KV headroom allowed when the wake-up was armed
+    lazy: bool = False
+    due: list = field(default_factory=list)
+    wake: int = 0
+    lazy_k: int = 0
+    min_pass_s: float = 0.0  # no step's pass through every stage is shorter (Eq. 13's floor)
 
     def tokens(self) -> float:
         return self.reserved + self.held
+
+
+LAZY_STEPS = 64  # most steps per micro-batch between a lazy instance's wake-ups
+
+
+def _min_pass_s(im: InstanceModel) -> float:
+    """A lower bound on one decode step's pass through every stage: Eq. 13 over each
+    stage's layers at a batch of 1 and no context (its terms are non-negative, and a pass also
+    waits and communicates). 0 when the terms do not allow a bound (no lazy steps then)."""
+    a, b, c, d = im.decode_terms
+    per_layer = max(a, b) + d
+    if c < 0 or per_layer <= 0:
+        return 0.0
+    return sum(st.layers for st in im.stages) * per_layer
 
 
 class DecodeSide:
@@ -94,6 +125,7 @@ class DecodeSide:
             st.free = [0.0] * len(im.stages)
             st.inbox = [deque() for _ in im.stages]
             st.busy = [False] * len(im.stages)
+            st.min_pass_s = _min_pass_s(im)
             self.dec.append(st)
         self.kv_bytes = 0.0
         self.kv_peak_frac = 0.0
@@ -109,6 +141,11 @@ class DecodeSide:
         self.left = [o - 1 for o in self.out]  # decode steps still to run, per request
         self.admitted = [0] * n  # admission order, to preempt the newest first
         self._admissions = 0
+        self._due_seq = itertools.count()
+        self._wakes = itertools.count(1)
+        # lazy steps need every step's time fixed when it starts and no one else reading the
+        # run's state between steps: not with the online scheduler (its windows read bytes)
+        self._lazy_on = self.o.shortcuts and self.sched is None
 
     # -- KV transfer ---------------------------------------------------------------------
     def _kv_try(self, ds: DecodeState) -> None:
@@ -126,15 +163,17 @@ class DecodeSide:
             kvm = self.m.kv(self.pre_of[r], self.dec_of[r])
             if id(kvm) not in self._kv_seen:  # a new route: its links may now be shared
                 self._kv_seen.add(id(kvm))
-                self.net.make_risky(kvm.links, self.now)
+                self._make_risky(kvm.links)
             tok = float(self.inp[r])
 
             def done(now: float, r=r, ds=ds) -> None:
+                self._advance(ds, now)
                 self.kv_done[r] = now
                 ds.waiting.append(r)
                 for mb in ds.mbs:
                     if not mb.running:
                         self._begin_step(ds, mb)
+                self._settle(ds)
 
             a = Activity(
                 0.0, tok, kvm.work, None, (kvm.bytes_per_token, tok), done, kvm.links,
@@ -165,7 +204,7 @@ class DecodeSide:
             mb.running = False
             return
         mb.running = True
-        if self._whole_pass(ds):
+        if ds.lazy or self._whole_pass(ds):  # lazy: whole passes (``_settle``)
             self._decode_pass(ds, mb)
             return
         ds.inbox[0].append(mb)
@@ -175,6 +214,8 @@ class DecodeSide:
         """Whether a micro-batch's step may be run through all stages at once: every stage
         time is then fixed in advance (each stage's policy is known, without the online
         scheduler or with one option, and crosses no risky link)."""
+        if not self.o.shortcuts:  # the unabridged run: every stage iteration an event
+            return False
         hit = self._pass_ok.get(id(ds))
         if hit is None or hit[0] != self.net.risk_version:
             hit = self._pass_ok[id(ds)] = (
@@ -206,7 +247,10 @@ class DecodeSide:
         for i, x in enumerate(extra):
             start = t if t > free[i] else free[i]
             t = free[i] = start + compute + x
-        self._push(t, "pass", (ds, mb))
+        if ds.lazy:
+            heapq.heappush(ds.due, (t, next(self._due_seq), mb))
+        else:
+            self._push(t, "pass", (ds, mb))
 
     def _pass_extra(self, ds: DecodeState, b: int) -> tuple[float, ...]:
         """Per stage, the seconds a step of ``b`` requests spends besides compute (pipeline
@@ -260,6 +304,8 @@ class DecodeSide:
         """vLLM's rule when the cache is full: the newest request of the micro-batch leaves it
         and its KV goes to host memory (out and back in over the host link, charged as one
         delay before it may rejoin); it keeps its place ahead of new requests."""
+        if ds.lazy:  # _settle's headroom rules this out; a step in the past cannot preempt
+            raise RuntimeError("a lazy decode instance outgrew the KV headroom it was given")
         r = max(mb.reqs, key=self.admitted.__getitem__)
         end = next(s for s, rs in mb.ends.items() if r in rs)
         mb.ends[end].remove(r)
@@ -273,11 +319,13 @@ class DecodeSide:
         self._push(self.now + 2 * per_gpu / self.o.swap_bytes_per_s, "swap", (ds, r))
 
     def _swapped_in(self, ds: DecodeState, r: int) -> None:
+        self._advance(ds, self.now)
         ds.swapping -= 1
         ds.swapped.append(r)
         for mb in ds.mbs:
             if not mb.running:
                 self._begin_step(ds, mb)
+        self._settle(ds)
 
     def _decode_try(self, ds: DecodeState, i: int) -> None:
         if ds.busy[i] or not ds.inbox[i]:
@@ -305,6 +353,80 @@ class DecodeSide:
         if ds.pending:
             self._kv_try(ds)
 
+    # -- lazy steps -----------------------------------------------------------------------
+    def _advance(self, ds: DecodeState, t: float) -> None:
+        """Run a lazy instance's step ends up to time ``t``, in time order, each at its own
+        time: the same calls the step events would have made. Whatever reads or changes the
+        instance calls this first, so nothing sees it out of date."""
+        due = ds.due
+        if not due or due[0][0] > t:
+            return
+        real = self.now
+        pop = heapq.heappop
+        while due and due[0][0] <= t:
+            end, _, mb = pop(due)
+            self.now = end
+            self._step_done(ds, mb)
+        self.now = real
+
+    def _settle(self, ds: DecodeState) -> None:
+        """Decide, at the current time and with ``ds`` advanced to it, whether its steps may
+        end lazily: only whole-pass steps (fixed times), no request waiting for KV room, none
+        swapped (both need the step end at its own time to start something), and KV headroom
+        for ``lazy_k`` more steps of every micro-batch at their largest (so no step before the
+        wake-up can preempt). Otherwise its passes in flight go back on the event heap."""
+        cap = ds.model.kv_capacity_tokens
+        per_step = ds.model.pp * ds.model.max_batch  # tokens every micro-batch's step adds
+        ok = (
+            self._lazy_on
+            and ds.min_pass_s > 0
+            and not (ds.pending or ds.swapped or ds.swapping)
+            and self._whole_pass(ds)
+        )
+        if ok and ds.wake:  # a wake-up is armed: the headroom must last until it
+            ok = ds.tokens() + ds.lazy_k * per_step <= cap
+        elif ok:
+            k = (
+                min(LAZY_STEPS, int((cap - ds.tokens()) // per_step))
+                if cap < float("inf")
+                else LAZY_STEPS
+            )
+            ok = k >= 1
+            if ok and ds.due:
+                ds.lazy_k = k
+                ds.wake = next(self._wakes)
+                self._push(self.now + k * ds.min_pass_s, "wake", (ds, ds.wake))
+        if ok:
+            ds.lazy = True
+            return
+        if ds.lazy:
+            for end, _, mb in ds.due:
+                self._push(end, "pass", (ds, mb))
+            ds.due.clear()
+            ds.lazy = False
+            ds.wake = 0
+
+    def _woken(self, ds: DecodeState, version: int) -> None:
+        """A lazy instance's wake-up: its steps up to now, then a new decision."""
+        if ds.wake != version:
+            return  # superseded: the instance went eager since
+        ds.wake = 0
+        self._advance(ds, self.now)
+        self._settle(ds)
+
+    def _make_risky(self, links: tuple[int, ...]) -> None:
+        """``FluidNetwork.make_risky`` with lazy instances brought up to now first: their
+        passes so far were fixed while those links were safe, and one whose stages now cross
+        a risky link must step eagerly from here on."""
+        version = self.net.risk_version
+        lazy = [ds for ds in self.dec if ds.lazy]
+        for ds in lazy:
+            self._advance(ds, self.now)
+        self.net.make_risky(links, self.now)
+        if self.net.risk_version != version:
+            for ds in lazy:
+                self._settle(ds)
+
     # -- KV memory -----------------------------------------------------------------------
     def _note_kv(self, ds: DecodeState) -> None:
         tok = ds.tokens()
@@ -318,6 +440,8 @@ class DecodeSide:
             self.kv_overflow += 1
 
     def _sample_kv(self) -> None:
+        for ds in self.dec:
+            self._advance(ds, self.now)
         used = sum(d.tokens() for d in self.dec)
         cap = sum(d.model.kv_capacity_tokens for d in self.dec)
         self.kv_timeline.append((self.now, used / cap if cap > 0 else 0.0))

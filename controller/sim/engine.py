@@ -15,6 +15,9 @@ of the fluid network (``network.py``): its compute time (Eqs. 12-13) plus the 2 
 all-reduces of its layers over the links of the policy in use (the plan's, or the online
 scheduler's choice, ``scheduler.py``) plus the pipeline hop (Eq. 6).
 
+With ``SimOptions.shortcuts`` (the default) decode steps run as whole passes with lazy ends
+(``decode.py``); ``--exact`` turns the shortcuts off.
+
 Each request's TPOT is (last token - first token) / (output tokens - 1): it includes the KV
 transfer once, spread over the tokens (the planner's Eq. 4 charges T_f to every token, an upper
 bound; the low-load test compares each term with the cost model separately).
@@ -159,7 +162,12 @@ class Simulator(DecodeSide):
             elif kind == "fix":
                 self.net.end_delay(payload, t)
             elif kind == "pass":
-                self._step_done(*payload)
+                ds = payload[0]
+                self._advance(ds, t)
+                self._step_done(ds, payload[1])
+                self._settle(ds)
+            elif kind == "wake":
+                self._woken(*payload)
             elif kind == "arr":
                 self._arrive()
             elif kind == "swap":
@@ -269,22 +277,26 @@ class Simulator(DecodeSide):
             if self.out[r] <= 1:  # the first token was the last: no decode
                 self._finish(r)
                 continue
-            d = self._choose(
-                len(self.dec),
-                lambda j: (
-                    self.dec[j].members / (self.dec[j].model.max_batch * self.dec[j].model.pp)
-                ),
-            )
+            d = self._choose(len(self.dec), self._decode_load)
             ds = self.dec[d]
             self.dec_of[r] = d
             ds.members += 1
             ds.pending.append(r)
             self._kv_try(ds)
+            self._settle(ds)
+
+    def _decode_load(self, j: int) -> float:
+        """Requests per batch slot of decode instance ``j`` now (the KV routing load)."""
+        ds = self.dec[j]
+        self._advance(ds, self.now)
+        return ds.members / (ds.model.max_batch * ds.model.pp)
 
     def _finish(self, r: int) -> None:
         self.finish[r] = self.now
         self.sys_len -= 1
         self.done += 1
+        if self.now < self.last_t:  # a lazy step's end: the run counted r in the system since
+            self.sys_area -= self.last_t - self.now
 
     # -- one stage iteration over the network --------------------------------------------
     def _iteration(self, stage: StageModel, fixed_s: float, nbytes: float, done) -> None:

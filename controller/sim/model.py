@@ -395,7 +395,8 @@ def _mark_risky_links(m: PlanModel) -> None:
                         peak[e] = w
             for e, w in peak.items():
                 share[e] += w
-    m.links.risky = [x > 1.0 for x in share]
+    m.links.risky_at_start = [x > 1.0 for x in share]
+    m.links.risky = list(m.links.risky_at_start)
 
 
 def planned_pattern(

@@ -63,8 +63,10 @@ class Links:
         self.on: list[set] = [set() for _ in range(n)]  # channels that use each link
         self.bytes = [0.0] * n  # bytes carried so far (finished activities)
         self.window_bytes = [0.0] * n  # bytes carried in the current utilisation window
-        # links whose load can exceed 1 (see FluidNetwork): only these are accounted
+        # links whose load can exceed 1 (see FluidNetwork): only these are accounted; a run
+        # adds the KV routes it uses (``make_risky``), and ``reset`` goes back to ``risky_at_start``
         self.risky = [True] * n
+        self.risky_at_start = [True] * n
 
     def reset(self) -> None:
         """Idle links and zero counters: the state before a run."""
@@ -74,6 +76,7 @@ class Links:
             self.on[i].clear()
             self.bytes[i] = 0.0
             self.window_bytes[i] = 0.0
+        self.risky[:] = self.risky_at_start  # so a run never depends on the runs before it
         self.hot.clear()
 
     def __len__(self) -> int:

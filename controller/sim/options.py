@@ -24,3 +24,7 @@ class SimOptions:
     # the micro-batch's most recently admitted requests, whose KV is swapped to host memory
     # over each GPU's host link at this rate (bytes/s; PCIe 3.0 x16 by default) and back
     swap_bytes_per_s: float = 16e9
+    # exact shortcuts (docs/simulator.md "Speed"): whole-pass decode steps and lazy step
+    # ends. False is the unabridged run (``--exact``): one event per stage iteration, what
+    # the shortcuts are tested against
+    shortcuts: bool = True
