@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -25,6 +25,23 @@ Edge = tuple[str, str]
 
 
 @dataclass
+class PairFlows:
+    """One (prefill, decode) pair's KV shares priced alone (``KVPricing.kv_price``), laid
+    out for summing link loads with numpy: per hop of every flow, in flow then hop order, the
+    link's number (``KVPricing.pair_flows``), the flow's bytes and the link's 1/B; per flow
+    its hop count, its time alone and its prefill GPU's number in the pair (first seen
+    first)."""
+
+    flows: list[KVFlow]
+    eids: np.ndarray
+    nbytes: np.ndarray
+    inv: np.ndarray
+    hops: np.ndarray
+    alone: np.ndarray
+    senders: np.ndarray
+    n_senders: int
+
+
 class KVLoad:
     """The KV transfers of a deployment: every pair's request shares the links with the
     others'. Requests reach pair k at ``weights[k]`` of the rate, so at rate H link e is
@@ -32,27 +49,58 @@ class KVLoad:
     weighted, times 1/B). A share is served as processor sharing serves a job: its time alone
     stretched by 1 / (1 - utilisation) of its busiest link (M/G/1-PS, Kleinrock: a job's
     mean time in the system is its size over 1 - rho), which holds for the simulator's fluid
-    links, where concurrent transfers split a link's capacity."""
+    links, where concurrent transfers split a link's capacity.
 
-    pairs: list[tuple[list[list[str]], list[list[str]]]]
-    weights: list[float]
-    link_s: dict[Edge, float]
-    flows: list[KVFlow]  # every share of every pair, priced alone (its request's shares beside)
-    # per flow, its (pair, prefill GPU) number; ``pipelined``: a GPU's shares stream at once
-    # (its time is the slowest), otherwise one after the other (summed, Eq. 15)
-    senders: np.ndarray
-    pipelined: bool
-    busiest_s: np.ndarray = field(init=False)  # per flow, link_s of the busiest link it crosses
-    alone_s: np.ndarray = field(init=False)  # per flow, its time alone
+    Built from each pair's ``PairFlows`` with numpy: the sum over links is one ``bincount``
+    over every pair's hops in the order a loop over pairs, flows and hops adds them (bincount
+    adds in input order), so the floats are that loop's, bit for bit."""
 
-    def __post_init__(self) -> None:
-        self.busiest_s = np.array(
-            [
-                max((self.link_s[e] for e in zip(f.path, f.path[1:], strict=False)), default=0.0)
-                for f in self.flows
-            ]
+    def __init__(
+        self,
+        pairs: list[tuple[list[list[str]], list[list[str]]]],
+        weights: list[float],
+        parts: list[PairFlows],
+        edges: list[Edge],
+        pipelined: bool,
+    ) -> None:
+        self.pairs = pairs
+        self.weights = weights
+        # a GPU's shares stream at once (its time is the slowest), otherwise one after the
+        # other (summed, Eq. 15)
+        self.pipelined = pipelined
+        self._parts = parts
+        self._flows: list[KVFlow] | None = None
+        self.link_s: dict[Edge, float] = {}
+        self.busiest_s = np.zeros(0)  # per flow, link_s of the busiest link it crosses
+        self.alone_s = np.zeros(0)  # per flow, its time alone
+        self.senders = np.zeros(0, dtype=int)  # per flow, its (pair, prefill GPU) number
+        if not parts:
+            return
+        eids = np.concatenate([p.eids for p in parts])
+        # (w * bytes) * 1/B per hop, as the loop's ``w * f.nbytes * inv`` associates
+        vals = np.concatenate([(w * p.nbytes) * p.inv for p, w in zip(parts, weights, strict=True)])
+        per_link = np.bincount(eids, weights=vals, minlength=len(edges))
+        touched = np.flatnonzero(np.bincount(eids, minlength=len(edges)))
+        self.link_s = {edges[i]: float(per_link[i]) for i in touched}
+        hops = np.concatenate([p.hops for p in parts])
+        self.busiest_s = np.zeros(len(hops))
+        some = hops > 0
+        if some.any():
+            starts = (np.cumsum(hops) - hops)[some]
+            self.busiest_s[some] = np.maximum.reduceat(per_link[eids], starts)
+        self.alone_s = np.concatenate([p.alone for p in parts])
+        offsets = np.cumsum([0] + [p.n_senders for p in parts[:-1]])
+        self.senders = np.concatenate(
+            [p.senders + int(off) for p, off in zip(parts, offsets, strict=True)]
         )
-        self.alone_s = np.array([f.time_s for f in self.flows])
+
+    @property
+    def flows(self) -> list[KVFlow]:
+        """Every share of every pair, priced alone (its request's shares beside); listed
+        on demand (the bisection asks only for the last load's)."""
+        if self._flows is None:
+            self._flows = [f for p in self._parts for f in p.flows]
+        return self._flows
 
     @property
     def service_s(self) -> float:
@@ -98,6 +146,9 @@ class KVPricing(EvalContext):
         self._server_of = lambda x: g.nodes[x].get("server") or x
         self._kv_prices: dict[tuple, tuple[float, list[KVFlow]]] = {}
         self._kv_routes: dict[tuple[str, str, float], list[str]] = {}
+        self._pair_flows: dict[tuple, PairFlows] = {}
+        self._edge_ids: dict[Edge, int] = {}  # a link's number in ``PairFlows``
+        self._edges: list[Edge] = []
 
     def kv_transfer(
         self, pre: PhaseResult, dec: PhaseResult, n_pre: int | None = None, n_dec: int | None = None
@@ -156,20 +207,48 @@ class KVPricing(EvalContext):
         raw = [max(rates.get(stage_key(p), 0.0), 0.0) / per_pre[stage_key(p)] for p, _ in pairs]
         total = sum(raw)
         weights = [r / total if total > 0 else 1.0 / len(pairs) for r in raw]
+        parts = [self.pair_flows(p) for p in pairs]
+        return KVLoad(pairs, weights, parts, self._edges, self.ring_fabric.pipelined)
+
+    def pair_flows(self, pair: tuple[list[list[str]], list[list[str]]]) -> PairFlows:
+        """``kv_price`` of one pair as ``PairFlows``, memoised on the pair like it: a link's
+        number is its position in ``_edges``, numbered as first met."""
+        key = (tuple(map(tuple, pair[0])), tuple(map(tuple, pair[1])))
+        hit = self._pair_flows.get(key)
+        if hit is not None:
+            return hit
+        _, fl = self.kv_price([pair])
         table = self.ring_fabric.link_table
-        link_s: dict[Edge, float] = {}
-        flows: list[KVFlow] = []
-        senders: list[int] = []
-        ids: dict[tuple[int, str], int] = {}
-        for k, (pair, wk) in enumerate(zip(pairs, weights, strict=True)):
-            _, fl = self.kv_price([pair])
-            flows += fl
-            senders += [ids.setdefault((k, f.src), len(ids)) for f in fl]
-            for f in fl:
-                for e in zip(f.path, f.path[1:], strict=False):
-                    link_s[e] = link_s.get(e, 0.0) + wk * f.nbytes * table[e][0]
-        senders_a = np.array(senders, dtype=int)
-        return KVLoad(pairs, weights, link_s, flows, senders_a, self.ring_fabric.pipelined)
+        ids, edges = self._edge_ids, self._edges
+        eids: list[int] = []
+        inv: list[float] = []
+        nbytes: list[float] = []
+        hops: list[int] = []
+        local: dict[str, int] = {}
+        for f in fl:
+            n = 0
+            for e in zip(f.path, f.path[1:], strict=False):
+                i = ids.get(e)
+                if i is None:
+                    i = ids[e] = len(edges)
+                    edges.append(e)
+                eids.append(i)
+                inv.append(table[e][0])
+                n += 1
+            nbytes += [f.nbytes] * n
+            hops.append(n)
+        senders = [local.setdefault(f.src, len(local)) for f in fl]
+        hit = self._pair_flows[key] = PairFlows(
+            fl,
+            np.array(eids, dtype=np.intp),
+            np.array(nbytes, dtype=float),
+            np.array(inv, dtype=float),
+            np.array(hops, dtype=np.intp),
+            np.array([f.time_s for f in fl], dtype=float),
+            np.array(senders, dtype=np.intp),
+            len(local),
+        )
+        return hit
 
     def kv_price(
         self, pairs: list[tuple[list[list[str]], list[list[str]]]]
