@@ -74,6 +74,7 @@ class AllReducePricing(EvalContext):
         super().__init__(problem, policy)
         self._groups: dict[tuple, GroupEval] = {}
         self._times: dict[tuple, GroupTimes] = {}
+        self._to_switch: dict[tuple[str, str, float], float | None] = {}
 
     def ina_candidates(self, members: Sequence[str]) -> list[str]:
         """Switches a group may aggregate on (Alg. 2 line 7): the first-hop switches its
@@ -184,11 +185,23 @@ class AllReducePricing(EvalContext):
         wire = nbytes * self.net.ina_wire_ratio
         worst = 0.0
         for m in members:
-            routes = self.ina_fabric.routes_to_switch(m, switch)
-            if not routes:
+            best = self._cheapest_to_switch(m, switch, wire)
+            if best is None:
                 return math.inf
-            worst = max(worst, min(self.ina_fabric.path_time(r, wire) for r in routes))
+            worst = max(worst, best)
         return worst + T_AGG_S + self.net.ina_host_s
+
+    def _cheapest_to_switch(self, gpu: str, switch: str, nbytes: float) -> float | None:
+        """The cheapest route of ``gpu`` to ``switch`` alone (None if none), kept per
+        (GPU, switch, size): a GPU is in a group of every candidate (TP, PP) and grouping, and
+        the plan prices the deployed groups again at the same sizes."""
+        key = (gpu, switch, nbytes)
+        if key not in self._to_switch:
+            routes = self.ina_fabric.routes_to_switch(gpu, switch)
+            self._to_switch[key] = (
+                min(self.ina_fabric.path_time(r, nbytes) for r in routes) if routes else None
+            )
+        return self._to_switch[key]
 
     def group_cost(self, members: Sequence[str], nbytes: float) -> float:
         """One all-reduce of ``nbytes`` on ``members``, the best allowed scheme: what the
