@@ -127,14 +127,26 @@ class Fabric:
             server = self.g.nodes[a]["server"]
             if self.g.nodes[b].get("server") != server:
                 return None
-            local = [n for n in self.g.neighbors(a)] + [a, b]
-            local += [n for n in self.g.neighbors(b)]
-            sub = self.g.subgraph({n for n in local if self.g.nodes[n]["kind"] != SWITCH})
-            try:
-                self._nv_cache[key] = nx.shortest_path(sub, a, b)
-            except nx.NetworkXNoPath:
-                self._nv_cache[key] = None  # type: ignore[assignment]
+            self._nv_cache[key] = self._nvlink_path(a, b)  # type: ignore[assignment]
         return self._nv_cache[key]
+
+    def _nvlink_path(self, a: str, b: str) -> Path | None:
+        """The shortest path a..b through the two GPUs' non-switch neighbours. A direct link,
+        or a single common neighbour (a server's NVSwitch), is the only shortest path there
+        is, so it is taken without a search; otherwise networkx's BFS picks among ties."""
+        g = self.g
+        if g.has_edge(a, b):
+            return [a, b]
+        via = [x for x in g.neighbors(a) if g.nodes[x]["kind"] != SWITCH and g.has_edge(x, b)]
+        if len(via) == 1:
+            return [a, via[0], b]
+        local = [n for n in g.neighbors(a)] + [a, b]
+        local += [n for n in g.neighbors(b)]
+        sub = g.subgraph({n for n in local if g.nodes[n]["kind"] != SWITCH})
+        try:
+            return nx.shortest_path(sub, a, b)
+        except nx.NetworkXNoPath:
+            return None
 
     def peers(self, gpu: str) -> list[str]:
         return self._server_gpus.get(self.g.nodes[gpu].get("server"), [gpu])
