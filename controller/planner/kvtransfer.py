@@ -40,6 +40,39 @@ class PairFlows:
     alone: np.ndarray
     senders: np.ndarray
     n_senders: int
+    t_f: float  # the pair's T_f alone (Eq. 14)
+
+
+def _pipelined_times(
+    eids: np.ndarray,
+    nbytes: np.ndarray,
+    inv: np.ndarray,
+    lat: np.ndarray,
+    hops: np.ndarray,
+    packet_bytes: float,
+) -> np.ndarray:
+    """``costmodel.network.flow_times`` on a pipelined fabric, for flows given per hop (link
+    number, the flow's bytes, 1/B, latency; ``hops`` per flow), with its floats: link loads
+    summed in flow then hop order (``bincount`` adds in input order), each flow's slowest
+    hop (a max, exact in any order), and its latencies and 1/B summed hop by hop as
+    ``Fabric.fixed_s`` does (one numpy step per hop position, never a pairwise sum)."""
+    n = len(hops)
+    out = np.zeros(n)
+    some = hops > 0
+    if not some.any():
+        return out
+    load = np.bincount(eids, weights=nbytes)
+    starts = np.cumsum(hops) - hops
+    busiest = np.maximum.reduceat(load[eids] * inv, starts[some])
+    inv_max = np.maximum.reduceat(inv, starts[some])
+    lat_sum = np.zeros(n)
+    inv_sum = np.zeros(n)
+    for k in range(int(hops.max())):
+        on = hops > k
+        lat_sum[on] += lat[starts[on] + k]
+        inv_sum[on] += inv[starts[on] + k]
+    out[some] = busiest + (lat_sum[some] + packet_bytes * (inv_sum[some] - inv_max))
+    return out
 
 
 class KVLoad:
@@ -144,9 +177,8 @@ class KVPricing(EvalContext):
         super().__init__(problem, policy)
         g = self.g
         self._server_of = lambda x: g.nodes[x].get("server") or x
-        self._kv_prices: dict[tuple, tuple[float, list[KVFlow]]] = {}
+        self._kv_prices: dict[tuple, PairFlows] = {}
         self._kv_routes: dict[tuple[str, str, float], list[str]] = {}
-        self._pair_flows: dict[tuple, PairFlows] = {}
         self._edge_ids: dict[Edge, int] = {}  # a link's number in ``PairFlows``
         self._edges: list[Edge] = []
 
@@ -211,44 +243,8 @@ class KVPricing(EvalContext):
         return KVLoad(pairs, weights, parts, self._edges, self.ring_fabric.pipelined)
 
     def pair_flows(self, pair: tuple[list[list[str]], list[list[str]]]) -> PairFlows:
-        """``kv_price`` of one pair as ``PairFlows``, memoised on the pair like it: a link's
-        number is its position in ``_edges``, numbered as first met."""
-        key = (tuple(map(tuple, pair[0])), tuple(map(tuple, pair[1])))
-        hit = self._pair_flows.get(key)
-        if hit is not None:
-            return hit
-        _, fl = self.kv_price([pair])
-        table = self.ring_fabric.link_table
-        ids, edges = self._edge_ids, self._edges
-        eids: list[int] = []
-        inv: list[float] = []
-        nbytes: list[float] = []
-        hops: list[int] = []
-        local: dict[str, int] = {}
-        for f in fl:
-            n = 0
-            for e in zip(f.path, f.path[1:], strict=False):
-                i = ids.get(e)
-                if i is None:
-                    i = ids[e] = len(edges)
-                    edges.append(e)
-                eids.append(i)
-                inv.append(table[e][0])
-                n += 1
-            nbytes += [f.nbytes] * n
-            hops.append(n)
-        senders = [local.setdefault(f.src, len(local)) for f in fl]
-        hit = self._pair_flows[key] = PairFlows(
-            fl,
-            np.array(eids, dtype=np.intp),
-            np.array(nbytes, dtype=float),
-            np.array(inv, dtype=float),
-            np.array(hops, dtype=np.intp),
-            np.array([f.time_s for f in fl], dtype=float),
-            np.array(senders, dtype=np.intp),
-            len(local),
-        )
-        return hit
+        """``kv_price`` of one pair, with its arrays (``PairFlows``); memoised like it."""
+        return self._priced([pair])
 
     def kv_price(
         self, pairs: list[tuple[list[list[str]], list[list[str]]]]
@@ -256,11 +252,15 @@ class KVPricing(EvalContext):
         """T_f of the given (prefill stages, decode stages) pairs transferring one request each
         at once, and the flows (Eqs. 14-15); memoised on the pairs (the search prices the same
         pairs again for every deployment that holds them)."""
+        hit = self._priced(pairs)
+        return hit.t_f, list(hit.flows)
+
+    def _priced(self, pairs: list[tuple[list[list[str]], list[list[str]]]]) -> PairFlows:
         key = tuple((tuple(map(tuple, p)), tuple(map(tuple, d))) for p, d in pairs)
         hit = self._kv_prices.get(key)
         if hit is None:
             hit = self._kv_prices[key] = self._kv_price(pairs)
-        return hit[0], list(hit[1])
+        return hit
 
     def kv_routed(self, pairs: list[tuple[list[list[str]], list[list[str]]]]) -> list[KVFlow]:
         """The KV shares of one mean-length request per pair, each on its route (times not
@@ -272,14 +272,51 @@ class KVPricing(EvalContext):
                 out.append(KVFlow(s, dst, f * total, self.kv_route(s, dst, f * total), 0.0))
         return out
 
-    def _kv_price(
-        self, pairs: list[tuple[list[list[str]], list[list[str]]]]
-    ) -> tuple[float, list[KVFlow]]:
+    def _kv_price(self, pairs: list[tuple[list[list[str]], list[list[str]]]]) -> PairFlows:
+        """``kv_time`` of the pairs' routed shares, as ``PairFlows``. Pipelined, the times are
+        ``flow_times``' arithmetic on the hop arrays (``_pipelined_times``); the paper's mode
+        calls ``kv_time``."""
         routed = self.kv_routed(pairs)
+        fab = self.ring_fabric
+        table = fab.link_table
+        ids, edges = self._edge_ids, self._edges
+        eids: list[int] = []
+        inv: list[float] = []
+        lat: list[float] = []
+        nbytes: list[float] = []
+        hops: list[int] = []
+        for f in routed:
+            n = 0
+            for e in zip(f.path, f.path[1:], strict=False):
+                i = ids.get(e)
+                if i is None:
+                    i = ids[e] = len(edges)
+                    edges.append(e)
+                eids.append(i)
+                b, le = table[e]
+                inv.append(b)
+                lat.append(le)
+                n += 1
+            nbytes += [f.nbytes] * n
+            hops.append(n)
+        a_eids = np.array(eids, dtype=np.intp)
+        a_nb, a_inv, a_hops = np.array(nbytes), np.array(inv), np.array(hops, dtype=np.intp)
         if not routed:
-            return 0.0, []
-        t_f, times = kv_time(self.ring_fabric, [(f.src, f.path, f.nbytes) for f in routed])
-        return t_f, [replace(f, time_s=t) for f, t in zip(routed, times, strict=True)]
+            t_f, times = 0.0, []
+        elif fab.pipelined:
+            t = _pipelined_times(a_eids, a_nb, a_inv, np.array(lat), a_hops, fab.packet_bytes)
+            t_f, times = float(t.max()), t.tolist()
+        else:
+            t_f, times = kv_time(fab, [(f.src, f.path, f.nbytes) for f in routed])
+        local: dict[str, int] = {}
+        senders = [local.setdefault(f.src, len(local)) for f in routed]
+        flows = [
+            KVFlow(f.src, f.dst, f.nbytes, f.path, t) for f, t in zip(routed, times, strict=True)
+        ]
+        return PairFlows(
+            flows, a_eids, a_nb, a_inv, a_hops, np.array(times, dtype=float),
+            np.array(senders, dtype=np.intp), len(local), t_f,
+        )  # fmt: skip
 
     def kv_route(self, src: str, dst: str, nbytes: float) -> list[str]:
         """``costmodel.kvcache.kv_route`` on the ring fabric, memoised: the search routes the
