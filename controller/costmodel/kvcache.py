@@ -110,60 +110,43 @@ def kv_route(fabric: Fabric, src: str, dst: str, nbytes: float) -> Path:
 def _cheapest_rail_route(fabric: Fabric, src: str, dst: str, nbytes: float) -> Path | None:
     """``min(rail_routes(src, dst), key=path_time)`` for GPUs of two servers on a pipelined
     fabric, without building every candidate: the same candidates in the same order (exit of
-    ``src``, switch path, ``dst``'s own NIC; ``ring._rail_routes``), each priced from the
-    sums along its route up to ``dst``'s switch, kept per (source, exit, switch) since every
-    decode GPU behind one switch shares them, plus the last hop. A route's price is
-    ``Fabric.path_time``'s arithmetic in its order (latencies and 1/B summed hop by hop;
-    ``max(D / B) = D * max(1 / B)`` for D >= 0, rounding being monotone), so the floats and
-    the first-cheapest tie rule are ``min``'s. None when no candidate exists (the caller
-    falls back to ``rail_routes``). O(candidates) after the first route to a switch."""
+    ``src``, switch path, ``dst``'s own NIC; ``ring._rail_routes``), each priced by
+    ``Fabric.pipelined_time`` from the ``Fabric.hop_sums`` of its route up to ``dst``'s
+    switch (kept per source, exit and switch: every decode GPU behind one switch shares them)
+    carried over the last hop: ``path_time``'s floats, and ``min``'s first-cheapest tie rule.
+    None when no candidate exists (the caller falls back to ``rail_routes``)."""
     owns: dict = fabric.memo.setdefault("kv-own", {})  # dst -> its own NICs' last hops
     own = owns.get(dst)
     if own is None:
-        table = fabric.link_table
-        own = owns[dst] = [(f[-1], *table[(f[-1], dst)]) for f in fabric.exits(dst) if len(f) == 2]
-    rails = {sw for sw, _, _ in own}
+        own = owns[dst] = [(f[-1], ((f[-1], dst),)) for f in fabric.exits(dst) if len(f) == 2]
+    rails = {sw for sw, _ in own}
     prefixes: dict = fabric.memo.setdefault("kv-prefix", {})
-    pkt = fabric.packet_bytes
     best: Path | None = None
     best_t = 0.0
     for i, e in enumerate(fabric.exits(src)):
         if len(e) != 2 and e[-1] not in rails:
             continue  # a peer's NIC that is not on the destination's rail
-        for sw, inv_l, lat_l in own:
+        for sw, last in own:
             key = (src, i, sw)
             pre = prefixes.get(key)
             if pre is None:
                 pre = prefixes[key] = _prefix(fabric, e, sw)
             if pre is False:
                 continue  # no switch path
-            path, lat, inv_sum, inv_max = pre
-            lat += lat_l
-            inv_sum += inv_l
-            if inv_l > inv_max:
-                inv_max = inv_l
-            t = nbytes * inv_max + (lat + pkt * (inv_sum - inv_max))
+            t = fabric.pipelined_time(fabric.hop_sums(last, pre[1]), nbytes)
             if best is None or t < best_t:
-                best, best_t = path, t
+                best, best_t = pre[0], t
     return None if best is None else best + [dst]
 
 
 def _prefix(fabric: Fabric, exit_path: Path, switch: str) -> tuple | bool:
-    """(route from the exit to ``switch``, its latencies, 1/B sum and 1/B max, summed hop by
-    hop as ``Fabric.fixed_s`` sums them), or False without a switch path."""
+    """(route from the exit to ``switch``, its ``Fabric.hop_sums``), or False without a
+    switch path."""
     sp = fabric.switch_path(exit_path[-1], switch)
     if sp is None:
         return False
     path = exit_path + sp[1:]
-    table = fabric.link_table
-    lat = inv_sum = inv_max = 0.0
-    for e in zip(path, path[1:], strict=False):
-        inv, le = table[e]
-        lat += le
-        inv_sum += inv
-        if inv > inv_max:
-            inv_max = inv
-    return path, lat, inv_sum, inv_max
+    return path, fabric.hop_sums(zip(path, path[1:], strict=False))
 
 
 def kv_share_terms(

@@ -24,6 +24,7 @@ is what lets a collective be priced once per route choice and re-priced at any s
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import cached_property
 
 import networkx as nx
@@ -70,6 +71,8 @@ class Fabric:
         self.pipelined = cost_mode == PIPELINED
         self.packet_bytes = float(packet_bytes)
         self._server_gpus = servers(g)
+        # node -> its server (None off servers): read once, not through networkx's views
+        self._server_of: dict[str, str | None] = dict(g.nodes(data="server"))
         self._nv_cache: dict[tuple[str, str], Path] = {}
         self._exit_cache: dict[str, list[Path]] = {}
         self._sp_cache: dict[tuple[str, str], Path | None] = {}
@@ -124,8 +127,10 @@ class Fabric:
             return [a]
         key = (a, b)
         if key not in self._nv_cache:
-            server = self.g.nodes[a]["server"]
-            if self.g.nodes[b].get("server") != server:
+            server = self._server_of.get(a)
+            if server is None:
+                server = self.g.nodes[a]["server"]  # not a server's GPU: raises, as it did
+            if self._server_of.get(b) != server:
                 return None
             self._nv_cache[key] = self._nvlink_path(a, b)  # type: ignore[assignment]
         return self._nv_cache[key]
@@ -212,15 +217,31 @@ class Fabric:
             for e in edges:
                 lat += table[e][1]
             return lat
-        inv_sum = inv_max = 0.0
+        lat, inv_sum, inv_max = self.hop_sums(edges)
+        pkt = self.packet_bytes if packet_bytes is None else packet_bytes
+        return lat + pkt * (inv_sum - inv_max)
+
+    def hop_sums(
+        self, edges: Iterable[Edge], start: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    ) -> tuple[float, float, float]:
+        """(latency sum, 1/B sum, 1/B max) over ``edges``, carried on from ``start``, hop by
+        hop: the sums of a route are its prefix's sums carried on over the rest, float for
+        float, so callers keep a prefix's sums and price its many continuations."""
+        table = self.link_table
+        lat, inv_sum, inv_max = start
         for e in edges:
             inv, le = table[e]
             lat += le
             inv_sum += inv
             if inv > inv_max:
                 inv_max = inv
-        pkt = self.packet_bytes if packet_bytes is None else packet_bytes
-        return lat + pkt * (inv_sum - inv_max)
+        return lat, inv_sum, inv_max
+
+    def pipelined_time(self, sums: tuple[float, float, float], nbytes: float) -> float:
+        """``path_time`` of ``nbytes >= 0`` alone on a pipelined route from its ``hop_sums``:
+        ``max_e(D / B(e)) = D * max_e(1 / B(e))`` (rounding is monotone), plus ``fixed_s``."""
+        lat, inv_sum, inv_max = sums
+        return nbytes * inv_max + (lat + self.packet_bytes * (inv_sum - inv_max))
 
     def combine(self, terms: list[float]) -> float:
         """Seconds a flow spends moving its bytes, from each hop's ``load(e) / B(e)``: the
