@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from controller.costmodel.network import flow_times, path_time
 from controller.costmodel.ring import rail_routes
@@ -75,21 +76,34 @@ def kv_shares(
 ) -> list[tuple[str, str, float]]:
     """(prefill GPU, decode GPU, fraction of the request's whole KV cache) for every pair that
     shares layers and KV-head shards (the rule of :func:`stage_kv_shares`), in prefill order.
-    Fractions over all pairs sum to 1."""
-    pp_p, pp_d = len(pre_stages), len(dec_stages)
+    Fractions over all pairs sum to 1. The positions and fractions depend only on the stage
+    sizes (``_share_layout``, kept per shape): only the names are looked up per call."""
+    layout = _share_layout(
+        model.layers, tuple(len(s) for s in pre_stages), tuple(len(s) for s in dec_stages)
+    )
+    return [(pre_stages[i][j], dec_stages[k][q], f) for i, j, k, q, f in layout]
+
+
+@lru_cache(maxsize=4096)
+def _share_layout(
+    layers: int, pre_sizes: tuple[int, ...], dec_sizes: tuple[int, ...]
+) -> tuple[tuple[int, int, int, int, float], ...]:
+    """(prefill stage, member, decode stage, member, fraction) of every share between
+    stages of these sizes, in ``kv_shares``' order."""
+    pp_p, pp_d = len(pre_sizes), len(dec_sizes)
     out = []
-    for i, stage in enumerate(pre_stages):
-        los = [_layer_share(i, pp_p, k, pp_d, model.layers) for k in range(pp_d)]
-        for j, src in enumerate(stage):
-            for k, dstage in enumerate(dec_stages):
+    for i, tp_i in enumerate(pre_sizes):
+        los = [_layer_share(i, pp_p, k, pp_d, layers) for k in range(pp_d)]
+        for j in range(tp_i):
+            for k, tp_k in enumerate(dec_sizes):
                 lo = los[k]
                 if lo == 0:
                     continue
-                for q, dst in enumerate(dstage):
-                    ho = _head_share(j, len(stage), q, len(dstage))
+                for q in range(tp_k):
+                    ho = _head_share(j, tp_i, q, tp_k)
                     if ho > 0:
-                        out.append((src, dst, lo * ho))
-    return out
+                        out.append((i, j, k, q, lo * ho))
+    return tuple(out)
 
 
 def kv_route(fabric: Fabric, src: str, dst: str, nbytes: float) -> Path:

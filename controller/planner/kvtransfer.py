@@ -179,7 +179,8 @@ class KVPricing(EvalContext):
         self._server_of = lambda x: g.nodes[x].get("server") or x
         self._kv_prices: dict[tuple, PairFlows] = {}
         self._kv_routes: dict[tuple[str, str, float], list[str]] = {}
-        self._edge_ids: dict[Edge, int] = {}  # a link's number in ``PairFlows``
+        # a link's (number in ``PairFlows``, 1/B, latency)
+        self._edge_ids: dict[Edge, tuple[int, float, float]] = {}
         self._edges: list[Edge] = []
 
     def kv_transfer(
@@ -265,18 +266,25 @@ class KVPricing(EvalContext):
     def kv_routed(self, pairs: list[tuple[list[list[str]], list[list[str]]]]) -> list[KVFlow]:
         """The KV shares of one mean-length request per pair, each on its route (times not
         priced: 0)."""
+        return [KVFlow(s, d, nb, path, 0.0) for s, d, nb, path in self._routed(pairs)]
+
+    def _routed(
+        self, pairs: list[tuple[list[list[str]], list[list[str]]]]
+    ) -> list[tuple[str, str, float, list[str]]]:
+        """``kv_routed``'s (source, destination, bytes, route), not yet flows."""
         total = self.mean_in * self.model.kv_bytes_per_token()
-        out = []
-        for p, d in pairs:
-            for s, dst, f in kv_shares(self.model, p, d):
-                out.append(KVFlow(s, dst, f * total, self.kv_route(s, dst, f * total), 0.0))
-        return out
+        route = self.kv_route
+        return [
+            (s, dst, f * total, route(s, dst, f * total))
+            for p, d in pairs
+            for s, dst, f in kv_shares(self.model, p, d)
+        ]
 
     def _kv_price(self, pairs: list[tuple[list[list[str]], list[list[str]]]]) -> PairFlows:
         """``kv_time`` of the pairs' routed shares, as ``PairFlows``. Pipelined, the times are
         ``flow_times``' arithmetic on the hop arrays (``_pipelined_times``); the paper's mode
         calls ``kv_time``."""
-        routed = self.kv_routed(pairs)
+        routed = self._routed(pairs)
         fab = self.ring_fabric
         table = fab.link_table
         ids, edges = self._edge_ids, self._edges
@@ -285,19 +293,18 @@ class KVPricing(EvalContext):
         lat: list[float] = []
         nbytes: list[float] = []
         hops: list[int] = []
-        for f in routed:
+        for _, _, nb, path in routed:
             n = 0
-            for e in zip(f.path, f.path[1:], strict=False):
-                i = ids.get(e)
-                if i is None:
-                    i = ids[e] = len(edges)
+            for e in zip(path, path[1:], strict=False):
+                link = ids.get(e)
+                if link is None:
+                    link = ids[e] = (len(edges), *table[e])
                     edges.append(e)
-                eids.append(i)
-                b, le = table[e]
-                inv.append(b)
-                lat.append(le)
+                eids.append(link[0])
+                inv.append(link[1])
+                lat.append(link[2])
                 n += 1
-            nbytes += [f.nbytes] * n
+            nbytes += [nb] * n
             hops.append(n)
         a_eids = np.array(eids, dtype=np.intp)
         a_nb, a_inv, a_hops = np.array(nbytes), np.array(inv), np.array(hops, dtype=np.intp)
@@ -307,12 +314,10 @@ class KVPricing(EvalContext):
             t = _pipelined_times(a_eids, a_nb, a_inv, np.array(lat), a_hops, fab.packet_bytes)
             t_f, times = float(t.max()), t.tolist()
         else:
-            t_f, times = kv_time(fab, [(f.src, f.path, f.nbytes) for f in routed])
+            t_f, times = kv_time(fab, [(src, path, nb) for src, _, nb, path in routed])
         local: dict[str, int] = {}
-        senders = [local.setdefault(f.src, len(local)) for f in routed]
-        flows = [
-            KVFlow(f.src, f.dst, f.nbytes, f.path, t) for f, t in zip(routed, times, strict=True)
-        ]
+        senders = [local.setdefault(r[0], len(local)) for r in routed]
+        flows = [KVFlow(*r, t) for r, t in zip(routed, times, strict=True)]
         return PairFlows(
             flows, a_eids, a_nb, a_inv, a_hops, np.array(times, dtype=float),
             np.array(senders, dtype=np.intp), len(local), t_f,
