@@ -126,16 +126,35 @@ def _cheapest_rail_route(fabric: Fabric, src: str, dst: str, nbytes: float) -> P
     fabric, without building every candidate: the same candidates in the same order (exit of
     ``src``, switch path, ``dst``'s own NIC; ``ring._rail_routes``), each priced by
     ``Fabric.pipelined_time`` from the ``Fabric.hop_sums`` of its route up to ``dst``'s
-    switch (kept per source, exit and switch: every decode GPU behind one switch shares them)
-    carried over the last hop: ``path_time``'s floats, and ``min``'s first-cheapest tie rule.
-    None when no candidate exists (the caller falls back to ``rail_routes``)."""
-    owns: dict = fabric.memo.setdefault("kv-own", {})  # dst -> its own NICs' last hops
-    own = owns.get(dst)
-    if own is None:
-        own = owns[dst] = [(f[-1], ((f[-1], dst),)) for f in fabric.exits(dst) if len(f) == 2]
-    rails = {sw for sw, _ in own}
+    switch (kept per source, exit and switch) carried over the last hop: ``path_time``'s
+    floats, and ``min``'s first-cheapest tie rule. None when no candidate exists (the caller
+    falls back to ``rail_routes``).
+
+    Every float compared depends only on the source, the size and the destination's own
+    NICs: their switches and their last hop's 1/B and latency (its *signature*). So the
+    winner, up to ``dst``'s switch, is kept per (source, signature, size) and shared by every
+    destination with the same signature (a decode GPU's twins behind the same switch)."""
+    memo = fabric.memo
+    owns: dict = memo.setdefault("kv-own", {})  # dst -> (signature number, own NICs, rails)
+    mine = owns.get(dst)
+    if mine is None:
+        table = fabric.link_table
+        own = [(f[-1], ((f[-1], dst),)) for f in fabric.exits(dst) if len(f) == 2]
+        sig = tuple((sw, *table[last[0]]) for sw, last in own)
+        sigs: dict = memo.setdefault("kv-signatures", {})
+        mine = owns[dst] = (sigs.setdefault(sig, len(sigs)), own, {sw for sw, _ in own})
+    choices: dict = memo.setdefault("kv-choice", {})
+    key = (src, mine[0], nbytes)
+    hit = choices.get(key)
+    if hit is None:
+        hit = choices[key] = _cheapest_prefix(fabric, src, mine[1], mine[2], nbytes)
+    return None if hit is False else hit + [dst]
+
+
+def _cheapest_prefix(fabric: Fabric, src: str, own: list, rails: set, nbytes: float) -> Path | bool:
+    """``_cheapest_rail_route``'s winner up to the destination's switch, or False."""
     prefixes: dict = fabric.memo.setdefault("kv-prefix", {})
-    best: Path | None = None
+    best: Path | bool = False
     best_t = 0.0
     for i, e in enumerate(fabric.exits(src)):
         if len(e) != 2 and e[-1] not in rails:
@@ -148,9 +167,9 @@ def _cheapest_rail_route(fabric: Fabric, src: str, dst: str, nbytes: float) -> P
             if pre is False:
                 continue  # no switch path
             t = fabric.pipelined_time(fabric.hop_sums(last, pre[1]), nbytes)
-            if best is None or t < best_t:
+            if best is False or t < best_t:
                 best, best_t = pre[0], t
-    return None if best is None else best + [dst]
+    return best
 
 
 def _prefix(fabric: Fabric, exit_path: Path, switch: str) -> tuple | bool:
