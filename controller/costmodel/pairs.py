@@ -39,9 +39,17 @@ def _segment(fabric: Fabric, path: Path, nbytes: float) -> tuple[float, float]:
 
 
 def _minplus(exit_a: np.ndarray, sd: np.ndarray, exit_b: np.ndarray) -> np.ndarray:
-    """D[i, j] = min over a, b of exit_a[i, a] + sd[a, b] + exit_b[j, b]."""
-    via = np.min(exit_a[:, :, None] + sd[None, :, :], axis=1)
-    return np.min(via[:, None, :] + exit_b[None, :, :], axis=2)
+    """D[i, j] = min over a, b of exit_a[i, a] + sd[a, b] + exit_b[j, b]: one (N, S) and
+    then one (N, N) ``minimum`` per switch, not a reduction over a short last axis of an
+    (N, N, S) array (the same sums; a min is exact in any order)."""
+    n, ns = exit_a.shape
+    via = np.full((n, ns), np.inf)
+    for a in range(ns):
+        np.minimum(via, exit_a[:, a, None] + sd[None, a, :], out=via)
+    out = np.full((n, exit_b.shape[0]), np.inf)
+    for b in range(ns):
+        np.minimum(out, via[:, b, None] + exit_b[None, :, b], out=out)
+    return out
 
 
 def _exit_segments(fabric: Fabric, gpu: str, nbytes: float) -> list[tuple[str, int, float, float]]:
