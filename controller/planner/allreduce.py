@@ -5,7 +5,8 @@
 - ``GroupTimes``: a group's all-reduce time as a function of the message size.
 - ``AllReducePricing``: the evaluator's part that finds a group's INA candidate switches,
   routes and prices its schemes (with a lower bound that skips switches that cannot win),
-  and times an all-reduce. Its caches: schemes per group, times per group shape.
+  and times an all-reduce. Its caches: schemes per group, times per group shape, a GPU's
+  cheapest route alone to a switch per size (``ina_bound``) and its exits' route sums.
 """
 
 from __future__ import annotations

@@ -4,8 +4,11 @@
   (round robin), routes each pair's KV shares, prices one request's transfer alone, and
   re-orders a decode instance's stages so that each sits near the prefill GPUs holding its
   layers when that is faster. Its caches: routes per (source, destination, size) and prices
-  per pair, which the search asks again for every split that deploys them.
-- ``KVLoad``: the load every pair puts on each link at a rate, and T_f stretched by it.
+  per pair (``PairFlows``), which the search asks again for every split that deploys them.
+- ``PairFlows``: one pair's priced shares with the hop arrays their link loads are summed
+  from; ``_pipelined_times``: ``flow_times`` on those arrays, float for float.
+- ``KVLoad``: the load every pair puts on each link at a rate (one numpy ``bincount`` over
+  every pair's hops), and T_f stretched by it.
 """
 
 from __future__ import annotations

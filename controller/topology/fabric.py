@@ -20,6 +20,9 @@ The Fabric carries the *cost mode* (docs/costmodel.md), so every path price goes
 
 Either way a flow's time is affine in the bytes when every load scales with the message, which
 is what lets a collective be priced once per route choice and re-priced at any size.
+``hop_sums`` and ``pipelined_time`` price a route from a prefix's sums carried on over the rest
+of its hops, the same floats as ``path_time``, so callers that try many routes sharing a
+prefix (KV routes, routes to an INA switch) keep the prefix's sums instead of each route.
 """
 
 from __future__ import annotations
