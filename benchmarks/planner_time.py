@@ -7,9 +7,12 @@ is that planner's alone. Wall and CPU seconds (``resource.getrusage`` of that pr
 plus system) are printed side by side: on a shared machine the wall time carries the load,
 the CPU time much less of it; the ratio is to the same planner's testbed CPU time. A planner
 that reached its time limit (``--limit``, `heroserve plan --planner-time-limit`) is marked.
+``--save DIR`` writes each plan's JSON to DIR/<cluster>.<planner>.json (after the timing), so
+that the plans of two commits can be compared byte for byte (``cmp``): a speed-up that
+only caches or vectorises must leave them unchanged.
 
     .venv/bin/python benchmarks/planner_time.py [--skip-large] [--clusters 2tracks]
-        [--planners heroserve,helix] [--limit 300]
+        [--planners heroserve,helix] [--limit 300] [--save DIR]
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import multiprocessing as mp
 import resource
 import time
+from pathlib import Path
 
 ALL = ("heroserve", "distserve", "ds-atp", "ds-switchml", "distserve-paper")
 SEED = ("helix", "costeff", "hetero-search")
@@ -30,8 +34,11 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def one(cluster: str, planner: str, limit: float) -> tuple[float, float, float, str]:
-    """(plan wall s, plan CPU s, peak resident GiB of this process, a summary of the plan)."""
+def one(
+    cluster: str, planner: str, limit: float, save: str | None = None
+) -> tuple[float, float, float, str]:
+    """(plan wall s, plan CPU s, peak resident GiB of this process, a summary of the plan);
+    the plan's JSON written under ``save`` when given."""
     from controller.errors import InputError
     from controller.models import model_spec
     from controller.planner import PlannerOptions, plan
@@ -58,8 +65,10 @@ def one(cluster: str, planner: str, limit: float) -> tuple[float, float, float, 
             + (", time limit reached" if p.time_limit_reached else "")
         )
     except InputError as e:
-        what = f"no plan ({e})"
+        what, p = f"no plan ({e})", None
     took, cpu = time.perf_counter() - t0, _cpu() - c0
+    if save is not None and p is not None:
+        (Path(save) / f"{cluster}.{planner}.json").write_text(p.to_json() + "\n")
     return took, cpu, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, what
 
 
@@ -69,7 +78,10 @@ def main() -> None:
     ap.add_argument("--clusters", default=",".join(CLUSTERS), help="comma-separated clusters")
     ap.add_argument("--planners", default=",".join(ALL + SEED), help="comma-separated planners")
     ap.add_argument("--limit", type=float, default=300.0, help="each planner's time limit, s")
+    ap.add_argument("--save", metavar="DIR", help="write each plan's JSON here")
     a = ap.parse_args()
+    if a.save is not None:
+        Path(a.save).mkdir(parents=True, exist_ok=True)
     planners = [x.strip() for x in a.planners.split(",") if x.strip()]
     clusters = ["testbed"] if a.skip_large else [x.strip() for x in a.clusters.split(",")]
     ctx = mp.get_context("spawn")
@@ -81,7 +93,7 @@ def main() -> None:
     for cluster in clusters:
         for planner in planners:
             with ctx.Pool(1) as pool:
-                took, cpu, peak, what = pool.apply(one, (cluster, planner, a.limit))
+                took, cpu, peak, what = pool.apply(one, (cluster, planner, a.limit, a.save))
             if cluster == "testbed":
                 base[planner] = cpu
             ratio = (

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from controller.costmodel.network import flow_times, path_time
 from controller.costmodel.ring import rail_routes
@@ -75,21 +76,34 @@ def kv_shares(
 ) -> list[tuple[str, str, float]]:
     """(prefill GPU, decode GPU, fraction of the request's whole KV cache) for every pair that
     shares layers and KV-head shards (the rule of :func:`stage_kv_shares`), in prefill order.
-    Fractions over all pairs sum to 1."""
-    pp_p, pp_d = len(pre_stages), len(dec_stages)
+    Fractions over all pairs sum to 1. The positions and fractions depend only on the stage
+    sizes (``_share_layout``, kept per shape): only the names are looked up per call."""
+    layout = _share_layout(
+        model.layers, tuple(len(s) for s in pre_stages), tuple(len(s) for s in dec_stages)
+    )
+    return [(pre_stages[i][j], dec_stages[k][q], f) for i, j, k, q, f in layout]
+
+
+@lru_cache(maxsize=4096)
+def _share_layout(
+    layers: int, pre_sizes: tuple[int, ...], dec_sizes: tuple[int, ...]
+) -> tuple[tuple[int, int, int, int, float], ...]:
+    """(prefill stage, member, decode stage, member, fraction) of every share between
+    stages of these sizes, in ``kv_shares``' order."""
+    pp_p, pp_d = len(pre_sizes), len(dec_sizes)
     out = []
-    for i, stage in enumerate(pre_stages):
-        los = [_layer_share(i, pp_p, k, pp_d, model.layers) for k in range(pp_d)]
-        for j, src in enumerate(stage):
-            for k, dstage in enumerate(dec_stages):
+    for i, tp_i in enumerate(pre_sizes):
+        los = [_layer_share(i, pp_p, k, pp_d, layers) for k in range(pp_d)]
+        for j in range(tp_i):
+            for k, tp_k in enumerate(dec_sizes):
                 lo = los[k]
                 if lo == 0:
                     continue
-                for q, dst in enumerate(dstage):
-                    ho = _head_share(j, len(stage), q, len(dstage))
+                for q in range(tp_k):
+                    ho = _head_share(j, tp_i, q, tp_k)
                     if ho > 0:
-                        out.append((src, dst, lo * ho))
-    return out
+                        out.append((i, j, k, q, lo * ho))
+    return tuple(out)
 
 
 def kv_route(fabric: Fabric, src: str, dst: str, nbytes: float) -> Path:
@@ -100,7 +114,72 @@ def kv_route(fabric: Fabric, src: str, dst: str, nbytes: float) -> Path:
     nv = fabric.nvlink_path(src, dst)
     if nv is not None:
         return nv
+    if fabric.pipelined and nbytes >= 0:
+        fast = _cheapest_rail_route(fabric, src, dst, nbytes)
+        if fast is not None:
+            return fast
     return min(rail_routes(fabric, src, dst), key=lambda p: path_time(fabric, p, nbytes))
+
+
+def _cheapest_rail_route(fabric: Fabric, src: str, dst: str, nbytes: float) -> Path | None:
+    """``min(rail_routes(src, dst), key=path_time)`` for GPUs of two servers on a pipelined
+    fabric, without building every candidate: the same candidates in the same order (exit of
+    ``src``, switch path, ``dst``'s own NIC; ``ring._rail_routes``), each priced by
+    ``Fabric.pipelined_time`` from the ``Fabric.hop_sums`` of its route up to ``dst``'s
+    switch (kept per source, exit and switch) carried over the last hop: ``path_time``'s
+    floats, and ``min``'s first-cheapest tie rule. None when no candidate exists (the caller
+    falls back to ``rail_routes``).
+
+    Every float compared depends only on the source, the size and the destination's own
+    NICs: their switches and their last hop's 1/B and latency (its *signature*). So the
+    winner, up to ``dst``'s switch, is kept per (source, signature, size) and shared by every
+    destination with the same signature (a decode GPU's twins behind the same switch)."""
+    memo = fabric.memo
+    owns: dict = memo.setdefault("kv-own", {})  # dst -> (signature number, own NICs, rails)
+    mine = owns.get(dst)
+    if mine is None:
+        table = fabric.link_table
+        own = [(f[-1], ((f[-1], dst),)) for f in fabric.exits(dst) if len(f) == 2]
+        sig = tuple((sw, *table[last[0]]) for sw, last in own)
+        sigs: dict = memo.setdefault("kv-signatures", {})
+        mine = owns[dst] = (sigs.setdefault(sig, len(sigs)), own, {sw for sw, _ in own})
+    choices: dict = memo.setdefault("kv-choice", {})
+    key = (src, mine[0], nbytes)
+    hit = choices.get(key)
+    if hit is None:
+        hit = choices[key] = _cheapest_prefix(fabric, src, mine[1], mine[2], nbytes)
+    return None if hit is False else hit + [dst]
+
+
+def _cheapest_prefix(fabric: Fabric, src: str, own: list, rails: set, nbytes: float) -> Path | bool:
+    """``_cheapest_rail_route``'s winner up to the destination's switch, or False."""
+    prefixes: dict = fabric.memo.setdefault("kv-prefix", {})
+    best: Path | bool = False
+    best_t = 0.0
+    for i, e in enumerate(fabric.exits(src)):
+        if len(e) != 2 and e[-1] not in rails:
+            continue  # a peer's NIC that is not on the destination's rail
+        for sw, last in own:
+            key = (src, i, sw)
+            pre = prefixes.get(key)
+            if pre is None:
+                pre = prefixes[key] = _prefix(fabric, e, sw)
+            if pre is False:
+                continue  # no switch path
+            t = fabric.pipelined_time(fabric.hop_sums(last, pre[1]), nbytes)
+            if best is False or t < best_t:
+                best, best_t = pre[0], t
+    return best
+
+
+def _prefix(fabric: Fabric, exit_path: Path, switch: str) -> tuple | bool:
+    """(route from the exit to ``switch``, its ``Fabric.hop_sums``), or False without a
+    switch path."""
+    sp = fabric.switch_path(exit_path[-1], switch)
+    if sp is None:
+        return False
+    path = exit_path + sp[1:]
+    return path, fabric.hop_sums(zip(path, path[1:], strict=False))
 
 
 def kv_share_terms(

@@ -39,37 +39,82 @@ def _segment(fabric: Fabric, path: Path, nbytes: float) -> tuple[float, float]:
 
 
 def _minplus(exit_a: np.ndarray, sd: np.ndarray, exit_b: np.ndarray) -> np.ndarray:
-    """D[i, j] = min over a, b of exit_a[i, a] + sd[a, b] + exit_b[j, b]."""
-    via = np.min(exit_a[:, :, None] + sd[None, :, :], axis=1)
-    return np.min(via[:, None, :] + exit_b[None, :, :], axis=2)
+    """D[i, j] = min over a, b of exit_a[i, a] + sd[a, b] + exit_b[j, b]: one (N, S) and
+    then one (N, N) ``minimum`` per switch, not a reduction over a short last axis of an
+    (N, N, S) array (the same sums; a min is exact in any order)."""
+    n, ns = exit_a.shape
+    via = np.full((n, ns), np.inf)
+    for a in range(ns):
+        np.minimum(via, exit_a[:, a, None] + sd[None, a, :], out=via)
+    out = np.full((n, exit_b.shape[0]), np.inf)
+    for b in range(ns):
+        np.minimum(out, via[:, b, None] + exit_b[None, :, b], out=out)
+    return out
+
+
+def _exit_segments(fabric: Fabric, gpu: str, nbytes: float) -> list[tuple[str, int, float, float]]:
+    """(switch, its position among ``gpu``'s exits to that switch, m, a) of every exit of
+    ``gpu``, in ``Fabric.exits`` order; kept on the fabric (per size in the paper's mode,
+    where ``a`` depends on it): every latency matrix over a GPU's pod asks again."""
+    key = ("pairs-exits", gpu, None if fabric.pipelined else nbytes)
+    hit = fabric.memo.get(key)
+    if hit is None:
+        seen: dict[str, int] = {}
+        out = []
+        for e in fabric.exits(gpu):
+            x = seen[e[-1]] = seen.get(e[-1], -1) + 1
+            out.append((e[-1], x, *_segment(fabric, e, nbytes)))
+        hit = fabric.memo[key] = out
+    return hit  # type: ignore[return-value]
+
+
+def _switch_segment(fabric: Fabric, a: str, b: str, nbytes: float) -> tuple[float, float] | None:
+    """``_segment`` of the switch path a..b (None when unreachable), kept on the fabric."""
+    key = ("pairs-switch", a, b, None if fabric.pipelined else nbytes)
+    memo = fabric.memo
+    if key not in memo:
+        p = fabric.switch_path(a, b)
+        memo[key] = None if p is None else _segment(fabric, p, nbytes)
+    return memo[key]  # type: ignore[return-value]
+
+
+def _nvlink_time(fabric: Fabric, a: str, b: str, nbytes: float) -> float | None:
+    """``Fabric.path_time`` of the NVLink path a..b (None without one), kept on the fabric."""
+    key = ("pairs-nvlink", a, b, nbytes)
+    memo = fabric.memo
+    if key not in memo:
+        p = fabric.nvlink_path(a, b)
+        memo[key] = None if p is None else fabric.path_time(p, nbytes)
+    return memo[key]  # type: ignore[return-value]
 
 
 def pair_times(fabric: Fabric, gpus: Sequence[str], nbytes: float) -> np.ndarray:
     """D(i, j) in seconds for a message of ``nbytes`` from GPU i to GPU j over its best route,
-    unloaded links, in the fabric's cost mode (module docstring)."""
+    unloaded links, in the fabric's cost mode (module docstring). Each GPU's exit segments,
+    each switch pair's path segment and each NVLink pair's time are kept on the fabric, the
+    same floats every time, so a matrix over GPUs met before costs its numpy part."""
     n = len(gpus)
-    sw = sorted({e[-1] for g in gpus for e in fabric.exits(g)})
+    segs = [_exit_segments(fabric, g, nbytes) for g in gpus]
+    sw = sorted({s for row in segs for s, _, _, _ in row})
     idx = {s: k for k, s in enumerate(sw)}
     ns = len(sw)
     # every exit of GPU i to switch k (several: its own NIC and NVLink peers' on that switch)
-    opts: list[list[list[tuple[float, float]]]] = [[[] for _ in sw] for _ in gpus]
-    for i, g in enumerate(gpus):
-        for e in fabric.exits(g):
-            opts[i][idx[e[-1]]].append(_segment(fabric, e, nbytes))
-    width = max((len(o) for row in opts for o in row), default=0)
+    width = max((x + 1 for row in segs for _, x, _, _ in row), default=0)
     exit_m = np.full((n, ns, max(1, width)), np.inf)
     exit_a = np.full((n, ns, max(1, width)), np.inf)
-    for i, row in enumerate(opts):
-        for k, o in enumerate(row):
-            for x, (m, a) in enumerate(o):
-                exit_m[i, k, x], exit_a[i, k, x] = m, a
+    rows = [i for i, row in enumerate(segs) for _ in row]
+    if rows:
+        cols = [idx[s] for row in segs for s, _, _, _ in row]
+        pos = [x for row in segs for _, x, _, _ in row]
+        exit_m[rows, cols, pos] = [m for row in segs for _, _, m, _ in row]
+        exit_a[rows, cols, pos] = [a for row in segs for _, _, _, a in row]
     sd_m = np.full((ns, ns), np.inf)
     sd_a = np.full((ns, ns), np.inf)
     for a_sw in sw:
         for b_sw in sw:
-            p = fabric.switch_path(a_sw, b_sw)
-            if p is not None:
-                sd_m[idx[a_sw], idx[b_sw]], sd_a[idx[a_sw], idx[b_sw]] = _segment(fabric, p, nbytes)
+            seg = _switch_segment(fabric, a_sw, b_sw, nbytes)
+            if seg is not None:
+                sd_m[idx[a_sw], idx[b_sw]], sd_a[idx[a_sw], idx[b_sw]] = seg
     d = np.full((n, n), np.inf)
     best_exit = exit_a.min(axis=2)
     if ns and not fabric.pipelined:
@@ -101,9 +146,9 @@ def pair_times(fabric: Fabric, gpus: Sequence[str], nbytes: float) -> np.ndarray
         for x, i in enumerate(members):
             for j in members[x + 1 :]:
                 a, b = (i, j) if i < j else (j, i)
-                p = fabric.nvlink_path(gpus[a], gpus[b])
-                if p is not None:
-                    d[a, b] = min(d[a, b], fabric.path_time(p, nbytes))
+                t = _nvlink_time(fabric, gpus[a], gpus[b], nbytes)
+                if t is not None:
+                    d[a, b] = min(d[a, b], t)
     d = np.minimum(d, d.T)
     np.fill_diagonal(d, 0.0)
     return d

@@ -5,7 +5,8 @@
 - ``GroupTimes``: a group's all-reduce time as a function of the message size.
 - ``AllReducePricing``: the evaluator's part that finds a group's INA candidate switches,
   routes and prices its schemes (with a lower bound that skips switches that cannot win),
-  and times an all-reduce. Its caches: schemes per group, times per group shape.
+  and times an all-reduce. Its caches: schemes per group, times per group shape, a GPU's
+  cheapest route alone to a switch per size (``ina_bound``) and its exits' route sums.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ class AllReducePricing(EvalContext):
         super().__init__(problem, policy)
         self._groups: dict[tuple, GroupEval] = {}
         self._times: dict[tuple, GroupTimes] = {}
+        self._to_switch: dict[tuple[str, str, float], float | None] = {}
+        self._exit_sums: dict[str, list[tuple[str, tuple[float, float, float]]]] = {}
+        self._switch_hops: dict[tuple[str, str], list[tuple[str, str]] | None] = {}
 
     def ina_candidates(self, members: Sequence[str]) -> list[str]:
         """Switches a group may aggregate on (Alg. 2 line 7): the first-hop switches its
@@ -184,11 +188,52 @@ class AllReducePricing(EvalContext):
         wire = nbytes * self.net.ina_wire_ratio
         worst = 0.0
         for m in members:
-            routes = self.ina_fabric.routes_to_switch(m, switch)
-            if not routes:
+            best = self._cheapest_to_switch(m, switch, wire)
+            if best is None:
                 return math.inf
-            worst = max(worst, min(self.ina_fabric.path_time(r, wire) for r in routes))
+            worst = max(worst, best)
         return worst + T_AGG_S + self.net.ina_host_s
+
+    def _cheapest_to_switch(self, gpu: str, switch: str, nbytes: float) -> float | None:
+        """The cheapest route of ``gpu`` to ``switch`` alone (None if none), kept per
+        (GPU, switch, size): a GPU is in a group of every candidate (TP, PP) and grouping, and
+        the plan prices the deployed groups again at the same sizes."""
+        key = (gpu, switch, nbytes)
+        if key not in self._to_switch:
+            fab = self.ina_fabric
+            if fab.pipelined and nbytes >= 0:
+                self._to_switch[key] = self._cheapest_summed(gpu, switch, nbytes)
+            else:
+                routes = fab.routes_to_switch(gpu, switch)
+                self._to_switch[key] = (
+                    min(fab.path_time(r, nbytes) for r in routes) if routes else None
+                )
+        return self._to_switch[key]
+
+    def _cheapest_summed(self, gpu: str, switch: str, nbytes: float) -> float | None:
+        """``min(path_time(r) for r in routes_to_switch(gpu, switch))`` on a pipelined fabric
+        without building the routes: each exit's ``Fabric.hop_sums`` (kept per GPU) carried
+        on over the switch path's hops (kept per switch pair), priced by
+        ``Fabric.pipelined_time``: ``path_time``'s floats."""
+        fab = self.ina_fabric
+        sums = self._exit_sums.get(gpu)
+        if sums is None:
+            sums = self._exit_sums[gpu] = [
+                (e[-1], fab.hop_sums(zip(e, e[1:], strict=False))) for e in fab.exits(gpu)
+            ]
+        best: float | None = None
+        for first, pre in sums:
+            key = (first, switch)
+            if key not in self._switch_hops:
+                sp = fab.switch_path(first, switch)
+                self._switch_hops[key] = None if sp is None else list(zip(sp, sp[1:], strict=False))
+            hops = self._switch_hops[key]
+            if hops is None:
+                continue
+            t = fab.pipelined_time(fab.hop_sums(hops, pre), nbytes)
+            if best is None or t < best:
+                best = t
+        return best
 
     def group_cost(self, members: Sequence[str], nbytes: float) -> float:
         """One all-reduce of ``nbytes`` on ``members``, the best allowed scheme: what the

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from controller.planner.combine import Combination, combine
 from controller.planner.evaluate import Evaluator
@@ -38,6 +39,10 @@ class SearchResult:
     split: Split | None = None
     splits_priced: int = 0
 
+
+# what ``settle_kv``'s bisection prices at one rate: the deployment (None if it does not
+# serve that rate), decode, T_f, and a function listing the flows timed at that rate
+_At = tuple[Combination | None, PhaseResult, float, Callable[[], list]]
 
 KV_BISECT_STEPS = 12  # the KV-bound rate to 1/4096 of the first bracket
 
@@ -92,23 +97,24 @@ def settle_kv(
     if service <= 0.0:
         return comb, rd, t_f, load.flows
 
-    def at(rate: float) -> tuple[Combination | None, PhaseResult, float, list]:
+    def at(rate: float) -> _At:
         # decode priced at T_f(rate) of the pairs deployed so far; when that deploys other
         # counts, their pairs load the links differently: price again at their T_f (the
-        # counts settle in a round or two), and a rate that saturates them serves nothing
+        # counts settle in a round or two), and a rate that saturates them serves nothing.
+        # The flows come as a function: only the rate kept needs them listed.
         c, d, t, cur = None, rd, 0.0, load
         for _ in range(2):
             t = cur.t_f(rate)
             if not math.isfinite(t):
-                return None, d, t, []
+                return None, d, t, list
             d = ev.reprice_decode(price_decode(t), t, reorder)
             c = combine(pre, d, problem.sla.ttft_s, cap)
             if c is None:
-                return None, d, t, []
+                return None, d, t, list
             cur = ev.kv_load(pre, d, c.n_prefill, c.n_decode)
             if cur.t_f(rate) <= t * (1 + 1e-9):
-                return c, d, t, cur.flows_at(rate)
-        return None, d, t, []
+                return c, d, t, partial(cur.flows_at, rate)
+        return None, d, t, list
 
     hi = min(comb.rate, (1.0 - 1e-9) / service)
     if hi <= beat * (1 + 1e-9):
@@ -134,11 +140,9 @@ def settle_kv(
     return _kv_bound(best, lo)
 
 
-def _kv_bound(
-    got: tuple[Combination | None, PhaseResult, float, list], rate: float
-) -> tuple[Combination, PhaseResult, float, list]:
+def _kv_bound(got: _At, rate: float) -> tuple[Combination, PhaseResult, float, list]:
     """The deployment ``at`` priced, at the KV-bound ``rate``, with the flows of exactly the
-    instances it deploys timed at that rate."""
+    instances it deploys timed at the rate ``at`` priced them."""
     comb, dec, t, flows = got
     assert comb is not None
-    return replace(comb, rate=rate, rate_per_gpu=rate / comb.gpus_used), dec, t, flows
+    return replace(comb, rate=rate, rate_per_gpu=rate / comb.gpus_used), dec, t, flows()

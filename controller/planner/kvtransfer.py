@@ -4,13 +4,16 @@
   (round robin), routes each pair's KV shares, prices one request's transfer alone, and
   re-orders a decode instance's stages so that each sits near the prefill GPUs holding its
   layers when that is faster. Its caches: routes per (source, destination, size) and prices
-  per pair, which the search asks again for every split that deploys them.
-- ``KVLoad``: the load every pair puts on each link at a rate, and T_f stretched by it.
+  per pair (``PairFlows``), which the search asks again for every split that deploys them.
+- ``PairFlows``: one pair's priced shares with the hop arrays their link loads are summed
+  from; ``_pipelined_times``: ``flow_times`` on those arrays, float for float.
+- ``KVLoad``: the load every pair puts on each link at a rate (one numpy ``bincount`` over
+  every pair's hops), and T_f stretched by it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -25,6 +28,56 @@ Edge = tuple[str, str]
 
 
 @dataclass
+class PairFlows:
+    """One (prefill, decode) pair's KV shares priced alone (``KVPricing.kv_price``), laid
+    out for summing link loads with numpy: per hop of every flow, in flow then hop order, the
+    link's number (``KVPricing.pair_flows``), the flow's bytes and the link's 1/B; per flow
+    its hop count, its time alone and its prefill GPU's number in the pair (first seen
+    first)."""
+
+    flows: list[KVFlow]
+    eids: np.ndarray
+    nbytes: np.ndarray
+    inv: np.ndarray
+    hops: np.ndarray
+    alone: np.ndarray
+    senders: np.ndarray
+    n_senders: int
+    t_f: float  # the pair's T_f alone (Eq. 14)
+
+
+def _pipelined_times(
+    eids: np.ndarray,
+    nbytes: np.ndarray,
+    inv: np.ndarray,
+    lat: np.ndarray,
+    hops: np.ndarray,
+    packet_bytes: float,
+) -> np.ndarray:
+    """``costmodel.network.flow_times`` on a pipelined fabric, for flows given per hop (link
+    number, the flow's bytes, 1/B, latency; ``hops`` per flow), with its floats: link loads
+    summed in flow then hop order (``bincount`` adds in input order), each flow's slowest
+    hop (a max, exact in any order), and its latencies and 1/B summed hop by hop as
+    ``Fabric.fixed_s`` does (one numpy step per hop position, never a pairwise sum)."""
+    n = len(hops)
+    out = np.zeros(n)
+    some = hops > 0
+    if not some.any():
+        return out
+    load = np.bincount(eids, weights=nbytes)
+    starts = np.cumsum(hops) - hops
+    busiest = np.maximum.reduceat(load[eids] * inv, starts[some])
+    inv_max = np.maximum.reduceat(inv, starts[some])
+    lat_sum = np.zeros(n)
+    inv_sum = np.zeros(n)
+    for k in range(int(hops.max())):
+        on = hops > k
+        lat_sum[on] += lat[starts[on] + k]
+        inv_sum[on] += inv[starts[on] + k]
+    out[some] = busiest + (lat_sum[some] + packet_bytes * (inv_sum[some] - inv_max))
+    return out
+
+
 class KVLoad:
     """The KV transfers of a deployment: every pair's request shares the links with the
     others'. Requests reach pair k at ``weights[k]`` of the rate, so at rate H link e is
@@ -32,27 +85,58 @@ class KVLoad:
     weighted, times 1/B). A share is served as processor sharing serves a job: its time alone
     stretched by 1 / (1 - utilisation) of its busiest link (M/G/1-PS, Kleinrock: a job's
     mean time in the system is its size over 1 - rho), which holds for the simulator's fluid
-    links, where concurrent transfers split a link's capacity."""
+    links, where concurrent transfers split a link's capacity.
 
-    pairs: list[tuple[list[list[str]], list[list[str]]]]
-    weights: list[float]
-    link_s: dict[Edge, float]
-    flows: list[KVFlow]  # every share of every pair, priced alone (its request's shares beside)
-    # per flow, its (pair, prefill GPU) number; ``pipelined``: a GPU's shares stream at once
-    # (its time is the slowest), otherwise one after the other (summed, Eq. 15)
-    senders: np.ndarray
-    pipelined: bool
-    busiest_s: np.ndarray = field(init=False)  # per flow, link_s of the busiest link it crosses
-    alone_s: np.ndarray = field(init=False)  # per flow, its time alone
+    Built from each pair's ``PairFlows`` with numpy: the sum over links is one ``bincount``
+    over every pair's hops in the order a loop over pairs, flows and hops adds them (bincount
+    adds in input order), so the floats are that loop's, bit for bit."""
 
-    def __post_init__(self) -> None:
-        self.busiest_s = np.array(
-            [
-                max((self.link_s[e] for e in zip(f.path, f.path[1:], strict=False)), default=0.0)
-                for f in self.flows
-            ]
+    def __init__(
+        self,
+        pairs: list[tuple[list[list[str]], list[list[str]]]],
+        weights: list[float],
+        parts: list[PairFlows],
+        edges: list[Edge],
+        pipelined: bool,
+    ) -> None:
+        self.pairs = pairs
+        self.weights = weights
+        # a GPU's shares stream at once (its time is the slowest), otherwise one after the
+        # other (summed, Eq. 15)
+        self.pipelined = pipelined
+        self._parts = parts
+        self._flows: list[KVFlow] | None = None
+        self.link_s: dict[Edge, float] = {}
+        self.busiest_s = np.zeros(0)  # per flow, link_s of the busiest link it crosses
+        self.alone_s = np.zeros(0)  # per flow, its time alone
+        self.senders = np.zeros(0, dtype=int)  # per flow, its (pair, prefill GPU) number
+        if not parts:
+            return
+        eids = np.concatenate([p.eids for p in parts])
+        # (w * bytes) * 1/B per hop, as the loop's ``w * f.nbytes * inv`` associates
+        vals = np.concatenate([(w * p.nbytes) * p.inv for p, w in zip(parts, weights, strict=True)])
+        per_link = np.bincount(eids, weights=vals, minlength=len(edges))
+        touched = np.flatnonzero(np.bincount(eids, minlength=len(edges)))
+        self.link_s = {edges[i]: float(per_link[i]) for i in touched}
+        hops = np.concatenate([p.hops for p in parts])
+        self.busiest_s = np.zeros(len(hops))
+        some = hops > 0
+        if some.any():
+            starts = (np.cumsum(hops) - hops)[some]
+            self.busiest_s[some] = np.maximum.reduceat(per_link[eids], starts)
+        self.alone_s = np.concatenate([p.alone for p in parts])
+        offsets = np.cumsum([0] + [p.n_senders for p in parts[:-1]])
+        self.senders = np.concatenate(
+            [p.senders + int(off) for p, off in zip(parts, offsets, strict=True)]
         )
-        self.alone_s = np.array([f.time_s for f in self.flows])
+
+    @property
+    def flows(self) -> list[KVFlow]:
+        """Every share of every pair, priced alone (its request's shares beside); listed
+        on demand (the bisection asks only for the last load's)."""
+        if self._flows is None:
+            self._flows = [f for p in self._parts for f in p.flows]
+        return self._flows
 
     @property
     def service_s(self) -> float:
@@ -96,8 +180,11 @@ class KVPricing(EvalContext):
         super().__init__(problem, policy)
         g = self.g
         self._server_of = lambda x: g.nodes[x].get("server") or x
-        self._kv_prices: dict[tuple, tuple[float, list[KVFlow]]] = {}
+        self._kv_prices: dict[tuple, PairFlows] = {}
         self._kv_routes: dict[tuple[str, str, float], list[str]] = {}
+        # a link's (number in ``PairFlows``, 1/B, latency)
+        self._edge_ids: dict[Edge, tuple[int, float, float]] = {}
+        self._edges: list[Edge] = []
 
     def kv_transfer(
         self, pre: PhaseResult, dec: PhaseResult, n_pre: int | None = None, n_dec: int | None = None
@@ -156,20 +243,12 @@ class KVPricing(EvalContext):
         raw = [max(rates.get(stage_key(p), 0.0), 0.0) / per_pre[stage_key(p)] for p, _ in pairs]
         total = sum(raw)
         weights = [r / total if total > 0 else 1.0 / len(pairs) for r in raw]
-        table = self.ring_fabric.link_table
-        link_s: dict[Edge, float] = {}
-        flows: list[KVFlow] = []
-        senders: list[int] = []
-        ids: dict[tuple[int, str], int] = {}
-        for k, (pair, wk) in enumerate(zip(pairs, weights, strict=True)):
-            _, fl = self.kv_price([pair])
-            flows += fl
-            senders += [ids.setdefault((k, f.src), len(ids)) for f in fl]
-            for f in fl:
-                for e in zip(f.path, f.path[1:], strict=False):
-                    link_s[e] = link_s.get(e, 0.0) + wk * f.nbytes * table[e][0]
-        senders_a = np.array(senders, dtype=int)
-        return KVLoad(pairs, weights, link_s, flows, senders_a, self.ring_fabric.pipelined)
+        parts = [self.pair_flows(p) for p in pairs]
+        return KVLoad(pairs, weights, parts, self._edges, self.ring_fabric.pipelined)
+
+    def pair_flows(self, pair: tuple[list[list[str]], list[list[str]]]) -> PairFlows:
+        """``kv_price`` of one pair, with its arrays (``PairFlows``); memoised like it."""
+        return self._priced([pair])
 
     def kv_price(
         self, pairs: list[tuple[list[list[str]], list[list[str]]]]
@@ -177,30 +256,75 @@ class KVPricing(EvalContext):
         """T_f of the given (prefill stages, decode stages) pairs transferring one request each
         at once, and the flows (Eqs. 14-15); memoised on the pairs (the search prices the same
         pairs again for every deployment that holds them)."""
+        hit = self._priced(pairs)
+        return hit.t_f, list(hit.flows)
+
+    def _priced(self, pairs: list[tuple[list[list[str]], list[list[str]]]]) -> PairFlows:
         key = tuple((tuple(map(tuple, p)), tuple(map(tuple, d))) for p, d in pairs)
         hit = self._kv_prices.get(key)
         if hit is None:
             hit = self._kv_prices[key] = self._kv_price(pairs)
-        return hit[0], list(hit[1])
+        return hit
 
     def kv_routed(self, pairs: list[tuple[list[list[str]], list[list[str]]]]) -> list[KVFlow]:
         """The KV shares of one mean-length request per pair, each on its route (times not
         priced: 0)."""
-        total = self.mean_in * self.model.kv_bytes_per_token()
-        out = []
-        for p, d in pairs:
-            for s, dst, f in kv_shares(self.model, p, d):
-                out.append(KVFlow(s, dst, f * total, self.kv_route(s, dst, f * total), 0.0))
-        return out
+        return [KVFlow(s, d, nb, path, 0.0) for s, d, nb, path in self._routed(pairs)]
 
-    def _kv_price(
+    def _routed(
         self, pairs: list[tuple[list[list[str]], list[list[str]]]]
-    ) -> tuple[float, list[KVFlow]]:
-        routed = self.kv_routed(pairs)
+    ) -> list[tuple[str, str, float, list[str]]]:
+        """``kv_routed``'s (source, destination, bytes, route), not yet flows."""
+        total = self.mean_in * self.model.kv_bytes_per_token()
+        route = self.kv_route
+        return [
+            (s, dst, f * total, route(s, dst, f * total))
+            for p, d in pairs
+            for s, dst, f in kv_shares(self.model, p, d)
+        ]
+
+    def _kv_price(self, pairs: list[tuple[list[list[str]], list[list[str]]]]) -> PairFlows:
+        """``kv_time`` of the pairs' routed shares, as ``PairFlows``. Pipelined, the times are
+        ``flow_times``' arithmetic on the hop arrays (``_pipelined_times``); the paper's mode
+        calls ``kv_time``."""
+        routed = self._routed(pairs)
+        fab = self.ring_fabric
+        table = fab.link_table
+        ids, edges = self._edge_ids, self._edges
+        eids: list[int] = []
+        inv: list[float] = []
+        lat: list[float] = []
+        nbytes: list[float] = []
+        hops: list[int] = []
+        for _, _, nb, path in routed:
+            n = 0
+            for e in zip(path, path[1:], strict=False):
+                link = ids.get(e)
+                if link is None:
+                    link = ids[e] = (len(edges), *table[e])
+                    edges.append(e)
+                eids.append(link[0])
+                inv.append(link[1])
+                lat.append(link[2])
+                n += 1
+            nbytes += [nb] * n
+            hops.append(n)
+        a_eids = np.array(eids, dtype=np.intp)
+        a_nb, a_inv, a_hops = np.array(nbytes), np.array(inv), np.array(hops, dtype=np.intp)
         if not routed:
-            return 0.0, []
-        t_f, times = kv_time(self.ring_fabric, [(f.src, f.path, f.nbytes) for f in routed])
-        return t_f, [replace(f, time_s=t) for f, t in zip(routed, times, strict=True)]
+            t_f, times = 0.0, []
+        elif fab.pipelined:
+            t = _pipelined_times(a_eids, a_nb, a_inv, np.array(lat), a_hops, fab.packet_bytes)
+            t_f, times = float(t.max()), t.tolist()
+        else:
+            t_f, times = kv_time(fab, [(src, path, nb) for src, _, nb, path in routed])
+        local: dict[str, int] = {}
+        senders = [local.setdefault(r[0], len(local)) for r in routed]
+        flows = [KVFlow(*r, t) for r, t in zip(routed, times, strict=True)]
+        return PairFlows(
+            flows, a_eids, a_nb, a_inv, a_hops, np.array(times, dtype=float),
+            np.array(senders, dtype=np.intp), len(local), t_f,
+        )  # fmt: skip
 
     def kv_route(self, src: str, dst: str, nbytes: float) -> list[str]:
         """``costmodel.kvcache.kv_route`` on the ring fabric, memoised: the search routes the

@@ -20,10 +20,14 @@ The Fabric carries the *cost mode* (docs/costmodel.md), so every path price goes
 
 Either way a flow's time is affine in the bytes when every load scales with the message, which
 is what lets a collective be priced once per route choice and re-priced at any size.
+``hop_sums`` and ``pipelined_time`` price a route from a prefix's sums carried on over the rest
+of its hops, the same floats as ``path_time``, so callers that try many routes sharing a
+prefix (KV routes, routes to an INA switch) keep the prefix's sums instead of each route.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import cached_property
 
 import networkx as nx
@@ -70,6 +74,8 @@ class Fabric:
         self.pipelined = cost_mode == PIPELINED
         self.packet_bytes = float(packet_bytes)
         self._server_gpus = servers(g)
+        # node -> its server (None off servers): read once, not through networkx's views
+        self._server_of: dict[str, str | None] = dict(g.nodes(data="server"))
         self._nv_cache: dict[tuple[str, str], Path] = {}
         self._exit_cache: dict[str, list[Path]] = {}
         self._sp_cache: dict[tuple[str, str], Path | None] = {}
@@ -126,18 +132,36 @@ class Fabric:
             return [a]
         key = (a, b)
         if key not in self._nv_cache:
-            server = self.g.nodes[a]["server"]
-            if self.g.nodes[b].get("server") != server:
+            server = self._server_of.get(a)
+            if server is None:
+                server = self.g.nodes[a]["server"]  # not a server's GPU: raises, as it did
+            if self._server_of.get(b) != server:
                 return None
-            local = [n for n in self.g.neighbors(a)] + [n for n in self.g.neighbors(b)]
-            sub = self.g.subgraph(
-                {a, b} | {n for n in local if self.g.nodes[n]["kind"] not in (SWITCH, GPU)}
-            )
-            try:
-                self._nv_cache[key] = nx.shortest_path(sub, a, b)
-            except nx.NetworkXNoPath:
-                self._nv_cache[key] = None  # type: ignore[assignment]
+            self._nv_cache[key] = self._nvlink_path(a, b)  # type: ignore[assignment]
         return self._nv_cache[key]
+
+    def _nvlink_path(self, a: str, b: str) -> Path | None:
+        """The shortest path a..b through the two GPUs' own non-switch, non-GPU neighbours
+        (an NVSwitch, a PCIe hub), or the direct link of a mesh board: never through a third
+        GPU. A direct link, or a single common neighbour (a server's NVSwitch), is the only
+        shortest path there is, so it is taken without a search; otherwise networkx's BFS
+        picks among ties."""
+        g = self.g
+        if g.has_edge(a, b):
+            return [a, b]
+        via = [
+            x
+            for x in g.neighbors(a)
+            if g.nodes[x]["kind"] not in (SWITCH, GPU) and g.has_edge(x, b)
+        ]
+        if len(via) == 1:
+            return [a, via[0], b]
+        local = [n for n in g.neighbors(a)] + [n for n in g.neighbors(b)]
+        sub = g.subgraph({a, b} | {n for n in local if g.nodes[n]["kind"] not in (SWITCH, GPU)})
+        try:
+            return nx.shortest_path(sub, a, b)
+        except nx.NetworkXNoPath:
+            return None
 
     def peers(self, gpu: str) -> list[str]:
         return self._server_gpus.get(self.g.nodes[gpu].get("server"), [gpu])
@@ -203,15 +227,31 @@ class Fabric:
             for e in edges:
                 lat += table[e][1]
             return lat
-        inv_sum = inv_max = 0.0
+        lat, inv_sum, inv_max = self.hop_sums(edges)
+        pkt = self.packet_bytes if packet_bytes is None else packet_bytes
+        return lat + pkt * (inv_sum - inv_max)
+
+    def hop_sums(
+        self, edges: Iterable[Edge], start: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    ) -> tuple[float, float, float]:
+        """(latency sum, 1/B sum, 1/B max) over ``edges``, carried on from ``start``, hop by
+        hop: the sums of a route are its prefix's sums carried on over the rest, float for
+        float, so callers keep a prefix's sums and price its many continuations."""
+        table = self.link_table
+        lat, inv_sum, inv_max = start
         for e in edges:
             inv, le = table[e]
             lat += le
             inv_sum += inv
             if inv > inv_max:
                 inv_max = inv
-        pkt = self.packet_bytes if packet_bytes is None else packet_bytes
-        return lat + pkt * (inv_sum - inv_max)
+        return lat, inv_sum, inv_max
+
+    def pipelined_time(self, sums: tuple[float, float, float], nbytes: float) -> float:
+        """``path_time`` of ``nbytes >= 0`` alone on a pipelined route from its ``hop_sums``:
+        ``max_e(D / B(e)) = D * max_e(1 / B(e))`` (rounding is monotone), plus ``fixed_s``."""
+        lat, inv_sum, inv_max = sums
+        return nbytes * inv_max + (lat + self.packet_bytes * (inv_sum - inv_max))
 
     def combine(self, terms: list[float]) -> float:
         """Seconds a flow spends moving its bytes, from each hop's ``load(e) / B(e)``: the
