@@ -13,6 +13,7 @@ Holds ``SEED``, ``REL_TOL``, ``SimCell``, ``Job``, ``deployment_key`` and ``simu
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -108,7 +109,9 @@ def simulate(
             if dep in seen:
                 owner[j, i] = seen[dep]
                 continue
-            key = f"{job.scenario}/{len(seen)}"
+            # the sweep caches a worker's models by (scenario, overrides, key): a key names
+            # one deployment, in this call and any later one in the same process
+            key = f"{job.scenario}/{hashlib.sha256(dep[1].encode()).hexdigest()[:16]}"
             s = scenario(job.scenario, **over)
             n = s.requests_at(p.predicted.rate)
             if n > max_requests:

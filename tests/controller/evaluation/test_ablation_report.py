@@ -1,0 +1,39 @@
+"""The ablation section of docs/fidelity.md: rewritten in place (``--section ablation``), the
+rest of the report kept byte for byte; a report without the section refused at once."""
+
+import pytest
+
+from controller.cli import main
+from controller.errors import InputError
+from controller.evaluation.ablation_report import HEADING, replace_section, section_span
+
+REPORT = f"# Report\n\nintro\n\n{HEADING}\n\nold table\n\n## TPOT\n\nkept\n"
+
+
+def test_only_the_section_is_replaced():
+    new = replace_section(REPORT, [f"{HEADING}\n", "new table\n"])
+    assert new == f"# Report\n\nintro\n\n{HEADING}\n\nnew table\n\n## TPOT\n\nkept\n"
+
+
+def test_a_last_section_runs_to_the_end():
+    text = f"# Report\n\n{HEADING}\n\nold\n"
+    assert replace_section(text, [f"{HEADING}\n", "new\n"]) == f"# Report\n\n{HEADING}\n\nnew\n"
+
+
+def test_a_report_without_the_section_is_refused():
+    with pytest.raises(InputError, match="no ablation section"):
+        section_span("# Report\n\n## TPOT\n")
+
+
+def test_the_command_refuses_before_any_work(tmp_path, capsys):
+    """``--section ablation`` on a report without the section: exit 2, one line, the file
+    untouched (the check comes before the minutes of planning and simulation)."""
+    out = tmp_path / "f.md"
+    out.write_text("# Report\n")
+    rc = main(["fidelity", "--out", str(out), "--section", "ablation", "--quiet", "--quick"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "no ablation section" in err[0]
+    assert out.read_text() == "# Report\n"
+    rc = main(["fidelity", "--out", str(tmp_path / "none.md"), "--section", "ablation"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "cannot read" in err[0]
