@@ -97,7 +97,6 @@ def simulate(
     why: dict[tuple[int, int], str] = {}
     owner: dict[tuple[int, int], str] = {}  # row -> sweep key of its deployment
     todo: dict[str, tuple[str, dict, dict, float, float]] = {}  # key -> point parts
-    seen: dict[tuple[str, str], str] = {}  # (scenario, deployment) -> sweep key
     for j, job in enumerate(jobs):
         for i, row in enumerate(job.rows):
             over = job.overrides[i] if i < len(job.overrides) else {}
@@ -105,13 +104,14 @@ def simulate(
             if p is None:
                 why[j, i] = "no plan"
                 continue
-            dep = (f"{job.scenario} {sorted(over.items())}", deployment_key(p))
-            if dep in seen:
-                owner[j, i] = seen[dep]
+            # one key per deployment on one cluster: the rows that share it share a search,
+            # and the sweep's worker cache, keyed by (scenario, overrides, key), never hands
+            # a later call in the same process the model of another plan
+            dep = json.dumps([job.scenario, sorted(over.items()), deployment_key(p)])
+            key = f"{job.scenario}/{hashlib.sha256(dep.encode()).hexdigest()[:16]}"
+            if key in todo:
+                owner[j, i] = key
                 continue
-            # the sweep caches a worker's models by (scenario, overrides, key): a key names
-            # one deployment, in this call and any later one in the same process
-            key = f"{job.scenario}/{hashlib.sha256(dep[1].encode()).hexdigest()[:16]}"
             s = scenario(job.scenario, **over)
             n = s.requests_at(p.predicted.rate)
             if n > max_requests:
@@ -124,7 +124,7 @@ def simulate(
             except InputError as e:
                 why[j, i] = f"does not load in the simulator: {e}"
                 continue
-            seen[dep] = owner[j, i] = key
+            owner[j, i] = key
             todo[key] = (job.scenario, over, d, p.predicted.rate, s.sla().attainment)
     rates: dict[str, float] = {}
     for target in sorted({t[4] for t in todo.values()}):

@@ -27,10 +27,11 @@ def test_a_report_without_the_section_is_refused():
 
 def test_the_command_refuses_before_any_work(tmp_path, capsys):
     """``--section ablation`` on a report without the section: exit 2, one line, the file
-    untouched (the check comes before the minutes of planning and simulation)."""
+    untouched: the check comes before the minutes of planning and simulation, whose progress
+    lines would come first on stderr."""
     out = tmp_path / "f.md"
     out.write_text("# Report\n")
-    rc = main(["fidelity", "--out", str(out), "--section", "ablation", "--quiet", "--quick"])
+    rc = main(["fidelity", "--out", str(out), "--section", "ablation", "--quick"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "no ablation section" in err[0]
     assert out.read_text() == "# Report\n"
