@@ -38,27 +38,33 @@ def _moves(v: float | None, tol: float) -> bool:
 
 def _summary(name: str, rows: Sequence[Row], cells: Sequence[SimCell]) -> str:
     """One line: the rows whose H moves (predicted beyond ``PRED_TOL``, or simulated beyond
-    the max-rate search's resolution ``REL_TOL``), the rows that move neither, and the rows
-    whose simulated ratio is unknown."""
-    moved, still, unknown = [], [], []
+    the max-rate search's resolution ``REL_TOL``), then the others by what is known of them:
+    both ratios within the tolerances, the predicted one only (not simulated), neither."""
+    moved, still, predicted_only, unknown = [], [], [], []
     for i, (r, c) in enumerate(zip(rows, cells, strict=True)):
         if i == 0:
             continue
         tag = r.name if i < len(STEPS) else f"{r.name} (against the full planner)"
         if _moves(r.vs_previous, PRED_TOL) or _moves(c.vs_previous, REL_TOL):
             moved.append(f"{tag}: {_x(r.vs_previous)} predicted, {_x(c.vs_previous)} simulated")
-        elif r.vs_previous is None or c.vs_previous is None:
+        elif r.vs_previous is None:
             unknown.append(tag)
+        elif c.vs_previous is None:
+            predicted_only.append(tag)
         else:
             still.append(tag)
     full, sim = rows[len(STEPS) - 1], cells[len(STEPS) - 1]
     out = (f"- **{name}**: DistServe to HeroServe {_x(full.vs_distserve)} predicted, "
-           f"{_x(sim.vs_distserve)} simulated. "
-           + ("Moves H: " + "; ".join(moved) + ". " if moved else "No row moves H. "))  # fmt: skip
+           f"{_x(sim.vs_distserve)} simulated. ")  # fmt: skip
+    out += ("Moves H: " + "; ".join(moved) + ". " if moved
+            else "No row moves H beyond the tolerances where its ratio is known. ")  # fmt: skip
     if still:
-        out += "Within the tolerances: " + ", ".join(still) + ". "
+        out += "Within the tolerances, predicted and simulated: " + ", ".join(still) + ". "
+    if predicted_only:
+        out += (f"Within {PRED_TOL:.1%} predicted, not simulated: "
+                + ", ".join(predicted_only) + ". ")  # fmt: skip
     if unknown:
-        out += "Ratio not known (a side not planned or not simulated): " + ", ".join(unknown) + "."
+        out += "No ratio (a side without a plan): " + ", ".join(unknown) + "."
     return out.rstrip()
 
 
