@@ -1,18 +1,24 @@
 """``heroserve fidelity``: write docs/fidelity.md, the paper's claims beside the project's
-figures (``controller/evaluation/fidelity.py`` computes them)."""
+figures (``controller/evaluation/fidelity.py`` computes them); ``--section ablation``
+rewrites only the ablation section of an existing report (``evaluation/ablation_report.py``)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
+from controller.errors import InputError
 from controller.inputs.args import bounded, output_file, write_text
+from controller.inputs.limits import MAX_SIM_REQUESTS, MAX_SWEEP_WORKERS
 
 HELP = "write docs/fidelity.md: the paper's claims beside the project's"
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
+    from controller.evaluation.fidelity import SIM_REQUESTS
+
     p.description = "the paper's claims beside the project's figures (docs/fidelity.md)"
     p.add_argument(
         "--out",
@@ -30,17 +36,48 @@ def add_args(p: argparse.ArgumentParser) -> None:
         help="servers of the track clusters (a multiple of their unit: 6 and 16)",
     )
     p.add_argument("--quick", action="store_true", help="the testbed only")
+    p.add_argument(
+        "--workers",
+        type=bounded(int, 1, MAX_SWEEP_WORKERS),
+        default=os.cpu_count() or 1,
+        help="processes simulating the ablation's plans (default: every core)",
+    )
+    p.add_argument(
+        "--sim-requests",
+        type=bounded(int, 1, MAX_SIM_REQUESTS),
+        default=SIM_REQUESTS,
+        help="the ablation simulates a plan only if a point at its predicted rate runs at "
+        f"most this many requests (default {SIM_REQUESTS:,})",
+    )
+    p.add_argument(
+        "--section",
+        choices=["ablation"],
+        default=None,
+        help="rewrite only this section of the report already at --out",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
 
 def run(a: argparse.Namespace) -> int:
-    from controller.evaluation.fidelity import report
+    from controller.evaluation.fidelity import ablation_only, report
+    from controller.evaluation.sweep import Runner
 
     def say(m: str) -> None:
         if not a.quiet:
             print(m, file=sys.stderr, flush=True)
 
-    text = report(a.servers, Path(a.eval_dir), a.quick, say)
-    write_text(Path(a.out), text, "--out")
+    out = Path(a.out)
+    old = None
+    if a.section:  # read before the minutes of work, so a missing report fails at once
+        try:
+            old = out.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"--out: cannot read {out}: {type(e).__name__}") from None
+    with Runner(a.workers, progress=say) as runner:
+        if old is not None:
+            text = ablation_only(old, a.servers, a.quick, say, runner, a.sim_requests)
+        else:
+            text = report(a.servers, Path(a.eval_dir), a.quick, say, runner, a.sim_requests)
+    write_text(out, text, "--out")
     print(f"written to {a.out}")
     return 0

@@ -5,10 +5,15 @@ ratios, the TPOT reductions, Fig. 9's aggregation throughput) the report gives w
 project's cost model predicts, in both cost modes (``pipelined``, the default, and ``paper``,
 the paper's store-and-forward sums), what the simulator measured where ``heroserve evaluate``
 has run (its ``summary.json`` files), the free-INA upper bound (every all-reduce HeroServe may
-aggregate in the network costs nothing), and why the figures differ. Nothing here is tuned:
-the parameters are the cost model's, each with its source in docs/costmodel.md.
+aggregate in the network costs nothing), the ablation of the ratio, predicted and simulated
+(``ablation_report``), and why the figures differ. Nothing here is tuned: the parameters are
+the cost model's, each with its source in docs/costmodel.md.
 
     heroserve fidelity [--out docs/fidelity.md] [--eval-dir eval] [--servers 48] [--quick]
+                       [--workers N] [--sim-requests 20000] [--section ablation]
+
+Holds ``Case`` and ``cases`` (the scenarios at the report's size), Fig. 2's figures
+(``fig2_delays``, ``fig2_full``), ``report`` and ``ablation_only``.
 """
 
 from __future__ import annotations
@@ -16,20 +21,24 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import networkx as nx
 
 from controller.costmodel.ina import ina_pattern
 from controller.costmodel.netparams import NetParams
 from controller.costmodel.network import flow_times
 from controller.errors import InputError
-from controller.evaluation.ablation import ablation
-from controller.models import model_spec
+from controller.evaluation.ablation_report import replace_section, section, section_span
+from controller.evaluation.scenarios import Scenario, scenario
+from controller.evaluation.sweep import Runner
 from controller.plan import Plan
 from controller.planner import BASELINES, PlannerOptions, plan
-from controller.topology.generators import fig2, testbed, tracks
+from controller.topology.generators import fig2
 from controller.units import MB
-from controller.workload import chatbot, default_sla, summarization
+
+SIM_REQUESTS = 20_000  # the ablation's budget: most requests a simulation point may run
 
 MODES = ("pipelined", "paper")
 SAME_SPACE = ["distserve", "ds-atp", "ds-switchml"]  # the paper's three baselines
@@ -43,11 +52,17 @@ PAPER_RATIOS = {
 
 @dataclass(frozen=True)
 class Case:
-    name: str  # testbed-chatbot, 2tracks-summarization, ...
-    make: Callable
-    model: str
-    workload: str
-    scale: str
+    """A scenario of ``evaluation.scenarios`` at the report's size: its name
+    (testbed-chatbot, 2tracks-summarization, ...) and the overrides that size its cluster."""
+
+    name: str
+    overrides: dict = field(default_factory=dict)
+
+    def scenario(self) -> Scenario:
+        return scenario(self.name, **self.overrides)
+
+    def make(self) -> nx.Graph:
+        return self.scenario().cluster()
 
 
 def _track_servers(servers: int, unit: int) -> int:
@@ -55,17 +70,13 @@ def _track_servers(servers: int, unit: int) -> int:
 
 
 def cases(servers: int) -> list[Case]:
-    def track(n_tracks: int, unit: int, cores: int) -> Callable:
+    """The testbed's two scenarios, then each track cluster's, ``servers`` rounded down to
+    whole units of 6 (2tracks, 4 core switches) and 16 servers (8tracks, 16 cores)."""
+    out = [Case("testbed-chatbot"), Case("testbed-summarization")]
+    for topo, (unit, cores) in (("2tracks", (6, 4)), ("8tracks", (16, 16))):
         n = _track_servers(servers, unit)
-        return lambda: tracks(n, 8, n_tracks, unit, cores, name=f"{n_tracks}tracks-{n}")
-
-    out = [
-        Case("testbed-chatbot", testbed, "OPT-66B", "chatbot", "testbed"),
-        Case("testbed-summarization", testbed, "OPT-66B", "summarization", "testbed"),
-    ]
-    for topo, (nt, unit, cores) in (("2tracks", (2, 6, 4)), ("8tracks", (8, 16, 16))):
         for w in ("chatbot", "summarization"):
-            out.append(Case(f"{topo}-{w}", track(nt, unit, cores), "OPT-175B", w, "large"))
+            out.append(Case(f"{topo}-{w}", {"servers": n, "cores": cores}))
     return out
 
 
@@ -99,11 +110,9 @@ def fig2_full(mode: str, lanes: str) -> tuple[float, float]:
 
 
 def _plans(case: Case, mode: str, free: bool = False) -> dict[str, Plan | None]:
-    g = case.make()
+    s = case.scenario()
+    g, model, w, sla = s.cluster(), s.model_spec(), s.load(), s.sla()
     opts = PlannerOptions(net=NetParams(cost_mode=mode), free_ina=free)
-    model = model_spec(case.model)
-    w = chatbot() if case.workload == "chatbot" else summarization()
-    sla = default_sla(case.workload, case.scale)
     names = ["heroserve"] if free else ["heroserve", *BASELINES]
     out: dict[str, Plan | None] = {}
     for n in names:
@@ -155,7 +164,10 @@ def report(
     eval_dir: Path = Path("eval"),
     quick: bool = False,
     say: Callable[[str], None] = lambda m: None,
+    runner: Runner | None = None,
+    sim_requests: int = SIM_REQUESTS,
 ) -> str:
+    """The whole report; the ablation's plans simulated on ``runner`` (one process if None)."""
     t0 = time.perf_counter()
     lines = ["# Fidelity: the paper's claims beside the project's figures\n"]
     lines.append(
@@ -262,7 +274,12 @@ def report(
         "\n*free-INA bound*: HeroServe's H when every all-reduce it may aggregate in the network "
         "costs nothing, over its H: no INA scheme can lift it further on that cluster.\n"
     )
-    lines += _ablation_section(servers, quick, say)
+    run = runner or Runner(1, progress=say)
+    try:
+        lines += _ablation_section(servers, quick, say, run, sim_requests)
+    finally:
+        if runner is None:
+            run.close()
     # -- TPOT ---------------------------------------------------------------------------------
     lines.append("## TPOT (the paper: 18.6%-49.2% lower on the testbed)\n")
     lines.append("| scenario | baseline | its TPOT | HeroServe's TPOT | reduction |")
@@ -279,8 +296,8 @@ def report(
     )
     lines.append(_why())
     took = time.perf_counter() - t0
-    lines.append(f"\n*Computed in {took:.0f} s of wall time by `heroserve fidelity --servers "
-                 f"{servers}`{' --quick' if quick else ''}.*")  # fmt: skip
+    lines.append(f"\n*Computed in {took:.0f} s of wall time by "
+                 f"`{_command(servers, quick, sim_requests)}`.*")  # fmt: skip
     say(f"fidelity: done in {took:.0f} s")
     return "\n".join(lines) + "\n"
 
@@ -315,48 +332,45 @@ WHY = """## Why the figures differ from the paper's
 """
 
 
-def _x(v: float | None) -> str:
-    return f"{v:.3f}x" if v is not None else "-"
+def _ablation_section(
+    servers: int, quick: bool, say: Callable[[str], None], runner: Runner, sim_requests: int
+) -> list[str]:
+    """The ablation of every scenario (``evaluation.ablation_report``), predicted and
+    simulated."""
+    todo = [(c.name, c.overrides) for c in cases(servers)
+            if not quick or c.name.startswith("testbed")]  # fmt: skip
+    return section(todo, runner, sim_requests, say, _command(servers, quick, sim_requests, True))
 
 
-def _ablation_section(servers: int, quick: bool, say: Callable[[str], None]) -> list[str]:
-    """The ablation (``evaluation.ablation``) of every scenario, pipelined mode, predicted."""
-    out = ["## Where the ratio comes from: one change at a time\n"]
-    out.append(
-        "From DistServe's search to HeroServe's, each row adding one change to the row above "
-        "(controller/evaluation/ablation.py); then the full planner with the other INA lane "
-        "format and, on the testbed, with the paper's fixed role split. Predicted H "
-        "(pipelined mode); simulated figures for each step are not computed yet.\n"
-    )
-    out.append("| scenario | step | H (req/s) | GPUs | vs the row above | vs distserve |")
-    out.append("|---|---|---|---|---|---|")
-    for case in cases(servers):
-        if quick and not case.name.startswith("testbed"):
-            continue
-        w = chatbot() if case.workload == "chatbot" else summarization()
-        fixed = testbed(fixed_roles=True) if case.name.startswith("testbed") else None
-        rows = ablation(case.make(), model_spec(case.model), w,
-                        default_sla(case.workload, case.scale), fixed_roles=fixed,
-                        say=lambda m, c=case.name: say(f"fidelity: {c}: {m}"))  # fmt: skip
-        for r in rows:
-            h = f"{r.rate:.4g}" if r.rate is not None else "no plan"
-            out.append(f"| {case.name} | {r.name} | {h} | {r.gpus or '-'} | "
-                       f"{_x(r.vs_previous)} | {_x(r.vs_distserve)} |")  # fmt: skip
-    out.append("")
-    return out
+def _command(servers: int, quick: bool, sim_requests: int, only: bool = False) -> str:
+    return (f"heroserve fidelity --servers {servers}{' --quick' if quick else ''}"
+            f" --sim-requests {sim_requests}{' --section ablation' if only else ''}")  # fmt: skip
+
+
+def ablation_only(
+    text: str,
+    servers: int,
+    quick: bool,
+    say: Callable[[str], None],
+    runner: Runner,
+    sim_requests: int = SIM_REQUESTS,
+) -> str:
+    """``text`` (a report this module wrote) with its ablation section computed again."""
+    section_span(text)  # a report without the section fails now, not after the work
+    return replace_section(text, _ablation_section(servers, quick, say, runner, sim_requests))
 
 
 def _why() -> str:
     """The explanations, with the numbers they quote computed here."""
     tb = cases(48)[0]
-    fixed = replace(tb, make=lambda: testbed(fixed_roles=True))
+    fixed = replace(tb, overrides={"fixed_roles": True})
     fixed_h = _plans(fixed, "pipelined")["heroserve"]
     free_h = _plans(tb, "pipelined")["heroserve"]
-    g = tb.make()
-    w, sla = chatbot(), default_sla("chatbot")
+    s = tb.scenario()
+    g, model, w, sla = s.cluster(), s.model_spec(), s.load(), s.sla()
     opts = PlannerOptions(net=NetParams(ina_lanes="fp16"))
-    hero16 = plan(g, model_spec(tb.model), w, sla, opts)
-    base16 = plan(g, model_spec(tb.model), w, sla, opts, planner="distserve")
+    hero16 = plan(g, model, w, sla, opts)
+    base16 = plan(g, model, w, sla, opts, planner="distserve")
     net = NetParams()
     return WHY.format(
         fixed_h=fixed_h.predicted.rate if fixed_h else 0.0,

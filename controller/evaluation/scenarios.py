@@ -3,7 +3,9 @@
 A scenario fixes the cluster, the model, the workload and its SLA, the planners to compare,
 the per-GPU rates of the attainment curve and of the latency bars, and how many requests a
 simulation point runs. The track clusters default to the paper's 1200 servers; ``servers``
-builds the same unit structure with fewer units (the planner on 9,600 GPUs takes long)."""
+builds the same unit structure with fewer units (the planner on 9,600 GPUs takes long), and
+``cores`` sets their core switches (0: the paper's count scaled to ``servers``); ``fixed_roles``
+gives the testbed the paper's role split (docs/fidelity.md's ablation simulates both)."""
 
 from __future__ import annotations
 
@@ -48,17 +50,20 @@ class Scenario:
     planners: tuple[str, ...] = tuple(PLANNERS)
     kv_rate_per_gpu: float = 0.0  # Fig. 10: rate of the KV-memory timeline (0: none)
     extra: dict = field(default_factory=dict)
+    cores: int = 0  # track clusters: core switches (0: the paper's, scaled to ``servers``)
+    fixed_roles: bool = False  # testbed: the paper's role split (A100 decode, V100 prefill)
 
     def cluster(self) -> nx.Graph:
         if self.topology == "testbed":
-            return testbed()
+            return testbed(fixed_roles=self.fixed_roles)
         n = self.servers or 1200
         if self.topology == "2tracks":
             name = "2tracks" if n == 1200 else f"2tracks-{n}"
-            return tracks(n, 8, 2, 6, 27 if n == 1200 else max(2, round(27 * n / 1200)), name=name)
+            cores = self.cores or (27 if n == 1200 else max(2, round(27 * n / 1200)))
+            return tracks(n, 8, 2, 6, cores, name=name)
         if self.topology == "8tracks":
             name = "8tracks" if n == 1200 else f"8tracks-{n}"
-            cores = 280 if n == 1200 else max(4, round(280 * n / 1200))
+            cores = self.cores or (280 if n == 1200 else max(4, round(280 * n / 1200)))
             return tracks(n, 8, 8, 16, cores, name=name)
         raise InputError(f"unknown scenario topology {self.topology!r}")
 
@@ -147,8 +152,10 @@ def scenario(name: str, **overrides) -> Scenario:
         raise InputError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
     s = SCENARIOS[name]
     given = {k: v for k, v in overrides.items() if v is not None}
-    if "servers" in given and s.topology == "testbed":
+    if s.topology == "testbed" and ("servers" in given or "cores" in given):
         raise InputError("--servers applies to the track scenarios only")
+    if s.topology != "testbed" and given.get("fixed_roles"):
+        raise InputError("the paper's fixed role split is the testbed's only")
     if "planners" in given:
         bad = [p for p in given["planners"] if p not in PLANNERS + ["exhaustive"]]
         if bad:

@@ -219,6 +219,9 @@ SPECS: dict[str, Spec] = {
         {
             "--out": ([], ["{dir}", "{missing}", "/proc/x/f.md"]),
             "--servers": ([], ["0", "15", "1201", "x", "nan"]),
+            "--workers": ([], ["0", "1000", "x"]),
+            "--sim-requests": ([], ["0", "-1", "1e12", "x"]),
+            "--section": ([], ["nosuch", ""]),
         },
     ),
     "compare": Spec(

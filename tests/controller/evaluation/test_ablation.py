@@ -5,7 +5,7 @@ from dataclasses import fields
 
 import pytest
 
-from controller.evaluation.ablation import STEPS, ablation
+from controller.evaluation.ablation import STEPS, ablation, ratios
 from controller.models import model_spec
 from controller.planner import PLANNERS, plan
 from controller.topology import testbed as make_testbed
@@ -22,9 +22,9 @@ CHANGES = [
 
 
 def test_the_ladder_runs_from_distserve_to_heroserve_one_change_a_step():
-    assert STEPS[0][1:] == PLANNERS["distserve"]
-    assert STEPS[-1][1:] == PLANNERS["heroserve"]
-    for (_, a, _), (_, b, _), want in zip(STEPS[:-1], STEPS[1:], CHANGES, strict=True):
+    assert STEPS[0][1:3] == PLANNERS["distserve"]
+    assert STEPS[-1][1:3] == PLANNERS["heroserve"]
+    for (_, a, *_), (_, b, *_), want in zip(STEPS[:-1], STEPS[1:], CHANGES, strict=True):
         diff = {f.name for f in fields(a) if getattr(a, f.name) != getattr(b, f.name)}
         assert diff - {"name"} == want
 
@@ -49,3 +49,28 @@ def test_testbed_summarization_rows():
     assert product == pytest.approx(rows[5].rate / rows[0].rate)
     for r in rows[1:6]:
         assert r.vs_distserve == pytest.approx(r.rate / rows[0].rate)
+
+
+def test_each_step_is_simulated_with_a_policy_that_prices_it_as_the_step_did():
+    """The simulator rebuilds a plan's evaluator from its planner's name: that planner's
+    policy has the step's INA fields and allows hierarchical INA wherever the step does."""
+    for name, policy, _, priced_as in STEPS:
+        named = PLANNERS[priced_as][0]
+        for f in ("ina", "ina_relay", "ina_cross_server_only"):
+            assert getattr(named, f) == getattr(policy, f), (name, f)
+        assert named.hier or not policy.hier, name
+
+
+def test_ratios_against_the_row_above_then_the_full_planner():
+    """Rates of the six ladder rows, then the lanes and role-split rows (against row 6)."""
+    rates = [2.0, 3.0, None, 6.0, 6.0, 4.0, 5.0, 2.0]
+    assert ratios(rates) == [
+        (None, 1.0),
+        (1.5, 1.5),
+        (None, None),
+        (None, 3.0),
+        (1.0, 3.0),
+        (4.0 / 6.0, 2.0),
+        (1.25, 2.5),
+        (0.5, 1.0),
+    ]

@@ -1,0 +1,146 @@
+"""docs/fidelity.md's ablation section: every scenario's ablation rows (``evaluation.ablation``),
+predicted and simulated (``evaluation.ablation_sim``), and per scenario a line that names the
+steps that move H, generated from the same figures so it claims no more than the table.
+
+``heroserve fidelity --section ablation`` rewrites this section alone in an existing report
+(``replace_section``): the rest of the report takes about a quarter of an hour.
+
+Holds ``HEADING``, ``section``, ``section_span`` and ``replace_section``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from controller.errors import InputError
+from controller.evaluation.ablation import STEPS, Row, ablation
+from controller.evaluation.ablation_sim import REL_TOL, Job, SimCell, simulate
+from controller.evaluation.scenarios import scenario
+from controller.evaluation.sweep import Runner
+
+HEADING = "## Where the ratio comes from: one change at a time"
+PRED_TOL = 0.005  # a predicted ratio this close to 1 is reported as no change
+
+
+def _x(v: float | None) -> str:
+    return f"{v:.3f}x" if v is not None else "-"
+
+
+def _sim_h(c: SimCell) -> str:
+    return f"{c.rate:.4g}" if c.rate is not None else c.why
+
+
+def _moves(v: float | None, tol: float) -> bool:
+    return v is not None and abs(v - 1.0) > tol
+
+
+def _summary(name: str, rows: Sequence[Row], cells: Sequence[SimCell]) -> str:
+    """One line: the rows whose H moves (predicted beyond ``PRED_TOL``, or simulated beyond
+    the max-rate search's resolution ``REL_TOL``), then the others by what is known of them:
+    both ratios within the tolerances, the predicted one only (not simulated), neither."""
+    moved, still, predicted_only, unknown = [], [], [], []
+    for i, (r, c) in enumerate(zip(rows, cells, strict=True)):
+        if i == 0:
+            continue
+        tag = r.name if i < len(STEPS) else f"{r.name} (against the full planner)"
+        if _moves(r.vs_previous, PRED_TOL) or _moves(c.vs_previous, REL_TOL):
+            moved.append(f"{tag}: {_x(r.vs_previous)} predicted, {_x(c.vs_previous)} simulated")
+        elif r.vs_previous is None:
+            unknown.append(tag)
+        elif c.vs_previous is None:
+            predicted_only.append(tag)
+        else:
+            still.append(tag)
+    full, sim = rows[len(STEPS) - 1], cells[len(STEPS) - 1]
+    out = (f"- **{name}**: DistServe to HeroServe {_x(full.vs_distserve)} predicted, "
+           f"{_x(sim.vs_distserve)} simulated. ")  # fmt: skip
+    out += ("Moves H: " + "; ".join(moved) + ". " if moved
+            else "No row moves H beyond the tolerances where its ratio is known. ")  # fmt: skip
+    if still:
+        out += "Within the tolerances, predicted and simulated: " + ", ".join(still) + ". "
+    if predicted_only:
+        out += (f"Within {PRED_TOL:.1%} predicted, not simulated: "
+                + ", ".join(predicted_only) + ". ")  # fmt: skip
+    if unknown:
+        out += "No ratio (a side without a plan): " + ", ".join(unknown) + "."
+    return out.rstrip()
+
+
+def section(
+    cases: Sequence[tuple[str, dict[str, Any]]],
+    runner: Runner,
+    max_requests: int,
+    say: Callable[[str], None] = lambda m: None,
+    command: str = "heroserve fidelity",
+) -> list[str]:
+    """The section's lines for ``cases`` (scenario name, overrides that size its cluster):
+    each scenario's rows planned, then every distinct deployment simulated in one sweep."""
+    t0 = time.perf_counter()
+    jobs = []
+    for name, over in cases:
+        s = scenario(name, **over)
+        fixed = {**over, "fixed_roles": True} if s.topology == "testbed" else None
+        rows = ablation(s.cluster(), s.model_spec(), s.load(), s.sla(),
+                        fixed_roles=scenario(name, **fixed).cluster() if fixed else None,
+                        say=lambda m, c=name: say(f"fidelity: {c}: {m}"))  # fmt: skip
+        per_row = [over] * len(rows)
+        if fixed:
+            per_row[-1] = fixed
+        jobs.append(Job(name, rows, per_row))
+    cells = simulate(jobs, runner, max_requests, say)
+    out = [f"{HEADING}\n"]
+    out.append(
+        "From DistServe's search to HeroServe's, each row adding one change to the row above "
+        "(controller/evaluation/ablation.py); then the full planner with the other INA lane "
+        "format and, on the testbed, with the paper's fixed role split, whose ratios are "
+        "against the full planner's row. *H* is the predicted H of Eq. 1 (pipelined mode). "
+        "*simulated H* is the largest total rate (req/s) at which the step's plan meets the "
+        "SLA's attainment (90%) in the simulator, found by the search `heroserve evaluate` "
+        f"uses for its maximum rates (controller/evaluation/sweep.py: rates doubled from the "
+        f"predicted H until attainment falls short, then bisected to {REL_TOL:.0%}; requests "
+        "per point as in `heroserve evaluate`; seed 0; the online scheduler off, so every "
+        "group runs the scheme its plan chose). Rows whose plans are the same deployment "
+        "share one search, so a step that changes nothing the simulator runs is exactly "
+        f"1.000x simulated; between different deployments the search's {REL_TOL:.0%} "
+        "resolution bounds what a simulated ratio can tell. A step whose points would run "
+        f"more than {max_requests:,} requests is not simulated (its cell says so; "
+        "`--sim-requests` sets the budget).\n"
+    )
+    out.append(
+        "| scenario | step | H (req/s) | GPUs | vs the row above | vs distserve | "
+        "simulated H (req/s) | simulated vs the row above | simulated vs distserve |"
+    )
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    for job, cs in zip(jobs, cells, strict=True):
+        for r, c in zip(job.rows, cs, strict=True):
+            h = f"{r.rate:.4g}" if r.rate is not None else "no plan"
+            out.append(f"| {job.scenario} | {r.name} | {h} | {r.gpus or '-'} | "
+                       f"{_x(r.vs_previous)} | {_x(r.vs_distserve)} | {_sim_h(c)} | "
+                       f"{_x(c.vs_previous)} | {_x(c.vs_distserve)} |")  # fmt: skip
+    out.append(
+        f"\nWhat each step contributes (a predicted ratio within {PRED_TOL:.1%} of 1 and a "
+        f"simulated one within {REL_TOL:.0%} count as no change):\n"
+    )
+    out += [_summary(job.scenario, job.rows, cs) for job, cs in zip(jobs, cells, strict=True)]
+    took = time.perf_counter() - t0
+    out.append(f"\n*This section: {took:.0f} s of wall time, {runner.done} simulations on "
+               f"{runner.workers} worker(s), by `{command}`.*\n")  # fmt: skip
+    return out
+
+
+def section_span(text: str) -> tuple[int, int]:
+    """Where the ablation section of ``text`` (a report) starts and ends; InputError if it
+    has none."""
+    start = text.find(f"\n{HEADING}\n")
+    if start < 0:
+        raise InputError("--out has no ablation section to replace; run without --section")
+    end = text.find("\n## ", start + 1)
+    return start + 1, len(text) if end < 0 else end
+
+
+def replace_section(text: str, lines: Sequence[str]) -> str:
+    """``text`` (a report) with its ablation section replaced by ``lines``."""
+    start, end = section_span(text)
+    return text[:start] + "\n".join(lines) + text[end:]

@@ -1,0 +1,149 @@
+"""The ablation's simulated column: each step's plan (``evaluation.ablation``) simulated at
+rising rates until its SLA attainment falls below the SLA's share, with the search
+``heroserve evaluate`` uses for its maximum rates (``sweep.max_rates``, the scenario's
+requests per point), so a step's simulated H stands beside its predicted one.
+
+Steps whose plans are the same deployment (``deployment_key``) share one search, so a step
+that changes nothing the simulator runs has a simulated ratio of exactly 1. A step is not
+simulated, and its cell says why, when it has no plan, when its plan does not load in the
+simulator, or when a point at its predicted H would run more requests than the budget.
+
+Holds ``SEED``, ``REL_TOL``, ``SimCell``, ``Job``, ``deployment_key`` and ``simulate``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.errors import InputError
+from controller.evaluation.ablation import Row, ratios
+from controller.evaluation.scenarios import scenario
+from controller.evaluation.sweep import Point, Runner, _model_for, max_rates
+from controller.plan import Plan
+from controller.planner.reprice import policy_of
+
+SEED = 0  # `heroserve evaluate`'s default seed
+REL_TOL = 0.02  # the max-rate search's resolution (``max_rates``' default, as evaluate runs it)
+
+# What a plan records for people or as the planner's prediction, and the simulator never
+# reads (controller/sim builds its model from the instances, groups, rails, paths, KV
+# pairs, batch size, model, SLA and cost-model options): left out of the deployment key.
+_PLAN_INFO = ("planner", "notes", "predicted", "idle", "time_limit_reached")
+_PHASE_INFO = ("comm_s", "compute_s", "rate_per_instance")
+_GROUP_INFO = ("reason", "allreduce_s", "ina_s", "ring_s", "hier_s")
+
+
+@dataclass(frozen=True)
+class SimCell:
+    """One row's simulated H (the largest total rate meeting the SLA's attainment, req/s), or
+    why it was not simulated; the ratios as the predicted ones are taken (``ratios``)."""
+
+    rate: float | None
+    why: str = ""
+    vs_previous: float | None = None
+    vs_distserve: float | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """One scenario's ablation rows and, per row, the scenario overrides that rebuild the
+    cluster its plan was made on (``scenarios.scenario``)."""
+
+    scenario: str
+    rows: Sequence[Row]
+    overrides: Sequence[dict[str, Any]] = field(default_factory=list)
+
+
+def deployment_key(plan: Plan) -> str:
+    """What the simulator runs of ``plan``, as a string: the plan less its predictions and
+    notes, and, when a group aggregates in the network, the INA fields of the policy the
+    simulator prices it with (a ring's routes do not depend on the policy; with the online
+    scheduler off a stage always runs its plan's scheme)."""
+    d = plan.to_dict()
+    for k in _PLAN_INFO:
+        d.pop(k, None)
+    ina = False
+    for role in ("prefill", "decode"):
+        ph = d[role]
+        for k in _PHASE_INFO:
+            ph.pop(k, None)
+        for inst in ph["instances"]:
+            inst.pop("rate", None)
+        for gr in ph["groups"]:
+            for k in _GROUP_INFO:
+                gr.pop(k, None)
+            ina = ina or gr["scheme"] != "ring"
+    for kv in d["kv_transfer"]:
+        kv.pop("time_s", None)
+    if ina:
+        pol = policy_of(plan.planner)
+        d["priced_as"] = [pol.ina, pol.ina_relay, pol.ina_cross_server_only]
+    return json.dumps(d, sort_keys=True, default=str)
+
+
+def simulate(
+    jobs: Sequence[Job],
+    runner: Runner,
+    max_requests: int,
+    say: Callable[[str], None] = lambda m: None,
+) -> list[list[SimCell]]:
+    """The simulated cells of every job's rows: one max-rate search per distinct deployment,
+    all of them in one sweep (``max_rates`` runs every plan's bracket at once, so the
+    runner's workers stay busy)."""
+    why: dict[tuple[int, int], str] = {}
+    owner: dict[tuple[int, int], str] = {}  # row -> sweep key of its deployment
+    todo: dict[str, tuple[str, dict, dict, float, float]] = {}  # key -> point parts
+    for j, job in enumerate(jobs):
+        for i, row in enumerate(job.rows):
+            over = job.overrides[i] if i < len(job.overrides) else {}
+            p = row.plan
+            if p is None:
+                why[j, i] = "no plan"
+                continue
+            # one key per deployment on one cluster: the rows that share it share a search,
+            # and the sweep's worker cache, keyed by (scenario, overrides, key), never hands
+            # a later call in the same process the model of another plan
+            dep = json.dumps([job.scenario, sorted(over.items()), deployment_key(p)])
+            key = f"{job.scenario}/{hashlib.sha256(dep.encode()).hexdigest()[:16]}"
+            if key in todo:
+                owner[j, i] = key
+                continue
+            s = scenario(job.scenario, **over)
+            n = s.requests_at(p.predicted.rate)
+            if n > max_requests:
+                why[j, i] = (f"not simulated: {n:,} requests a point at the predicted H, over "
+                             f"the budget of {max_requests:,}")  # fmt: skip
+                continue
+            d = p.to_dict()
+            try:  # as a sweep worker loads it (and kept in its cache when workers = 1)
+                _model_for(job.scenario, over, key, d)
+            except InputError as e:
+                why[j, i] = f"does not load in the simulator: {e}"
+                continue
+            owner[j, i] = key
+            todo[key] = (job.scenario, over, d, p.predicted.rate, s.sla().attainment)
+    rates: dict[str, float] = {}
+    for target in sorted({t[4] for t in todo.values()}):
+        keys = [k for k, t in todo.items() if t[4] == target]
+        say(f"ablation: max rates of {len(keys)} deployment(s) at {target:.0%} attainment")
+
+        def point(key: str, rate: float) -> Point:
+            name, over, d, _, _ = todo[key]
+            n = scenario(name, **over).requests_at(rate)
+            return (name, over, key, d, rate, n, SEED, {"online_scheduler": False})
+
+        br = max_rates(runner, point, {k: todo[k][3] for k in keys}, target, REL_TOL)
+        rates.update({k: b.lo for k, b in br.items()})
+    out = []
+    for j, job in enumerate(jobs):
+        vals = [rates[owner[j, i]] if (j, i) in owner else None for i in range(len(job.rows))]
+        cells = [
+            SimCell(v, why.get((j, i), ""), *r)
+            for i, (v, r) in enumerate(zip(vals, ratios(vals), strict=True))
+        ]
+        out.append(cells)
+    return out
