@@ -9,13 +9,13 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import grpc
 import pytest
 
 from support import ROOT
+from support.waiting import HANG_GUARD_S, wait_for
 
 BUILD = ROOT / "build" / "csrc"
 AGENT = BUILD / "heroserve-gpu-agent"
@@ -27,14 +27,9 @@ pb = pytest.importorskip("agents.proto.heroserve.v1.control_pb2")
 pb_grpc = pytest.importorskip("agents.proto.heroserve.v1.control_pb2_grpc")
 
 
-def wait_until(pred, timeout: float = 15.0, what: str = "condition"):  # noqa: ANN001, ANN202
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+def wait_until(pred, timeout: float = HANG_GUARD_S, what: str = "condition"):  # noqa: ANN001, ANN202
+    """:func:`support.waiting.wait_for` with the predicate first."""
+    return wait_for(what, pred, timeout)
 
 
 def register_switch(port: int, capacity: float = 12.5e9) -> None:

@@ -12,6 +12,7 @@ import threading
 
 import numpy as np
 import pytest
+from support.threads import in_threads
 
 from agents.ina import lanes
 from agents.ina.hier import HierMember
@@ -21,7 +22,6 @@ from agents.ina.packet import InaHeader, pack
 from agents.ina.ring import PeerListener, Ring, chunk_bounds
 from agents.ina.transport import InaGroup, InaSession, Timeouts
 from agents.ina.worker import Worker, member_data, serve
-from tests.support.threads import in_threads
 
 FAST = Timeouts(initial_rto_s=0.05, min_rto_s=0.01, max_rto_s=0.5, give_up_s=20.0)
 # The generation byte (dataplane branch) makes the switch exactly-once under

@@ -16,13 +16,13 @@ import threading
 
 import numpy as np
 import pytest
+from support.threads import in_threads
 
 from agents.ina.impairments import Impairments
 from agents.ina.loopback import LoopbackSwitch
 from agents.ina.packet import SESSIONS, VECTOR_LEN, pack, unpack
 from agents.ina.transport import InaGroup, InaSession, Timeouts
 from agents.softswitch.headers import DROP_LATE, DROP_WRONG_PORT
-from tests.support.threads import in_threads
 
 FAST = Timeouts(initial_rto_s=0.05, min_rto_s=0.01, max_rto_s=0.5, give_up_s=30.0)
 

@@ -96,7 +96,12 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
     ps.stop_all()
 
 
-def wait_for(what: str, fn: Callable[[], object], timeout: float = 30.0) -> object:
+# A hang guard only, as tests/support/waiting.py's (this file also runs as a worker script,
+# before tests/ is on its path): a correct run returns when its condition holds.
+HANG_GUARD_S = 300.0
+
+
+def wait_for(what: str, fn: Callable[[], object], timeout: float = HANG_GUARD_S) -> object:
     """Poll ``fn`` until it returns a truthy value (correctness, not speed: generous)."""
     deadline = time.monotonic() + timeout
     last: object = None
@@ -200,7 +205,7 @@ def dump(sw_port: int) -> dict:
         [PY, "-m", "agents.switch.dump", "--switch", f"127.0.0.1:{sw_port}", "--device-id", "1"],
         cwd=ROOT,
         capture_output=True,
-        timeout=60,
+        timeout=HANG_GUARD_S,
         check=True,
     )
     return json.loads(out.stdout)
@@ -225,7 +230,7 @@ def expected_entries(groups: list[tuple[int, int, int]]) -> list:
 
 def acked(ctl_port: int) -> dict[str, int]:
     with grpc.insecure_channel(f"127.0.0.1:{ctl_port}") as ch:
-        st = pb_grpc.AdminStub(ch).GetState(pb.GetStateRequest(), timeout=5)
+        st = pb_grpc.AdminStub(ch).GetState(pb.GetStateRequest(), timeout=60)
     return {a.identity.node_id: a.acked_epoch for a in st.agents}
 
 
@@ -238,7 +243,7 @@ def test_plan_reaches_the_switch_and_agent_restart_reconciles(procs: Procs, tmp_
     start_agent(procs, sw, ctl)
 
     want = expected_entries([(1, 0, 8), (2, 8, 8)])
-    wait_for("entries on the switch", lambda: table_or_none(sw) == want, 60)
+    wait_for("entries on the switch", lambda: table_or_none(sw) == want)
     d = dump(sw)
     # Only group 1's workers sit behind s1's ports: one multicast group, to ports 1-4.
     assert d["multicast_groups"] == {"1": [1, 2, 3, 4]}
@@ -258,7 +263,7 @@ def test_plan_reaches_the_switch_and_agent_restart_reconciles(procs: Procs, tmp_
     assert r.epoch == 2
     # Group 1 already holds 8 slots and now wants 4: re-allocated at the preferred 16.
     want2 = expected_entries([(1, 16, 4)])
-    wait_for("the new plan on the switch", lambda: table_or_none(sw) == want2, 60)
+    wait_for("the new plan on the switch", lambda: table_or_none(sw) == want2)
     wait_for("ack of epoch 2", lambda: acked(ctl).get("s1") == 2)
 
     # Kill the agent; tamper with the switch; restart the agent: it reconciles.
@@ -270,7 +275,7 @@ def test_plan_reaches_the_switch_and_agent_restart_reconciles(procs: Procs, tmp_
         env=env,
         check=True,
         capture_output=True,
-        timeout=60,
+        timeout=HANG_GUARD_S,
     )
     d = dump(sw)
     assert [[99, 0], "set_slot", [500, 2, 99]] in d["aggregation_table"]
@@ -281,7 +286,6 @@ def test_plan_reaches_the_switch_and_agent_restart_reconciles(procs: Procs, tmp_
         lambda: (lambda x: x["aggregation_table"] == want2 and "99" not in x["multicast_groups"])(
             dump(sw)
         ),
-        60,
     )
     assert "already runs our pipeline" in procs.log("agent")
     # Telemetry (port counters polled every 0.2 s) reaches the controller's metrics.
@@ -293,7 +297,7 @@ def test_plan_reaches_the_switch_and_agent_restart_reconciles(procs: Procs, tmp_
     # reinstalls the pipeline and the entries of the last plan.
     procs.kill("softswitch")
     assert start_softswitch(procs, sw) == sw
-    wait_for("entries after a switch restart", lambda: table_or_none(sw) == want2, 60)
+    wait_for("entries after a switch restart", lambda: table_or_none(sw) == want2)
     assert "switch resynchronised" in procs.log("agent")
 
 
@@ -323,7 +327,7 @@ def test_four_workers_aggregate_through_agent_installed_entries(
         assert sw_proc.stdout is not None
         sw = int(sw_proc.stdout.readline().decode().split("=")[1])
         start_agent(procs, sw, ctl, _netns_ports())
-        wait_for("ack of epoch 1", lambda: acked(ctl).get("s1") == 1, 60)
+        wait_for("ack of epoch 1", lambda: acked(ctl).get("s1") == 1)
         d = dump(sw)
         assert d["aggregation_table"] == expected_entries([(1, 0, 8)])
         env = dict(
@@ -349,7 +353,7 @@ def test_four_workers_aggregate_through_agent_installed_entries(
             p.stdin.flush()
         results = []
         for p in workers:
-            out, err = p.communicate(timeout=60)
+            out, err = p.communicate(timeout=HANG_GUARD_S)
             assert p.returncode == 0, err[-3000:]
             results.append(json.loads(out.strip().splitlines()[-1]))
     finally:
@@ -423,14 +427,14 @@ def test_switch_agent_over_mutual_tls(procs: Procs, tmp_path: Path) -> None:
     start_agent(
         procs, sw, ctl, extra=("--tls-cert", wrong_c, "--tls-key", wrong_k, "--tls-ca", ca_file)
     )
-    wait_for("refusal", lambda: "PERMISSION_DENIED" in procs.log("agent"), 60)
+    wait_for("refusal", lambda: "PERMISSION_DENIED" in procs.log("agent"))
     assert table_or_none(sw) == []
     procs.kill("agent")
     good_c, good_k = ca.issue("s1").write(tmp_path, "s1")
     start_agent(
         procs, sw, ctl, extra=("--tls-cert", good_c, "--tls-key", good_k, "--tls-ca", ca_file)
     )
-    wait_for("entries over TLS", lambda: table_or_none(sw) == expected_entries([(1, 0, 8)]), 60)
+    wait_for("entries over TLS", lambda: table_or_none(sw) == expected_entries([(1, 0, 8)]))
 
 
 _DESIRED = """
@@ -461,7 +465,12 @@ def test_desired_entries_hand_worked() -> None:
     they need the pure-Python protobuf runtime of the agent's process)."""
     env = dict(os.environ, PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python")
     out = subprocess.run(
-        [PY, "-c", _DESIRED], cwd=ROOT, env=env, capture_output=True, timeout=60, check=True
+        [PY, "-c", _DESIRED],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=HANG_GUARD_S,
+        check=True,
     )
     d = json.loads(out.stdout)
     # One entry per aggregator index: slot = start + index; worker count; multicast group.
@@ -496,7 +505,7 @@ def test_agent_rejects_bad_arguments(tmp_path: Path) -> None:
             cwd=ROOT,
             env=env,
             capture_output=True,
-            timeout=60,
+            timeout=HANG_GUARD_S,
         )
         assert r.returncode == 2, (extra, r.stderr)
         assert b"Traceback" not in r.stderr

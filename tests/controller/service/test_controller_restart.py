@@ -10,12 +10,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 import pytest
 from support import ROOT
+from support.waiting import wait_for
 
 from agents.client import AgentClient, Backoff, PolicyState
 from agents.gpu.shmview import read_segment
@@ -24,15 +24,6 @@ from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service.sample import sample_plan, sample_topology, save_sample_topology
 from controller.service.slots import SlotPool
 from controller.service.store import Store
-
-
-def wait_for(what: str, fn: Callable[[], object], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if fn():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_backoff_is_exponential_and_capped() -> None:
