@@ -45,6 +45,14 @@ class Workload:
         return float(np.mean(self.outputs))
 
     @property
+    def mean_decode_steps(self) -> float:
+        """Decode steps a request takes on average: its output tokens after the first, which
+        prefill makes (the simulator and the engines decode ``output - 1`` tokens). At least
+        1, so that a workload whose requests all end at their first token prices decode
+        finitely (as if each took one step) rather than at an infinite rate."""
+        return max(self.mean_output - 1.0, 1.0)
+
+    @property
     def mean_kv_tokens(self) -> float:
         """Time-average KV tokens held per request in a decode batch: a request holds
         l + t tokens at its t-th step for o steps, and requests stay in proportion to o, so
