@@ -29,10 +29,11 @@ class KVLoad:
     """The KV transfers of a deployment: every pair's request shares the links with the
     others'. Requests reach pair k at ``weights[k]`` of the rate, so at rate H link e is
     busy H * ``link_s[e]`` of the time (``link_s``: bytes per request over e, each pair's
-    weighted, times 1/B). A share is served as processor sharing serves a job: its time alone
-    stretched by 1 / (1 - utilisation) of its busiest link (M/G/1-PS, Kleinrock: a job's
-    mean time in the system is its size over 1 - rho), which holds for the simulator's fluid
-    links, where concurrent transfers split a link's capacity."""
+    weighted, times 1/B, times the share of requests that transfer at all). A share is
+    served as processor sharing serves a job: its time alone stretched by 1 / (1 -
+    utilisation) of its busiest link (M/G/1-PS, Kleinrock: a job's mean time in the system
+    is its size over 1 - rho), which holds for the simulator's fluid links, where concurrent
+    transfers split a link's capacity."""
 
     pairs: list[tuple[list[list[str]], list[list[str]]]]
     weights: list[float]
@@ -144,8 +145,9 @@ class KVPricing(EvalContext):
     ) -> KVLoad:
         """The links' load of the deployment's KV transfers (``KVLoad``), ``reorder``'s decode
         stage orders applied. A prefill instance takes requests in proportion to its rate (the
-        simulator routes to the least work) and splits them evenly over its pairs. Pairs of
-        the same GPUs are priced once (``kv_price``); the sum over links is O(shares)."""
+        simulator routes to the least work) and splits them evenly over its pairs; only the
+        requests that reach decode (``kv_share`` of them) transfer. Pairs of the same GPUs
+        are priced once (``kv_price``); the sum over links is O(shares)."""
         pairs = self.kv_pairs(pre, dec, n_pre, n_dec)
         if reorder:
             pairs = [(p, reorder.get(stage_key(d), d)) for p, d in pairs]
@@ -157,6 +159,7 @@ class KVPricing(EvalContext):
         total = sum(raw)
         weights = [r / total if total > 0 else 1.0 / len(pairs) for r in raw]
         table = self.ring_fabric.link_table
+        share = self.kv_share  # requests that end at their first token transfer nothing
         link_s: dict[Edge, float] = {}
         flows: list[KVFlow] = []
         senders: list[int] = []
@@ -167,7 +170,7 @@ class KVPricing(EvalContext):
             senders += [ids.setdefault((k, f.src), len(ids)) for f in fl]
             for f in fl:
                 for e in zip(f.path, f.path[1:], strict=False):
-                    link_s[e] = link_s.get(e, 0.0) + wk * f.nbytes * table[e][0]
+                    link_s[e] = link_s.get(e, 0.0) + share * wk * f.nbytes * table[e][0]
         senders_a = np.array(senders, dtype=int)
         return KVLoad(pairs, weights, link_s, flows, senders_a, self.ring_fabric.pipelined)
 
@@ -184,9 +187,9 @@ class KVPricing(EvalContext):
         return hit[0], list(hit[1])
 
     def kv_routed(self, pairs: list[tuple[list[list[str]], list[list[str]]]]) -> list[KVFlow]:
-        """The KV shares of one mean-length request per pair, each on its route (times not
-        priced: 0)."""
-        total = self.mean_in * self.model.kv_bytes_per_token()
+        """The KV shares of one mean-length transfer per pair (the mean prompt of the requests
+        that reach decode, ``kv_tokens``), each on its route (times not priced: 0)."""
+        total = self.kv_tokens * self.model.kv_bytes_per_token()
         out = []
         for p, d in pairs:
             for s, dst, f in kv_shares(self.model, p, d):
@@ -228,7 +231,7 @@ class KVPricing(EvalContext):
         srv = self._server_of
         if not {srv(x) for s in pre_stages for x in s} & {srv(x) for s in dec_stages for x in s}:
             return dec_stages
-        total = self.mean_in * self.model.kv_bytes_per_token()
+        total = self.kv_tokens * self.model.kv_bytes_per_token()
         fab = self.ring_fabric
         cost = np.zeros((pp, pp))
         tp = len(dec_stages[0])
