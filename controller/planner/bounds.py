@@ -50,4 +50,4 @@ def capacity_bound(ev: Evaluator, role: str, pool: Sequence[str], tp: int, pp: i
             lo = mid
         else:
             hi = mid - 1
-    return n * lo / (step(lo) / pp * ev.mean_out)
+    return n * lo / (step(lo) / pp * ev.decode_steps)

@@ -38,7 +38,10 @@ class EvalContext:
         # groups that lost INA to the aggregator-slot limit when the plan was assembled
         self.forced_ring: set[tuple[str, ...]] = set()
         w = problem.workload
-        self.mean_in, self.mean_in2, self.mean_out = w.mean_input, w.mean_input_sq, w.mean_output
+        self.mean_in, self.mean_in2 = w.mean_input, w.mean_input_sq
+        self.decode_steps = w.mean_decode_steps  # tokens a decode instance makes per request
+        # the KV transfer: the prompt it carries, and the share of requests that make one
+        self.kv_tokens, self.kv_share = w.mean_kv_transfer_tokens, w.decode_share
         self._coeffs: dict[str, ComputeCoefficients] = {}
         self._shapes: dict[tuple, tuple] = {}
         self._server_gpus = servers(g)

@@ -169,8 +169,9 @@ class InstancePricing(AllReducePricing, PipelinePricing):
     def _decode_instance(self, stages: list[list[str]], t_f: float) -> InstanceEval:
         """TPOT side (Eqs. 4, 13): the largest batch whose step time plus the KV transfer's
         share (``tpot_kv_share``) meets the TPOT bound and whose KV cache fits; ``pp``
-        micro-batches are in flight. Rate in requests/s: batch / (busiest stage * mean output
-        length)."""
+        micro-batches are in flight. Rate in requests/s: batch / (busiest stage * decode steps
+        per request), a request's decode steps being its output tokens after the first
+        (``Workload.mean_decode_steps``: prefill makes the first)."""
         tp, pp = len(stages[0]), len(stages)
         ctx = self.problem.workload.mean_kv_tokens
         room = self.kv_room_bytes([g for s in stages for g in s], tp, pp)
@@ -194,7 +195,7 @@ class InstancePricing(AllReducePricing, PipelinePricing):
                 hi = mid - 1
         step, busy, comp, comm = self.decode_step(stages, lo)
         ar, hops = self.stage_parts(stages, self.activation_bytes(lo))
-        rate = lo / (busy * self.mean_out)
+        rate = lo / (busy * self.decode_steps)
         return InstanceEval(stages, ar, hops, comp, comm, step, busy, rate, lo, step + kv)
 
 

@@ -82,10 +82,11 @@ class KVLoad:
     """The KV transfers of a deployment: every pair's request shares the links with the
     others'. Requests reach pair k at ``weights[k]`` of the rate, so at rate H link e is
     busy H * ``link_s[e]`` of the time (``link_s``: bytes per request over e, each pair's
-    weighted, times 1/B). A share is served as processor sharing serves a job: its time alone
-    stretched by 1 / (1 - utilisation) of its busiest link (M/G/1-PS, Kleinrock: a job's
-    mean time in the system is its size over 1 - rho), which holds for the simulator's fluid
-    links, where concurrent transfers split a link's capacity.
+    weighted, times 1/B, times the share of requests that transfer at all). A share is
+    served as processor sharing serves a job: its time alone stretched by 1 / (1 -
+    utilisation) of its busiest link (M/G/1-PS, Kleinrock: a job's mean time in the system
+    is its size over 1 - rho), which holds for the simulator's fluid links, where concurrent
+    transfers split a link's capacity.
 
     Built from each pair's ``PairFlows`` with numpy: the sum over links is one ``bincount``
     over every pair's hops in the order a loop over pairs, flows and hops adds them (bincount
@@ -98,7 +99,9 @@ class KVLoad:
         parts: list[PairFlows],
         edges: list[Edge],
         pipelined: bool,
+        share: float = 1.0,
     ) -> None:
+        """``share``: the fraction of requests that transfer KV at all (``kv_share``)."""
         self.pairs = pairs
         self.weights = weights
         # a GPU's shares stream at once (its time is the slowest), otherwise one after the
@@ -113,8 +116,11 @@ class KVLoad:
         if not parts:
             return
         eids = np.concatenate([p.eids for p in parts])
-        # (w * bytes) * 1/B per hop, as the loop's ``w * f.nbytes * inv`` associates
-        vals = np.concatenate([(w * p.nbytes) * p.inv for p, w in zip(parts, weights, strict=True)])
+        # ((share * w) * bytes) * 1/B per hop, as the loop's ``share * w * f.nbytes * inv``
+        # associates
+        vals = np.concatenate(
+            [((share * w) * p.nbytes) * p.inv for p, w in zip(parts, weights, strict=True)]
+        )
         per_link = np.bincount(eids, weights=vals, minlength=len(edges))
         touched = np.flatnonzero(np.bincount(eids, minlength=len(edges)))
         self.link_s = {edges[i]: float(per_link[i]) for i in touched}
@@ -231,8 +237,9 @@ class KVPricing(EvalContext):
     ) -> KVLoad:
         """The links' load of the deployment's KV transfers (``KVLoad``), ``reorder``'s decode
         stage orders applied. A prefill instance takes requests in proportion to its rate (the
-        simulator routes to the least work) and splits them evenly over its pairs. Pairs of
-        the same GPUs are priced once (``kv_price``); the sum over links is O(shares)."""
+        simulator routes to the least work) and splits them evenly over its pairs; only the
+        requests that reach decode (``kv_share`` of them) transfer. Pairs of the same GPUs
+        are priced once (``kv_price``); the sum over links is O(shares)."""
         pairs = self.kv_pairs(pre, dec, n_pre, n_dec)
         if reorder:
             pairs = [(p, reorder.get(stage_key(d), d)) for p, d in pairs]
@@ -244,7 +251,8 @@ class KVPricing(EvalContext):
         total = sum(raw)
         weights = [r / total if total > 0 else 1.0 / len(pairs) for r in raw]
         parts = [self.pair_flows(p) for p in pairs]
-        return KVLoad(pairs, weights, parts, self._edges, self.ring_fabric.pipelined)
+        # requests that end at their first token transfer nothing
+        return KVLoad(pairs, weights, parts, self._edges, self.ring_fabric.pipelined, self.kv_share)
 
     def pair_flows(self, pair: tuple[list[list[str]], list[list[str]]]) -> PairFlows:
         """``kv_price`` of one pair, with its arrays (``PairFlows``); memoised like it."""
@@ -267,15 +275,15 @@ class KVPricing(EvalContext):
         return hit
 
     def kv_routed(self, pairs: list[tuple[list[list[str]], list[list[str]]]]) -> list[KVFlow]:
-        """The KV shares of one mean-length request per pair, each on its route (times not
-        priced: 0)."""
+        """The KV shares of one mean-length transfer per pair (the mean prompt of the requests
+        that reach decode, ``kv_tokens``), each on its route (times not priced: 0)."""
         return [KVFlow(s, d, nb, path, 0.0) for s, d, nb, path in self._routed(pairs)]
 
     def _routed(
         self, pairs: list[tuple[list[list[str]], list[list[str]]]]
     ) -> list[tuple[str, str, float, list[str]]]:
         """``kv_routed``'s (source, destination, bytes, route), not yet flows."""
-        total = self.mean_in * self.model.kv_bytes_per_token()
+        total = self.kv_tokens * self.model.kv_bytes_per_token()
         route = self.kv_route
         return [
             (s, dst, f * total, route(s, dst, f * total))
@@ -352,7 +360,7 @@ class KVPricing(EvalContext):
         srv = self._server_of
         if not {srv(x) for s in pre_stages for x in s} & {srv(x) for s in dec_stages for x in s}:
             return dec_stages
-        total = self.mean_in * self.model.kv_bytes_per_token()
+        total = self.kv_tokens * self.model.kv_bytes_per_token()
         fab = self.ring_fabric
         cost = np.zeros((pp, pp))
         tp = len(dec_stages[0])

@@ -260,7 +260,8 @@ class PlanModel:
     # -- KV transfer (Eqs. 14-15) --------------------------------------------------------
     def kv(self, pre: int, dec: int) -> KVModel:
         """The KV transfer from prefill instance ``pre`` to decode instance ``dec``, with the
-        evaluator's routes (each flow's cheapest alone at the workload's mean input)."""
+        evaluator's routes (each flow's cheapest alone at the mean prompt a transfer carries,
+        ``kv_tokens``, as the planner routes it)."""
         key = (pre, dec)
         hit = self._kv.get(key)
         if hit is not None:
@@ -271,7 +272,7 @@ class PlanModel:
         pst = [s.gpus for s in self.prefill[pre].stages]
         dst = [s.gpus for s in self.decode[dec].stages]
         specs = kv_shares(self.model, pst, dst)
-        routes = [kv_route(fab, s, d, f * kvpt * ev.mean_in) for s, d, f in specs]
+        routes = [kv_route(fab, s, d, f * kvpt * ev.kv_tokens) for s, d, f in specs]
         lk = self.links
         shares = [(src, r, f * kvpt) for (src, _, f), r in zip(specs, routes, strict=True)]
         load: dict[int, float] = {}

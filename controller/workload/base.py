@@ -45,12 +45,41 @@ class Workload:
         return float(np.mean(self.outputs))
 
     @property
+    def mean_decode_steps(self) -> float:
+        """Decode steps a request takes on average: its output tokens after the first, which
+        prefill makes (the simulator and the engines decode ``output - 1`` tokens). At least
+        1, so that a workload whose requests all end at their first token prices decode
+        finitely (as if each took one step) rather than at an infinite rate."""
+        return max(self.mean_output - 1.0, 1.0)
+
+    @property
+    def decode_share(self) -> float:
+        """Share of requests that reach decode: those with more than one output token. A
+        request whose first token is its last ends at prefill (the simulator finishes it
+        there): no KV transfer, no decode step."""
+        return float(np.mean(self.outputs > 1))
+
+    @property
+    def mean_kv_transfer_tokens(self) -> float:
+        """Prompt tokens of the KV cache a transfer carries: the mean prompt of the requests
+        that reach decode (``decode_share``), not of all requests (summarization's longest
+        prompts leave one token of room and end at prefill). The mean prompt when no request
+        reaches decode (nothing is transferred)."""
+        dec = self.outputs > 1
+        return float(np.mean(self.inputs[dec])) if dec.any() else self.mean_input
+
+    @property
     def mean_kv_tokens(self) -> float:
-        """Time-average KV tokens held per request in a decode batch: a request holds
-        l + t tokens at its t-th step for o steps, and requests stay in proportion to o, so
-        the average is E[o (l + o/2)] / E[o] (length-biased, not l + o/2 of the means)."""
+        """Time-average KV tokens held per request in a decode batch: a request joins with
+        its prompt and first token, l + 1, holds l + 1 + t at its t-th decode step and takes
+        o - 1 steps, and requests stay in proportion to their steps, so the average is
+        E[(o - 1)(l + 1 + (o - 2)/2)] / E[o - 1] (length-biased; a request of one output
+        token never joins). l + 1 of the mean prompt when no request reaches decode."""
         o = self.outputs.astype(float)
-        return float(np.sum(o * (self.inputs + o / 2)) / np.sum(o))
+        steps = o - 1.0
+        if steps.sum() <= 0:
+            return self.mean_input + 1.0
+        return float(np.sum(steps * (self.inputs + 1.0 + (o - 2.0) / 2)) / np.sum(steps))
 
     def requests(self, rate: float, n: int, seed: int = 0, cv: float = 1.0) -> list[Request]:
         """``n`` requests at ``rate`` req/s: Poisson (cv=1) or gamma inter-arrivals."""

@@ -75,7 +75,7 @@ def test_link_loads_are_the_per_share_loop(mode: str) -> None:
         senders += [ids.setdefault((k, f.src), len(ids)) for f in fl]
         for f in fl:
             for e in zip(f.path, f.path[1:], strict=False):
-                link_s[e] = link_s.get(e, 0.0) + wk * f.nbytes * table[e][0]
+                link_s[e] = link_s.get(e, 0.0) + ev.kv_share * wk * f.nbytes * table[e][0]
     assert len(load.pairs) == 3
     assert load.link_s == link_s  # exact: same keys, same floats
     shared = sum(1 for f in flows for e in zip(f.path, f.path[1:], strict=False)) > len(link_s)

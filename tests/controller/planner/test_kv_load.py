@@ -38,9 +38,11 @@ def inst(gpu: str, rate: float) -> InstanceEval:
     return inst_of([[gpu]], rate)
 
 
-def phases(n_decode: int = 1) -> tuple[Evaluator, PhaseResult, PhaseResult]:
+def phases(
+    n_decode: int = 1, load: Workload | None = None
+) -> tuple[Evaluator, PhaseResult, PhaseResult]:
     g = cluster(n_decode)
-    load = Workload("fixed", np.full(10, TOKENS), np.full(10, 10))
+    load = load or Workload("fixed", np.full(10, TOKENS), np.full(10, 10))
     ev = Evaluator(Problem(g, model_spec("OPT-66B"), load, default_sla("chatbot")), HEROSERVE)
     # prefill p0 serves twice what p1 does, so it takes 2/3 of the requests
     pre = PhaseResult("prefill", 1, 1, [], [inst("p0-gpu0", 2.0), inst("p1-gpu0", 1.0)])
@@ -65,6 +67,24 @@ def test_link_loads_worked_by_hand():
     # p1's NIC binds: the links saturate at B / (4/3 kv) requests/s
     assert load.bottleneck() == ("p1-gpu0", "sw")
     assert load.service_s == pytest.approx(4 / 3 * kv / B)
+
+
+def test_requests_that_end_at_prefill_transfer_no_kv():
+    # half the requests: a 100-token prompt and 10 output tokens; the other half a 300-token
+    # prompt whose first token is its last: they end at prefill and move no KV cache
+    load = Workload("mixed", np.tile([TOKENS, 300], 5), np.tile([10, 1], 5))
+    ev, pre, dec = phases(load=load)
+    kv = TOKENS * ev.model.kv_bytes_per_token()  # a transfer carries a 100-token prompt
+    out = ev.kv_load(pre, dec, None, None)
+    # half of every load of the all-transfer case above, each transfer 100 tokens, not the
+    # mean prompt (200)
+    assert out.link_s[("p0-gpu0", "sw")] == pytest.approx(0.5 * 2 / 3 * kv / B)
+    assert out.link_s[("p1-gpu0", "sw")] == pytest.approx(0.5 * 4 / 3 * kv / B)
+    assert out.link_s[("sw", "d0-gpu0")] == pytest.approx(0.5 * kv / B)
+    fab = ev.ring_fabric
+    t0 = fab.path_time(["p0-gpu0", "sw", "d0-gpu0"], kv)
+    t1 = fab.path_time(["p1-gpu0", "sw", "d0-gpu0"], kv)
+    assert out.t_f(0.0) == pytest.approx(max(t0, t1))
 
 
 def test_t_f_is_each_share_alone_stretched_by_its_busiest_link():

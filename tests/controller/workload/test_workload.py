@@ -19,9 +19,24 @@ def test_generators_match_published_means():
 
 
 def test_length_biased_kv_tokens_hand_worked():
-    # two requests: (l=100, o=10) and (l=0, o=90): E[o (l + o/2)] / E[o] = (10*105 + 90*45) / 100
+    # two requests: (l=100, o=10) and (l=0, o=90). Each joins decode with l + 1 tokens and
+    # holds l + 1 + t at its t-th of o - 1 steps: 9 steps averaging 101 + 4 = 105 tokens and
+    # 89 steps averaging 1 + 44 = 45, so (9 * 105 + 89 * 45) / 98
     w = Workload("x", np.array([100, 0]), np.array([10, 90]))
-    assert w.mean_kv_tokens == pytest.approx((10 * 105 + 90 * 45) / 100)
+    assert w.mean_kv_tokens == pytest.approx((9 * 105 + 89 * 45) / 98)
+
+
+def test_requests_that_end_at_prefill_reach_no_decode():
+    # (l=100, o=10) and (l=300, o=1): the second ends at its first token, at prefill
+    w = Workload("x", np.array([100, 300]), np.array([10, 1]))
+    assert w.decode_share == 0.5
+    assert w.mean_kv_transfer_tokens == 100.0  # the prompt of the one that decodes
+    assert w.mean_kv_tokens == pytest.approx(101 + 4)  # 9 steps at 101..109 tokens
+    assert w.mean_decode_steps == 4.5  # (9 + 0) / 2
+    none = Workload("y", np.array([100, 300]), np.array([1, 1]))
+    assert none.decode_share == 0.0
+    assert none.mean_kv_transfer_tokens == 200.0  # nothing moves: the mean prompt
+    assert none.mean_kv_tokens == 201.0
 
 
 def test_poisson_arrivals_have_the_asked_rate():
