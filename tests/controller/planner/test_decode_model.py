@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from controller.models import model_spec
-from controller.planner import plan
+from controller.planner import PlannerOptions, plan
 from controller.planner.bounds import capacity_bound
 from controller.planner.evaluate import Evaluator
 from controller.planner.heroserve import POLICY as HEROSERVE
@@ -53,7 +53,10 @@ def test_a_saturated_simulated_decode_instance_finishes_requests_at_the_decode_r
     # prompts keep prefill and the KV transfer far from binding, and decode binds H
     load = Workload("fixed", np.full(10, 20), np.full(10, 11))
     g = make_testbed()
-    p = plan(g, model_spec("OPT-66B"), load, default_sla("chatbot"))
+    # decode inside one server: a TP group over two servers is simulated apart from the
+    # planner (test_planner_vs_sim.py keeps that gap visible)
+    opts = PlannerOptions(decode_par=(4, 2))
+    p = plan(g, model_spec("OPT-66B"), load, default_sla("chatbot"), opts)
     decode_rate = sum(i.rate for i in p.decode.instances)
     assert sum(i.rate for i in p.prefill.instances) > decode_rate == pytest.approx(p.predicted.rate)
     # offered twice what decode serves: the queue grows and every micro-batch stays full, so
