@@ -67,7 +67,16 @@ def start(args: list[str]) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        preexec_fn=default_sigint,
     )
+
+
+def default_sigint() -> None:
+    """In the child, Ctrl-C's default disposition: a suite started as a background job of a
+    shell without job control runs with SIGINT ignored, its children inherit that, and
+    Python then never installs its Ctrl-C handler, so the interrupt tests could not
+    interrupt anything."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def tag_of(first_line: str) -> str:
