@@ -32,9 +32,20 @@ def policy_of(planner: str) -> Policy:
 
 def evaluator_for_plan(plan: Plan, cluster: nx.Graph, workload: Workload) -> Evaluator:
     """The evaluator that prices ``plan`` on ``cluster`` under ``workload`` exactly as the
-    plan was priced: its model, SLA and the cost-model options recorded in the plan.
+    plan was priced: its model, SLA and the cost-model options recorded in the plan, and each
+    of its groups with the all-reduce scheme the plan chose for it (``plan_groups``).
 
     Raises :class:`controller.errors.InputError` when the plan's model is unknown."""
     net = NetParams.from_plan_options(plan.options)
     problem = Problem(cluster, model_spec(plan.model), workload, plan.sla, PlannerOptions(net=net))
-    return Evaluator(problem, policy_of(plan.planner))
+    ev = Evaluator(problem, policy_of(plan.planner))
+    # each group runs the scheme the plan chose, decided at the phase's message (a prompt of
+    # mean length; the plan's decode batch): its routes are chosen there, as the planner did
+    refs = {
+        "prefill": ev.prefill_bytes(),
+        "decode": ev.activation_bytes(max(1, plan.decode.batch_size)),
+    }
+    for phase in (plan.prefill, plan.decode):
+        for gr in phase.groups:
+            ev.plan_groups[tuple(gr.gpus)] = (gr, refs[phase.role])
+    return ev
