@@ -30,7 +30,7 @@ from controller.inputs.plan_checks import check_plan_on_topology
 from controller.models.specs import ModelSpec
 from controller.plan import Group, Plan
 from controller.planner.evaluate import Evaluator
-from controller.planner.reprice import evaluator_for_plan
+from controller.planner.reprice import decided_bytes, evaluator_for_plan
 from controller.sim.flows import Envelope, Flow, Work, alone_time, envelope
 from controller.sim.network import Links
 from controller.topology.fabric import PIPELINED, Fabric
@@ -325,11 +325,7 @@ def build_model(plan: Plan, cluster: nx.Graph, workload: Workload) -> PlanModel:
     for phase, dest in ((plan.prefill, out.prefill), (plan.decode, out.decode)):
         groups = {(gr.instance, gr.stage): gr for gr in phase.groups}
         for k, inst in enumerate(phase.instances):
-            ref = (
-                ev.prefill_bytes()
-                if phase.role == "prefill"
-                else ev.activation_bytes(max(1, phase.batch_size))
-            )
+            ref = decided_bytes(ev, plan, phase.role)
             stages = []
             for s, members in enumerate(inst.stages):
                 gr = groups.get((k, s))
