@@ -7,6 +7,8 @@
   routes and prices its schemes (with a lower bound that skips switches that cannot win),
   and times an all-reduce. Its caches: schemes per group, times per group shape, a GPU's
   cheapest route alone to a switch per size (``ina_bound``) and its exits' route sums.
+  For a plan already made (``plan_groups``), ``planned`` gives the pattern of the scheme the
+  plan chose for a group, and ``allreduce_time`` prices that scheme at every size.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controller.costmodel.hier import hier_pattern
-from controller.costmodel.ina import T_AGG_S, ina_pattern
+from controller.costmodel.hier import hier_on_rails, hier_pattern
+from controller.costmodel.ina import T_AGG_S, ina_on_routes, ina_pattern
 from controller.costmodel.network import CommPattern, CompiledPhase
 from controller.costmodel.ring import ring_pattern
+from controller.errors import InputError
+from controller.plan import Group
 from controller.planner.context import EvalContext
 from controller.planner.options import Policy, Problem
 from controller.topology.fabric import Fabric
@@ -78,6 +82,7 @@ class AllReducePricing(EvalContext):
         self._to_switch: dict[tuple[str, str, float], float | None] = {}
         self._exit_sums: dict[str, list[tuple[str, tuple[float, float, float]]]] = {}
         self._switch_hops: dict[tuple[str, str], list[tuple[str, str]] | None] = {}
+        self._planned: dict[tuple[str, ...], list[CompiledPhase]] = {}
 
     def ina_candidates(self, members: Sequence[str]) -> list[str]:
         """Switches a group may aggregate on (Alg. 2 line 7): the first-hop switches its
@@ -266,8 +271,51 @@ class AllReducePricing(EvalContext):
 
     def allreduce_time(self, members: Sequence[str], nbytes: float) -> float:
         """One all-reduce of ``nbytes`` on a stage's group, the best allowed scheme; the ring
-        only where the group lost INA to the aggregator slots (``forced_ring``)."""
+        only where the group lost INA to the aggregator slots (``forced_ring``). A made
+        plan's group (``plan_groups``) runs the one scheme the plan chose for it at every
+        size: the plan reserved aggregator slots for that scheme alone, and the best scheme
+        at a lone request's message need not be the one chosen at the plan's batch."""
         if len(members) == 1:
             return 0.0
-        allow = tuple(members) not in self.forced_ring
+        key = tuple(members)
+        if key in self.plan_groups:
+            return sum(c.time(nbytes) for c in self._planned_phases(key))
+        allow = key not in self.forced_ring
         return self.times(members, nbytes).time(nbytes, allow_ina=allow)
+
+    def _planned_phases(self, key: tuple[str, ...]) -> list[CompiledPhase]:
+        """The compiled phases of the scheme the plan chose for group ``key``, kept."""
+        hit = self._planned.get(key)
+        if hit is None:
+            gr, ref = self.plan_groups[key]
+            pattern, fabric = self.planned(list(key), ref, gr)  # type: ignore[misc]
+            hit = self._planned[key] = pattern.compiled(fabric)
+        return hit
+
+    def planned(
+        self, members: list[str], ref: float, gr: Group | None
+    ) -> tuple[CommPattern, Fabric] | None:
+        """The cost-model pattern of the scheme a plan chose for a group, and the fabric it
+        is priced on: the ring; flat INA at the plan's switch (this evaluator's routes, or
+        the plan's own when it would not route there); hierarchical INA over the plan's
+        rails. Routes are chosen at ``ref``, the message the plan decided at. None for
+        TP = 1; InputError when a hier group's rails do not fit it."""
+        if len(members) < 2:
+            return None
+        ge = self.group(members, ref)
+        if gr is not None and gr.scheme == "hier" and gr.rails:
+            rails = [(r.switch, r.shard, r.members, r.paths) for r in gr.rails]
+            hier = hier_on_rails(self.ina_fabric, members, rails, self.net)
+            if hier is None:
+                raise InputError(
+                    f"plan's group {gr.instance}/{gr.stage} has rails that do not fit its GPUs "
+                    "(one member per server on each rail, one rail per shard)"
+                )
+            return hier, self.ina_fabric
+        if gr is not None and gr.scheme == "ina" and gr.switch is not None:
+            mine = next((p for p in self.all_ina(members, ref) if p.switch == gr.switch), None)
+            if mine is None:  # another planner's routes
+                routes = {m: list(p) for m, p in gr.paths.items()}
+                mine = ina_on_routes(routes, gr.switch, self.net)
+            return mine, self.ina_fabric
+        return ge.ring, self.ring_fabric

@@ -2,7 +2,8 @@
 
 ``EvalContext`` holds the problem, the policy, the cluster and its fabrics (the ring's, which
 may relay over NVLink; the Ethernet-only one; the one INA uses under the policy), the
-workload's mean lengths and the groups forced onto the ring when the plan was assembled; and
+workload's mean lengths, the groups forced onto the ring when the plan was assembled and, for
+a plan already made, its groups with the schemes it chose; and
 the small lookups every part uses, each memoised here: message sizes (docs/design.md §5),
 compute coefficients per GPU type, the slowest GPU type of a set, ``shape_signature`` of
 groups, and the grouping's pod caches.
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 
 from controller.costmodel.compute import ComputeCoefficients, default_coefficients
 from controller.models.gpus import gpu_spec
+from controller.plan import Group
 from controller.planner.grouping import shape_signature
 from controller.planner.options import Policy, Problem
 from controller.topology.graph import servers
@@ -37,6 +39,9 @@ class EvalContext:
         self.model = problem.model
         # groups that lost INA to the aggregator-slot limit when the plan was assembled
         self.forced_ring: set[tuple[str, ...]] = set()
+        # a made plan's groups, each priced with the scheme the plan chose for it (set by
+        # ``reprice.evaluator_for_plan``): members -> (group, the message it was decided at)
+        self.plan_groups: dict[tuple[str, ...], tuple[Group, float]] = {}
         w = problem.workload
         self.mean_in, self.mean_in2 = w.mean_input, w.mean_input_sq
         self.decode_steps = w.mean_decode_steps  # tokens a decode instance makes per request

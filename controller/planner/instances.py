@@ -51,8 +51,12 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         self, kind: str, stages: list[list[str]], t_f: float, price: Callable[[], InstanceEval]
     ) -> InstanceEval:
         """Instances of the same shape (``shape_signature`` of their stages, in order) price
-        the same: the first is priced, its twins get a copy with their own GPU names."""
-        forced = tuple(tuple(s) in self.forced_ring for s in stages)
+        the same: the first is priced, its twins get a copy with their own GPU names. A made
+        plan's group (``plan_groups``) is priced with its own scheme, so it keys by its GPUs."""
+        forced = tuple(
+            tuple(s) if tuple(s) in self.plan_groups else tuple(s) in self.forced_ring
+            for s in stages
+        )
         key = (kind, self.shape(*stages), t_f, forced)
         hit = self._instances.get(key)
         if hit is None:

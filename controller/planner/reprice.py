@@ -5,7 +5,8 @@ The simulator (``controller/sim/model.py``) and the controller's policy pricing
 (``controller/service``) both re-price plans read from files; this is the one place that
 says how.
 
-Holds ``evaluator_for_plan`` and ``policy_of`` (the policy a plan's planner name stands for).
+Holds ``evaluator_for_plan``, ``policy_of`` (the policy a plan's planner name stands for) and
+``decided_bytes`` (the message a phase's groups were decided at).
 """
 
 from __future__ import annotations
@@ -32,9 +33,26 @@ def policy_of(planner: str) -> Policy:
 
 def evaluator_for_plan(plan: Plan, cluster: nx.Graph, workload: Workload) -> Evaluator:
     """The evaluator that prices ``plan`` on ``cluster`` under ``workload`` exactly as the
-    plan was priced: its model, SLA and the cost-model options recorded in the plan.
+    plan was priced: its model, SLA and the cost-model options recorded in the plan, and each
+    of its groups with the all-reduce scheme the plan chose for it (``plan_groups``).
 
     Raises :class:`controller.errors.InputError` when the plan's model is unknown."""
     net = NetParams.from_plan_options(plan.options)
     problem = Problem(cluster, model_spec(plan.model), workload, plan.sla, PlannerOptions(net=net))
-    return Evaluator(problem, policy_of(plan.planner))
+    ev = Evaluator(problem, policy_of(plan.planner))
+    # each group runs the scheme the plan chose, decided at the phase's message: its routes
+    # are chosen there, as the planner did
+    for phase in (plan.prefill, plan.decode):
+        ref = decided_bytes(ev, plan, phase.role)
+        for gr in phase.groups:
+            ev.plan_groups[tuple(gr.gpus)] = (gr, ref)
+    return ev
+
+
+def decided_bytes(ev: Evaluator, plan: Plan, role: str) -> float:
+    """The all-reduce message at which the plan's groups of ``role`` were decided (their
+    scheme and routes): a prompt of the workload's mean length for prefill, the plan's batch
+    for decode."""
+    if role == "prefill":
+        return ev.prefill_bytes()
+    return ev.activation_bytes(max(1, plan.decode.batch_size))

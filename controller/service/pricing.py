@@ -57,10 +57,9 @@ class PolicyTimer:
 
     def __init__(self, ev: Evaluator, plan: Plan) -> None:
         self.ev = ev
-        self.ref = {
-            "prefill": ev.prefill_bytes(),
-            "decode": ev.activation_bytes(max(1, plan.decode.batch_size)),
-        }
+        from controller.planner.reprice import decided_bytes
+
+        self.ref = {role: decided_bytes(ev, plan, role) for role in ("prefill", "decode")}
 
     @classmethod
     def for_plan(cls, plan: Plan, cluster: nx.Graph) -> PolicyTimer | None:

@@ -10,8 +10,8 @@ and routes, a lone request in the simulator takes exactly the time the cost mode
 
 Holds :class:`CommOption` and :func:`comm_option` (a group's candidate all-reduce policy as
 link terms), :class:`StageModel`, :class:`InstanceModel`, :class:`KVModel`,
-:class:`PlanModel` (the plan priced: compute, hops, KV transfers), :func:`build_model` (price
-and check a plan) and :func:`planned_pattern` (the cost-model pattern of the plan's scheme).
+:class:`PlanModel` (the plan priced: compute, hops, KV transfers) and :func:`build_model`
+(price and check a plan). A group's planned scheme is ``Evaluator.planned``.
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ from functools import cached_property
 import networkx as nx
 
 from controller.costmodel.compute import decode_layer_time, layer_weights, prefill_layer_time
-from controller.costmodel.hier import hier_on_rails
-from controller.costmodel.ina import ina_on_routes
 from controller.costmodel.kvcache import kv_route, kv_share_terms, kv_shares
 from controller.costmodel.network import CommPattern
 from controller.errors import InputError
@@ -32,7 +30,7 @@ from controller.inputs.plan_checks import check_plan_on_topology
 from controller.models.specs import ModelSpec
 from controller.plan import Group, Plan
 from controller.planner.evaluate import Evaluator
-from controller.planner.reprice import evaluator_for_plan
+from controller.planner.reprice import decided_bytes, evaluator_for_plan
 from controller.sim.flows import Envelope, Flow, Work, alone_time, envelope
 from controller.sim.network import Links
 from controller.topology.fabric import PIPELINED, Fabric
@@ -327,11 +325,7 @@ def build_model(plan: Plan, cluster: nx.Graph, workload: Workload) -> PlanModel:
     for phase, dest in ((plan.prefill, out.prefill), (plan.decode, out.decode)):
         groups = {(gr.instance, gr.stage): gr for gr in phase.groups}
         for k, inst in enumerate(phase.instances):
-            ref = (
-                ev.prefill_bytes()
-                if phase.role == "prefill"
-                else ev.activation_bytes(max(1, phase.batch_size))
-            )
+            ref = decided_bytes(ev, plan, phase.role)
             stages = []
             for s, members in enumerate(inst.stages):
                 gr = groups.get((k, s))
@@ -400,41 +394,13 @@ def _mark_risky_links(m: PlanModel) -> None:
     m.links.risky = list(m.links.risky_at_start)
 
 
-def planned_pattern(
-    ev: Evaluator, members: list[str], ref: float, gr: Group | None
-) -> tuple[CommPattern, Fabric] | None:
-    """The cost-model pattern of the scheme the plan chose for a group, and the fabric it is
-    priced on: the ring; flat INA at the plan's switch (the evaluator's routes, or the plan's
-    own when the evaluator would not route there); hierarchical INA over the plan's rails.
-    None for TP = 1; InputError when a hier group's rails do not fit it."""
-    if len(members) < 2:
-        return None
-    ge = ev.group(members, ref)
-    if gr is not None and gr.scheme == "hier" and gr.rails:
-        rails = [(r.switch, r.shard, r.members, r.paths) for r in gr.rails]
-        hier = hier_on_rails(ev.ina_fabric, members, rails, ev.net)
-        if hier is None:
-            raise InputError(
-                f"plan's group {gr.instance}/{gr.stage} has rails that do not fit its GPUs "
-                "(one member per server on each rail, one rail per shard)"
-            )
-        return hier, ev.ina_fabric
-    if gr is not None and gr.scheme == "ina" and gr.switch is not None:
-        mine = next((p for p in ev.all_ina(members, ref) if p.switch == gr.switch), None)
-        if mine is None:  # another planner's routes
-            routes = {m: list(p) for m, p in gr.paths.items()}
-            mine = ina_on_routes(routes, gr.switch, ev.net)
-        return mine, ev.ina_fabric
-    return ge.ring, ev.ring_fabric
-
-
 def _options(
     ev: Evaluator, links: Links, members: list[str], ref: float, gr: Group | None
 ) -> list[CommOption]:
     """Candidate all-reduce policies of a group, the plan's choice first (hierarchical INA
     where the plan chose it), then the ring and flat INA at every switch the planner's policy
     allows (Alg. 2 line 7), so the online scheduler can choose among the three schemes."""
-    planned = planned_pattern(ev, members, ref, gr)
+    planned = ev.planned(members, ref, gr)
     if planned is None:
         return []
     ge = ev.group(members, ref)

@@ -24,6 +24,7 @@ docs/policy-table.md) and :class:`GroupSchedulers` (one scheduler per group with
 
 from __future__ import annotations
 
+from controller.planner.reprice import decided_bytes
 from controller.scheduler.online import OnlineScheduler
 from controller.sim.model import CommOption, PlanModel, StageModel
 from controller.sim.network import Links
@@ -33,10 +34,7 @@ from controller.topology.graph import link_id
 def reference_bytes(model: PlanModel, role: str) -> float:
     """D_ref of a stage of ``role``: the all-reduce message ``build_model`` prices the options
     at (the workload's mean prompt for prefill, the plan's batch for decode)."""
-    ev = model.evaluator
-    if role == "prefill":
-        return ev.prefill_bytes()
-    return ev.activation_bytes(max(1, model.plan.decode.batch_size))
+    return decided_bytes(model.evaluator, model.plan, role)
 
 
 def time_model(opt: CommOption, ref_bytes: float, n_allreduce: float) -> dict[str, float]:

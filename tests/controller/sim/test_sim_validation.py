@@ -12,7 +12,6 @@ from controller.models import model_spec
 from controller.planner import PlannerOptions, plan
 from controller.planner.grouping import PodGroups
 from controller.sim import SimOptions, Simulator, build_model, make_requests
-from controller.sim.model import planned_pattern
 from controller.topology import testbed as make_testbed
 from controller.topology.graph import scale_bandwidth
 from controller.workload import Request, Workload, chatbot, default_sla, summarization
@@ -29,20 +28,6 @@ def tb():
 def _one_pod(stages_list):
     groups = [s for inst in stages_list for s in inst]
     return [PodGroups(None, [x for grp in groups for x in grp], groups)]
-
-
-def _as_planned(m) -> None:
-    """Make the model's evaluator price each group with the scheme its plan chose: the
-    evaluator takes the cheapest scheme at every message size, the simulator runs the plan's
-    (``planned_pattern``), and a lone request's batch of 1 is not the size the plan chose at."""
-    ev = m.evaluator
-    groups = {tuple(gr.gpus): gr for ph in (m.plan.prefill, m.plan.decode) for gr in ph.groups}
-
-    def allreduce_time(members, nbytes):
-        planned = planned_pattern(ev, list(members), nbytes, groups.get(tuple(members)))
-        return 0.0 if planned is None else planned[0].time(planned[1], nbytes)
-
-    ev.allreduce_time = allreduce_time
 
 
 @pytest.mark.parametrize(
@@ -70,7 +55,6 @@ def test_low_load_matches_the_cost_model(mode, kind, n_in, n_out):
     m = build_model(p, g, fixed)
     assert m.pipelined == (mode == "pipelined") and m.evaluator.net.cost_mode == mode
     ev = m.evaluator
-    _as_planned(m)
     reqs = [Request(1000.0 * i, n_in, n_out) for i in range(4)]
     r = Simulator(m).run(reqs)
     assert r.finished == 4
@@ -170,7 +154,6 @@ def test_low_load_hier_plan_matches_the_cost_model(mode):
     m = build_model(p, g, fixed)
     st = m.decode[0].stages[0]
     assert st.options[0].scheme == "hier" and len(st.options[0].phases) == 3
-    _as_planned(m)
     r = Simulator(m).run([Request(1000.0 * i, IN, OUT) for i in range(3)])
     assert r.finished == 3 and set(r.policy_use) >= {"hier"}
     want_step = m.evaluator.decode_step([HIER_DECODE], 1)[0]
