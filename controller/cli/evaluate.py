@@ -4,16 +4,16 @@ cluster model (Fig. 7-10 as CSV and PNG, and a note with the measured ratios).""
 from __future__ import annotations
 
 import argparse
-import os
 
 from controller.errors import InputError
 from controller.inputs.args import (
+    add_workers,
     bounded,
     make_dir,
     output_dir,
     seed,
 )
-from controller.inputs.limits import MAX_SERVERS, MAX_SIM_REQUESTS, MAX_SWEEP_WORKERS
+from controller.inputs.limits import MAX_SERVERS, MAX_SIM_REQUESTS
 
 HELP = "reproduce the paper's evaluation (Fig. 7-10) on a scenario"
 
@@ -27,12 +27,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out", type=output_dir, default=None, help="output folder (default: eval/<scenario>)"
     )
-    p.add_argument(
-        "--workers",
-        type=bounded(int, 1, MAX_SWEEP_WORKERS),
-        default=os.cpu_count() or 1,
-        help="simulation processes (default: every core)",
-    )
+    add_workers(p, "simulation processes")
     p.add_argument(
         "--ray",
         metavar="ADDRESS",

@@ -5,13 +5,12 @@ rewrites only the ablation section of an existing report (``evaluation/ablation_
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 from controller.errors import InputError
-from controller.inputs.args import bounded, output_file, write_text
-from controller.inputs.limits import MAX_SIM_REQUESTS, MAX_SWEEP_WORKERS
+from controller.inputs.args import add_workers, bounded, output_file, write_text
+from controller.inputs.limits import MAX_SIM_REQUESTS
 
 HELP = "write docs/fidelity.md: the paper's claims beside the project's"
 
@@ -36,12 +35,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
         help="servers of the track clusters (a multiple of their unit: 6 and 16)",
     )
     p.add_argument("--quick", action="store_true", help="the testbed only")
-    p.add_argument(
-        "--workers",
-        type=bounded(int, 1, MAX_SWEEP_WORKERS),
-        default=os.cpu_count() or 1,
-        help="processes simulating the ablation's plans (default: every core)",
-    )
+    add_workers(p, "processes simulating the ablation's plans")
     p.add_argument(
         "--sim-requests",
         type=bounded(int, 1, MAX_SIM_REQUESTS),

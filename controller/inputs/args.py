@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from controller.errors import InputError
-from controller.inputs.limits import MAX_PARALLEL, MAX_SEED
+from controller.inputs.limits import MAX_PARALLEL, MAX_SEED, MAX_SWEEP_WORKERS
 from controller.inputs.schema import lower_bound, number
 
 
@@ -63,6 +63,17 @@ def bounded(
 
 
 seed = bounded(int, 0, MAX_SEED)
+
+
+def add_workers(p: argparse.ArgumentParser, what: str) -> None:
+    """``--workers``: how many processes simulate (1 to MAX_SWEEP_WORKERS, default every
+    core); ``what`` says what they simulate, in the help."""
+    p.add_argument(
+        "--workers",
+        type=bounded(int, 1, MAX_SWEEP_WORKERS),
+        default=os.cpu_count() or 1,
+        help=f"{what} (default: every core)",
+    )
 
 
 def parallelism(s: str) -> tuple[int, int]:
