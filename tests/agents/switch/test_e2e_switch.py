@@ -11,20 +11,19 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
+from support import ROOT
+from support.waiting import HANG_GUARD_S, wait_for
 
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.service.sample import sample_plan, save_sample_topology
 
-# Three folders below the root; not `from support import ROOT`: this file also runs as a script
-ROOT = Path(__file__).resolve().parents[3]
 PY = sys.executable
 PORTS = [f"{k + 1}=p0-g{k},mac=02:00:00:00:00:0{k + 1},ip=10.0.0.{k + 1}" for k in range(4)]
 
@@ -94,23 +93,6 @@ def procs(tmp_path: Path) -> Iterator[Procs]:
     ps = Procs(tmp_path)
     yield ps
     ps.stop_all()
-
-
-# A hang guard only, as tests/support/waiting.py's (this file also runs as a worker script,
-# before tests/ is on its path): a correct run returns when its condition holds.
-HANG_GUARD_S = 300.0
-
-
-def wait_for(what: str, fn: Callable[[], object], timeout: float = HANG_GUARD_S) -> object:
-    """Poll ``fn`` until it returns a truthy value (correctness, not speed: generous)."""
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 def free_port() -> int:
@@ -331,7 +313,9 @@ def test_four_workers_aggregate_through_agent_installed_entries(
         d = dump(sw)
         assert d["aggregation_table"] == expected_entries([(1, 0, 8)])
         env = dict(
-            os.environ, PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python", PYTHONPATH=str(ROOT)
+            os.environ,
+            PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python",
+            PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]),  # support.waiting
         )
         workers = [
             subprocess.Popen(
