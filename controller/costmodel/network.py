@@ -25,7 +25,7 @@ gives every formula and parameter source.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller.topology.fabric import Edge, Fabric, Path
@@ -289,11 +289,24 @@ class CompiledPhase:
     slopes: tuple[float, ...]  # combine(k_f) per flow
     loads: tuple[tuple[Edge, float], ...]  # bytes on each link per byte of message, per round
     bottleneck: bool = False  # its flows combine their links by max in either mode (Phase)
+    by_max: bool = True  # its flows' terms combine by max (pipelined or bottleneck), else sum
 
     def time(self, nbytes: float) -> float:
         worst = 0.0
         for (_, lat), k in zip(self.flows, self.slopes, strict=True):
             t = nbytes * k + lat
+            if t > worst:
+                worst = t
+        return self.rounds * worst + self.const_s if self.flows else self.const_s
+
+    def stretched_time(self, nbytes: float, stretch: Mapping[Edge, float]) -> float:
+        """``time`` with each link's seconds per byte multiplied by its stretch factor
+        (``stretch``, 1 where absent), the flows' terms combined as ``time`` combines them:
+        the phase run on links that other traffic shares (``costmodel.sharing``)."""
+        worst = 0.0
+        for terms, lat in self.flows:
+            ks = [k * stretch.get(e, 1.0) for e, k in terms]
+            t = nbytes * ((max(ks) if self.by_max else sum(ks)) if ks else 0.0) + lat
             if t > worst:
                 worst = t
         return self.rounds * worst + self.const_s if self.flows else self.const_s
@@ -340,8 +353,9 @@ def compile_phase(fabric: Fabric, phase: Phase) -> CompiledPhase:
     else:
         slopes = tuple(fabric.combine([k for _, k in t]) for t, _ in out)
     return CompiledPhase(
-        float(phase.rounds), tuple(out), const, slopes, tuple(load.items()), phase.bottleneck
-    )
+        float(phase.rounds), tuple(out), const, slopes, tuple(load.items()), phase.bottleneck,
+        phase.bottleneck or fabric.pipelined,
+    )  # fmt: skip
 
 
 @dataclass

@@ -283,6 +283,23 @@ class AllReducePricing(EvalContext):
         allow = key not in self.forced_ring
         return self.times(members, nbytes).time(nbytes, allow_ina=allow)
 
+    def own_phases(self, members: Sequence[str], nbytes: float) -> list[CompiledPhase]:
+        """The compiled phases of the scheme ``members`` run at ``nbytes`` on their own
+        routes (``allreduce_time`` prices twins on the first twin's): the plan's scheme for a
+        made plan's group, else the fastest allowed at ``nbytes``. What the group's traffic
+        puts on each link (``decode_step`` under KV load). Empty for TP = 1 or free INA."""
+        key = tuple(members)
+        if len(members) == 1:
+            return []
+        if key in self.plan_groups:
+            return self._planned_phases(key)
+        allow = key not in self.forced_ring
+        if allow and self.problem.options.free_ina and self.ina_allowed(members):
+            return []
+        opts = self.group(members, nbytes).options(self, allow_ina=allow)
+        best, fab = min(opts, key=lambda pf: pf[0].time(pf[1], nbytes))
+        return best.compiled(fab)
+
     def _planned_phases(self, key: tuple[str, ...]) -> list[CompiledPhase]:
         """The compiled phases of the scheme the plan chose for group ``key``, kept."""
         hit = self._planned.get(key)

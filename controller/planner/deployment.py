@@ -98,21 +98,28 @@ def settle_kv(
         return comb, rd, t_f, load.flows
 
     def at(rate: float) -> _At:
-        # decode priced at T_f(rate) of the pairs deployed so far; when that deploys other
-        # counts, their pairs load the links differently: price again at their T_f (the
-        # counts settle in a round or two), and a rate that saturates them serves nothing.
-        # The flows come as a function: only the rate kept needs them listed.
+        # decode priced at T_f(rate) of the pairs deployed so far, its deployed instances'
+        # all-reduces sharing links with those pairs' KV at ``rate`` (``contend_decode``);
+        # when that deploys other instances, their pairs load the links differently: price
+        # again under their load (the deployment settles in a round or two), and a rate that
+        # saturates them serves nothing. The flows come as a function: only the rate kept
+        # needs them listed.
         c, d, t, cur = None, rd, 0.0, load
-        for _ in range(2):
+        for _ in range(3):
             t = cur.t_f(rate)
             if not math.isfinite(t):
                 return None, d, t, list
             d = ev.reprice_decode(price_decode(t), t, reorder)
+            d, contended = ev.contend_decode(d, t, cur, rate)
             c = combine(pre, d, problem.sla.ttft_s, cap)
             if c is None:
                 return None, d, t, list
-            cur = ev.kv_load(pre, d, c.n_prefill, c.n_decode)
-            if cur.t_f(rate) <= t * (1 + 1e-9):
+            nxt = ev.kv_load(pre, d, c.n_prefill, c.n_decode)
+            # the instances deployed are the ones priced under this load, or no KV crossed
+            # a deployed decode group's links
+            priced = not contended or nxt.pairs == cur.pairs
+            cur = nxt
+            if priced and cur.t_f(rate) <= t * (1 + 1e-9):
                 return c, d, t, partial(cur.flows_at, rate)
         return None, d, t, list
 

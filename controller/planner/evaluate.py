@@ -30,7 +30,7 @@ import networkx as nx
 from controller.models.engines import placement_problem
 from controller.planner.grouping import PodGroups
 from controller.planner.instances import InstancePricing
-from controller.planner.kvtransfer import KVPricing
+from controller.planner.kvtransfer import KVLoad, KVPricing
 from controller.planner.options import Policy, Problem
 from controller.planner.results import InstanceEval, PhaseResult, stage_key
 from controller.units import GB
@@ -128,6 +128,43 @@ class Evaluator(InstancePricing, KVPricing):
             for i in res.instances
         ]
         return self.phase_result(res.role, res.tp, res.pp, evals)
+
+    def contend_decode(
+        self, res: PhaseResult, t_f: float, load: KVLoad, rate: float
+    ) -> tuple[PhaseResult, bool]:
+        """``res`` (priced at ``t_f``) with the decode instances that ``load`` deploys priced
+        again under its KV transfers at ``rate`` (``decode_step``'s ``util``) where their
+        groups' traffic crosses a loaded link. An instance not deployed would carry KV like
+        its deployed twins if it were: its rate is scaled by the smallest factor its shape's
+        deployed instances lost (the caller deploys again until the instances deployed are
+        the ones priced). Returns the phase and whether any instance was priced again."""
+        util = load.utilisation(rate)
+        deployed = {stage_key(d) for _, d in load.pairs}
+        if not util or not deployed:
+            return res, False
+        evals: list[InstanceEval | None] = []
+        factor: dict[tuple, float] = {}
+        for i in res.instances:
+            if stage_key(i.stages) not in deployed or i.rate <= 0:
+                evals.append(None)
+                continue
+            nb = self.activation_bytes(max(1, i.batch))
+            if not self.shares_kv_links(i.stages, nb, util):
+                evals.append(i)
+                continue
+            new = self._decode_instance(i.stages, t_f, util)
+            shape = self.shape(*i.stages)
+            factor[shape] = min(factor.get(shape, 1.0), new.rate / i.rate)
+            evals.append(new)
+        if not factor:
+            return res, False
+        out = []
+        for i, e in zip(res.instances, evals, strict=True):
+            if e is None:
+                f = factor.get(self.shape(*i.stages), 1.0)
+                e = replace(i, rate=i.rate * f) if f < 1.0 else i
+            out.append(e)
+        return self.phase_result(res.role, res.tp, res.pp, out), True
 
     def prefill_phase(self, tp: int, pp: int, pods: list[PodGroups]) -> PhaseResult:
         """The prefill instances formed from ``pods``' groups, each priced."""

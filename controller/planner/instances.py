@@ -10,17 +10,19 @@ their stages. ``tpot_quantile`` sets how much of the KV transfer a TPOT carries.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
 
 from controller.costmodel.compute import decode_layer_time, prefill_layer_time
 from controller.costmodel.queueing import PrefillTimes, pipeline_max_rate
+from controller.costmodel.sharing import SharedTraffic, allreduce_stretches
 from controller.planner.allreduce import AllReducePricing
 from controller.planner.options import Policy, Problem
 from controller.planner.pipeline import PipelinePricing
 from controller.planner.results import InstanceEval
+from controller.topology.fabric import Edge
 from controller.units import GB
 
 
@@ -35,6 +37,8 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         lengths, counts = np.unique(np.asarray(w.inputs, dtype=float), return_counts=True)
         self.input_lengths = (lengths, counts / counts.sum())
         self._ideal_prefill: dict[tuple[str, int, int], float] = {}
+        self._traffic: dict[int, tuple[list, SharedTraffic]] = {}  # per own_phases list
+        self.mean_kv_tokens = w.mean_kv_tokens  # a workload's property, summed per call
 
     def stage_parts(
         self, stages: list[list[str]], nbytes: float
@@ -74,6 +78,20 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         """A decode instance priced at KV transfer time ``t_f`` (``_decode_instance``), once
         per shape."""
         return self._memo_instance("d", stages, t_f, lambda: self._decode_instance(stages, t_f))
+
+    def shares_kv_links(
+        self, stages: list[list[str]], nbytes: float, util: Mapping[Edge, float]
+    ) -> bool:
+        """Whether a group of ``stages`` sends all-reduce bytes over a link that ``util``
+        loads (the group's own routes, chosen at ``nbytes`` if not yet: ``own_phases``)."""
+        return any(
+            util.get(e, 0.0) > 0.0
+            for s in stages
+            if len(s) > 1
+            for c in self.own_phases(s, nbytes)
+            for terms, _ in c.flows
+            for e, _ in terms
+        )
 
     def _prefill_instance(self, stages: list[list[str]]) -> InstanceEval:
         """TTFT side (Eqs. 3, 5-12): a mean-length request's figures (serve time, busiest
@@ -143,19 +161,58 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         weights = self.model.param_bytes / (tp * pp)
         return min(self.g.nodes[x]["memory_gb"] * GB * r for x in members) - weights
 
-    def decode_step(self, stages: list[list[str]], batch: int) -> tuple[float, float, float, float]:
-        """(step time over all stages, busiest stage, compute, comm) for a micro-batch."""
+    def decode_step(
+        self, stages: list[list[str]], batch: int, util: Mapping[Edge, float] | None = None
+    ) -> tuple[float, float, float, float]:
+        """(step time over all stages, busiest stage, compute, comm) for a micro-batch.
+        ``util``: the share of time the KV transfers alone keep each link busy (none: no
+        KV traffic); a stage's all-reduces over such links are stretched as the fluid
+        network shares them (``shared_allreduce``)."""
         m = self.model
         tp, pp = len(stages[0]), len(stages)
         co = self.coeffs(self.slowest_type([g for s in stages for g in s]))
-        ctx = self.problem.workload.mean_kv_tokens
+        ctx = self.mean_kv_tokens
         layer = decode_layer_time(co, m, tp, batch, batch * ctx)
         lps = m.layers / pp
-        ar, hops = self.stage_parts(stages, self.activation_bytes(batch))
+        nbytes = self.activation_bytes(batch)
+        ar, hops = self.stage_parts(stages, nbytes)
+        if util:
+            ar = [
+                self.shared_allreduce(s, nbytes, a, lps, layer, util)
+                for s, a in zip(stages, ar, strict=True)
+            ]
         stage_s = [lps * (layer + 2 * a) for a in ar]
         busy = [s + (hops[i] if i < len(hops) else 0.0) for i, s in enumerate(stage_s)]
         comm = sum(2 * lps * a for a in ar) + sum(hops)
         return sum(stage_s) + sum(hops), max(busy), m.layers * layer, comm
+
+    def shared_allreduce(
+        self,
+        members: list[str],
+        nbytes: float,
+        alone: float,
+        lps: float,
+        layer: float,
+        util: Mapping[Edge, float],
+    ) -> float:
+        """One all-reduce of a decode stage (``lps`` layers of ``layer`` seconds' compute,
+        two all-reduces each, ``alone`` seconds each unshared) on links that KV transfers
+        keep busy ``util[e]`` of the time: each link's seconds per byte stretched by
+        ``sharing.allreduce_stretch`` of that load and of the stage's own share of its
+        iteration on the link. The group's own routes (``own_phases``)."""
+        phases = self.own_phases(members, nbytes)
+        if not phases:
+            return alone
+        hit = self._traffic.get(id(phases))
+        if hit is None:  # the phases list is kept by its pattern: its id is stable
+            hit = self._traffic[id(phases)] = (phases, SharedTraffic(phases))
+        traffic = hit[1]
+        u = np.array([util.get(e, 0.0) for e in traffic.links], dtype=float)
+        if not (u > 0.0).any():
+            return alone
+        stage = lps * (layer + 2 * alone)
+        w = 2 * lps * nbytes * traffic.per_byte / stage if stage > 0 else np.zeros(len(u))
+        return traffic.time(nbytes, allreduce_stretches(u, w))
 
     def tpot_kv_share(self, t_f: float) -> float:
         """The KV transfer's part of a request's TPOT at the SLA percentile. DistServe and the
@@ -170,14 +227,17 @@ class InstancePricing(AllReducePricing, PipelinePricing):
             return t_f
         return t_f / self._tpot_quantile
 
-    def _decode_instance(self, stages: list[list[str]], t_f: float) -> InstanceEval:
+    def _decode_instance(
+        self, stages: list[list[str]], t_f: float, util: Mapping[Edge, float] | None = None
+    ) -> InstanceEval:
         """TPOT side (Eqs. 4, 13): the largest batch whose step time plus the KV transfer's
         share (``tpot_kv_share``) meets the TPOT bound and whose KV cache fits; ``pp``
         micro-batches are in flight. Rate in requests/s: batch / (busiest stage * decode steps
         per request), a request's decode steps being its output tokens after the first
-        (``Workload.mean_decode_steps``: prefill makes the first)."""
+        (``Workload.mean_decode_steps``: prefill makes the first). ``util``: the KV
+        transfers' load on each link (``decode_step``)."""
         tp, pp = len(stages[0]), len(stages)
-        ctx = self.problem.workload.mean_kv_tokens
+        ctx = self.mean_kv_tokens
         room = self.kv_room_bytes([g for s in stages for g in s], tp, pp)
         b_mem = int(room * tp / (ctx * self.model.kv_bytes_per_token())) if room > 0 else 0
         b_max = min(b_mem, self.problem.options.max_batch)
@@ -185,10 +245,10 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         kv = self.tpot_kv_share(t_f)
 
         def ok(b: int) -> bool:
-            return self.decode_step(stages, b)[0] + kv <= bound
+            return self.decode_step(stages, b, util)[0] + kv <= bound
 
         if b_max < 1 or not ok(1):
-            step, busy, comp, comm = self.decode_step(stages, 1)
+            step, busy, comp, comm = self.decode_step(stages, 1, util)
             return InstanceEval(stages, [], [], comp, comm, step, busy, 0.0, 0, step + kv)
         lo, hi = 1, b_max  # largest b with ok(b): step time grows with b
         while lo < hi:
@@ -197,7 +257,7 @@ class InstancePricing(AllReducePricing, PipelinePricing):
                 lo = mid
             else:
                 hi = mid - 1
-        step, busy, comp, comm = self.decode_step(stages, lo)
+        step, busy, comp, comm = self.decode_step(stages, lo, util)
         ar, hops = self.stage_parts(stages, self.activation_bytes(lo))
         rate = lo / (busy * self.decode_steps)
         return InstanceEval(stages, ar, hops, comp, comm, step, busy, rate, lo, step + kv)

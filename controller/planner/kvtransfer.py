@@ -149,6 +149,10 @@ class KVLoad:
         """Seconds the busiest link is busy per request: the rate saturates it at 1 / this."""
         return max(self.link_s.values(), default=0.0)
 
+    def utilisation(self, rate: float) -> dict[Edge, float]:
+        """The share of time each link carries KV at ``rate`` requests/s."""
+        return {e: rate * s for e, s in self.link_s.items() if s > 0.0}
+
     def bottleneck(self) -> Edge | None:
         """The busiest link, or None without transfers over links."""
         if not self.link_s:

@@ -17,6 +17,7 @@ import pytest
 
 from controller.costmodel.compute import decode_layer_time
 from controller.costmodel.netparams import NetParams
+from controller.costmodel.sharing import allreduce_stretch
 from controller.models import model_spec
 from controller.plan import SLA, Group, Instance, PhasePlan, Plan, Predicted
 from controller.sim import Simulator, build_model
@@ -103,3 +104,37 @@ def test_a_cross_server_decode_step_is_the_planned_ring_in_planner_and_simulator
     pr = r.per_request
     sim_step = (np.array(pr["finish_s"]) - np.array(pr["kv_done_s"])) / (OUT - 1)
     assert sim_step == pytest.approx(want, rel=1e-9)
+
+
+def test_a_cross_server_decode_step_under_kv_load_is_stretched_by_hand():
+    """The same group with KV transfers keeping each switch -> GPU link of its servers busy
+    u = 0.4 of the time: every network flow of the ring crosses one such link (pipelined:
+    its slowest hop sets its time, now the stretched one), so its bandwidth term grows by
+    ``allreduce_stretch(0.4, w)``, w being the stage's share of its iteration on that link;
+    the latencies and NVLink hops do not change."""
+    g, p = cluster(), ring_plan()
+    load = Workload("fixed", np.full(10, IN), np.full(10, OUT))
+    ev, model = build_model(p, g, load).evaluator, model_spec("OPT-13B")
+    batch = 16
+    d = batch * 5120 * 2
+    alone = ring_by_hand(d)
+    bandwidth = 6 * d / 8 / 12.5e9  # seconds the ring keeps each NIC link busy
+    ctx = IN + 1 + (OUT - 2) / 2
+    layer = decode_layer_time(ev.coeffs("A100-40GB"), model, 4, batch, batch * ctx)
+    w = 2 * bandwidth / (layer + 2 * alone)  # 2 all-reduces a layer, the stage's 40 layers
+    s = allreduce_stretch(0.4, w)
+    assert s > 1.3  # material: a third more time on the network
+    util = {("s", x): 0.4 for x in DECODE}
+    step, _, comp, comm = ev.decode_step([DECODE], batch, util)
+    stretched = alone + (s - 1) * bandwidth
+    assert comp == pytest.approx(40 * layer, rel=1e-12)
+    assert comm == pytest.approx(80 * stretched, rel=1e-9)
+    assert step == pytest.approx(40 * (layer + 2 * stretched), rel=1e-9)
+    # the uplinks carry the same bytes at the same bandwidth: loaded instead, the same step
+    up = {(x, "s"): 0.4 for x in DECODE}
+    assert ev.decode_step([DECODE], batch, up)[0] == pytest.approx(step, rel=1e-12)
+    # KV on a link the ring does not cross (the prefill GPU's) leaves the step alone
+    other = {("s", PREFILL): 0.4, (PREFILL, "s"): 0.4}
+    assert ev.decode_step([DECODE], batch, other)[0] == pytest.approx(40 * (layer + 2 * alone))
+    # and no KV at all is the step of the unloaded group
+    assert ev.decode_step([DECODE], batch, {})[0] == ev.decode_step([DECODE], batch)[0]
