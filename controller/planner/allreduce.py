@@ -83,6 +83,7 @@ class AllReducePricing(EvalContext):
         self._exit_sums: dict[str, list[tuple[str, tuple[float, float, float]]]] = {}
         self._switch_hops: dict[tuple[str, str], list[tuple[str, str]] | None] = {}
         self._planned: dict[tuple[str, ...], list[CompiledPhase]] = {}
+        self._own: dict[tuple[tuple[str, ...], bool], list[list[CompiledPhase]]] = {}
 
     def ina_candidates(self, members: Sequence[str]) -> list[str]:
         """Switches a group may aggregate on (Alg. 2 line 7): the first-hop switches its
@@ -286,8 +287,8 @@ class AllReducePricing(EvalContext):
     def own_phases(self, members: Sequence[str], nbytes: float) -> list[CompiledPhase]:
         """The compiled phases of the scheme ``members`` run at ``nbytes`` on their own
         routes (``allreduce_time`` prices twins on the first twin's): the plan's scheme for a
-        made plan's group, else the fastest allowed at ``nbytes``. What the group's traffic
-        puts on each link (``decode_step`` under KV load). Empty for TP = 1 or free INA."""
+        made plan's group, else the fastest allowed at ``nbytes``. What the group's traffic puts
+        on each link (``decode_step`` under KV load). Empty for TP = 1 or free INA."""
         key = tuple(members)
         if len(members) == 1:
             return []
@@ -296,9 +297,12 @@ class AllReducePricing(EvalContext):
         allow = key not in self.forced_ring
         if allow and self.problem.options.free_ina and self.ina_allowed(members):
             return []
-        opts = self.group(members, nbytes).options(self, allow_ina=allow)
-        best, fab = min(opts, key=lambda pf: pf[0].time(pf[1], nbytes))
-        return best.compiled(fab)
+        opts = self._own.get((key, allow))
+        if opts is None:  # routed once, at the first size asked
+            opts = self._own[(key, allow)] = [
+                p.compiled(f) for p, f in self.group(members, nbytes).options(self, allow)
+            ]
+        return min(opts, key=lambda phases: sum(c.time(nbytes) for c in phases))
 
     def _planned_phases(self, key: tuple[str, ...]) -> list[CompiledPhase]:
         """The compiled phases of the scheme the plan chose for group ``key``, kept."""

@@ -38,6 +38,7 @@ class SearchResult:
     candidates_tried: int
     split: Split | None = None
     splits_priced: int = 0
+    pair: tuple[int, int] | None = None  # the split's (prefill, decode) candidates, numbered
 
 
 # what ``settle_kv``'s bisection prices at one rate: the deployment (None if it does not
@@ -110,7 +111,7 @@ def settle_kv(
             if not math.isfinite(t):
                 return None, d, t, list
             d = ev.reprice_decode(price_decode(t), t, reorder)
-            d, contended = ev.contend_decode(d, t, cur, rate)
+            d, contended = ev.contend_decode(d, t, cur, rate) if ev.kv_contention else (d, False)
             c = combine(pre, d, problem.sla.ttft_s, cap)
             if c is None:
                 return None, d, t, list

@@ -46,6 +46,9 @@ class Evaluator(InstancePricing, KVPricing):
         self._pod_cache: dict[tuple, tuple] = {}
         self._pool_summaries: dict[frozenset, dict[tuple[float, str], int]] = {}
         self._engine = problem.engine
+        # whether settling a deployment prices its decode groups under the KV load
+        # (``contend_decode``); the search turns it off for a first, cheaper pass
+        self.kv_contention = True
 
     # -- phases --------------------------------------------------------------------------
     def instances(
@@ -142,6 +145,7 @@ class Evaluator(InstancePricing, KVPricing):
         deployed = {stage_key(d) for _, d in load.pairs}
         if not util or not deployed:
             return res, False
+        inside = self.servers_with_kv_inside(util)
         evals: list[InstanceEval | None] = []
         factor: dict[tuple, float] = {}
         for i in res.instances:
@@ -149,7 +153,7 @@ class Evaluator(InstancePricing, KVPricing):
                 evals.append(None)
                 continue
             nb = self.activation_bytes(max(1, i.batch))
-            if not self.shares_kv_links(i.stages, nb, util):
+            if not self.shares_kv_links(i.stages, nb, util, inside):
                 evals.append(i)
                 continue
             new = self._decode_instance(i.stages, t_f, util)

@@ -79,19 +79,33 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         per shape."""
         return self._memo_instance("d", stages, t_f, lambda: self._decode_instance(stages, t_f))
 
+    def servers_with_kv_inside(self, util: Mapping[Edge, float]) -> set[str]:
+        """The servers where a link that ``util`` loads joins two of their own nodes (a KV
+        route relayed over NVLink): the only servers whose inside groups KV can slow."""
+        node = self.g.nodes
+        return {
+            sa for a, b in util if (sa := node[a].get("server")) is not None
+            and sa == node[b].get("server")
+        }  # fmt: skip
+
     def shares_kv_links(
-        self, stages: list[list[str]], nbytes: float, util: Mapping[Edge, float]
+        self, stages: list[list[str]], nbytes: float, util: Mapping[Edge, float], inside: set[str]
     ) -> bool:
         """Whether a group of ``stages`` sends all-reduce bytes over a link that ``util``
-        loads (the group's own routes, chosen at ``nbytes`` if not yet: ``own_phases``)."""
-        return any(
-            util.get(e, 0.0) > 0.0
-            for s in stages
-            if len(s) > 1
-            for c in self.own_phases(s, nbytes)
-            for terms, _ in c.flows
-            for e, _ in terms
-        )
+        loads (the group's own routes, chosen at ``nbytes`` if not yet: ``own_phases``). A
+        group inside one server keeps its traffic inside it, so it is checked only where
+        ``inside`` (``servers_with_kv_inside``) holds that server."""
+        node = self.g.nodes
+        for s in stages:
+            if len(s) < 2:
+                continue
+            servers = {node[x].get("server") for x in s}
+            if len(servers) == 1 and not servers & inside:
+                continue
+            for c in self.own_phases(s, nbytes):
+                if any(util.get(e, 0.0) > 0.0 for terms, _ in c.flows for e, _ in terms):
+                    return True
+        return False
 
     def _prefill_instance(self, stages: list[list[str]]) -> InstanceEval:
         """TTFT side (Eqs. 3, 5-12): a mean-length request's figures (serve time, busiest

@@ -210,13 +210,15 @@ def split_bound(ps: PhaseSearch, split: Split) -> float:
 
 
 def _best_pair(
-    ps: PhaseSearch, split: Split, floor: float
-) -> tuple[Combination, PhaseResult, PhaseResult, float, list, int] | None:
+    ps: PhaseSearch, split: Split, floor: float, first: tuple[int, int] | None = None
+) -> tuple[Combination, PhaseResult, PhaseResult, float, list, int, tuple[int, int]] | None:
     """The best prefill/decode pair of one split, with its KV transfer priced. Pairs are
     visited in decreasing order of min(prefill bound, decode bound) and priced on demand;
     the visit stops at the first pair whose bound cannot beat ``floor`` (the best H of
     earlier splits) or the best pair found (branch and bound: every bound is an upper bound
-    on the H the pair can reach, its KV transfer included)."""
+    on the H the pair can reach, its KV transfer included). ``first``: a pair (prefill,
+    decode candidate numbers) to price before the others, whose H then prunes them; the
+    pair found is returned last."""
     ev, problem = ps.ev, ps.problem
     cap = problem.options.max_gpus
     engine = problem.engine
@@ -226,11 +228,15 @@ def _best_pair(
         ((min(bp, bd), i, j) for i, (bp, _, _) in enumerate(pb) for j, (bd, _, _) in enumerate(db)),
         key=lambda x: (-x[0], x[1], x[2]),
     )
+    if first is not None:
+        pairs.sort(key=lambda x: (x[1], x[2]) != first)  # stable: the rest keep their order
     best = None
     tried = 0
     for bound, i, j in pairs:
         beat = max(floor, best[0].rate if best is not None else 0.0)
         if bound <= beat * (1 + 1e-9):
+            if (i, j) == first:
+                continue
             break
         if problem.out_of_time(beat > 0.0):
             break
@@ -257,11 +263,11 @@ def _best_pair(
             continue
         comb, rd, t_f, flows = settled
         if best is None or comb.better_than(best[0]):
-            best = (comb, pre, rd, t_f, flows, tried)
+            best = (comb, pre, rd, t_f, flows, (i, j))
     if best is None:
         return None
-    comb, pre, rd, t_f, flows, _ = best
-    return comb, pre, rd, t_f, flows, tried
+    comb, pre, rd, t_f, flows, ij = best
+    return comb, pre, rd, t_f, flows, tried, ij
 
 
 def _class_rates(ps: PhaseSearch, space: RoleSpace, sample: int) -> tuple[list[float], list[float]]:
@@ -318,27 +324,22 @@ def search(problem: Problem, policy: Policy, groupers: Sequence[Grouper]) -> Sea
         "prefill": any(ps.bounds("prefill", sp.prefill) for sp in splits),
         "decode": any(ps.bounds("decode", sp.decode) for sp in splits),
     }
-    best: SearchResult | None = None
+    # Two passes: the KV transfers' load on decode groups' links (``contend_decode``) is
+    # costly to price and only lowers H, so the splits are searched without it first; the
+    # split that won is then searched with it, and its H is the floor that prunes every
+    # other split and pair from the search with it (most of them at one KV load).
+    ev.kv_contention = False
+    first = _search_splits(ps, bounded, None, quiet=True)
+    ev.kv_contention = True
+    best = None
     tried = 0
-    for bound, k, split in bounded:
-        if bound <= 0:
-            break
-        floor = best.combination.rate if best is not None else 0.0
-        if bound <= floor * (1 + 1e-9):
-            break  # no remaining split can beat the best plan
-        if problem.out_of_time(best is not None):
-            break
-        found = _best_pair(ps, split, floor)
-        if found is None:
-            continue
-        comb, pre, rd, t_f, flows, n = found
-        tried += n
-        if best is None or comb.better_than(best.combination):
-            best = SearchResult(ev, pre, rd, comb, t_f, flows, tried, split, k)
-            problem.say(
-                f"  split {k}/{len(splits)} ({split.label}): H {comb.rate:.3f} req/s "
-                f"on {comb.gpus_used} GPUs"
-            )
+    if first is not None:
+        order = [x for x in bounded if x[1] == first.splits_priced]
+        order += [x for x in bounded if x[1] != first.splits_priced]
+        best = _search_splits(ps, order, None, quiet=False, first=first.pair)
+        tried = first.candidates_tried
+    if best is not None:
+        tried += best.candidates_tried
     # DistServe's low-affinity layouts, priced by this planner, where the role splits were
     # all priced too (on a cluster of hundreds of servers they cost more than the rest of
     # the search and the rail network's own splits beat them)
@@ -352,6 +353,46 @@ def search(problem: Problem, policy: Policy, groupers: Sequence[Grouper]) -> Sea
         _explain_infeasible(problem, policy, space, feasible_anywhere)
     best.candidates_tried = tried
     best.splits_priced = len(splits)
+    return best
+
+
+def _search_splits(
+    ps: PhaseSearch,
+    bounded: list[tuple[float, int, Split]],
+    best: SearchResult | None,
+    quiet: bool,
+    first: tuple[int, int] | None = None,
+) -> SearchResult | None:
+    """The best deployment over ``bounded``'s splits ((bound, number, split), visited in
+    that order), each split's best pair (``_best_pair``) beating the best so far; the
+    visit stops at a split whose bound cannot beat it. The result's ``splits_priced`` holds
+    the number of the split it came from and ``pair`` its pair (``_best_pair``);
+    ``candidates_tried`` counts the pairs priced. ``first``: the pair of the first split to
+    price first."""
+    problem = ps.problem
+    tried = 0
+    for bound, k, split in bounded:
+        if bound <= 0:
+            continue
+        floor = best.combination.rate if best is not None else 0.0
+        if bound <= floor * (1 + 1e-9):
+            continue  # this split cannot beat the best plan
+        if problem.out_of_time(best is not None):
+            break
+        found = _best_pair(ps, split, floor, first if k == bounded[0][1] else None)
+        if found is None:
+            continue
+        comb, pre, rd, t_f, flows, n, ij = found
+        tried += n
+        if best is None or comb.better_than(best.combination):
+            best = SearchResult(ps.ev, pre, rd, comb, t_f, flows, tried, split, k, ij)
+            if not quiet:
+                problem.say(
+                    f"  split {k}/{len(bounded)} ({split.label}): H {comb.rate:.3f} req/s "
+                    f"on {comb.gpus_used} GPUs"
+                )
+    if best is not None:
+        best.candidates_tried = tried
     return best
 
 
