@@ -11,8 +11,10 @@ plan's decode rate, the simulated rate and their ratio, both ways, and the CPU s
 
 A ratio below 1 with contention and about 1 without is the decode step stretched by the KV
 transfers that share its links (a tensor group over two servers shares its NICs with the KV
-transfers into it), which the planner does not price (docs/simulator.md "What was wrong
-with a cross-server decode").
+transfers into it). The planner prices that sharing for KV transfers that arrive at random
+(docs/costmodel.md "An all-reduce beside the KV transfers"); here every request has the same
+length, so a cohort finishes at one step end and the next cohort's transfers arrive
+together, in bursts it does not price (docs/planner.md).
 
     .venv/bin/python benchmarks/saturated_decode.py [--layouts plan,4x2,8x1] [--requests N]
 """

@@ -25,7 +25,7 @@ transfer is in flight and ``N + w`` otherwise, so on average at
 At ``u = 0`` this is 1; it grows without bound as ``u`` nears 1 (the link saturates). The
 mean stretch stands for the iteration's mean time (the iteration's time is affine in the
 stretch, so its mean is exact; the rate of iterations is its harmonic mean, at most the
-mean stretch's: on the 8tracks-16 summarization plan 1.7% slower than the harmonic).
+mean stretch's: 2% on the 8tracks-16 summarization plan, docs/costmodel.md).
 """
 
 from __future__ import annotations
