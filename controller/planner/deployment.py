@@ -106,12 +106,15 @@ def settle_kv(
         # saturates them serves nothing. The flows come as a function: only the rate kept
         # needs them listed.
         c, d, t, cur = None, rd, 0.0, load
+        lost: dict[tuple, float] = {}  # per shape, the rate its instances lost to KV load
         for _ in range(3):
             t = cur.t_f(rate)
             if not math.isfinite(t):
                 return None, d, t, list
             d = ev.reprice_decode(price_decode(t), t, reorder)
-            d, contended = ev.contend_decode(d, t, cur, rate) if ev.kv_contention else (d, False)
+            d, contended = (
+                ev.contend_decode(d, t, cur, rate, lost) if ev.kv_contention else (d, False)
+            )
             c = combine(pre, d, problem.sla.ttft_s, cap)
             if c is None:
                 return None, d, t, list
@@ -130,14 +133,20 @@ def settle_kv(
     top = at(hi)
     if top[0] is not None and top[0].rate >= hi * (1 - 1e-6):
         return _kv_bound(top, hi)
-    lo, best = 0.0, None
+    lo, best, served = 0.0, None, 0.0
     if beat > 0.0:  # the fixed point lies below beat when the rate at beat's load is lower
         got = at(beat * (1 + 1e-9))
         if got[0] is None or got[0].rate < beat * (1 + 1e-9):
             return None
-        lo, best = beat * (1 + 1e-9), got
+        served, best = beat * (1 + 1e-9), got
+    # the bisection's points are the same whatever ``beat`` is (rates up to ``served`` are
+    # served without pricing them), so a deployment's H does not depend on the order the
+    # search meets it in: planners whose candidates contain another's find its H exactly
     for _ in range(KV_BISECT_STEPS):
         mid = (lo + hi) / 2
+        if mid <= served:
+            lo = mid
+            continue
         got = at(mid)
         if got[0] is not None and got[0].rate >= mid:
             lo, best = mid, got

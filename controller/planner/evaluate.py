@@ -133,21 +133,29 @@ class Evaluator(InstancePricing, KVPricing):
         return self.phase_result(res.role, res.tp, res.pp, evals)
 
     def contend_decode(
-        self, res: PhaseResult, t_f: float, load: KVLoad, rate: float
+        self,
+        res: PhaseResult,
+        t_f: float,
+        load: KVLoad,
+        rate: float,
+        lost: dict[tuple, float] | None = None,
     ) -> tuple[PhaseResult, bool]:
         """``res`` (priced at ``t_f``) with the decode instances that ``load`` deploys priced
         again under its KV transfers at ``rate`` (``decode_step``'s ``util``) where their
         groups' traffic crosses a loaded link. An instance not deployed would carry KV like
         its deployed twins if it were: its rate is scaled by the smallest factor its shape's
         deployed instances lost (the caller deploys again until the instances deployed are
-        the ones priced). Returns the phase and whether any instance was priced again."""
+        the ones priced). ``lost``: those factors per shape from earlier loads at the same
+        rate, kept across the caller's rounds (updated here), so that an instance priced
+        under an earlier deployment keeps what it lost there. Returns the phase and whether
+        any instance was priced again."""
         util = load.utilisation(rate)
         deployed = {stage_key(d) for _, d in load.pairs}
         if not util or not deployed:
             return res, False
         inside = self.servers_with_kv_inside(util)
         evals: list[InstanceEval | None] = []
-        factor: dict[tuple, float] = {}
+        factor: dict[tuple, float] = lost if lost is not None else {}
         for i in res.instances:
             if stage_key(i.stages) not in deployed or i.rate <= 0:
                 evals.append(None)
