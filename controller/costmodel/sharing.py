@@ -30,7 +30,6 @@ mean stretch's: 2% on the 8tracks-16 summarization plan, docs/costmodel.md).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -43,17 +42,12 @@ def allreduce_stretch(u: float, w: float) -> float:
     """The mean stretch factor of a stage's all-reduce bytes on a link whose KV transfers,
     alone, keep it busy ``u`` of the time (0 <= u), the stage's own traffic keeping it busy
     ``w`` of its iterations' time (clamped to [0, 1]). ``inf`` when ``u >= 1``. O(1)."""
-    if u <= 0.0:
-        return 1.0
-    if u >= 1.0:
-        return math.inf
-    w = min(max(w, 0.0), 1.0)
-    idle = (1.0 - u) ** (1.0 + w)
-    return idle + (1.0 + w) * u / (1.0 - u) + w * (1.0 - idle)
+    return float(allreduce_stretches(np.array([u]), np.array([w]))[0])
 
 
 def allreduce_stretches(u: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """``allreduce_stretch`` of each (u, w), for arrays; the same floats."""
+    """``allreduce_stretch`` of each (u, w), for arrays (the one place its formula is
+    written)."""
     u = np.asarray(u, dtype=float)
     w = np.clip(np.asarray(w, dtype=float), 0.0, 1.0)
     out = np.ones(u.shape)

@@ -112,9 +112,7 @@ def settle_kv(
             if not math.isfinite(t):
                 return None, d, t, list
             d = ev.reprice_decode(price_decode(t), t, reorder)
-            d, contended = (
-                ev.contend_decode(d, t, cur, rate, lost) if ev.kv_contention else (d, False)
-            )
+            d, contended = ev.contend_decode(d, t, cur, rate, lost)
             c = combine(pre, d, problem.sla.ttft_s, cap)
             if c is None:
                 return None, d, t, list

@@ -148,7 +148,9 @@ class Evaluator(InstancePricing, KVPricing):
         the ones priced). ``lost``: those factors per shape from earlier loads at the same
         rate, kept across the caller's rounds (updated here), so that an instance priced
         under an earlier deployment keeps what it lost there. Returns the phase and whether
-        any instance was priced again."""
+        any instance was priced again. Off (``res`` as it is) while ``kv_contention`` is."""
+        if not self.kv_contention:
+            return res, False
         util = load.utilisation(rate)
         deployed = {stage_key(d) for _, d in load.pairs}
         if not util or not deployed:

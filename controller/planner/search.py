@@ -329,14 +329,14 @@ def search(problem: Problem, policy: Policy, groupers: Sequence[Grouper]) -> Sea
     # split that won is then searched with it, and its H is the floor that prunes every
     # other split and pair from the search with it (most of them at one KV load).
     ev.kv_contention = False
-    first = _search_splits(ps, bounded, None, quiet=True)
+    first = _search_splits(ps, bounded, quiet=True)
     ev.kv_contention = True
     best = None
     tried = 0
     if first is not None:
-        order = [x for x in bounded if x[1] == first.splits_priced]
-        order += [x for x in bounded if x[1] != first.splits_priced]
-        best = _search_splits(ps, order, None, quiet=False, first=first.pair)
+        order = [x for x in bounded if x[2] is first.split]
+        order += [x for x in bounded if x[2] is not first.split]
+        best = _search_splits(ps, order, quiet=False, first=first.pair)
         tried = first.candidates_tried
     if best is not None:
         tried += best.candidates_tried
@@ -359,17 +359,16 @@ def search(problem: Problem, policy: Policy, groupers: Sequence[Grouper]) -> Sea
 def _search_splits(
     ps: PhaseSearch,
     bounded: list[tuple[float, int, Split]],
-    best: SearchResult | None,
     quiet: bool,
     first: tuple[int, int] | None = None,
 ) -> SearchResult | None:
     """The best deployment over ``bounded``'s splits ((bound, number, split), visited in
     that order), each split's best pair (``_best_pair``) beating the best so far; the
-    visit stops at a split whose bound cannot beat it. The result's ``splits_priced`` holds
-    the number of the split it came from and ``pair`` its pair (``_best_pair``);
-    ``candidates_tried`` counts the pairs priced. ``first``: the pair of the first split to
-    price first."""
+    visit skips a split whose bound cannot beat it. The result holds its split and ``pair``
+    its pair (``_best_pair``); ``candidates_tried`` counts the pairs priced. ``first``: the
+    pair of the first split to price first."""
     problem = ps.problem
+    best: SearchResult | None = None
     tried = 0
     for bound, k, split in bounded:
         if bound <= 0:
