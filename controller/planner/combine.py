@@ -2,7 +2,9 @@
 
 - ``Combination``: the deployment chosen (instance counts) and its predicted figures.
 - ``combine``: the counts that maximise H, the SLA-meeting rate, with the fewest GPUs at
-  equal H; the predicted TTFT is the SLA's percentile of the busiest prefill instance.
+  equal H.
+- ``deployed_ttft``: the predicted TTFT at a rate, the SLA's percentile of the busiest
+  prefill instance; ``best_prefill``: the prefill instances a combination deploys.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from controller.costmodel.queueing import pipeline_ttft_quantile, pk_queue_delay
-from controller.planner.results import PhaseResult
+from controller.planner.results import InstanceEval, PhaseResult
 
 
 @dataclass
@@ -45,7 +47,7 @@ def combine(
     sum of the decode instances' rates) over how many of each to run (best instances first),
     with at most ``max_gpus`` GPUs; at equal H, the fewest GPUs, so an instance that would
     add no rate stays idle. O(I_p log I_d)."""
-    p = sorted([i for i in pre.instances if i.rate > 0], key=lambda i: -i.rate)
+    p = best_prefill(pre, len(pre.instances))
     d = sorted([i for i in dec.instances if i.rate > 0], key=lambda i: -i.rate)
     if not p or not d:
         return None
@@ -73,17 +75,31 @@ def combine(
     if best is None:
         return None
     rate, gpus, i, j = best
-    chosen = p[:i]
+    ttft = deployed_ttft(p[:i], rate, sla_ttft)
+    tpot = max(x.tpot_s for x in d[:j])
+    return Combination(i, j, rate, rate / gpus, gpus, ttft, tpot)
+
+
+def deployed_ttft(chosen: list[InstanceEval], rate: float, sla_ttft: float) -> float:
+    """The predicted TTFT (s) of the prefill instances ``chosen`` serving ``rate`` requests/s
+    together: each takes load in proportion to its capacity, and the TTFT is the SLA's
+    percentile of the busiest one's FIFO pipeline (``pipeline_ttft_quantile``); ``sla_ttft``
+    where a pipeline saturates. Called again at a lower rate than the combination's when the
+    KV transfer bounds H (``deployment.settle_kv``): the TTFT is the one at the rate served.
+    O(len(chosen)) percentiles, each memoised per rate."""
     total = sum(x.rate for x in chosen)
     ttft = 0.0
-    for x in chosen:  # each prefill instance takes load in proportion to its capacity
+    for x in chosen:
         lam = rate * x.rate / total if total > 0 else 0.0
         if x.ttft is not None:  # the SLA's percentile of its FIFO pipeline
             t = pipeline_ttft_quantile(lam, x.ttft)
         else:
             t = x.serve_s + pk_queue_delay(lam, x.bottleneck_s)
         ttft = max(ttft, t)
-    tpot = max(x.tpot_s for x in d[:j])
-    if not math.isfinite(ttft):
-        ttft = sla_ttft
-    return Combination(i, j, rate, rate / gpus, gpus, ttft, tpot)
+    return ttft if math.isfinite(ttft) else sla_ttft
+
+
+def best_prefill(pre: PhaseResult, n: int) -> list[InstanceEval]:
+    """The ``n`` prefill instances ``combine`` deploys: the fastest first (a stable sort, so
+    equal rates keep the phase's order)."""
+    return sorted([i for i in pre.instances if i.rate > 0], key=lambda i: -i.rate)[:n]

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
-from controller.planner.combine import Combination, combine
+from controller.planner.combine import Combination, best_prefill, combine, deployed_ttft
 from controller.planner.evaluate import Evaluator
 from controller.planner.results import PhaseResult
 from controller.planner.roles import Split
@@ -130,7 +130,7 @@ def settle_kv(
         return None
     top = at(hi)
     if top[0] is not None and top[0].rate >= hi * (1 - 1e-6):
-        return _kv_bound(top, hi)
+        return _kv_bound(top, hi, pre, problem.sla.ttft_s)
     lo, best, served = 0.0, None, 0.0
     if beat > 0.0:  # the fixed point lies below beat when the rate at beat's load is lower
         got = at(beat * (1 + 1e-9))
@@ -152,12 +152,22 @@ def settle_kv(
             hi = mid
     if best is None or best[0] is None:
         return None
-    return _kv_bound(best, lo)
+    return _kv_bound(best, lo, pre, problem.sla.ttft_s)
 
 
-def _kv_bound(got: _At, rate: float) -> tuple[Combination, PhaseResult, float, list]:
+def _kv_bound(
+    got: _At, rate: float, pre: PhaseResult, sla_ttft: float
+) -> tuple[Combination, PhaseResult, float, list]:
     """The deployment ``at`` priced, at the KV-bound ``rate``, with the flows of exactly the
-    instances it deploys timed at the rate ``at`` priced them."""
+    instances it deploys timed at the rate ``at`` priced them, and its TTFT at ``rate`` (the
+    combination's was priced at the rate its phases serve, which the KV bound lowers: on
+    8tracks-96 summarization the SLA's 25 s at 98.1 req/s, against 1.73 s at H = 81.7)."""
     comb, dec, t, flows = got
     assert comb is not None
-    return replace(comb, rate=rate, rate_per_gpu=rate / comb.gpus_used), dec, t, flows()
+    ttft = deployed_ttft(best_prefill(pre, comb.n_prefill), rate, sla_ttft)
+    return (
+        replace(comb, rate=rate, rate_per_gpu=rate / comb.gpus_used, ttft_s=ttft),
+        dec,
+        t,
+        flows(),
+    )

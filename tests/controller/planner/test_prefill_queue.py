@@ -14,7 +14,7 @@ from controller.planner.evaluate import Evaluator
 from controller.planner.heroserve import POLICY as HEROSERVE
 from controller.planner.options import Problem
 from controller.topology import testbed as make_testbed
-from controller.workload import Workload, chatbot, default_sla
+from controller.workload import Workload, chatbot, default_sla, summarization
 
 
 def evaluator(load: Workload) -> Evaluator:
@@ -64,3 +64,25 @@ def test_plan_predicts_the_ttft_percentile_at_its_rate():
     want = max(pipeline_ttft_quantile(p.predicted.rate * i.rate / total, i.ttft) for i in insts)
     assert p.predicted.ttft_s == pytest.approx(want, rel=1e-9)
     assert p.predicted.ttft_s <= p.sla.ttft_s
+
+
+def test_kv_bound_plan_predicts_the_ttft_at_the_rate_it_serves():
+    # the testbed with every Ethernet link at a tenth of its speed: the KV transfer bounds H
+    # below what the prefill instances serve, so they run below their TTFT bound, and the
+    # predicted TTFT is the percentile at H (not the combination's, priced at the rate the
+    # phases serve before the KV bound, where it sits at the SLA)
+    g = make_testbed()
+    for _, _, d in g.edges(data=True):
+        if d["link"] == "ethernet":
+            d["capacity"] /= 10
+            d["available"] /= 10
+    load = summarization()
+    sla = default_sla("summarization")
+    p = plan(g, model_spec("OPT-66B"), load, sla)
+    ev = Evaluator(Problem(g, model_spec("OPT-66B"), load, sla), HEROSERVE)
+    insts = [ev.prefill_instance(i.stages) for i in p.prefill.instances]
+    total = sum(i.rate for i in insts)
+    assert p.predicted.rate < 0.9 * total  # the KV transfer binds
+    want = max(pipeline_ttft_quantile(p.predicted.rate * i.rate / total, i.ttft) for i in insts)
+    assert p.predicted.ttft_s == pytest.approx(want, rel=1e-9)
+    assert p.predicted.ttft_s < 0.5 * sla.ttft_s
