@@ -175,7 +175,7 @@ def _cheapest_prefix(fabric: Fabric, src: str, own: list, rails: set, nbytes: fl
 def _prefix(fabric: Fabric, exit_path: Path, switch: str) -> tuple | bool:
     """(route from the exit to ``switch``, its ``Fabric.hop_sums``), or False without a
     switch path."""
-    sp = fabric.switch_path(exit_path[-1], switch)
+    sp = fabric.flow_switch_path(exit_path[-1], switch, exit_path[0])
     if sp is None:
         return False
     path = exit_path + sp[1:]

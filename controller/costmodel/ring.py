@@ -62,7 +62,7 @@ def _rail_routes(fabric: Fabric, src: str, dst: str) -> list[Path]:
         if len(e) != 2 and e[-1] not in rails:
             continue  # a peer's NIC that is not on the destination's rail
         for f in own:
-            sp = fabric.switch_path(e[-1], f[-1])
+            sp = fabric.flow_switch_path(e[-1], f[-1], src)
             if sp is not None:
                 keep.append(e + sp[1:] + f[::-1][1:])
     return keep or fabric.routes_between(src, dst)

@@ -7,7 +7,10 @@ proxy in either cost mode: a pipelined price is not additive over hops). A GPU l
 tier through an *exit*: one of its own NIC ports, or, when NVLink relay is allowed, the NIC
 port of an NVLink peer reached over the server's NVLink fabric (the paper's key idea, Fig. 2).
 Every route is an exit followed by a switch path; candidate routes per GPU are few (one per NIC
-in its server), so the load-aware choice among them is cheap.
+in its server), so the load-aware choice among them is cheap. A route between GPUs of two
+servers (``flow_switch_path``) takes one of the equal shortest switch paths by a hash of its
+source and destination switch, as a fabric's ECMP spreads flows; the other callers take the
+predecessor matrix's one (``switch_path``).
 
 The Fabric carries the *cost mode* (docs/costmodel.md), so every path price goes through it:
 
@@ -27,6 +30,7 @@ prefix (KV routes, routes to an INA switch) keep the prefix's sums instead of ea
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
 from functools import cached_property
 
@@ -47,6 +51,11 @@ COST_MODES = (PIPELINED, PAPER)
 # RoCE's largest path MTU: NCCL sets each queue pair's path MTU to the smaller active MTU of
 # the two ports (src/transport/net_ib/connect.cc), 4096 B on a jumbo-frame RoCE fabric.
 ROCE_MTU_BYTES = 4096
+# equal-cost switch paths: within this relative cost of the shortest (float sums of equal
+# links differ in the last bits), at most this many per pair (a full mesh of c core switches
+# between two access switches of u uplinks each has u * u; the paper's clusters have 16)
+ECMP_TOLERANCE = 1e-9
+ECMP_MAX_PATHS = 64
 
 
 class Fabric:
@@ -87,12 +96,23 @@ class Fabric:
         self.switch_index = {s: i for i, s in enumerate(sorted(sw))}
         self.switch_names = sorted(sw)
         rows, cols, w = [], [], []
+        # switch -> [(neighbour switch, cost)], in name order: the equal-cost paths' order
+        self._switch_adj: dict[int, list[tuple[int, float]]] = {}
         for a, b, d in g.edges(data=True):
             if a in self.switch_index and b in self.switch_index:
                 cost = ref_bytes / d["available"] + d["latency_s"]
                 rows += [self.switch_index[a], self.switch_index[b]]
                 cols += [self.switch_index[b], self.switch_index[a]]
                 w += [cost, cost]
+                self._switch_adj.setdefault(self.switch_index[a], []).append(
+                    (self.switch_index[b], cost)
+                )
+                self._switch_adj.setdefault(self.switch_index[b], []).append(
+                    (self.switch_index[a], cost)
+                )
+        for nbrs in self._switch_adj.values():
+            nbrs.sort()
+        self._ecmp_cache: dict[tuple[str, str], tuple[Path, ...]] = {}
         n = len(sw)
         m = csr_matrix((w, (rows, cols)), shape=(n, n)) if n else csr_matrix((0, 0))
         if n:
@@ -122,6 +142,49 @@ class Fabric:
             k = int(self._pred[i, k])
             out.append(self.switch_names[k])
         return out[::-1]
+
+    def switch_paths(self, a: str, b: str) -> tuple[Path, ...]:
+        """Every shortest switch path a..b (cost within ``ECMP_TOLERANCE`` of the shortest),
+        in the order of the switches' names, at most ``ECMP_MAX_PATHS``; () when unreachable.
+        O(paths * hops * degree), memoised per pair."""
+        key = (a, b)
+        hit = self._ecmp_cache.get(key)
+        if hit is None:
+            hit = self._ecmp_cache[key] = self._switch_paths(a, b)
+        return hit
+
+    def _switch_paths(self, a: str, b: str) -> tuple[Path, ...]:
+        i, j = self.switch_index[a], self.switch_index[b]
+        if not np.isfinite(self.switch_dist[i, j]):
+            return ()
+        dist = self.switch_dist[:, j]
+        out: list[Path] = []
+        stack = [[i]]
+        while stack and len(out) < ECMP_MAX_PATHS:
+            path = stack.pop()
+            k = path[-1]
+            if k == j:
+                out.append([self.switch_names[x] for x in path])
+                continue
+            nxt = [
+                n
+                for n, w in self._switch_adj.get(k, ())
+                if abs(w + dist[n] - dist[k]) <= ECMP_TOLERANCE * dist[k]
+            ]
+            stack.extend(path + [n] for n in reversed(nxt))  # popped in name order
+        return tuple(out)
+
+    def flow_switch_path(self, a: str, b: str, flow: str) -> Path | None:
+        """The shortest switch path a..b that a flow named ``flow`` takes: a fabric spreads
+        flows over its equal-cost paths by a hash of their headers (ECMP), here CRC-32 of
+        ``flow`` and ``b`` (stable across runs and processes, unlike ``hash``). One path per
+        (flow, b), so every flow to one switch from one source shares it."""
+        paths = self.switch_paths(a, b)
+        if not paths:
+            return None
+        if len(paths) == 1:
+            return paths[0]
+        return paths[zlib.crc32(f"{flow}>{b}".encode()) % len(paths)]
 
     # -- GPU tier ------------------------------------------------------------------------
     def nvlink_path(self, a: str, b: str) -> Path | None:
@@ -195,7 +258,8 @@ class Fabric:
 
     def routes_between(self, src: str, dst: str) -> list[Path]:
         """Candidate routes from GPU src to GPU dst: NVLink inside a server, otherwise an exit
-        of src, a switch path, and the reverse of an exit of dst."""
+        of src, the switch path its flows take (``flow_switch_path``), and the reverse of an
+        exit of dst."""
         if src == dst:
             return [[src]]
         nv = self.nvlink_path(src, dst)
@@ -204,7 +268,7 @@ class Fabric:
         out = []
         for e in self.exits(src):
             for f in self.exits(dst):
-                sp = self.switch_path(e[-1], f[-1])
+                sp = self.flow_switch_path(e[-1], f[-1], src)
                 if sp is not None:
                     out.append(e + sp[1:] + f[::-1][1:])
         return out
