@@ -97,21 +97,24 @@ class Fabric:
         self.switch_names = sorted(sw)
         rows, cols, w = [], [], []
         # switch -> [(neighbour switch, cost)], in name order: the equal-cost paths' order
-        self._switch_adj: dict[int, list[tuple[int, float]]] = {}
+        adj: dict[int, list[tuple[int, float]]] = {}
         for a, b, d in g.edges(data=True):
             if a in self.switch_index and b in self.switch_index:
                 cost = ref_bytes / d["available"] + d["latency_s"]
                 rows += [self.switch_index[a], self.switch_index[b]]
                 cols += [self.switch_index[b], self.switch_index[a]]
                 w += [cost, cost]
-                self._switch_adj.setdefault(self.switch_index[a], []).append(
-                    (self.switch_index[b], cost)
-                )
-                self._switch_adj.setdefault(self.switch_index[b], []).append(
-                    (self.switch_index[a], cost)
-                )
-        for nbrs in self._switch_adj.values():
+                adj.setdefault(self.switch_index[a], []).append((self.switch_index[b], cost))
+                adj.setdefault(self.switch_index[b], []).append((self.switch_index[a], cost))
+        # as arrays, so a path's next hops are one vectorised test over a switch's neighbours
+        # (a core switch of 8tracks has hundreds)
+        self._switch_nbrs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for k, nbrs in adj.items():
             nbrs.sort()
+            self._switch_nbrs[k] = (
+                np.array([x for x, _ in nbrs], dtype=int),
+                np.array([c for _, c in nbrs], dtype=float),
+            )
         self._ecmp_cache: dict[tuple[str, str], tuple[Path, ...]] = {}
         n = len(sw)
         m = csr_matrix((w, (rows, cols)), shape=(n, n)) if n else csr_matrix((0, 0))
@@ -166,12 +169,9 @@ class Fabric:
             if k == j:
                 out.append([self.switch_names[x] for x in path])
                 continue
-            nxt = [
-                n
-                for n, w in self._switch_adj.get(k, ())
-                if abs(w + dist[n] - dist[k]) <= ECMP_TOLERANCE * dist[k]
-            ]
-            stack.extend(path + [n] for n in reversed(nxt))  # popped in name order
+            nbrs, cost = self._switch_nbrs[k]
+            on = np.abs(cost + dist[nbrs] - dist[k]) <= ECMP_TOLERANCE * dist[k]
+            stack.extend(path + [int(n)] for n in nbrs[on][::-1])  # popped in name order
         return tuple(out)
 
     def flow_switch_path(self, a: str, b: str, flow: str) -> Path | None:
