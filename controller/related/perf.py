@@ -354,7 +354,7 @@ class PerfModel:
             pick, best_t = None, math.inf
             for i, e in enumerate(fab.exits(src)):
                 for j, f in enumerate(fab.exits(dst)):
-                    sp = fab.switch_path(e[-1], f[-1])
+                    sp = fab.flow_switch_path(e[-1], f[-1], src)
                     if sp is None:
                         continue
                     t = path_time(fab, e + sp[1:] + f[::-1][1:], 1e6)
@@ -365,7 +365,7 @@ class PerfModel:
         if pick is None:
             return None
         e, f = fab.exits(src)[pick[0]], fab.exits(dst)[pick[1]]
-        sp = fab.switch_path(e[-1], f[-1])
+        sp = fab.flow_switch_path(e[-1], f[-1], src)
         assert sp is not None
         return e + sp[1:] + f[::-1][1:]
 
