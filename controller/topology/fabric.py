@@ -96,28 +96,18 @@ class Fabric:
         self.switch_index = {s: i for i, s in enumerate(sorted(sw))}
         self.switch_names = sorted(sw)
         rows, cols, w = [], [], []
-        # switch -> [(neighbour switch, cost)], in name order: the equal-cost paths' order
-        adj: dict[int, list[tuple[int, float]]] = {}
         for a, b, d in g.edges(data=True):
             if a in self.switch_index and b in self.switch_index:
                 cost = ref_bytes / d["available"] + d["latency_s"]
                 rows += [self.switch_index[a], self.switch_index[b]]
                 cols += [self.switch_index[b], self.switch_index[a]]
                 w += [cost, cost]
-                adj.setdefault(self.switch_index[a], []).append((self.switch_index[b], cost))
-                adj.setdefault(self.switch_index[b], []).append((self.switch_index[a], cost))
-        # as arrays, so a path's next hops are one vectorised test over a switch's neighbours
-        # (a core switch of 8tracks has hundreds)
-        self._switch_nbrs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        for k, nbrs in adj.items():
-            nbrs.sort()
-            self._switch_nbrs[k] = (
-                np.array([x for x, _ in nbrs], dtype=int),
-                np.array([c for _, c in nbrs], dtype=float),
-            )
         self._ecmp_cache: dict[tuple[str, str], tuple[Path, ...]] = {}
         n = len(sw)
         m = csr_matrix((w, (rows, cols)), shape=(n, n)) if n else csr_matrix((0, 0))
+        # each switch's neighbours (indices, in name order) and link costs are its row: the
+        # equal-cost paths' next hops are one vectorised test over it
+        self._switch_graph = m.sorted_indices()
         if n:
             self.switch_dist, self._pred = dijkstra(m, directed=False, return_predecessors=True)
         else:
@@ -169,7 +159,8 @@ class Fabric:
             if k == j:
                 out.append([self.switch_names[x] for x in path])
                 continue
-            nbrs, cost = self._switch_nbrs[k]
+            row = slice(self._switch_graph.indptr[k], self._switch_graph.indptr[k + 1])
+            nbrs, cost = self._switch_graph.indices[row], self._switch_graph.data[row]
             on = np.abs(cost + dist[nbrs] - dist[k]) <= ECMP_TOLERANCE * dist[k]
             stack.extend(path + [int(n)] for n in nbrs[on][::-1])  # popped in name order
         return tuple(out)
