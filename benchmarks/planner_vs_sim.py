@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 
 import numpy as np
@@ -95,9 +96,17 @@ def row(name: str, servers: int | None, steps: int, lives: float, seed: int) -> 
     at_h: list[SimResult] = []
 
     def att(rate: float) -> float:
-        res = Simulator(model, SimOptions(seed=seed)).run(make_requests(w, rate, count(rate), seed))
+        t1 = time.perf_counter()
+        n = count(rate)
+        res = Simulator(model, SimOptions(seed=seed)).run(make_requests(w, rate, n, seed))
         if rate == h:  # the latencies at H, beside the predicted ones there
             at_h.append(res)
+        print(
+            f"  {g.name} {s.workload}: {rate / h:.4f} H, {n} requests, attainment "
+            f"{res.attainment:.4f} ({time.perf_counter() - t1:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
         return res.attainment
 
     sim_rate, miss = bracket(att, h, steps)
