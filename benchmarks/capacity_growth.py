@@ -33,7 +33,7 @@ from controller.sim import PlanModel, SimOptions, Simulator, build_model, make_r
 
 HALF = {"2tracks": 600, "8tracks": 592}  # whole units: 6 and 16 servers
 TARGET = 0.9  # the SLA's attainment, as the evaluation measures it
-GROWTH = 1.8  # the growth to check: issue 17's bar for twice the servers
+GROWTH = 1.8  # the growth to check for twice the servers (10% short of proportional)
 STEP = 1.05  # ratio between the smaller size's points above H
 MAX_STEPS = 12  # points tried above H at the smaller size (up to 1.05^12 = 1.8 H)
 
