@@ -112,6 +112,12 @@ def request_limit(v: InstanceView, profile: EngineProfile, flag: str) -> int:
     return limit
 
 
+# the router's rule for both phases: the less loaded of two instances drawn at random, the
+# rule the simulator routes by among many instances (docs/simulator.md; both routers take
+# it; their default, cache_aware, routes by prompt prefix, which no planner here models)
+ROUTER_POLICY = "power_of_two"
+
+
 def routers(
     views: list[InstanceView],
     opts: Options,
@@ -119,12 +125,13 @@ def routers(
     head: list[str],
     prefill_extra: Callable[[InstanceView], list[str]] = lambda v: [],
 ) -> list[Command]:
-    """One router per pool (``layout.pools``): ``head`` (the router's command and its P/D
-    mode flag), each prefill instance's URL (and ``prefill_extra`` of it), each decode
-    instance's URL; pool j listens on the profile's router port + j."""
+    """One router per pool (``layout.pools``: one, over every instance): ``head`` (the
+    router's command and its P/D mode flag), the routing rule, each prefill instance's URL
+    (and ``prefill_extra`` of it), each decode instance's URL; pool j listens on the
+    profile's router port + j."""
     out = []
     for k, (pre, dec) in enumerate(pools(views)):
-        argv = list(head)
+        argv = [*head, "--policy", ROUTER_POLICY]
         for v in pre:
             argv += ["--prefill", url(v.head.server, v.port, opts), *prefill_extra(v)]
         for v in dec:

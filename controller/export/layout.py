@@ -214,7 +214,7 @@ def _phase(
 
 
 def layout(plan: Plan, g: nx.Graph, opts: Options) -> list[InstanceView]:
-    """Every instance of ``plan`` (prefill first), with its KV peers as the plan pairs them.
+    """Every instance of ``plan`` (prefill first), with the KV pairs the plan prices it in.
     ``plan`` must have passed :func:`controller.export.check.check_plan` against ``g``."""
     pre = _phase(g, plan, plan.prefill, 0, opts)
     dec = _phase(g, plan, plan.decode, len(pre), opts)
@@ -232,31 +232,20 @@ def layout(plan: Plan, g: nx.Graph, opts: Options) -> list[InstanceView]:
     for v in pre + dec:
         if not v.kv_peers:
             v.notes.append(
-                "the plan prices no KV transfer for this instance: any instance of the "
-                "other phase may pair with it"
+                "the plan prices no KV transfer for this instance (the router still "
+                "pairs it with the other phase's instances by load)"
             )
     return pre + dec
 
 
 def pools(views: list[InstanceView]) -> list[tuple[list[InstanceView], list[InstanceView]]]:
-    """(prefills, decodes) per set of instances the plan's KV transfers join: a router in
-    front of each set sends a request's prefill and decode only to instances the plan pairs.
-    An instance the plan pairs with nobody may pair with anybody, so it joins every set."""
-    g = nx.Graph()
-    for v in views:
-        for peer in v.kv_peers:
-            g.add_edge(v.name, peer.instance)
-    unpaired = [v for v in views if not v.kv_peers]
-    by_name = {v.name: v for v in views}
-    comps = sorted(nx.connected_components(g), key=min) or [set()]
-    out = []
-    for comp in comps:
-        members = [by_name[n] for n in comp] + unpaired
-        members.sort(key=lambda v: (v.role != "prefill", v.index))
-        out.append(
-            (
-                [v for v in members if v.role == "prefill"],
-                [v for v in members if v.role == "decode"],
-            )
+    """(prefills, decodes) per router: one router over every instance, as the simulator
+    routes (docs/planner.md, "KV pairing"): it sends a request to any prefill instance and
+    its KV cache to any decode instance, by load. The plan's KV pairs (``kv_peers``) are the
+    sample of that traffic the planner prices the links with, not a limit on the router."""
+    return [
+        (
+            [v for v in views if v.role == "prefill"],
+            [v for v in views if v.role == "decode"],
         )
-    return out
+    ]

@@ -130,8 +130,8 @@ def render_shell(
         HELPERS,
     ]
     for v in views:
-        peers = ", ".join(p.instance for p in v.kv_peers) or "any"
-        lines.append(f"# {v.name}: TP={v.tp} PP={v.pp} batch={v.batch}, KV peers: {peers}")
+        peers = ", ".join(p.instance for p in v.kv_peers) or "none"
+        lines.append(f"# {v.name}: TP={v.tp} PP={v.pp} batch={v.batch}, KV priced with: {peers}")
         lines += [f"#   note: {n}" for n in v.notes]
     lines.append("")
     for s in [*servers, "router"]:

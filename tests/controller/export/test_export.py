@@ -216,19 +216,25 @@ def test_hand_plan_exports_groups_rails_batches_and_pools(tmp_path: Path) -> Non
     assert agents["srv2"]["shm"] == ["/dev/shm/heroserve-decode.0.0"]
     assert "--gpu srv2-gpu3:3" in agents["srv2"]["command"]
     sg = json.loads((outs["sglang"] / "sglang.json").read_text())
+    # one router over every instance, whatever pairs the plan priced (prefill/0 with
+    # decode/0, prefill/1 with decode/1): any prefill may hand its KV to any decode
     assert sg["pools"] == [
-        {"prefill": ["prefill/0"], "decode": ["decode/0"], "router": "http://127.0.0.1:8000"},
-        {"prefill": ["prefill/1"], "decode": ["decode/1"], "router": "http://127.0.0.1:8001"},
+        {
+            "prefill": ["prefill/0", "prefill/1"],
+            "decode": ["decode/0", "decode/1"],
+            "router": "http://127.0.0.1:8000",
+        }
     ]
-    routers = [c["argv"] for c in sg["commands"] if c["what"] == "router"]
-    assert [r[r.index("--prefill") + 1] for r in routers] == [
+    (router,) = [c["argv"] for c in sg["commands"] if c["what"] == "router"]
+    assert [router[i + 1] for i, x in enumerate(router) if x == "--prefill"] == [
         "http://10.0.0.0:8100",
         "http://10.0.0.1:8101",
     ]
-    assert [r[r.index("--decode") + 1] for r in routers] == [
+    assert [router[i + 1] for i, x in enumerate(router) if x == "--decode"] == [
         "http://10.0.0.2:8102",
         "http://10.0.0.3:8103",
     ]
+    assert router[router.index("--policy") + 1] == "power_of_two"
 
 
 def _broken(change) -> Plan:  # noqa: ANN001 - a function that edits the plan

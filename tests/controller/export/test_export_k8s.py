@@ -90,7 +90,21 @@ def test_the_hand_plan_validates(engine: str, tmp_path: Path) -> None:
     hand_plan().save(plan)
     docs = _manifests(plan, tmp_path, "--engine", engine)
     check(docs, {"prefill-0": 1, "prefill-1": 1, "decode-0": 1, "decode-1": 1})
-    assert len([d for d in docs if d["metadata"]["name"].startswith("heroserve-pool-")]) == 4
+    # one router (a Deployment and its Service) over all four instances
+    routers = [d for d in docs if d["metadata"]["name"].startswith("heroserve-pool-")]
+    assert [(d["kind"], d["metadata"]["name"]) for d in routers] == [
+        ("Deployment", "heroserve-pool-0"),
+        ("Service", "heroserve-pool-0"),
+    ]
+    args = routers[0]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert [
+        args[i + 1].split(":")[1] for i, x in enumerate(args) if x in ("--prefill", "--decode")
+    ] == [
+        "//heroserve-prefill-0",
+        "//heroserve-prefill-1",
+        "//heroserve-decode-0",
+        "//heroserve-decode-1",
+    ]
 
 
 def test_k8s_needs_an_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
