@@ -9,10 +9,11 @@ the CPU time much less of it; the ratio is to the same planner's testbed CPU tim
 that reached its time limit (``--limit``, `heroserve plan --planner-time-limit`) is marked.
 ``--save DIR`` writes each plan's JSON to DIR/<cluster>.<planner>.json (after the timing), so
 that the plans of two commits can be compared byte for byte (``cmp``): a speed-up that
-only caches or vectorises must leave them unchanged.
+only caches or vectorises must leave them unchanged. ``--workload`` plans for chatbot (the
+default) or summarization requests, whose plans deploy many more prefill instances.
 
     .venv/bin/python benchmarks/planner_time.py [--skip-large] [--clusters 2tracks]
-        [--planners heroserve,helix] [--limit 300] [--save DIR]
+        [--planners heroserve,helix] [--limit 300] [--save DIR] [--workload summarization]
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def _cpu() -> float:
 
 
 def one(
-    cluster: str, planner: str, limit: float, save: str | None = None
+    cluster: str, planner: str, limit: float, save: str | None = None, workload: str = "chatbot"
 ) -> tuple[float, float, float, str]:
     """(plan wall s, plan CPU s, peak resident GiB of this process, a summary of the plan);
     the plan's JSON written under ``save`` when given."""
@@ -44,20 +45,21 @@ def one(
     from controller.planner import PlannerOptions, plan
     from controller.related import RelatedOptions, plan_related
     from controller.related.clusters import resolve_cluster
-    from controller.workload import chatbot, default_sla
+    from controller.workload import chatbot, default_sla, summarization
 
     model, scale = CLUSTERS[cluster]
     g = resolve_cluster(cluster)
-    sla = default_sla("chatbot", scale)
+    sla = default_sla(workload, scale)
+    load = summarization() if workload == "summarization" else chatbot()
     t0, c0 = time.perf_counter(), _cpu()
     try:
         if planner in SEED:
             opts = RelatedOptions(planner_time_limit_s=limit)
-            p = plan_related(planner, g, model_spec(model), chatbot(), sla, opts)
+            p = plan_related(planner, g, model_spec(model), load, sla, opts)
             shape = f"{len(p.colocated.nodes)} nodes" if p.colocated else ""
         else:
             opts = PlannerOptions(time_limit_s=limit)
-            p = plan(g, model_spec(model), chatbot(), sla, opts, planner=planner)
+            p = plan(g, model_spec(model), load, sla, opts, planner=planner)
             shape = f"prefill {p.prefill.tp}x{p.prefill.pp}, decode {p.decode.tp}x{p.decode.pp}"
         idle = sum(e.gpus for e in p.idle)
         what = (
@@ -79,6 +81,7 @@ def main() -> None:
     ap.add_argument("--planners", default=",".join(ALL + SEED), help="comma-separated planners")
     ap.add_argument("--limit", type=float, default=300.0, help="each planner's time limit, s")
     ap.add_argument("--save", metavar="DIR", help="write each plan's JSON here")
+    ap.add_argument("--workload", choices=("chatbot", "summarization"), default="chatbot")
     a = ap.parse_args()
     if a.save is not None:
         Path(a.save).mkdir(parents=True, exist_ok=True)
@@ -93,7 +96,9 @@ def main() -> None:
     for cluster in clusters:
         for planner in planners:
             with ctx.Pool(1) as pool:
-                took, cpu, peak, what = pool.apply(one, (cluster, planner, a.limit, a.save))
+                took, cpu, peak, what = pool.apply(
+                    one, (cluster, planner, a.limit, a.save, a.workload)
+                )
             if cluster == "testbed":
                 base[planner] = cpu
             ratio = (

@@ -3,16 +3,18 @@
 - ``KVPricing``: the evaluator's part that pairs every deployed prefill and decode instance
   (round robin), routes each pair's KV shares, prices one request's transfer alone, and
   re-orders a decode instance's stages so that each sits near the prefill GPUs holding its
-  layers when that is faster. Its caches: routes per (source, destination, size) and prices
-  per pair (``PairFlows``), which the search asks again for every split that deploys them.
-- ``PairFlows``: one pair's priced shares with the hop arrays their link loads are summed
-  from; ``_pipelined_times``: ``flow_times`` on those arrays, float for float.
+  layers when that is faster. Its cache: prices per pair (``PairFlows``), which the search
+  asks again for every split that deploys them (routes are kept by ``kv_route`` itself).
+- ``PairFlows``: one pair's priced shares as the hop arrays their link loads are summed
+  from (the flows are listed on demand); ``_pipelined_times``: ``flow_times`` on those
+  arrays, float for float.
 - ``KVLoad``: the load every pair puts on each link at a rate (one numpy ``bincount`` over
   every pair's hops), and T_f stretched by it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -33,9 +35,11 @@ class PairFlows:
     out for summing link loads with numpy: per hop of every flow, in flow then hop order, the
     link's number (``KVPricing.pair_flows``), the flow's bytes and the link's 1/B; per flow
     its hop count, its time alone and its prefill GPU's number in the pair (first seen
-    first)."""
+    first). Arrays only: the search prices every pair it meets (tens of thousands on a
+    large cluster) and lists the flows of the few it deploys (``KVPricing.flows_of``), so
+    keeping a flow object per share of every pair (on 2tracks-600 summarization, 7 GB) is
+    left to the routes' memo."""
 
-    flows: list[KVFlow]
     eids: np.ndarray
     nbytes: np.ndarray
     inv: np.ndarray
@@ -100,9 +104,13 @@ class KVLoad:
         edges: list[Edge],
         pipelined: bool,
         share: float = 1.0,
+        listed: Callable[[list[tuple[list[list[str]], list[list[str]]]]], list[KVFlow]]
+        | None = None,
     ) -> None:
-        """``share``: the fraction of requests that transfer KV at all (``kv_share``)."""
+        """``share``: the fraction of requests that transfer KV at all (``kv_share``);
+        ``listed``: the flows of pairs, priced alone (``KVPricing.flows_of``), for ``flows``."""
         self.pairs = pairs
+        self._listed = listed
         self.weights = weights
         # a GPU's shares stream at once (its time is the slowest), otherwise one after the
         # other (summed, Eq. 15)
@@ -141,7 +149,8 @@ class KVLoad:
         """Every share of every pair, priced alone (its request's shares beside); listed
         on demand (the bisection asks only for the last load's)."""
         if self._flows is None:
-            self._flows = [f for p in self._parts for f in p.flows]
+            listed = self._listed
+            self._flows = [f for p in self.pairs for f in listed([p])] if listed else []
         return self._flows
 
     @property
@@ -168,7 +177,7 @@ class KVLoad:
     def t_f(self, rate: float) -> float:
         """T_f at ``rate``: the slowest prefill GPU of any pair (Eq. 14), each share
         stretched, a GPU's shares taken together as its cost mode says (``kv_time``)."""
-        if not self.flows:
+        if not len(self.alone_s):
             return 0.0
         times = self.stretched(rate)
         if self.pipelined:
@@ -191,7 +200,6 @@ class KVPricing(EvalContext):
         g = self.g
         self._server_of = lambda x: g.nodes[x].get("server") or x
         self._kv_prices: dict[tuple, PairFlows] = {}
-        self._kv_routes: dict[tuple[str, str, float], list[str]] = {}
         # a link's (number in ``PairFlows``, 1/B, latency)
         self._edge_ids: dict[Edge, tuple[int, float, float]] = {}
         self._edges: list[Edge] = []
@@ -256,7 +264,10 @@ class KVPricing(EvalContext):
         weights = [r / total if total > 0 else 1.0 / len(pairs) for r in raw]
         parts = [self.pair_flows(p) for p in pairs]
         # requests that end at their first token transfer nothing
-        return KVLoad(pairs, weights, parts, self._edges, self.ring_fabric.pipelined, self.kv_share)
+        return KVLoad(
+            pairs, weights, parts, self._edges, self.ring_fabric.pipelined, self.kv_share,
+            self.flows_of,
+        )  # fmt: skip
 
     def pair_flows(self, pair: tuple[list[list[str]], list[list[str]]]) -> PairFlows:
         """``kv_price`` of one pair, with its arrays (``PairFlows``); memoised like it."""
@@ -269,7 +280,13 @@ class KVPricing(EvalContext):
         at once, and the flows (Eqs. 14-15); memoised on the pairs (the search prices the same
         pairs again for every deployment that holds them)."""
         hit = self._priced(pairs)
-        return hit.t_f, list(hit.flows)
+        return hit.t_f, self.flows_of(pairs)
+
+    def flows_of(self, pairs: list[tuple[list[list[str]], list[list[str]]]]) -> list[KVFlow]:
+        """The flows of ``pairs`` transferring at once (every share on its route, timed as
+        ``kv_price`` priced them), listed anew from the routes' memo and the priced times."""
+        times = self._priced(pairs).alone
+        return [KVFlow(*r, float(t)) for r, t in zip(self._routed(pairs), times, strict=True)]
 
     def _priced(self, pairs: list[tuple[list[list[str]], list[list[str]]]]) -> PairFlows:
         key = tuple((tuple(map(tuple, p)), tuple(map(tuple, d))) for p, d in pairs)
@@ -332,20 +349,17 @@ class KVPricing(EvalContext):
             t_f, times = kv_time(fab, [(src, path, nb) for src, _, nb, path in routed])
         local: dict[str, int] = {}
         senders = [local.setdefault(r[0], len(local)) for r in routed]
-        flows = [KVFlow(*r, t) for r, t in zip(routed, times, strict=True)]
         return PairFlows(
-            flows, a_eids, a_nb, a_inv, a_hops, np.array(times, dtype=float),
+            a_eids, a_nb, a_inv, a_hops, np.array(times, dtype=float),
             np.array(senders, dtype=np.intp), len(local), t_f,
         )  # fmt: skip
 
     def kv_route(self, src: str, dst: str, nbytes: float) -> list[str]:
-        """``costmodel.kvcache.kv_route`` on the ring fabric, memoised: the search routes the
-        same GPU pairs again for every split that deploys them."""
-        key = (src, dst, nbytes)
-        hit = self._kv_routes.get(key)
-        if hit is None:
-            hit = self._kv_routes[key] = kv_route(self.ring_fabric, src, dst, nbytes)
-        return hit
+        """``costmodel.kvcache.kv_route`` on the ring fabric. Not memoised here: the search
+        meets most GPU pairs once at each size (1.36 M of 1.71 M calls on 2tracks-192
+        summarization), and ``kv_route`` keeps its own choice per source, destination switch
+        and size, so a memo of whole routes cost 0.28 GB there and saved little."""
+        return kv_route(self.ring_fabric, src, dst, nbytes)
 
     def kv_stage_order(
         self, pre_stages: list[list[str]], dec_stages: list[list[str]]
