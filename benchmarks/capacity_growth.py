@@ -1,12 +1,12 @@
 """Does predicted capacity grow with the cluster? HeroServe planned on the track clusters at
-about half and at the paper's full size (1,200 servers), chatbot on OPT-175B (the
-scenarios of ``heroserve evaluate``).
+about half and at the paper's full size (1,200 servers), on OPT-175B (the scenarios of
+``heroserve evaluate``; chatbot, or ``--workload summarization``).
 
-For each cluster it prints H (req/s), the GPUs used and left idle, the planner's CPU
-seconds, the busiest KV link the plan names (its load at H), and the ratio of H at full
-size to H at half size. Where the ratio is below the servers' ratio, the KV note names
-the link that binds. 8tracks comes in whole units of 16 servers, so its half size is 592
-(37 units), not 600.
+For each cluster it prints H (req/s), the GPUs used and left idle (and why, the plan's
+``idle`` entries), the planner's CPU seconds, the busiest KV link the plan names (its load at
+H), and the ratio of H at full size to H at half size. Where the ratio is below the servers'
+ratio, the KV note names the link that binds. 8tracks comes in whole units of 16 servers,
+so its half size is 592 (37 units), not 600.
 
 ``--simulate`` checks the growth in the simulator too, with few points (30 request lives
 each, as an evaluation point): at the smaller size it steps up from H by ``STEP`` until the
@@ -97,9 +97,10 @@ def main() -> None:
             kv = next((x for x in p.notes if x.startswith("KV transfer: busiest link")), "-")
             hs.append(p.predicted.rate)
             runs.append((sc, g, p))
+            why = "".join(f"\n    idle: {x.gpus} {x.role} GPUs, {x.reason}" for x in p.idle)
             print(
                 f"{topo:8} {n:5} servers  H {p.predicted.rate:10.3f} req/s  GPUs {used:5} "
-                f"(idle {idle:4})  {cpu:6.1f} CPU s\n    {kv}",
+                f"(idle {idle:4})  {cpu:6.1f} CPU s\n    {kv}{why}",
                 flush=True,
             )
         if len(hs) == 2 and hs[0] > 0:
