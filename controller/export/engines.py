@@ -113,8 +113,9 @@ def request_limit(v: InstanceView, profile: EngineProfile, flag: str) -> int:
 
 
 # the router's rule for both phases: the less loaded of two instances drawn at random, the
-# rule the simulator routes by among many instances (docs/simulator.md; both routers take
-# it; their default, cache_aware, routes by prompt prefix, which no planner here models)
+# rule the simulator routes by among many instances (docs/planner.md, "KV pairing"); both
+# routers take it, and their default, cache_aware, routes by prompt prefix, which no planner
+# here models
 ROUTER_POLICY = "power_of_two"
 
 

@@ -36,9 +36,9 @@ class PairFlows:
     link's number (``KVPricing.pair_flows``), the flow's bytes and the link's 1/B; per flow
     its hop count, its time alone and its prefill GPU's number in the pair (first seen
     first). Arrays only: the search prices every pair it meets (tens of thousands on a
-    large cluster) and lists the flows of the few it deploys (``KVPricing.flows_of``), so
-    keeping a flow object per share of every pair (on 2tracks-600 summarization, 7 GB) is
-    left to the routes' memo."""
+    large cluster) and lists the flows of the few it deploys again from their routes
+    (``KVPricing.flows_of``); a flow object per share of every pair, with a memo of whole
+    routes, took 7 GB planning 2tracks-600 summarization."""
 
     eids: np.ndarray
     nbytes: np.ndarray
@@ -284,7 +284,8 @@ class KVPricing(EvalContext):
 
     def flows_of(self, pairs: list[tuple[list[list[str]], list[list[str]]]]) -> list[KVFlow]:
         """The flows of ``pairs`` transferring at once (every share on its route, timed as
-        ``kv_price`` priced them), listed anew from the routes' memo and the priced times."""
+        ``kv_price`` priced them), routed again (``kv_route`` keeps its choices) and timed from
+        the pair's priced arrays."""
         times = self._priced(pairs).alone
         return [KVFlow(*r, float(t)) for r, t in zip(self._routed(pairs), times, strict=True)]
 
