@@ -18,7 +18,8 @@ CPU additions to each exported command (what a GPU server does not need):
 127.0.0.1`` (eager: compiling the model's graph takes minutes on two cores), and the
 environment ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB of KV cache; the default sizes it from the
 machine), ``VLLM_CPU_OMP_THREADS_BIND=nobind`` (two engines share the cores) and
-``VLLM_NIXL_SIDE_CHANNEL_HOST`` = the server name when the export does not set it.
+``VLLM_NIXL_SIDE_CHANNEL_HOST`` = the server name when the export does not set it; ``${ADDR}``
+in a value becomes the server's address, as the export's start script resolves it.
 Prints the token ids returned and the evidence of the KV transfer; exit status 0 when the
 request returned tokens and the decode instance loaded the prompt's KV cache.
 """
@@ -29,6 +30,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -40,6 +42,8 @@ TOOLS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TOOLS))
 
 from engine_check import DEFAULT_ENGINES, heroserve, is_engine, opt_config  # noqa: E402
+
+from controller.export.engines import ADDR  # noqa: E402
 
 TOPOLOGY = """name: cpu-localhost
 servers:
@@ -116,11 +120,21 @@ def prepare(work: Path) -> tuple[dict, Path]:
     return json.loads((work / "vllm.json").read_text()), model
 
 
-def engine_argv(cmd: dict, venv: Path) -> tuple[list[str], dict[str, str]]:
-    """The exported command as this machine runs it (the CPU additions above)."""
+def engine_argv(
+    cmd: dict, venv: Path, address: str | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """The exported command as this machine runs it (the CPU additions above), with
+    ``${ADDR}`` (the export's "the server's address", docs/export.md) replaced by ``address``
+    as its start script does: the address the export was given, else the server's name
+    resolved here."""
+    if address is None:
+        address = socket.gethostbyname(cmd["server"])
     argv = [str(venv / "bin" / "vllm"), *cmd["argv"][1:], *CPU_FLAGS, "--host", "127.0.0.1"]
+    argv = [a.replace(ADDR, address) for a in argv]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update({k: v for k, v in cmd["env"].items() if k != "CUDA_VISIBLE_DEVICES"})
+    env.update(
+        {k: v.replace(ADDR, address) for k, v in cmd["env"].items() if k != "CUDA_VISIBLE_DEVICES"}
+    )
     env.setdefault("VLLM_NIXL_SIDE_CHANNEL_HOST", cmd["server"])
     env.update(CPU_ENV)
     return argv, env
@@ -151,7 +165,7 @@ def run(engines: Path, work: Path, timeout: float) -> dict:
     result: dict = {"commands": []}
     try:
         for c in engines_cmds:
-            argv, env = engine_argv(c, venv)
+            argv, env = engine_argv(c, venv, doc.get("addresses", {}).get(c["server"]))
             log = open(work / f"{c['instance'].replace('/', '-')}.log", "w")
             result["commands"].append(" ".join(argv))
             procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,

@@ -28,6 +28,11 @@ def test_exported_command_gets_the_cpu_additions_and_keeps_the_plan() -> None:
     assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "localhost"  # the server the export names
     cmd["env"]["VLLM_NIXL_SIDE_CHANNEL_HOST"] = "10.0.0.7"
     assert e2e.engine_argv(cmd, Path("/venv"))[1]["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "10.0.0.7"
+    # the export's "${ADDR}": the address it was given, else the server's name resolved here
+    cmd["env"]["VLLM_HOST_IP"] = cmd["env"]["VLLM_NIXL_SIDE_CHANNEL_HOST"] = "${ADDR}"
+    env = e2e.engine_argv(cmd, Path("/venv"), "10.0.0.9")[1]
+    assert env["VLLM_HOST_IP"] == env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "10.0.0.9"
+    assert e2e.engine_argv(cmd, Path("/venv"))[1]["VLLM_HOST_IP"] == "127.0.0.1"
 
 
 def test_router_covers_the_pool_the_export_names() -> None:
@@ -57,6 +62,7 @@ def test_metric_sums_a_counter_over_its_label_sets() -> None:
 
 
 @pytest.mark.engines
+@pytest.mark.timeout(2700)  # the run's own limit is 2400 s: two engines start on two cores
 def test_one_request_end_to_end_on_the_cpu(engines_dir: Path, tmp_path: Path) -> None:
     res = e2e.run(engines_dir, tmp_path, timeout=2400)
     assert len(res["token_ids"]) == e2e.MAX_TOKENS, res
