@@ -13,9 +13,13 @@ for decode room as the rate nears capacity).
 
     PYTHONPATH=. .venv/bin/python benchmarks/planner_vs_sim.py [--topologies testbed,2tracks]
         [--sizes 24,96] [--workloads chatbot,summarization] [--steps 4] [--lives 30]
+        [--admission stage]
 
 ``--steps``: bisections inside the first bracket (its ends 1.25x apart), so the ratio's
 bracket is 1.25^(1/2^steps) wide: 1.4% with 4 steps.
+
+``--admission``: how the simulator's prefill instances batch (``stage``, the default, or
+``engine``, vLLM's admission under the export's request limit; docs/simulator.md).
 
 ``--lives``: request lives of arrivals per simulated point (the evaluation's 30 by default;
 fewer is faster and overstates attainment near capacity). The track clusters at 384 and 1,200
@@ -80,7 +84,7 @@ def saturated(sim: Simulator, w: Workload, rate: float, n: int, seed: int) -> fl
     return float(np.count_nonzero((fin >= lo) & (fin <= hi))) / (hi - lo)
 
 
-def row(name: str, servers: int | None, steps: int, lives: float, seed: int) -> str:
+def row(name: str, servers: int | None, steps: int, lives: float, seed: int, admission: str) -> str:
     s = sc.scenario(name, servers=servers)
     g, w, sla = s.cluster(), s.load(), s.sla()
     t0 = time.perf_counter()
@@ -92,13 +96,14 @@ def row(name: str, servers: int | None, steps: int, lives: float, seed: int) -> 
 
     t0 = time.perf_counter()
     model = build_model(p, g, w)
+    opts = SimOptions(seed=seed, prefill_admission=admission)
     h = p.predicted.rate
     at_h: list[SimResult] = []
 
     def att(rate: float) -> float:
         t1 = time.perf_counter()
         n = count(rate)
-        res = Simulator(model, SimOptions(seed=seed)).run(make_requests(w, rate, n, seed))
+        res = Simulator(model, opts).run(make_requests(w, rate, n, seed))
         if rate == h:  # the latencies at H, beside the predicted ones there
             at_h.append(res)
         print(
@@ -111,7 +116,7 @@ def row(name: str, servers: int | None, steps: int, lives: float, seed: int) -> 
 
     sim_rate, miss = bracket(att, h, steps)
     t_sim = time.perf_counter() - t0
-    sim = Simulator(model, SimOptions(seed=seed))
+    sim = Simulator(model, opts)
     top = OVERLOAD * max(sim_rate, h)
     sat = saturated(
         sim, w, top, max(sc.MIN_REQUESTS, math.ceil(top * SAT_LIVES * s.life_s())), seed
@@ -138,6 +143,12 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4, help="bisections of the first bracket")
     ap.add_argument("--lives", type=float, default=sc.LIVES, help="request lives per point")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--admission",
+        choices=("stage", "engine"),
+        default="stage",
+        help="how prefill instances batch (SimOptions.prefill_admission)",
+    )
     a = ap.parse_args()
     sizes = [int(x) for x in a.sizes.split(",") if x]
     print(
@@ -151,7 +162,7 @@ def main() -> None:
         for wl in a.workloads.split(","):
             name = f"{topo}-{wl}"
             for n in [None] if topo == "testbed" else sizes:
-                print(row(name, n, a.steps, a.lives, a.seed), flush=True)
+                print(row(name, n, a.steps, a.lives, a.seed, a.admission), flush=True)
 
 
 if __name__ == "__main__":

@@ -106,8 +106,8 @@ def request_limit(v: InstanceView, profile: EngineProfile, flag: str) -> int:
     limit = in_flight(profile, v.role, v.pp, v.batch)
     if limit != v.batch:
         v.notes.append(
-            f"{flag} {limit}, not the batch {v.batch}: a PP={v.pp} prefill needs a request "
-            "per stage in flight to pipeline"
+            f"{flag} {limit}, not the batch {v.batch}: a prefill's batches (at most PP={v.pp} "
+            "in flight) must fill, or its queue outgrows it (models.engines.InFlight)"
         )
     return limit
 

@@ -68,9 +68,17 @@ class InFlight:
     """How many requests an instance keeps in flight (``--max-num-seqs`` /
     ``--max-running-requests``)."""
 
-    # A pipeline of PP stages is busy only with PP micro-batches in flight: the planner and
-    # the simulator price pipelined prefill, so a prefill with PP > 1 needs at least PP.
+    # A pipeline of PP stages is busy only with PP micro-batches in flight, and both engines
+    # keep at most that many (vLLM's batch queue, max_concurrent_batches = PP; SGLang's PP
+    # loop of pp_loop_size micro-batches): each batch must also hold enough requests to pay
+    # for its per-batch all-reduce and hop latencies, or the queue outgrows the instance. A
+    # limit of PP makes every batch one request; in the simulator's engine admission
+    # (benchmarks/prefill_admission.py, 8tracks-16 chatbot, TP 2 x PP 12, 0.8 H) limits of
+    # 12, 24 and 48 leave 0.2-0.7% of requests within the SLA and 96-256 all of them.
     prefill_at_least_pp: bool
+    # requests a prefill instance keeps in flight at least: vLLM's own default max_num_seqs
+    # for an OpenAI server on A100-class GPUs (vllm/engine/arg_utils.py, 0.32)
+    prefill_requests: int = 256
 
 
 @dataclass(frozen=True)
@@ -224,10 +232,10 @@ def placement_problem(
 
 
 def in_flight(p: EngineProfile, role: str, pp: int, batch: int) -> int:
-    """The request limit an instance needs: its batch, and for a pipelined prefill at least
-    one request per stage."""
+    """The request limit an instance needs: its batch; for a prefill at least one request
+    per stage and the engine's own default (``InFlight``), so that its batches fill."""
     if role == "prefill" and p.in_flight.prefill_at_least_pp:
-        return max(batch, pp)
+        return max(batch, pp, p.in_flight.prefill_requests)
     return batch
 
 

@@ -129,9 +129,9 @@ class InstancePricing(AllReducePricing, PipelinePricing):
 
     def prefill_times(self, stages: list[list[str]]) -> PrefillTimes:
         """Per input length of the workload, a request's time alone through the pipeline
-        and at its busiest stage (the simulator batches one request per prefill when no
-        queue forms). Compute is Eq. 12 at each length; an all-reduce or a hop is affine in
-        its bytes along its fixed route (a latency plus bytes over a bandwidth), so each is
+        and at its busiest stage (one request a batch: ``queueing.pipeline_ttft_cdf``'s
+        model). Compute is Eq. 12 at each length; an all-reduce or a hop is affine in its
+        bytes along its fixed route (a latency plus bytes over a bandwidth), so each is
         priced at the mean length and at twice it and taken on that line."""
         m = self.model
         tp, pp = len(stages[0]), len(stages)

@@ -7,13 +7,15 @@ DecodeSide`, a base of :class:`Simulator`; the settings are :class:`~controller.
 SimOptions`.
 
 A heap of events in simulated seconds. Requests arrive (Poisson, gamma or a trace), queue FCFS
-at the prefill instance with the least work, are batched up to a token budget and flow through
-the instance's pipeline stages; when the last stage finishes, the first token is out (TTFT; the
-KV transfer is not part of it, as in the planner's Eq. 3) and the request's KV cache moves to
-the decode instance with the most room (``decode.py``). Every stage iteration is an activity
-of the fluid network (``network.py``): its compute time (Eqs. 12-13) plus the 2 L/P_pipe
-all-reduces of its layers over the links of the policy in use (the plan's, or the online
-scheduler's choice, ``scheduler.py``) plus the pipeline hop (Eq. 6).
+at the prefill instance with the least work and are admitted in batches (``_admit``, by
+``SimOptions.prefill_admission``: when the first stage is free, everything waiting up to the
+token budget; or as vLLM's engine admits under the export's request limit). Batches flow
+through the instance's pipeline stages; when the last stage finishes, the first token is out
+(TTFT; the KV transfer is not part of it, as in the planner's Eq. 3) and the request's KV
+cache moves to the decode instance with the most room (``decode.py``). Every stage
+iteration is an activity of the fluid network (``network.py``): its compute time (Eqs. 12-13)
+plus the 2 L/P_pipe all-reduces of its layers over the links of the policy in use (the
+plan's, or the online scheduler's choice, ``scheduler.py``) plus the pipeline hop (Eq. 6).
 
 With ``SimOptions.shortcuts`` (the default) decode steps run as whole passes with lazy ends
 (``decode.py``); ``--exact`` turns the shortcuts off.
@@ -34,6 +36,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from controller.errors import InputError
+from controller.models.engines import engine_profile, in_flight
 from controller.sim.decode import DecodeSide
 from controller.sim.flows import Work
 from controller.sim.metrics import RunRecord, SimResult, summarise
@@ -46,12 +49,17 @@ from controller.workload import Request
 
 @dataclass
 class _PrefillState:
-    """A prefill instance during a run: its FCFS queue, stage inboxes and routing load."""
+    """A prefill instance during a run: its FCFS queue, stage inboxes, what it holds in flight
+    and its routing load."""
 
     model: InstanceModel
     queue: deque = field(default_factory=deque)
     inbox: list[deque] = field(default_factory=list)
     busy: list[bool] = field(default_factory=list)
+    max_batches: float = 1  # batches in flight at most (engine admission: vLLM's PP)
+    max_requests: float = 1  # requests in flight at most (engine admission: --max-num-seqs)
+    requests: int = 0  # requests admitted, not yet out of the last stage
+    batches: int = 0  # batches admitted, not yet out of the last stage
     work_tokens: float = 0.0  # tokens queued or in flight (the routing load)
     speed: float = 1.0  # seconds per token when alone (routing weight)
 
@@ -64,6 +72,10 @@ class Simulator(DecodeSide):
         self.o = options or SimOptions()
         if self.o.window_s <= 0:
             raise InputError(f"scheduler window must be positive, got {self.o.window_s}")
+        if self.o.prefill_max_requests < 0:
+            raise InputError(
+                f"prefill requests in flight must be >= 0, got {self.o.prefill_max_requests}"
+            )
         if self.o.swap_bytes_per_s <= 0:
             raise InputError(f"swap bandwidth must be positive, got {self.o.swap_bytes_per_s}")
         if not 0.0 <= self.o.rerate_tolerance < 1.0:
@@ -83,6 +95,9 @@ class Simulator(DecodeSide):
             self.links, self.events, lambda: next(self._seq), self.o.rerate_tolerance
         )
         self.rng = random.Random(self.o.seed)
+        # the engine whose admission the prefill instances follow: the plan's, else vLLM
+        # (both profiles admit the same: PP requests for a pipelined prefill)
+        self.engine = engine_profile(m.plan.options.get("engine") or "vllm")
         n = len(requests)
         self.reqs = requests
         self.inp = [r.input_tokens for r in requests]
@@ -99,6 +114,13 @@ class Simulator(DecodeSide):
             st = _PrefillState(im)
             st.inbox = [deque() for _ in im.stages]
             st.busy = [False] * len(im.stages)
+            if self.o.prefill_admission == "engine":
+                st.max_batches = len(im.stages)
+                st.max_requests = self.o.prefill_max_requests or in_flight(
+                    self.engine, "prefill", len(im.stages), 1
+                )
+            else:  # a free first stage with nothing in its inbox takes what is waiting
+                st.max_batches = st.max_requests = math.inf
             # seconds per token of a mean request alone: the least-work routing weight
             ev = m.evaluator
             st.speed = ev.prefill_instance([s.gpus for s in im.stages]).serve_s / max(
@@ -223,26 +245,39 @@ class Simulator(DecodeSide):
         self.sys_len += 1
         self._prefill_try(st, 0)
 
-    def _prefill_try(self, st: _PrefillState, i: int) -> None:
-        if st.busy[i]:
-            return
-        if i == 0:
-            if not st.queue:
+    def _admit(self, st: _PrefillState) -> None:
+        """Batches of waiting requests, each up to the token budget (at least one request).
+        ``"stage"``: one batch when the first stage is free and has nothing else to run.
+        ``"engine"``, as vLLM's engine core runs it (``step_with_batch_queue``): while fewer
+        than PP batches are in flight, one more, up to the free request slots (the export's
+        ``--max-num-seqs``); it then waits for stage 0 like any other."""
+        budget = self.o.prefill_token_budget
+        stage = self.o.prefill_admission == "stage"
+        while st.queue and st.batches < st.max_batches and st.requests < st.max_requests:
+            if stage and (st.busy[0] or st.inbox[0]):
                 return
             batch, k, k2 = [], 0, 0.0
-            budget = self.o.prefill_token_budget
-            while st.queue and (not batch or k + self.inp[st.queue[0]] <= budget):
+            while (
+                st.queue
+                and st.requests + len(batch) < st.max_requests
+                and (not batch or k + self.inp[st.queue[0]] <= budget)
+            ):
                 r = st.queue.popleft()
                 batch.append(r)
                 k += self.inp[r]
                 k2 += float(self.inp[r]) ** 2
                 self.start_pf[r] = self.now
             self.q_len -= len(batch)
-            item = (batch, k, k2)
-        else:
-            if not st.inbox[i]:
-                return
-            item = st.inbox[i].popleft()
+            st.requests += len(batch)
+            st.batches += 1
+            st.inbox[0].append((batch, k, k2))
+
+    def _prefill_try(self, st: _PrefillState, i: int) -> None:
+        if i == 0:
+            self._admit(st)
+        if st.busy[i] or not st.inbox[i]:
+            return
+        item = st.inbox[i].popleft()
         _, k, k2 = item
         compute = self.m.prefill_compute(st.model, st.model.stages[i], k, k2)
         self._run_stage(
@@ -272,6 +307,9 @@ class Simulator(DecodeSide):
     def _prefill_done(self, st: _PrefillState, item) -> None:
         batch, k, _ = item
         st.work_tokens -= k
+        st.requests -= len(batch)
+        st.batches -= 1
+        self._prefill_try(st, 0)  # the slots it frees admit more
         for r in batch:
             self.first[r] = self.now
             if self.out[r] <= 1:  # the first token was the last: no decode

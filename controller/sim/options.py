@@ -4,6 +4,7 @@ changes; docs/simulator.md describes the behaviour behind them)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True)
@@ -11,6 +12,12 @@ class SimOptions:
     """Settings of one run; the defaults are the ones docs/simulator.md reports with."""
 
     prefill_token_budget: int = 2048  # most input tokens in one prefill batch
+    # how a prefill instance forms batches (docs/simulator.md "Prefill"): "stage", when its
+    # first stage is free, everything waiting; "engine", as vLLM's engine core under the
+    # export's --max-num-seqs (at most PP batches and PP requests in flight)
+    prefill_admission: Literal["stage", "engine"] = "stage"
+    # "engine": requests in flight per prefill instance (--max-num-seqs); 0: the export's
+    prefill_max_requests: int = 0
     online_scheduler: bool = False  # docs/design.md §8 on every group with several policies
     window_s: float = 0.05  # T_u: the scheduler's utilisation window
     gamma: float = 0.3  # Eq. 18 smoothing

@@ -163,8 +163,9 @@ def check_all_formats(plan: Plan, tmp: Path, formats: tuple[str, ...] = FORMATS)
         }
         assert inst_pairs == pairs
         engines = [c for c in doc["commands"] if c["what"].startswith("engine")]
-        # a pipelined prefill keeps a request per stage in flight
-        limit = {n: max(w["batch"], w["pp"]) if n.startswith("prefill") else w["batch"]
+        # a prefill keeps a request per stage in flight and at least the engine's default
+        # (256), so that its batches fill; a decode instance its batch
+        limit = {n: max(w["batch"], w["pp"], 256) if n.startswith("prefill") else w["batch"]
                  for n, w in want.items()}  # fmt: skip
         for c in engines:
             w, argv = want[c["instance"]], c["argv"]

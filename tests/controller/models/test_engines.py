@@ -72,11 +72,13 @@ def test_sglang_wants_whole_consecutive_stages_per_server() -> None:
     assert placement_problem(SGLANG, "decode/0", [a, b], servers) is None
 
 
-def test_a_pipelined_prefill_keeps_one_request_per_stage_in_flight() -> None:
-    assert in_flight(VLLM, "prefill", 8, 1) == 8
-    assert in_flight(SGLANG, "prefill", 2, 5) == 5
+def test_a_prefill_keeps_enough_requests_in_flight_for_its_batches_to_fill() -> None:
+    # at least a request per stage and the engine's own default (256), whichever is more
+    assert in_flight(VLLM, "prefill", 8, 1) == 256
+    assert in_flight(SGLANG, "prefill", 2, 5) == 256
+    assert in_flight(VLLM, "prefill", 300, 1) == 300
+    assert in_flight(VLLM, "prefill", 1, 1000) == 1000
     assert in_flight(VLLM, "decode", 2, 3) == 3  # a decode batch is already its limit
-    assert in_flight(VLLM, "prefill", 1, 1) == 1
 
 
 def test_unknown_engine_is_one_line() -> None:

@@ -1,0 +1,68 @@
+"""How a prefill instance admits requests (``Simulator._admit``). ``"engine"``: as vLLM's
+engine core, at most PP batches in flight and at most ``--max-num-seqs`` requests; a request
+that arrives while a batch slot is free goes alone. ``"stage"`` (the default): when the
+first stage is free, everything waiting up to the token budget.
+
+Worked by hand: identical requests through stages of times s_0..s_{P-1} (a proportionate flow
+shop, every request alone in its batch) leave at sum(s) + k max(s), k = 0, 1, ...; with a
+limit of PP requests the one admitted when the first leaves (k = P) still leaves at
+sum(s) + P max(s), since the stage it enters is free by then."""
+
+import numpy as np
+import pytest
+
+from controller.models import model_spec
+from controller.planner import plan
+from controller.sim import SimOptions, Simulator, build_model
+from controller.topology import testbed as make_testbed
+from controller.workload import Request, Workload, default_sla, summarization
+
+N_IN, N = 300, 6  # 6 x 300 tokens fit the 2,048-token budget in one batch
+
+
+def test_engine_admission_keeps_pp_batches_in_flight():
+    g = make_testbed()
+    p = plan(g, model_spec("OPT-66B"), summarization(), default_sla("summarization"))
+    assert p.prefill.pp == 4  # four stages: the cap of four requests binds for six
+    p.prefill.instances = p.prefill.instances[:1]  # one instance takes all six
+    fixed = Workload("fixed", np.full(10, N_IN), np.full(10, 2))
+    m = build_model(p, g, fixed)
+    ev = m.evaluator
+    inst = m.prefill[0]
+    t = ev.prefill_times([s.gpus for s in inst.stages])
+    alone, busiest = float(t.alone @ t.weights), float(t.busiest @ t.weights)
+    six = [Request(0.0, N_IN, 2) for _ in range(N)]
+    # a limit of PP = 4 requests: one a batch; the fifth and sixth start as the first and
+    # second leave
+    sim = Simulator(m, SimOptions(prefill_admission="engine", prefill_max_requests=4))
+    r = sim.run(six)
+    ttft = np.sort(r.per_request["ttft_s"])
+    assert ttft == pytest.approx(alone + busiest * np.arange(N), rel=0.02)
+    starts = np.sort(sim.start_pf)
+    assert starts[:4].tolist() == [0.0] * 4
+    assert starts[4:] == pytest.approx(ttft[:2], rel=1e-9)
+    # the export's limit (256): the first four alone fill the 4 batch slots; the fifth and
+    # sixth wait for the first to leave and then go as one batch, which leaves after them
+    sim = Simulator(m, SimOptions(prefill_admission="engine"))
+    r = sim.run(six)
+    ttft = np.sort(r.per_request["ttft_s"])
+    assert ttft[:4] == pytest.approx(alone + busiest * np.arange(4), rel=0.02)
+    assert ttft[4] == ttft[5] > ttft[3]
+    starts = np.sort(sim.start_pf)
+    assert starts[4] == starts[5] == pytest.approx(ttft[0], rel=1e-9)
+
+
+def test_stage_admission_batches_what_waits_when_the_first_stage_frees():
+    # the default rule: the first request alone, the five behind it in one batch as soon as
+    # it leaves stage 0, which then runs every stage for 5 x 300 tokens
+    g = make_testbed()
+    p = plan(g, model_spec("OPT-66B"), summarization(), default_sla("summarization"))
+    p.prefill.instances = p.prefill.instances[:1]
+    fixed = Workload("fixed", np.full(10, N_IN), np.full(10, 2))
+    m = build_model(p, g, fixed)
+    sim = Simulator(m)
+    r = sim.run([Request(0.0, N_IN, 2) for _ in range(N)])
+    ttft = np.sort(r.per_request["ttft_s"])
+    starts = np.sort(sim.start_pf)
+    assert starts[0] == 0.0 and np.all(starts[1:] == starts[1]) and starts[1] > 0.0
+    assert np.all(ttft[1:] == ttft[1]) and ttft[1] > 4 * ttft[0]
