@@ -95,9 +95,6 @@ class Simulator(DecodeSide):
             self.links, self.events, lambda: next(self._seq), self.o.rerate_tolerance
         )
         self.rng = random.Random(self.o.seed)
-        # the engine whose admission the prefill instances follow: the plan's, else vLLM
-        # (both profiles admit the same: PP requests for a pipelined prefill)
-        self.engine = engine_profile(m.plan.options.get("engine") or "vllm")
         n = len(requests)
         self.reqs = requests
         self.inp = [r.input_tokens for r in requests]
@@ -115,9 +112,12 @@ class Simulator(DecodeSide):
             st.inbox = [deque() for _ in im.stages]
             st.busy = [False] * len(im.stages)
             if self.o.prefill_admission == "engine":
+                # the request limit of the plan's engine, else vLLM's (both profiles give a
+                # prefill the same, models.engines.in_flight)
+                engine = engine_profile(m.plan.options.get("engine") or "vllm")
                 st.max_batches = len(im.stages)
                 st.max_requests = self.o.prefill_max_requests or in_flight(
-                    self.engine, "prefill", len(im.stages), 1
+                    engine, "prefill", len(im.stages), 1
                 )
             else:  # a free first stage with nothing in its inbox takes what is waiting
                 st.max_batches = st.max_requests = math.inf

@@ -14,7 +14,7 @@ class SimOptions:
     prefill_token_budget: int = 2048  # most input tokens in one prefill batch
     # how a prefill instance forms batches (docs/simulator.md "Prefill"): "stage", when its
     # first stage is free, everything waiting; "engine", as vLLM's engine core under the
-    # export's --max-num-seqs (at most PP batches and PP requests in flight)
+    # export's --max-num-seqs (at most PP batches, and that many requests, in flight)
     prefill_admission: Literal["stage", "engine"] = "stage"
     # "engine": requests in flight per prefill instance (--max-num-seqs); 0: the export's
     prefill_max_requests: int = 0
