@@ -189,3 +189,31 @@ def slotted_pipeline_rate(
     jobs = rng.choice(len(w), size=requests, p=w / w.sum())
     out = slotted_departures(np.asarray(stage_s, dtype=float)[:, jobs].T, slots)
     return requests / float(out[-1])
+
+
+def slotted_batch_rate(
+    lengths: np.ndarray,
+    weights: np.ndarray,
+    stage_s_of: Callable[[float, float], np.ndarray],
+    slots: int,
+    budget: int,
+    requests: int = 4000,
+    seed: int = 0,
+) -> float:
+    """Saturated throughput (requests/s) of ``slotted_departures``' pipeline when every batch
+    takes the waiting requests in order up to ``budget`` tokens (at least one), as vLLM forms
+    a batch once its PP slots are full: prompts of ``lengths`` tokens (``weights`` their
+    shares, ``requests`` drawn with ``seed``); ``stage_s_of(k, k2)`` prices a batch of k
+    tokens (k2 the sum of their squares) at every stage."""
+    w = np.asarray(weights, dtype=float)
+    rng = np.random.default_rng(seed)
+    drawn = np.asarray(lengths, dtype=float)[rng.choice(len(w), size=requests, p=w / w.sum())]
+    rows, k, k2 = [], 0.0, 0.0
+    for x in drawn:
+        if k and k + x > budget:
+            rows.append(stage_s_of(k, k2))
+            k = k2 = 0.0
+        k, k2 = k + x, k2 + x * x
+    rows.append(stage_s_of(k, k2))
+    out = slotted_departures(np.vstack(rows), slots)
+    return requests / float(out[-1])

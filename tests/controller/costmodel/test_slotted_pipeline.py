@@ -6,7 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from controller.costmodel.queueing import slotted_departures, slotted_pipeline_rate
+from controller.costmodel.queueing import (
+    slotted_batch_rate,
+    slotted_departures,
+    slotted_pipeline_rate,
+)
 
 # three requests, two stages: (1, 3), (1, 1), (2, 1) seconds
 THREE = np.array([[1.0, 3.0], [1.0, 1.0], [2.0, 1.0]])
@@ -49,3 +53,19 @@ def test_unequal_requests_need_more_slots_than_stages():
     assert rates[1] < 0.95 * 0.5 and rates[-1] > 0.97 * 0.5
     with pytest.raises(ValueError):
         slotted_departures(THREE, 0)
+
+
+def test_batches_fill_to_the_budget_and_pay_their_fixed_cost_once():
+    # prompts of 100 tokens, a budget of 300: batches of 3; each of 4 stages takes
+    # 0.1 s + 1 ms a token = 0.4 s a batch; 4 slots keep the pipeline full, so n batches
+    # leave by (n + 3) x 0.4 s, 3 requests each
+    def stage_s_of(k: float, k2: float) -> np.ndarray:
+        return np.full(4, 0.1 + 1e-3 * k)
+
+    n = 300  # requests: 100 batches
+    rate = slotted_batch_rate(np.array([100.0]), np.ones(1), stage_s_of, 4, 300, requests=n)
+    assert rate == pytest.approx(n / ((100 + 3) * 0.4))
+    # one request a batch (a budget below two prompts) pays the 0.1 s for each: 0.2 s a batch
+    one = slotted_batch_rate(np.array([100.0]), np.ones(1), stage_s_of, 4, 150, requests=n)
+    assert one == pytest.approx(n / ((n + 3) * 0.2))
+    assert rate > one
