@@ -148,3 +148,72 @@ def pipeline_max_rate(bound_s: float, t: PrefillTimes) -> float:
     if pipeline_ttft_cdf(bound_s, 0.0, t) < t.q:
         return 0.0
     return _edge(lambda r: pipeline_ttft_cdf(bound_s, r, t) >= t.q, 0.0, 1.0 / t.mean_busiest)[0]
+
+
+# -- a pipeline that holds at most a few requests (the engines' batch queue): on branch
+# prefill-slots, not used by the planner yet (docs/planner.md, "With vLLM's own prefill
+# admission ...") --
+
+
+def slotted_departures(stage_s: np.ndarray, slots: int) -> np.ndarray:
+    """Departure times (s) of requests that are all waiting at time 0, through a FIFO
+    pipeline that admits request k only when request k - ``slots`` has left (vLLM keeps at
+    most PP batches in flight; a long prompt fills a batch alone). ``stage_s[k, i]``: request
+    k's time at stage i. Request k leaves stage i at D[k][i] = max(D[k][i-1], D[k-1][i]) +
+    s[k][i], entering at D[k-slots][last]; each row is one max-plus scan,
+    D[k] = c + max.accumulate(E - c + s[k]) with c the row's running sum. O(requests x
+    stages)."""
+    s = np.asarray(stage_s, dtype=float)
+    if s.ndim != 2 or slots < 1:
+        raise ValueError("stage_s needs one row per request and slots must be at least 1")
+    n, stages = s.shape
+    done = np.zeros((n, stages))
+    prev = np.zeros(stages)
+    for k in range(n):
+        entry = prev.copy()
+        entry[0] = max(entry[0], done[k - slots, -1] if k >= slots else 0.0)
+        c = np.cumsum(s[k])
+        done[k] = c + np.maximum.accumulate(entry - c + s[k])
+        prev = done[k]
+    return done[:, -1]
+
+
+def slotted_pipeline_rate(
+    stage_s: np.ndarray, weights: np.ndarray, slots: int, requests: int = 4000, seed: int = 0
+) -> float:
+    """Saturated throughput (requests/s) of ``slotted_departures``' pipeline: ``stage_s[i, j]``
+    is stage i's time for length class j, ``weights[j]`` that class's share; ``requests``
+    lengths drawn from the weights (``seed``), over the last departure."""
+    w = np.asarray(weights, dtype=float)
+    rng = np.random.default_rng(seed)
+    jobs = rng.choice(len(w), size=requests, p=w / w.sum())
+    out = slotted_departures(np.asarray(stage_s, dtype=float)[:, jobs].T, slots)
+    return requests / float(out[-1])
+
+
+def slotted_batch_rate(
+    lengths: np.ndarray,
+    weights: np.ndarray,
+    stage_s_of: Callable[[float, float], np.ndarray],
+    slots: int,
+    budget: int,
+    requests: int = 4000,
+    seed: int = 0,
+) -> float:
+    """Saturated throughput (requests/s) of ``slotted_departures``' pipeline when every batch
+    takes the waiting requests in order up to ``budget`` tokens (at least one), as vLLM forms
+    a batch once its PP slots are full: prompts of ``lengths`` tokens (``weights`` their
+    shares, ``requests`` drawn with ``seed``); ``stage_s_of(k, k2)`` prices a batch of k
+    tokens (k2 the sum of their squares) at every stage."""
+    w = np.asarray(weights, dtype=float)
+    rng = np.random.default_rng(seed)
+    drawn = np.asarray(lengths, dtype=float)[rng.choice(len(w), size=requests, p=w / w.sum())]
+    rows, k, k2 = [], 0.0, 0.0
+    for x in drawn:
+        if k and k + x > budget:
+            rows.append(stage_s_of(k, k2))
+            k = k2 = 0.0
+        k, k2 = k + x, k2 + x * x
+    rows.append(stage_s_of(k, k2))
+    out = slotted_departures(np.vstack(rows), slots)
+    return requests / float(out[-1])
