@@ -6,12 +6,16 @@
   TTFT of a FIFO prefill pipeline fed by Poisson arrivals of requests of varied lengths, as
   the simulator runs it: no request overtakes another in the pipeline, so a short request
   that follows a long one leaves after it (``pipeline_ttft_cdf`` gives the closed form).
+- ``BatchAdmission``, ``saturated_departures``, ``saturated_rate``: the saturated
+  throughput of a pipeline that holds at most a few batches and requests, as the engines run
+  one (vLLM's batch queue keeps PP batches in flight): ``PrefillTimes.capacity``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,12 +35,17 @@ def pk_queue_delay(rate: float, service_s: float) -> float:
 class PrefillTimes:
     """A prefill instance's times per request length: ``alone`` (through every stage, alone
     in the pipeline), ``busiest`` (its busiest stage, hop included), ``weights`` (the share of
-    requests of that length, summing to 1), and ``q``, the TTFT percentile the SLA asks for."""
+    requests of that length, summing to 1), and ``q``, the TTFT percentile the SLA asks for.
+    ``capacity``: the requests/s the instance serves saturated where the engine holds only a
+    few batches in flight (``saturated_rate``); where that is below the open pipeline's
+    1 / E[busiest], the busiest stage is priced as if slower by their ratio
+    (``service_scale``), which is what a stage left idle waiting for a free slot costs."""
 
     alone: np.ndarray
     busiest: np.ndarray
     weights: np.ndarray
     q: float
+    capacity: float = math.inf
     _sorted: np.ndarray = field(init=False, repr=False, compare=False)
     _w_sorted: np.ndarray = field(init=False, repr=False, compare=False)
     _tail_wt: np.ndarray = field(init=False, repr=False, compare=False)
@@ -59,12 +68,20 @@ class PrefillTimes:
         object.__setattr__(self, "_tail_w", np.append(np.cumsum(ws[::-1])[::-1], 0.0))
 
     @property
+    def service_scale(self) -> float:
+        """How much slower than its busiest stage the instance serves saturated (>= 1)."""
+        open_rate = 1.0 / float(np.dot(self.weights, self.busiest))
+        return max(1.0, open_rate / self.capacity)
+
+    @property
     def mean_busiest(self) -> float:
-        return float(np.dot(self.weights, self.busiest))
+        """Mean service time (s) of the queue that requests wait in: the busiest stage's,
+        scaled by ``service_scale``."""
+        return float(np.dot(self.weights, self.busiest)) * self.service_scale
 
     @property
     def mean_busiest_sq(self) -> float:
-        return float(np.dot(self.weights, np.square(self.busiest)))
+        return float(np.dot(self.weights, np.square(self.busiest))) * self.service_scale**2
 
     def excess(self, y: np.ndarray) -> np.ndarray:
         """E[(alone - y)^+] over the lengths' distribution, for each entry of ``y``."""
@@ -150,70 +167,73 @@ def pipeline_max_rate(bound_s: float, t: PrefillTimes) -> float:
     return _edge(lambda r: pipeline_ttft_cdf(bound_s, r, t) >= t.q, 0.0, 1.0 / t.mean_busiest)[0]
 
 
-# -- a pipeline that holds at most a few requests (the engines' batch queue): on branch
-# prefill-slots, not used by the planner yet (docs/planner.md, "With vLLM's own prefill
-# admission ...") --
+# -- a pipeline that holds at most a few batches (the engines' batch queue) --
 
 
-def slotted_departures(stage_s: np.ndarray, slots: int) -> np.ndarray:
-    """Departure times (s) of requests that are all waiting at time 0, through a FIFO
-    pipeline that admits request k only when request k - ``slots`` has left (vLLM keeps at
-    most PP batches in flight; a long prompt fills a batch alone). ``stage_s[k, i]``: request
-    k's time at stage i. Request k leaves stage i at D[k][i] = max(D[k][i-1], D[k-1][i]) +
-    s[k][i], entering at D[k-slots][last]; each row is one max-plus scan,
-    D[k] = c + max.accumulate(E - c + s[k]) with c the row's running sum. O(requests x
-    stages)."""
-    s = np.asarray(stage_s, dtype=float)
-    if s.ndim != 2 or slots < 1:
-        raise ValueError("stage_s needs one row per request and slots must be at least 1")
-    n, stages = s.shape
-    done = np.zeros((n, stages))
-    prev = np.zeros(stages)
-    for k in range(n):
-        entry = prev.copy()
-        entry[0] = max(entry[0], done[k - slots, -1] if k >= slots else 0.0)
-        c = np.cumsum(s[k])
-        done[k] = c + np.maximum.accumulate(entry - c + s[k])
-        prev = done[k]
-    return done[:, -1]
+@dataclass(frozen=True)
+class BatchAdmission:
+    """How an engine admits prompts into a pipelined prefill instance: a new batch starts
+    only while fewer than ``slots`` batches (vLLM's batch queue: PP) and fewer than
+    ``max_requests`` requests (``--max-num-seqs``) are in flight, and takes the waiting
+    prompts in order up to ``budget`` tokens (max_num_batched_tokens; at least one)."""
+
+    slots: int
+    max_requests: int
+    budget: int
+
+    def __post_init__(self) -> None:
+        if self.slots < 1 or self.max_requests < 1 or self.budget < 1:
+            raise ValueError("batch slots, requests in flight and the token budget must be >= 1")
 
 
-def slotted_pipeline_rate(
-    stage_s: np.ndarray, weights: np.ndarray, slots: int, requests: int = 4000, seed: int = 0
+def saturated_departures(
+    prompts: Sequence[float], stage_cost: np.ndarray, admission: BatchAdmission
+) -> list[tuple[float, int]]:
+    """(departure time s, requests) of each batch when ``prompts`` (tokens each) all wait at
+    time 0 for a FIFO pipeline admitting them by ``admission``. ``stage_cost[i]`` is stage
+    i's (a, b, c): a batch of k tokens whose prompts' squares sum to k2 takes a + b k + c k2
+    there (Eq. 12 and the all-reduce and hop lines are affine in k and k2).
+
+    A batch starts at the first moment both limits allow (a departure frees a slot and its
+    requests) and leaves stage i at D[i] = max(D[i-1], D'[i]) + its time there, D' the
+    batch ahead of it: a proportionate flow shop. O(prompts + batches x stages), in plain
+    floats: rows are a few to a few dozen stages, where a numpy call per row costs more."""
+    cost = np.asarray(stage_cost, dtype=float)
+    if cost.ndim != 2 or cost.shape[1] != 3:
+        raise ValueError("stage_cost needs one (a, b, c) row per stage")
+    a, b, c = (cost[:, j].tolist() for j in range(3))
+    stages = range(len(a))
+    prev = [0.0] * len(a)
+    flight: deque[tuple[float, int]] = deque()
+    out: list[tuple[float, int]] = []
+    held, t, i, n = 0, 0.0, 0, len(prompts)
+    while i < n:
+        while flight and (
+            flight[0][0] <= t or len(flight) >= admission.slots or held >= admission.max_requests
+        ):
+            left, size = flight.popleft()
+            t, held = max(t, left), held - size
+        k = k2 = 0.0
+        size = 0
+        while i < n and held + size < admission.max_requests:
+            x = float(prompts[i])
+            if size and k + x > admission.budget:
+                break
+            k, k2, size, i = k + x, k2 + x * x, size + 1, i + 1
+        done = t
+        for s in stages:
+            p = prev[s]
+            done = (done if done > p else p) + a[s] + b[s] * k + c[s] * k2
+            prev[s] = done
+        flight.append((done, size))
+        held += size
+        out.append((done, size))
+    return out
+
+
+def saturated_rate(
+    prompts: Sequence[float], stage_cost: np.ndarray, admission: BatchAdmission
 ) -> float:
-    """Saturated throughput (requests/s) of ``slotted_departures``' pipeline: ``stage_s[i, j]``
-    is stage i's time for length class j, ``weights[j]`` that class's share; ``requests``
-    lengths drawn from the weights (``seed``), over the last departure."""
-    w = np.asarray(weights, dtype=float)
-    rng = np.random.default_rng(seed)
-    jobs = rng.choice(len(w), size=requests, p=w / w.sum())
-    out = slotted_departures(np.asarray(stage_s, dtype=float)[:, jobs].T, slots)
-    return requests / float(out[-1])
-
-
-def slotted_batch_rate(
-    lengths: np.ndarray,
-    weights: np.ndarray,
-    stage_s_of: Callable[[float, float], np.ndarray],
-    slots: int,
-    budget: int,
-    requests: int = 4000,
-    seed: int = 0,
-) -> float:
-    """Saturated throughput (requests/s) of ``slotted_departures``' pipeline when every batch
-    takes the waiting requests in order up to ``budget`` tokens (at least one), as vLLM forms
-    a batch once its PP slots are full: prompts of ``lengths`` tokens (``weights`` their
-    shares, ``requests`` drawn with ``seed``); ``stage_s_of(k, k2)`` prices a batch of k
-    tokens (k2 the sum of their squares) at every stage."""
-    w = np.asarray(weights, dtype=float)
-    rng = np.random.default_rng(seed)
-    drawn = np.asarray(lengths, dtype=float)[rng.choice(len(w), size=requests, p=w / w.sum())]
-    rows, k, k2 = [], 0.0, 0.0
-    for x in drawn:
-        if k and k + x > budget:
-            rows.append(stage_s_of(k, k2))
-            k = k2 = 0.0
-        k, k2 = k + x, k2 + x * x
-    rows.append(stage_s_of(k, k2))
-    out = slotted_departures(np.vstack(rows), slots)
-    return requests / float(out[-1])
+    """Requests/s that ``saturated_departures``' pipeline serves: the prompts over the last
+    departure (its fill, one pass, amortised over them)."""
+    return len(prompts) / saturated_departures(prompts, stage_cost, admission)[-1][0]

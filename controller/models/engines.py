@@ -79,6 +79,9 @@ class InFlight:
     # requests a prefill instance keeps in flight at least: vLLM's own default max_num_seqs
     # for an OpenAI server on A100-class GPUs (vllm/engine/arg_utils.py, 0.32)
     prefill_requests: int = 256
+    # prompt tokens one prefill batch holds at most: vLLM's own default max_num_batched_tokens
+    # for an OpenAI server on A100-class GPUs (same file); OPT's whole context fits in one
+    prefill_batch_tokens: int = 2048
 
 
 @dataclass(frozen=True)

@@ -10,20 +10,32 @@ their stages. ``tpot_quantile`` sets how much of the KV transfer a TPOT carries.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
 
 from controller.costmodel.compute import decode_layer_time, prefill_layer_time
-from controller.costmodel.queueing import PrefillTimes, pipeline_max_rate
+from controller.costmodel.queueing import (
+    BatchAdmission,
+    PrefillTimes,
+    pipeline_max_rate,
+    saturated_rate,
+)
 from controller.costmodel.sharing import SharedTraffic, allreduce_stretches
+from controller.models.engines import engine_profile, in_flight
 from controller.planner.allreduce import AllReducePricing
 from controller.planner.options import Policy, Problem
 from controller.planner.pipeline import PipelinePricing
 from controller.planner.results import InstanceEval
 from controller.topology.fabric import Edge
 from controller.units import GB
+
+# prompts drawn to price a prefill pipeline's saturated throughput: its fill (one pass) is
+# under 1% of 4,000 requests' time at 48 stages, and the draw's mean is within 1% of the
+# workload's (the prompts' spread is under a third of their mean)
+PROMPT_SAMPLE = 4000
 
 
 class InstancePricing(AllReducePricing, PipelinePricing):
@@ -39,6 +51,7 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         self._ideal_prefill: dict[tuple[str, int, int], float] = {}
         self._traffic: dict[int, tuple[list, SharedTraffic]] = {}  # per own_phases list
         self.mean_kv_tokens = w.mean_kv_tokens  # a workload's property, summed per call
+        self._prompt_sample: list[float] | None = None  # prompts drawn for prefill_capacity
 
     def stage_parts(
         self, stages: list[list[str]], nbytes: float
@@ -130,29 +143,71 @@ class InstancePricing(AllReducePricing, PipelinePricing):
     def prefill_times(self, stages: list[list[str]]) -> PrefillTimes:
         """Per input length of the workload, a request's time alone through the pipeline
         and at its busiest stage (one request a batch: ``queueing.pipeline_ttft_cdf``'s
-        model). Compute is Eq. 12 at each length; an all-reduce or a hop is affine in its
-        bytes along its fixed route (a latency plus bytes over a bandwidth), so each is
-        priced at the mean length and at twice it and taken on that line."""
+        model), and the instance's saturated throughput when it holds at most PP batches
+        in flight, as vLLM and SGLang run a pipeline (``prefill_capacity``)."""
+        x, share = self.input_lengths
+        times = self.prefill_stage_times(stages)
+        per_stage = times(x, x * x)
+        return PrefillTimes(
+            per_stage.sum(axis=0), per_stage.max(axis=0), share, self.problem.sla.attainment,
+            self.prefill_capacity(len(stages), times),
+        )  # fmt: skip
+
+    def prefill_stage_times(
+        self, stages: list[list[str]]
+    ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+        """A function of batches (k tokens each, k2 the sum of their prompts' squares) to
+        each stage's time for each (stages x batches, s), the hop to the next stage included.
+        Compute is Eq. 12 at k; an all-reduce or a hop is affine in its bytes along its
+        fixed route (a latency plus bytes over a bandwidth), so each is priced at the mean
+        prompt and at twice it and taken on that line."""
         m = self.model
         tp, pp = len(stages[0]), len(stages)
         co = self.coeffs(self.slowest_type([g for s in stages for g in s]))
-        x, share = self.input_lengths
-        layer = prefill_layer_time(co, m, tp, x, x * x)
         lps = m.layers / pp
         ar1, hop1 = self.stage_parts(stages, self.activation_bytes(self.mean_in))
         ar2, hop2 = self.stage_parts(stages, self.activation_bytes(2 * self.mean_in))
-        u = (x / self.mean_in)[None, :] - 1.0  # 0 at the mean, 1 at twice it
+        a1, a2 = np.asarray(ar1, dtype=float)[:, None], np.asarray(ar2, dtype=float)[:, None]
+        h1 = np.append(np.asarray(hop1, dtype=float), 0.0)[:, None]
+        h2 = np.append(np.asarray(hop2, dtype=float), 0.0)[:, None]
 
-        def line(a: list[float], b: list[float]) -> np.ndarray:
-            lo, hi = np.asarray(a, dtype=float)[:, None], np.asarray(b, dtype=float)[:, None]
-            return np.maximum(lo + (hi - lo) * u, 0.0)
+        def times(k: np.ndarray, k2: np.ndarray) -> np.ndarray:
+            u = (np.asarray(k, dtype=float) / self.mean_in)[None, :] - 1.0  # 0 at the mean
+            layer = prefill_layer_time(co, m, tp, k, k2)[None, :]
+            ar = np.maximum(a1 + (a2 - a1) * u, 0.0)
+            return lps * (layer + 2 * ar) + np.maximum(h1 + (h2 - h1) * u, 0.0)
 
-        stage_s = lps * (layer[None, :] + 2 * line(ar1, ar2))
-        hop = np.vstack([line(hop1, hop2), np.zeros((1, len(x)))])
-        return PrefillTimes(
-            (stage_s + hop).sum(axis=0), (stage_s + hop).max(axis=0), share,
-            self.problem.sla.attainment,
-        )  # fmt: skip
+        return times
+
+    def prefill_capacity(
+        self, pp: int, times: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    ) -> float:
+        """Requests/s a ``pp``-stage instance whose stages take ``times`` (of batches:
+        ``prefill_stage_times``) serves saturated as the engine admits prompts
+        (``queueing.saturated_rate`` over ``PROMPT_SAMPLE`` prompts drawn from the
+        workload): at most PP batches and the export's ``--max-num-seqs`` requests in
+        flight, each batch up to the engine's token budget. Long prompts fill a batch
+        alone, so PP stages hold PP requests and a stage idles while a longer prompt ahead
+        of it runs; short ones may run out of requests before the batches fill
+        (docs/planner.md, "Prefill under the engines' admission"). inf for one stage,
+        where one batch at a time is the open pipeline."""
+        if pp == 1:
+            return math.inf
+        profile = engine_profile(self.problem.options.engine or "vllm")
+        if self._prompt_sample is None:
+            x, share = self.input_lengths
+            rng = np.random.default_rng(self.problem.options.seed)
+            self._prompt_sample = x[rng.choice(len(x), size=PROMPT_SAMPLE, p=share)].tolist()
+        # every stage's time is affine in k and k2 (Eq. 12, and the all-reduce and hop
+        # lines through the mean prompt and twice it): read its (a, b, c) off three batches
+        m = self.mean_in
+        at = times(np.array([m, 2 * m, m]), np.array([m * m, m * m, 2 * m * m]))
+        b, c = (at[:, 1] - at[:, 0]) / m, (at[:, 2] - at[:, 0]) / (m * m)
+        cost = np.column_stack([at[:, 0] - b * m - c * m * m, b, c])
+        admission = BatchAdmission(
+            pp, in_flight(profile, "prefill", pp, 1), profile.in_flight.prefill_batch_tokens
+        )
+        return saturated_rate(self._prompt_sample, cost, admission)
 
     def ideal_prefill_rate(self, gpu_type: str, tp: int, pp: int) -> float:
         """The TTFT-bound rate of a (TP, PP) prefill instance of ``gpu_type`` that only

@@ -6,16 +6,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from controller.models.engines import InFlight
+
 
 @dataclass(frozen=True)
 class SimOptions:
     """Settings of one run; the defaults are the ones docs/simulator.md reports with."""
 
-    prefill_token_budget: int = 2048  # most input tokens in one prefill batch
-    # how a prefill instance forms batches (docs/simulator.md "Prefill"): "stage", when its
-    # first stage is free, everything waiting; "engine", as vLLM's engine core under the
-    # export's --max-num-seqs (at most PP batches, and that many requests, in flight)
-    prefill_admission: Literal["stage", "engine"] = "stage"
+    # most input tokens in one prefill batch (the engines' max_num_batched_tokens)
+    prefill_token_budget: int = InFlight.prefill_batch_tokens
+    # how a prefill instance forms batches (docs/simulator.md "Prefill"): "engine", as vLLM's
+    # engine core under the export's --max-num-seqs (at most PP batches, and that many
+    # requests, in flight), what the planner prices; "stage", when its first stage is free,
+    # everything waiting (this project's rule before it modelled the engines')
+    prefill_admission: Literal["stage", "engine"] = "engine"
     # "engine": requests in flight per prefill instance (--max-num-seqs); 0: the export's
     prefill_max_requests: int = 0
     online_scheduler: bool = False  # docs/design.md §8 on every group with several policies
