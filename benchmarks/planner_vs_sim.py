@@ -13,13 +13,14 @@ for decode room as the rate nears capacity).
 
     PYTHONPATH=. .venv/bin/python benchmarks/planner_vs_sim.py [--topologies testbed,2tracks]
         [--sizes 24,96] [--workloads chatbot,summarization] [--steps 4] [--lives 30]
-        [--admission stage]
+        [--admission engine]
 
 ``--steps``: bisections inside the first bracket (its ends 1.25x apart), so the ratio's
 bracket is 1.25^(1/2^steps) wide: 1.4% with 4 steps.
 
-``--admission``: how the simulator's prefill instances batch (``stage``, the default, or
-``engine``, vLLM's admission under the export's request limit; docs/simulator.md).
+``--admission``: how the simulator's prefill instances batch (``engine``, the default: vLLM's
+admission under the export's request limit, which the planner prices; or ``stage``, the
+rule before; docs/simulator.md).
 
 ``--lives``: request lives of arrivals per simulated point (the evaluation's 30 by default;
 fewer is faster and overstates attainment near capacity). The track clusters at 384 and 1,200
@@ -146,7 +147,7 @@ def main() -> None:
     ap.add_argument(
         "--admission",
         choices=("stage", "engine"),
-        default="stage",
+        default=SimOptions.prefill_admission,
         help="how prefill instances batch (SimOptions.prefill_admission)",
     )
     a = ap.parse_args()

@@ -33,8 +33,8 @@ from controller.sim import SimOptions, Simulator, build_model, make_requests
 
 def rules(limits: list[int]) -> dict[str, SimOptions]:
     out = {
-        "one/pass": SimOptions(prefill_token_budget=1),
-        "stage": SimOptions(),
+        "one/pass": SimOptions(prefill_token_budget=1, prefill_admission="stage"),
+        "stage": SimOptions(prefill_admission="stage"),
         "engine": SimOptions(prefill_admission="engine"),
     }
     for n in limits:

@@ -211,16 +211,26 @@ class InstancePricing(AllReducePricing, PipelinePricing):
 
     def ideal_prefill_rate(self, gpu_type: str, tp: int, pp: int) -> float:
         """The TTFT-bound rate of a (TP, PP) prefill instance of ``gpu_type`` that only
-        computes (no all-reduce, no hop), its layers evenly staged: the pipeline's TTFT
-        percentile falls as any request's time grows, so this bounds every real instance's
-        rate. Memoised."""
+        computes (no all-reduce, no hop), its layers evenly staged, under the engines'
+        admission (``prefill_capacity``): a real instance's stages take at least as long
+        each, its saturated flow shop leaves no earlier (departures are sums and maxima of
+        stage times) and the pipeline's TTFT percentile falls as any time grows, so this
+        bounds every real instance's rate. Memoised."""
         key = (gpu_type, tp, pp)
         hit = self._ideal_prefill.get(key)
         if hit is None:
-            m = self.model
+            m, co = self.model, self.coeffs(gpu_type)
             x, share = self.input_lengths
-            serve = m.layers * prefill_layer_time(self.coeffs(gpu_type), m, tp, x, x * x)
-            times = PrefillTimes(serve, serve / pp, share, self.problem.sla.attainment)
+            lps = m.layers / pp
+
+            def compute(k: np.ndarray, k2: np.ndarray) -> np.ndarray:
+                return np.repeat(lps * prefill_layer_time(co, m, tp, k, k2)[None, :], pp, axis=0)
+
+            serve = m.layers * prefill_layer_time(co, m, tp, x, x * x)
+            times = PrefillTimes(
+                serve, serve / pp, share, self.problem.sla.attainment,
+                self.prefill_capacity(pp, compute),
+            )  # fmt: skip
             hit = self._ideal_prefill[key] = pipeline_max_rate(self.problem.sla.ttft_s, times)
         return hit
 
