@@ -234,6 +234,12 @@ def saturated_departures(
 def saturated_rate(
     prompts: Sequence[float], stage_cost: np.ndarray, admission: BatchAdmission
 ) -> float:
-    """Requests/s that ``saturated_departures``' pipeline serves: the prompts over the last
-    departure (its fill, one pass, amortised over them)."""
-    return len(prompts) / saturated_departures(prompts, stage_cost, admission)[-1][0]
+    """Requests/s that ``saturated_departures``' pipeline serves in steady state: the
+    requests after the first batch over the time from its departure to the last one's, which
+    leaves out the pipeline's fill (one pass: (PP - 1) of 337 batches of chatbot's 4,000
+    prompts, 3% at PP = 12). One batch: its requests over its departure."""
+    out = saturated_departures(prompts, stage_cost, admission)
+    (first, size), (last, _) = out[0], out[-1]
+    if len(out) == 1:
+        return size / first
+    return (len(prompts) - size) / (last - first)

@@ -51,43 +51,44 @@ def test_one_slot_runs_batches_one_after_another():
 
 
 def test_equal_stages_and_a_slot_per_stage_keep_the_pipeline_full():
-    # n one-token prompts of s per stage over K stages, K slots: the last leaves at
-    # (n + K - 1) s
+    # n one-token prompts of s per stage over K stages, K slots: the first leaves at K s, the
+    # last at (n + K - 1) s, so the steady rate is (n - 1) / ((n - 1) s), one per s
     s, k, n = 0.5, 4, 100
     cost = [[0.0, s, 0.0]] * k
     assert departures([1.0] * n, cost, k)[-1] == pytest.approx((n + k - 1) * s)
     rate = saturated_rate([1.0] * n, np.asarray(cost), BatchAdmission(k, 10**6, 1))
-    assert rate == pytest.approx(n / ((n + k - 1) * s))
+    assert rate == pytest.approx(1 / s)
+    # one batch of three tokens, 3 s per stage: its three requests over its departure, K 3 s
+    assert saturated_rate([1.0] * 3, np.asarray(cost), BatchAdmission(k, 10**6, 100)) == (
+        pytest.approx(3 / (k * 3 * s))
+    )
 
 
 def test_unequal_requests_need_more_slots_than_stages():
     # prompts of 1 and 3 tokens alternating, alone in their batches, 1 s a token at each of
     # four stages: the open pipeline serves 1 / E[stage] = 1 / 2 per second. One slot: a pair
-    # takes 4 + 12 = 16 s. Four slots: a long prompt holds every stage for 3 s and the short
-    # one behind it waits, so the pipeline runs below 1/2; many slots close the gap
+    # takes 4 + 12 = 16 s, the first leaves at 4 and the last at 16 n / 2. Four slots: a long
+    # prompt holds every stage for 3 s and the short one behind it waits, so the pipeline
+    # runs below 1/2; many slots close the gap
     n = 400
     prompts = [1.0, 3.0] * (n // 2)
     cost = np.array([[0.0, 1.0, 0.0]] * 4)
     rates = [saturated_rate(prompts, cost, BatchAdmission(k, 10**6, 1)) for k in (1, 4, 16, 64)]
-    assert rates[0] == pytest.approx(n / (n / 2 * 16), rel=1e-9)
+    assert rates[0] == pytest.approx((n - 1) / (n / 2 * 16 - 4), rel=1e-12)
     assert rates == sorted(rates)
     assert rates[1] < 0.95 * 0.5 < 0.97 * 0.5 < rates[-1] <= 0.5
 
 
 def test_a_batch_fills_to_the_budget_and_pays_its_fixed_cost_once():
     # 100-token prompts, each of 4 stages takes 0.1 s + 1 ms a token: batches of 3 (a budget
-    # of 300) take 0.4 s and 4 slots keep the pipeline full, so n/3 batches leave by
-    # (n/3 + 3) x 0.4 s; a budget of 150 makes each batch one prompt, 0.2 s
+    # of 300) take 0.4 s and 4 slots keep the pipeline full, so a batch of 3 leaves every
+    # 0.4 s; a budget of 150 makes each batch one prompt, out every 0.2 s
     n = 300
     prompts, cost = [100.0] * n, np.array([[0.1, 1e-3, 0.0]] * 4)
     out = saturated_departures(prompts, cost, BatchAdmission(4, 10**6, 300))
     assert {size for _, size in out} == {3}
-    assert saturated_rate(prompts, cost, BatchAdmission(4, 10**6, 300)) == pytest.approx(
-        n / ((100 + 3) * 0.4)
-    )
-    assert saturated_rate(prompts, cost, BatchAdmission(4, 10**6, 150)) == pytest.approx(
-        n / ((n + 3) * 0.2)
-    )
+    assert saturated_rate(prompts, cost, BatchAdmission(4, 10**6, 300)) == pytest.approx(3 / 0.4)
+    assert saturated_rate(prompts, cost, BatchAdmission(4, 10**6, 150)) == pytest.approx(1 / 0.2)
 
 
 def test_the_request_limit_starts_a_batch_only_when_requests_leave():
