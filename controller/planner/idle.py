@@ -9,7 +9,7 @@
 - no rate: in an instance that meets the SLA at no rate;
 - not deployed: in an instance that would serve, left out because one more adds no H (Eq. 1:
   at equal H the fewest GPUs), with what bounds H (the other phase's capacity, the KV
-  transfer's busiest link, or ``--gpus``);
+  transfer's time in the decode TPOT, or ``--gpus``);
 - no pool: GPUs in neither phase's pool (a layout that uses some servers only).
 
 The entries of a role sum to its pool less the GPUs it deploys, so the whole list sums to
@@ -37,7 +37,14 @@ def _bound(
     if max_gpus is not None and comb.gpus_used + size > max_gpus:
         return f"one more would pass the --gpus limit of {max_gpus}"
     if comb.rate < min(cap.values()) * (1 - 1e-6):
-        return f"more {role} adds no rate, H is bounded by the KV transfer's busiest link"
+        # H sits below both phases' capacity only where ``deployment.settle_kv`` lowered it:
+        # the decode instances priced with the KV transfer's time at H, which the links'
+        # load stretches well before any link is full (42-71% on the summarization plans of
+        # docs/planner.md), so the note names the transfer, not a full link
+        return (
+            f"more {role} adds no rate, H is bounded by the KV transfer "
+            "(its time at H, under the links' load, in the decode TPOT)"
+        )
     if cap[other] <= cap[role] * (1 + REL):
         return (
             f"more {role} adds no rate, H is bounded by the {other} instances' capacity "

@@ -63,10 +63,12 @@ def test_idle_gpus_by_hand():
         IdleGPUs("decode", 4, "in no 4x1 instance: left over after grouping the pool"),
     ]
     assert sum(e.gpus for e in got) == 16 - comb.gpus_used
-    # the KV transfer's busiest link bounds H below both phases' capacity
+    # the KV transfer bounds H below both phases' capacity
     kv = Combination(1, 1, 2.0, 2.0 / 6, 6, 0.1, 0.05)
     got = idle_gpus(ev, [(pre, 1, pool_p), (dec, 1, pool_d)], kv)
-    assert got[0].reason.endswith("H is bounded by the KV transfer's busiest link")
+    assert got[0].reason.endswith(
+        "H is bounded by the KV transfer (its time at H, under the links' load, in the decode TPOT)"
+    )
     # with --gpus 7, a third prefill instance (6 + 2 GPUs) would not fit
     capped = _ev("OPT-13B", PlannerOptions(max_gpus=7))
     got = idle_gpus(capped, [(pre, 1, pool_p), (dec, 1, pool_d)], comb)
