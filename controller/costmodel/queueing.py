@@ -50,6 +50,9 @@ class PrefillTimes:
     _w_sorted: np.ndarray = field(init=False, repr=False, compare=False)
     _tail_wt: np.ndarray = field(init=False, repr=False, compare=False)
     _tail_w: np.ndarray = field(init=False, repr=False, compare=False)
+    # the queue's first two moments of service, fixed with the arrays: the bisections of
+    # ``pipeline_ttft_cdf`` read them at every step
+    _moments: tuple[float, float, float] = field(init=False, repr=False, compare=False)
     # percentile per rate: the search combines the same instances at the same rates again
     _quantiles: dict = field(init=False, repr=False, compare=False, default_factory=dict)
 
@@ -66,22 +69,25 @@ class PrefillTimes:
         object.__setattr__(self, "_w_sorted", ws)
         object.__setattr__(self, "_tail_wt", np.append(np.cumsum((ws * a)[::-1])[::-1], 0.0))
         object.__setattr__(self, "_tail_w", np.append(np.cumsum(ws[::-1])[::-1], 0.0))
+        b = np.asarray(self.busiest, dtype=float)
+        mean, mean_sq = float(np.dot(w, b)), float(np.dot(w, np.square(b)))
+        scale = max(1.0, (1.0 / mean) / self.capacity)
+        object.__setattr__(self, "_moments", (scale, mean * scale, mean_sq * scale**2))
 
     @property
     def service_scale(self) -> float:
         """How much slower than its busiest stage the instance serves saturated (>= 1)."""
-        open_rate = 1.0 / float(np.dot(self.weights, self.busiest))
-        return max(1.0, open_rate / self.capacity)
+        return self._moments[0]
 
     @property
     def mean_busiest(self) -> float:
         """Mean service time (s) of the queue that requests wait in: the busiest stage's,
         scaled by ``service_scale``."""
-        return float(np.dot(self.weights, self.busiest)) * self.service_scale
+        return self._moments[1]
 
     @property
     def mean_busiest_sq(self) -> float:
-        return float(np.dot(self.weights, np.square(self.busiest))) * self.service_scale**2
+        return self._moments[2]
 
     def excess(self, y: np.ndarray) -> np.ndarray:
         """E[(alone - y)^+] over the lengths' distribution, for each entry of ``y``."""
