@@ -6,9 +6,10 @@
   TTFT of a FIFO prefill pipeline fed by Poisson arrivals of requests of varied lengths, as
   the simulator runs it: no request overtakes another in the pipeline, so a short request
   that follows a long one leaves after it (``pipeline_ttft_cdf`` gives the closed form).
-- ``BatchAdmission``, ``saturated_departures``, ``saturated_rate``: the saturated
-  throughput of a pipeline that holds at most a few batches and requests, as the engines run
-  one (vLLM's batch queue keeps PP batches in flight): ``PrefillTimes.capacity``.
+- ``saturated_departures``, ``saturated_rate``: the saturated throughput of a pipeline that
+  holds at most a few batches and requests, as the engines run one (vLLM's batch queue keeps
+  PP batches in flight; the limits are ``models.engines.BatchAdmission``):
+  ``PrefillTimes.capacity``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from controller.models.engines import BatchAdmission
 
 
 def pk_queue_delay(rate: float, service_s: float) -> float:
@@ -174,22 +177,6 @@ def pipeline_max_rate(bound_s: float, t: PrefillTimes) -> float:
 
 
 # -- a pipeline that holds at most a few batches (the engines' batch queue) --
-
-
-@dataclass(frozen=True)
-class BatchAdmission:
-    """How an engine admits prompts into a pipelined prefill instance: a new batch starts
-    only while fewer than ``slots`` batches (vLLM's batch queue: PP) and fewer than
-    ``max_requests`` requests (``--max-num-seqs``) are in flight, and takes the waiting
-    prompts in order up to ``budget`` tokens (max_num_batched_tokens; at least one)."""
-
-    slots: int
-    max_requests: int
-    budget: int
-
-    def __post_init__(self) -> None:
-        if self.slots < 1 or self.max_requests < 1 or self.budget < 1:
-            raise ValueError("batch slots, requests in flight and the token budget must be >= 1")
 
 
 def saturated_departures(

@@ -14,7 +14,9 @@ Holds one dataclass per concern, every field sourced from the engine's own code 
 And the checks, each returning the broken rule as one line (None when the rule holds):
 ``parallelism_problem`` (one role's TP/PP), ``pair_problem`` (prefill TP against decode TP),
 ``placement_problem`` (an instance's stages on servers) and ``plan_problem`` (a whole plan);
-``in_flight`` (the least request limit an instance needs) and ``engine_profile`` (by name).
+``in_flight`` (the least request limit an instance needs), ``prefill_admission`` (the limits
+a pipelined prefill instance admits prompts under, ``BatchAdmission``: what the planner prices
+and the simulator runs) and ``engine_profile`` (by name).
 """
 
 from __future__ import annotations
@@ -240,6 +242,29 @@ def in_flight(p: EngineProfile, role: str, pp: int, batch: int) -> int:
     if role == "prefill" and p.in_flight.prefill_at_least_pp:
         return max(batch, pp, p.in_flight.prefill_requests)
     return batch
+
+
+@dataclass(frozen=True)
+class BatchAdmission:
+    """How an engine admits prompts into a pipelined prefill instance: a new batch starts
+    only while fewer than ``slots`` batches (vLLM's batch queue: PP) and fewer than
+    ``max_requests`` requests (``--max-num-seqs``) are in flight, and takes the waiting
+    prompts in order up to ``budget`` tokens (max_num_batched_tokens; at least one)."""
+
+    slots: int
+    max_requests: int
+    budget: int
+
+    def __post_init__(self) -> None:
+        if self.slots < 1 or self.max_requests < 1 or self.budget < 1:
+            raise ValueError("batch slots, requests in flight and the token budget must be >= 1")
+
+
+def prefill_admission(p: EngineProfile, pp: int) -> BatchAdmission:
+    """The limits engine ``p`` admits prompts under into a prefill instance of ``pp`` stages,
+    as the export configures it: PP batches in flight, ``in_flight``'s request limit and the
+    profile's token budget. The planner prices these limits and the simulator runs them."""
+    return BatchAdmission(pp, in_flight(p, "prefill", pp, 1), p.in_flight.prefill_batch_tokens)
 
 
 def plan_problem(p: EngineProfile, plan: Plan, server_of: Mapping[str, str]) -> str | None:

@@ -17,14 +17,9 @@ from dataclasses import replace
 import numpy as np
 
 from controller.costmodel.compute import decode_layer_time, prefill_layer_time
-from controller.costmodel.queueing import (
-    BatchAdmission,
-    PrefillTimes,
-    pipeline_max_rate,
-    saturated_rate,
-)
+from controller.costmodel.queueing import PrefillTimes, pipeline_max_rate, saturated_rate
 from controller.costmodel.sharing import SharedTraffic, allreduce_stretches
-from controller.models.engines import engine_profile, in_flight
+from controller.models.engines import engine_profile, prefill_admission
 from controller.planner.allreduce import AllReducePricing
 from controller.planner.options import Policy, Problem
 from controller.planner.pipeline import PipelinePricing
@@ -204,10 +199,7 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         at = times(np.array([m, 2 * m, m]), np.array([m * m, m * m, 2 * m * m]))
         b, c = (at[:, 1] - at[:, 0]) / m, (at[:, 2] - at[:, 0]) / (m * m)
         cost = np.column_stack([at[:, 0] - b * m - c * m * m, b, c])
-        admission = BatchAdmission(
-            pp, in_flight(profile, "prefill", pp, 1), profile.in_flight.prefill_batch_tokens
-        )
-        return saturated_rate(self._prompt_sample, cost, admission)
+        return saturated_rate(self._prompt_sample, cost, prefill_admission(profile, pp))
 
     def ideal_prefill_rate(self, gpu_type: str, tp: int, pp: int) -> float:
         """The TTFT-bound rate of a (TP, PP) prefill instance of ``gpu_type`` that only

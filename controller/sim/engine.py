@@ -36,7 +36,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from controller.errors import InputError
-from controller.models.engines import engine_profile, in_flight
+from controller.models.engines import engine_profile, prefill_admission
 from controller.sim.decode import DecodeSide
 from controller.sim.flows import Work
 from controller.sim.metrics import RunRecord, SimResult, summarise
@@ -58,6 +58,7 @@ class _PrefillState:
     busy: list[bool] = field(default_factory=list)
     max_batches: float = 1  # batches in flight at most (engine admission: vLLM's PP)
     max_requests: float = 1  # requests in flight at most (engine admission: --max-num-seqs)
+    budget: int = 1  # prompt tokens per batch at most (max_num_batched_tokens)
     requests: int = 0  # requests admitted, not yet out of the last stage
     batches: int = 0  # batches admitted, not yet out of the last stage
     work_tokens: float = 0.0  # tokens queued or in flight (the routing load)
@@ -75,6 +76,10 @@ class Simulator(DecodeSide):
         if self.o.prefill_max_requests < 0:
             raise InputError(
                 f"prefill requests in flight must be >= 0, got {self.o.prefill_max_requests}"
+            )
+        if self.o.prefill_token_budget < 0:
+            raise InputError(
+                f"prefill token budget must be >= 0, got {self.o.prefill_token_budget}"
             )
         if self.o.swap_bytes_per_s <= 0:
             raise InputError(f"swap bandwidth must be positive, got {self.o.swap_bytes_per_s}")
@@ -111,14 +116,14 @@ class Simulator(DecodeSide):
             st = _PrefillState(im)
             st.inbox = [deque() for _ in im.stages]
             st.busy = [False] * len(im.stages)
+            # the limits of the plan's engine, else vLLM's, as the planner prices them
+            limits = prefill_admission(
+                engine_profile(m.plan.options.get("engine") or "vllm"), len(im.stages)
+            )
+            st.budget = self.o.prefill_token_budget or limits.budget
             if self.o.prefill_admission == "engine":
-                # the request limit of the plan's engine, else vLLM's (both profiles give a
-                # prefill the same, models.engines.in_flight)
-                engine = engine_profile(m.plan.options.get("engine") or "vllm")
-                st.max_batches = len(im.stages)
-                st.max_requests = self.o.prefill_max_requests or in_flight(
-                    engine, "prefill", len(im.stages), 1
-                )
+                st.max_batches = limits.slots
+                st.max_requests = self.o.prefill_max_requests or limits.max_requests
             else:  # a free first stage with nothing in its inbox takes what is waiting
                 st.max_batches = st.max_requests = math.inf
             # seconds per token of a mean request alone: the least-work routing weight
@@ -251,7 +256,7 @@ class Simulator(DecodeSide):
         ``"engine"``, as vLLM's engine core runs it (``step_with_batch_queue``): while fewer
         than PP batches are in flight, one more, up to the free request slots (the export's
         ``--max-num-seqs``); it then waits for stage 0 like any other."""
-        budget = self.o.prefill_token_budget
+        budget = st.budget
         stage = self.o.prefill_admission == "stage"
         while st.queue and st.batches < st.max_batches and st.requests < st.max_requests:
             if stage and (st.busy[0] or st.inbox[0]):

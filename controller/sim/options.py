@@ -6,15 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from controller.models.engines import InFlight
-
 
 @dataclass(frozen=True)
 class SimOptions:
     """Settings of one run; the defaults are the ones docs/simulator.md reports with."""
 
-    # most input tokens in one prefill batch (the engines' max_num_batched_tokens)
-    prefill_token_budget: int = InFlight.prefill_batch_tokens
+    # most input tokens in one prefill batch; 0: the plan's engine's max_num_batched_tokens
+    # (models.engines.prefill_admission, what the planner prices)
+    prefill_token_budget: int = 0
     # how a prefill instance forms batches (docs/simulator.md "Prefill"): "engine", as vLLM's
     # engine core under the export's --max-num-seqs (at most PP batches, and that many
     # requests, in flight), what the planner prices; "stage", when its first stage is free,

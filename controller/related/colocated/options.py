@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from controller.models.engines import InFlight
+
 
 @dataclass(frozen=True)
 class ColocatedOptions:
     """Settings of one run (vLLM's defaults where it has one)."""
 
-    prefill_token_budget: int = 2048  # vLLM's max_num_batched_tokens
+    prefill_token_budget: int = InFlight.prefill_batch_tokens  # vLLM's max_num_batched_tokens
     seed: int = 0  # ties in the Swarm and mapper policies, output-length predictions
     vllm_watermark: float = 0.01  # vLLM admits a prompt only if this share of KV stays free
     window_after_s: float = 0.0  # throughput window starts after this (warm-up), s

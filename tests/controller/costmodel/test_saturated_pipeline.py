@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from controller.costmodel.queueing import (
-    BatchAdmission,
     PrefillTimes,
     pipeline_max_rate,
     saturated_departures,
     saturated_rate,
 )
+from controller.models.engines import BatchAdmission
 
 
 def departures(prompts, cost, slots, max_requests=10**6, budget=1):

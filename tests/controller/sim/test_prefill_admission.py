@@ -9,10 +9,13 @@ shop, every request alone in its batch) leave at sum(s) + k max(s), k = 0, 1, ..
 limit of PP requests the one admitted when the first leaves (k = P) still leaves at
 sum(s) + P max(s), since the stage it enters is free by then."""
 
+import math
+
 import numpy as np
 import pytest
 
 from controller.models import model_spec
+from controller.models.engines import BatchAdmission, engine_profile, prefill_admission
 from controller.planner import plan
 from controller.planner.options import PlannerOptions
 from controller.sim import SimOptions, Simulator, build_model
@@ -94,3 +97,22 @@ def test_saturated_engine_admission_serves_the_planners_capacity():
     open_rate = 1.0 / float(t.busiest @ t.weights)
     assert served == pytest.approx(t.capacity, rel=0.03)
     assert 0.83 * open_rate < t.capacity < 0.87 * open_rate
+
+
+def test_simulator_admits_under_the_limits_the_planner_prices():
+    # both read models.engines.prefill_admission: vLLM's defaults at PP 4 are 4 batches,
+    # 256 requests (max_num_seqs) and 2,048 tokens (max_num_batched_tokens); SimOptions'
+    # fields override the request limit and the budget only
+    g, p = four_stage_plan()
+    m = build_model(p, g, summarization())
+    assert prefill_admission(engine_profile("vllm"), 4) == BatchAdmission(4, 256, 2048)
+
+    def limits(opts: SimOptions) -> tuple:
+        sim = Simulator(m, opts)
+        sim.run([Request(0.0, N_IN, 2)])
+        st = sim.pre[0]
+        return st.max_batches, st.max_requests, st.budget
+
+    assert limits(SimOptions()) == (4, 256, 2048)
+    assert limits(SimOptions(prefill_max_requests=8, prefill_token_budget=300)) == (4, 8, 300)
+    assert limits(SimOptions(prefill_admission="stage")) == (math.inf, math.inf, 2048)
