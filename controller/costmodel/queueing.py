@@ -6,22 +6,17 @@
   TTFT of a FIFO prefill pipeline fed by Poisson arrivals of requests of varied lengths, as
   the simulator runs it: no request overtakes another in the pipeline, so a short request
   that follows a long one leaves after it (``pipeline_ttft_cdf`` gives the closed form).
-- ``saturated_departures``, ``saturated_rate``: the saturated throughput of a pipeline that
-  holds at most a few batches and requests, as the engines run one (vLLM's batch queue keeps
-  PP batches in flight; the limits are ``models.engines.BatchAdmission``):
-  ``PrefillTimes.capacity``.
+``PrefillTimes.capacity`` comes from ``prefill_pool.saturated_rate``: the throughput of a
+pipeline that holds at most a few batches and requests, as the engines run one.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from controller.models.engines import BatchAdmission
 
 
 def pk_queue_delay(rate: float, service_s: float) -> float:
@@ -152,13 +147,15 @@ def _quantile(rate: float, t: PrefillTimes) -> float:
     if not math.isfinite(wait):
         return math.inf
     top = float(np.max(t.alone) + np.max(t.busiest) + wait)  # everyone meets it by then
-    return _edge(lambda x: pipeline_ttft_cdf(x, rate, t) < t.q, 0.0, top)[1]
+    return bisect_edge(lambda x: pipeline_ttft_cdf(x, rate, t) < t.q, 0.0, top)[1]
 
 
-def _edge(below: Callable[[float], bool], lo: float, hi: float) -> tuple[float, float]:
-    """(lo, hi) narrowed by ``BISECT_STEPS`` bisections around where ``below`` turns false
-    (true at ``lo``, false at ``hi``)."""
-    for _ in range(BISECT_STEPS):
+def bisect_edge(
+    below: Callable[[float], bool], lo: float, hi: float, steps: int = BISECT_STEPS
+) -> tuple[float, float]:
+    """(lo, hi) narrowed by ``steps`` bisections around where ``below`` turns false (true
+    at ``lo``, false at ``hi``)."""
+    for _ in range(steps):
         mid = (lo + hi) / 2
         if below(mid):
             lo = mid
@@ -173,66 +170,6 @@ def pipeline_max_rate(bound_s: float, t: PrefillTimes) -> float:
     requests alone miss it."""
     if pipeline_ttft_cdf(bound_s, 0.0, t) < t.q:
         return 0.0
-    return _edge(lambda r: pipeline_ttft_cdf(bound_s, r, t) >= t.q, 0.0, 1.0 / t.mean_busiest)[0]
-
-
-# -- a pipeline that holds at most a few batches (the engines' batch queue) --
-
-
-def saturated_departures(
-    prompts: Sequence[float], stage_cost: np.ndarray, admission: BatchAdmission
-) -> list[tuple[float, int]]:
-    """(departure time s, requests) of each batch when ``prompts`` (tokens each) all wait at
-    time 0 for a FIFO pipeline admitting them by ``admission``. ``stage_cost[i]`` is stage
-    i's (a, b, c): a batch of k tokens whose prompts' squares sum to k2 takes a + b k + c k2
-    there (Eq. 12 and the all-reduce and hop lines are affine in k and k2).
-
-    A batch starts at the first moment both limits allow (a departure frees a slot and its
-    requests) and leaves stage i at D[i] = max(D[i-1], D'[i]) + its time there, D' the
-    batch ahead of it: a proportionate flow shop. O(prompts + batches x stages), in plain
-    floats: rows are a few to a few dozen stages, where a numpy call per row costs more."""
-    cost = np.asarray(stage_cost, dtype=float)
-    if cost.ndim != 2 or cost.shape[1] != 3:
-        raise ValueError("stage_cost needs one (a, b, c) row per stage")
-    a, b, c = (cost[:, j].tolist() for j in range(3))
-    stages = range(len(a))
-    prev = [0.0] * len(a)
-    flight: deque[tuple[float, int]] = deque()
-    out: list[tuple[float, int]] = []
-    held, t, i, n = 0, 0.0, 0, len(prompts)
-    while i < n:
-        while flight and (
-            flight[0][0] <= t or len(flight) >= admission.slots or held >= admission.max_requests
-        ):
-            left, size = flight.popleft()
-            t, held = max(t, left), held - size
-        k = k2 = 0.0
-        size = 0
-        while i < n and held + size < admission.max_requests:
-            x = float(prompts[i])
-            if size and k + x > admission.budget:
-                break
-            k, k2, size, i = k + x, k2 + x * x, size + 1, i + 1
-        done = t
-        for s in stages:
-            p = prev[s]
-            done = (done if done > p else p) + a[s] + b[s] * k + c[s] * k2
-            prev[s] = done
-        flight.append((done, size))
-        held += size
-        out.append((done, size))
-    return out
-
-
-def saturated_rate(
-    prompts: Sequence[float], stage_cost: np.ndarray, admission: BatchAdmission
-) -> float:
-    """Requests/s that ``saturated_departures``' pipeline serves in steady state: the
-    requests after the first batch over the time from its departure to the last one's, which
-    leaves out the pipeline's fill (one pass: (PP - 1) of 337 batches of chatbot's 4,000
-    prompts, 3% at PP = 12). One batch: its requests over its departure."""
-    out = saturated_departures(prompts, stage_cost, admission)
-    (first, size), (last, _) = out[0], out[-1]
-    if len(out) == 1:
-        return size / first
-    return (len(prompts) - size) / (last - first)
+    return bisect_edge(
+        lambda r: pipeline_ttft_cdf(bound_s, r, t) >= t.q, 0.0, 1.0 / t.mean_busiest
+    )[0]

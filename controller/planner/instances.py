@@ -17,7 +17,8 @@ from dataclasses import replace
 import numpy as np
 
 from controller.costmodel.compute import decode_layer_time, prefill_layer_time
-from controller.costmodel.queueing import PrefillTimes, pipeline_max_rate, saturated_rate
+from controller.costmodel.prefill_pool import saturated_rate
+from controller.costmodel.queueing import PrefillTimes, pipeline_max_rate
 from controller.costmodel.sharing import SharedTraffic, allreduce_stretches
 from controller.models.engines import engine_profile, prefill_admission
 from controller.planner.allreduce import AllReducePricing
@@ -193,13 +194,18 @@ class InstancePricing(AllReducePricing, PipelinePricing):
             x, share = self.input_lengths
             rng = np.random.default_rng(self.problem.options.seed)
             self._prompt_sample = x[rng.choice(len(x), size=PROMPT_SAMPLE, p=share)].tolist()
-        # every stage's time is affine in k and k2 (Eq. 12, and the all-reduce and hop
-        # lines through the mean prompt and twice it): read its (a, b, c) off three batches
+        cost = self.stage_cost(times)
+        return saturated_rate(self._prompt_sample, cost, prefill_admission(profile, pp))
+
+    def stage_cost(self, times: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+        """Each stage's (a, b, c): a batch of k tokens whose prompts' squares sum to k2 takes
+        a + b k + c k2 s there (``times``, ``prefill_stage_times``: Eq. 12, and the
+        all-reduce and hop lines through the mean prompt and twice it, are affine in k and
+        k2), read off three batches."""
         m = self.mean_in
         at = times(np.array([m, 2 * m, m]), np.array([m * m, m * m, 2 * m * m]))
         b, c = (at[:, 1] - at[:, 0]) / m, (at[:, 2] - at[:, 0]) / (m * m)
-        cost = np.column_stack([at[:, 0] - b * m - c * m * m, b, c])
-        return saturated_rate(self._prompt_sample, cost, prefill_admission(profile, pp))
+        return np.column_stack([at[:, 0] - b * m - c * m * m, b, c])
 
     def ideal_prefill_rate(self, gpu_type: str, tp: int, pp: int) -> float:
         """The TTFT-bound rate of a (TP, PP) prefill instance of ``gpu_type`` that only

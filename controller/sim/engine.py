@@ -35,6 +35,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from controller.costmodel.prefill_pool import ROUTE_ALL_MAX
 from controller.errors import InputError
 from controller.models.engines import engine_profile, prefill_admission
 from controller.sim.decode import DecodeSide
@@ -231,7 +232,7 @@ class Simulator(DecodeSide):
     def _choose(self, n: int, load) -> int:
         """Least-loaded instance; among many, the better of ``route_choices`` random ones
         (power of d choices: near-optimal balance at O(d) per decision)."""
-        if n <= 8:
+        if n <= ROUTE_ALL_MAX:
             return min(range(n), key=load)
         cands = self.rng.sample(range(n), min(n, self.o.route_choices))
         return min(cands, key=load)

@@ -9,12 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from controller.costmodel.queueing import (
-    PrefillTimes,
-    pipeline_max_rate,
-    saturated_departures,
-    saturated_rate,
-)
+from controller.costmodel.prefill_pool import saturated_departures, saturated_rate
+from controller.costmodel.queueing import PrefillTimes, pipeline_max_rate
 from controller.models.engines import BatchAdmission
 
 
