@@ -31,6 +31,7 @@ from controller.planner.deployment import SearchResult, settle_kv
 from controller.planner.evaluate import Evaluator
 from controller.planner.idle import idle_gpus
 from controller.planner.results import InstanceEval, PhaseResult
+from controller.planner.ttft import checked_ttft
 from controller.topology.fabric import Fabric, Path
 from controller.topology.graph import DEFAULT_AGGREGATOR_SLOTS, DEFAULT_SLOT_BYTES, relayed
 from controller.units import to_gbps
@@ -303,6 +304,14 @@ def build_plan(result: SearchResult, planner: str, topology: str, workload: str)
     problem = ev.problem
     pre, dec, comb, t_f, flows, pre_groups, dec_groups = _settle_slots(result)
     notes = []
+    # the TTFT at H as the engines serve it, and H lowered where that misses the SLA
+    checked = checked_ttft(ev, pre, comb)
+    if checked.rate < comb.rate:
+        notes.append(
+            f"H lowered from {comb.rate:.3f} to {checked.rate:.3f} req/s: there the prefill "
+            f"pool meets the TTFT SLA as the engines admit prompts"
+        )
+    comb = checked
     # the groups of this plan that lost INA (others may have, in a deployment not kept)
     fell = sum(tuple(g.gpus) in ev.forced_ring for g in pre_groups + dec_groups)
     if fell:
