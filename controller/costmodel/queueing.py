@@ -6,8 +6,9 @@
   TTFT of a FIFO prefill pipeline fed by Poisson arrivals of requests of varied lengths, as
   the simulator runs it: no request overtakes another in the pipeline, so a short request
   that follows a long one leaves after it (``pipeline_ttft_cdf`` gives the closed form).
-``PrefillTimes.capacity`` comes from ``prefill_pool.saturated_rate``: the throughput of a
-pipeline that holds at most a few batches and requests, as the engines run one.
+  The search ranks prefill instances by it; the plan's own TTFT is the executable pool's
+  (``prefill_pool``), whose one-instance saturated rate is ``PrefillTimes.capacity``.
+- ``bisect_edge``: where a predicate turns false, by bisection.
 """
 
 from __future__ import annotations
