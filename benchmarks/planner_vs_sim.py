@@ -23,8 +23,8 @@ admission under the export's request limit, which the planner prices; or ``stage
 rule before; docs/simulator.md).
 
 ``--lives``: request lives of arrivals per simulated point (the evaluation's 30 by default;
-fewer is faster and overstates attainment near capacity). The track clusters at 384 and 1,200
-servers need the fast simulator; the sizes are a flag.
+fewer is faster and overstates attainment near capacity). ``--fast``: every point on the
+simulator's fast path (docs/simulator.md "The fast path"), which the 1,200-server rows need.
 """
 
 from __future__ import annotations
@@ -38,7 +38,16 @@ import numpy as np
 
 from controller.evaluation import scenarios as sc
 from controller.planner import PlannerOptions, plan
-from controller.sim import SimOptions, SimResult, Simulator, build_model, make_requests
+from controller.sim import (
+    FastSimulator,
+    SimOptions,
+    SimResult,
+    Simulator,
+    build_model,
+    make_requests,
+    request_arrays,
+)
+from controller.sim.model import PlanModel
 from controller.workload import Workload
 
 TARGET = 0.9  # the SLA's attainment, as the evaluation measures it
@@ -76,16 +85,34 @@ def bracket(att, h: float, steps: int) -> tuple[float, float]:
     return lo, hi
 
 
-def saturated(sim: Simulator, w: Workload, rate: float, n: int, seed: int) -> float:
+def simulate(model: PlanModel, opts: SimOptions, w: Workload, rate: float, n: int, seed: int):
+    """One point: (result, last arrival s), on the fast path when ``opts.fast``."""
+    arrivals = request_arrays(w, rate, n, seed)
+    if opts.fast:
+        return FastSimulator(model, opts).run_arrays(*arrivals), float(arrivals[0][-1])
+    return Simulator(model, opts).run(make_requests(w, rate, n, seed)), float(arrivals[0][-1])
+
+
+def saturated(
+    model: PlanModel, opts: SimOptions, w: Workload, rate: float, n: int, seed: int
+) -> float:
     """Completions per second over the middle half of the arrival span when ``rate`` exceeds
     what the plan serves (the queues grow, every instance of the binding phase stays busy)."""
-    reqs = make_requests(w, rate, n, seed)
-    fin = np.asarray(sim.run(reqs).per_request["finish_s"], dtype=float)
-    lo, hi = 0.25 * reqs[-1].arrival_s, 0.75 * reqs[-1].arrival_s
+    res, last = simulate(model, opts, w, rate, n, seed)
+    fin = np.asarray(res.per_request["finish_s"], dtype=float)
+    lo, hi = 0.25 * last, 0.75 * last
     return float(np.count_nonzero((fin >= lo) & (fin <= hi))) / (hi - lo)
 
 
-def row(name: str, servers: int | None, steps: int, lives: float, seed: int, admission: str) -> str:
+def row(
+    name: str,
+    servers: int | None,
+    steps: int,
+    lives: float,
+    seed: int,
+    admission: str,
+    fast: bool = False,
+) -> str:
     s = sc.scenario(name, servers=servers)
     g, w, sla = s.cluster(), s.load(), s.sla()
     t0 = time.perf_counter()
@@ -97,14 +124,14 @@ def row(name: str, servers: int | None, steps: int, lives: float, seed: int, adm
 
     t0 = time.perf_counter()
     model = build_model(p, g, w)
-    opts = SimOptions(seed=seed, prefill_admission=admission)
+    opts = SimOptions(seed=seed, prefill_admission=admission, fast=fast)
     h = p.predicted.rate
     at_h: list[SimResult] = []
 
     def att(rate: float) -> float:
         t1 = time.perf_counter()
         n = count(rate)
-        res = Simulator(model, opts).run(make_requests(w, rate, n, seed))
+        res, _ = simulate(model, opts, w, rate, n, seed)
         if rate == h:  # the latencies at H, beside the predicted ones there
             at_h.append(res)
         print(
@@ -117,10 +144,9 @@ def row(name: str, servers: int | None, steps: int, lives: float, seed: int, adm
 
     sim_rate, miss = bracket(att, h, steps)
     t_sim = time.perf_counter() - t0
-    sim = Simulator(model, opts)
     top = OVERLOAD * max(sim_rate, h)
     sat = saturated(
-        sim, w, top, max(sc.MIN_REQUESTS, math.ceil(top * SAT_LIVES * s.life_s())), seed
+        model, opts, w, top, max(sc.MIN_REQUESTS, math.ceil(top * SAT_LIVES * s.life_s())), seed
     )
     q = at_h[0].per_request
     ttft = float(np.percentile(q["ttft_s"], 100 * TARGET))
@@ -150,6 +176,12 @@ def main() -> None:
         default=SimOptions.prefill_admission,
         help="how prefill instances batch (SimOptions.prefill_admission)",
     )
+    ap.add_argument(
+        "--fast",
+        action="store_true",
+        help="simulate on the fast path (SimOptions.fast; docs/simulator.md), as the "
+        "1,200-server rows are",
+    )
     a = ap.parse_args()
     sizes = [int(x) for x in a.sizes.split(",") if x]
     print(
@@ -163,7 +195,7 @@ def main() -> None:
         for wl in a.workloads.split(","):
             name = f"{topo}-{wl}"
             for n in [None] if topo == "testbed" else sizes:
-                print(row(name, n, a.steps, a.lives, a.seed, a.admission), flush=True)
+                print(row(name, n, a.steps, a.lives, a.seed, a.admission, a.fast), flush=True)
 
 
 if __name__ == "__main__":

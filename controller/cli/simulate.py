@@ -71,6 +71,13 @@ def add_args(p: argparse.ArgumentParser) -> None:
         help="the unabridged run: one event per stage iteration and per decode step, without "
         "the simulator's exact shortcuts (docs/simulator.md, Speed); the same result, slower",
     )
+    p.add_argument(
+        "--fast",
+        action="store_true",
+        help="the fast path: the same rules compiled, every transfer at its time alone (no "
+        "link contention); for large clusters whose network the run does not load "
+        "(docs/simulator.md, The fast path)",
+    )
     p.add_argument("--json", metavar="PATH", type=output_file, help="write the full result as JSON")
 
 
@@ -90,8 +97,7 @@ def run(a: argparse.Namespace) -> int:
     from controller.cli.common import plan_and_workload
     from controller.cli.related import run_colocated
     from controller.inputs.plan_checks import load_plan
-    from controller.sim import SimOptions, build_model, make_requests
-    from controller.sim.engine import Simulator
+    from controller.sim import SimOptions, build_model, make_requests, simulator_for
 
     plan = load_plan(a.plan)
     if plan.layout == "colocated":  # the seed planners' plans (controller/related/colocated/)
@@ -107,8 +113,12 @@ def run(a: argparse.Namespace) -> int:
         f"plan by {plan.planner}{', online scheduler on' if a.online_scheduler else ''}",
         file=sys.stderr,
     )
-    opts = SimOptions(online_scheduler=a.online_scheduler, seed=a.seed, shortcuts=not a.exact)
-    res = Simulator(model, opts).run(reqs)
+    if a.fast and (a.exact or a.online_scheduler):
+        raise InputError("--fast runs neither --exact nor --online-scheduler")
+    opts = SimOptions(
+        online_scheduler=a.online_scheduler, seed=a.seed, shortcuts=not a.exact, fast=a.fast
+    )
+    res = simulator_for(model, opts).run(reqs)
     print(report(res))
     if a.json:
         write_text(a.json, json.dumps(res.to_dict(), indent=1) + "\n", "--json")

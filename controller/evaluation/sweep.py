@@ -47,13 +47,16 @@ def _model_for(scen_name: str, overrides: dict, planner: str, plan_d: dict):
 
 def run_point(point: Point) -> dict[str, Any]:
     """Simulate one point; return the figures a sweep keeps (no per-request arrays)."""
-    from controller.sim import SimOptions, make_requests
+    from controller.sim import FastSimulator, SimOptions, make_requests, request_arrays
     from controller.sim.engine import Simulator
 
     scen_name, overrides, planner, plan_d, rate, n, seed, opts = point
     model, w = _model_for(scen_name, overrides, planner, plan_d)
-    reqs = make_requests(w, rate, n, seed)
-    res = Simulator(model, SimOptions(seed=seed, **opts)).run(reqs)
+    o = SimOptions(seed=seed, **opts)
+    if o.fast:  # arrays, not a million Request objects; the tables stay on the model
+        res = FastSimulator(model, o).run_arrays(*request_arrays(w, rate, n, seed))
+    else:
+        res = Simulator(model, o).run(make_requests(w, rate, n, seed))
     d = res.to_dict()
     if not opts.get("keep_timeline"):
         d.pop("kv_timeline", None)

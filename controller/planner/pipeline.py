@@ -32,6 +32,19 @@ class PipelinePricing(EvalContext):
         on its route (latency plus bytes over bandwidth, in either cost mode), so two
         matrices per pair of stages price every size; stage pairs of the same shape
         (``shape_signature``) share them, as the min-max does not depend on the order."""
+        lat, slope = self._hop_matrices(a, b)
+        return float(np.min(np.max(lat + slope * nbytes, axis=0)))
+
+    def pipeline_hop_times(
+        self, a: Sequence[str], b: Sequence[str], nbytes: np.ndarray
+    ) -> np.ndarray:
+        """``pipeline_hop_time`` at every size of ``nbytes`` at once (s per entry)."""
+        lat, slope = self._hop_matrices(a, b)
+        sizes = np.asarray(nbytes, dtype=float)
+        return np.min(np.max(lat[..., None] + slope[..., None] * sizes, axis=0), axis=0)
+
+    def _hop_matrices(self, a: Sequence[str], b: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(latency s, s per byte) of every sender -> receiver pair of the hop a -> b."""
         key = (tuple(a), tuple(b))
         hit = self._hops.get(key)
         if hit is None:
@@ -46,8 +59,7 @@ class PipelinePricing(EvalContext):
                 lat = d0[:na, na:]
                 hit = self._hop_by_shape[shape] = (lat, (d1[:na, na:] - lat) / ref)
             self._hops[key] = hit
-        lat, slope = hit
-        return float(np.min(np.max(lat + slope * nbytes, axis=0)))
+        return hit
 
     def order_stages(
         self, groups: list[list[str]], pp: int

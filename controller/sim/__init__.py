@@ -12,10 +12,12 @@ continuous batching, preemption), ``scheduler`` (the online scheduler inside a r
 from __future__ import annotations
 
 import networkx as nx
+import numpy as np
 
 from controller.errors import InputError
 from controller.plan import Plan
 from controller.sim.engine import Simulator
+from controller.sim.fastpath import FastSimulator
 from controller.sim.metrics import SimResult
 from controller.sim.model import PlanModel, build_model
 from controller.sim.options import SimOptions
@@ -27,6 +29,17 @@ def make_requests(
 ) -> list[Request]:
     """``n`` requests at ``rate`` req/s (Poisson when cv = 1, gamma otherwise). A trace with
     timestamps keeps its own arrival times, rescaled to ``rate``."""
+    times, inputs, outputs = request_arrays(workload, rate, n, seed, cv)
+    return [
+        Request(float(t), int(i), int(o)) for t, i, o in zip(times, inputs, outputs, strict=True)
+    ]
+
+
+def request_arrays(
+    workload: Workload, rate: float, n: int, seed: int = 0, cv: float = 1.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``make_requests`` as three arrays (arrival s, input and output tokens), the fast
+    path's input."""
     if not rate > 0:
         raise InputError(f"request rate must be positive, got {rate}")
     if cv <= 0:
@@ -35,13 +48,14 @@ def make_requests(
         t = workload.arrivals - workload.arrivals.min()
         span = float(t.max())
         k = min(n, len(t))
-        scale = ((k - 1) / rate) / float(sorted(t)[k - 1]) if span > 0 else 1.0
-        order = sorted(range(len(t)), key=lambda i: t[i])[:k]
-        return [
-            Request(float(t[i]) * scale, int(workload.inputs[i]), int(workload.outputs[i]))
-            for i in order
-        ]
-    return workload.requests(rate, n, seed, cv)
+        order = np.argsort(t, kind="stable")[:k]
+        scale = ((k - 1) / rate) / float(t[order[-1]]) if span > 0 else 1.0
+        return (
+            t[order].astype(float) * scale,
+            np.asarray(workload.inputs)[order].astype(np.int64),
+            np.asarray(workload.outputs)[order].astype(np.int64),
+        )
+    return workload.arrays(rate, n, seed, cv)
 
 
 def simulate(
@@ -56,15 +70,26 @@ def simulate(
 ) -> SimResult:
     """Price ``plan`` on ``cluster`` and run ``n`` requests of ``workload`` at ``rate``."""
     model = build_model(plan, cluster, workload)
-    return Simulator(model, options).run(make_requests(workload, rate, n, seed, cv))
+    return simulator_for(model, options).run(make_requests(workload, rate, n, seed, cv))
+
+
+def simulator_for(model: PlanModel, options: SimOptions | None = None) -> Simulator | FastSimulator:
+    """The simulator ``options`` ask for: the fast path with ``fast``, else the event
+    simulator (both ``.run(requests) -> SimResult``)."""
+    if options is not None and options.fast:
+        return FastSimulator(model, options)
+    return Simulator(model, options)
 
 
 __all__ = [
+    "FastSimulator",
     "PlanModel",
     "SimOptions",
     "SimResult",
     "Simulator",
     "build_model",
     "make_requests",
+    "request_arrays",
     "simulate",
+    "simulator_for",
 ]

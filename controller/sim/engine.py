@@ -66,6 +66,24 @@ class _PrefillState:
     speed: float = 1.0  # seconds per token when alone (routing weight)
 
 
+def prefill_limits(
+    m: PlanModel, im: InstanceModel, o: SimOptions
+) -> tuple[int, float, float, float]:
+    """(token budget, batches in flight, requests in flight, routing weight in s per token)
+    of prefill instance ``im``: the limits of the plan's engine, else vLLM's, as the planner
+    prices them (``"stage"`` admission: no limit in flight), and the seconds per token of a
+    mean request alone, the least-work router's weight."""
+    limits = prefill_admission(engine_profile(m.plan.options.get("engine") or "vllm"), im.pp)
+    budget = o.prefill_token_budget or limits.budget
+    if o.prefill_admission == "engine":
+        batches, requests = limits.slots, o.prefill_max_requests or limits.max_requests
+    else:  # a free first stage with nothing in its inbox takes what is waiting
+        batches = requests = math.inf
+    ev = m.evaluator
+    speed = ev.prefill_instance([s.gpus for s in im.stages]).serve_s / max(1.0, ev.mean_in)
+    return budget, batches, requests, speed
+
+
 class Simulator(DecodeSide):
     """One run: ``Simulator(model, options).run(requests)`` -> :class:`SimResult`."""
 
@@ -117,21 +135,7 @@ class Simulator(DecodeSide):
             st = _PrefillState(im)
             st.inbox = [deque() for _ in im.stages]
             st.busy = [False] * len(im.stages)
-            # the limits of the plan's engine, else vLLM's, as the planner prices them
-            limits = prefill_admission(
-                engine_profile(m.plan.options.get("engine") or "vllm"), len(im.stages)
-            )
-            st.budget = self.o.prefill_token_budget or limits.budget
-            if self.o.prefill_admission == "engine":
-                st.max_batches = limits.slots
-                st.max_requests = self.o.prefill_max_requests or limits.max_requests
-            else:  # a free first stage with nothing in its inbox takes what is waiting
-                st.max_batches = st.max_requests = math.inf
-            # seconds per token of a mean request alone: the least-work routing weight
-            ev = m.evaluator
-            st.speed = ev.prefill_instance([s.gpus for s in im.stages]).serve_s / max(
-                1.0, ev.mean_in
-            )
+            st.budget, st.max_batches, st.max_requests, st.speed = prefill_limits(m, im, self.o)
             self.pre.append(st)
         self.sched = (
             GroupSchedulers(m, self.o.window_s, self.o.gamma) if self.o.online_scheduler else None

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import networkx as nx
+import numpy as np
 
 from controller.costmodel.compute import decode_layer_time, layer_weights, prefill_layer_time
 from controller.costmodel.kvcache import kv_route, kv_share_terms, kv_shares
@@ -200,6 +201,8 @@ class PlanModel:
     _kv: dict[tuple[int, int], KVModel] = field(default_factory=dict)
     _hops: dict[tuple, float] = field(default_factory=dict)
     _hop_memo: dict[tuple, float] = field(default_factory=dict)
+    # what runs of this priced plan derive once and reuse (the fast path's tables)
+    derived: dict[str, object] = field(default_factory=dict)
 
     @property
     def gpus_used(self) -> int:
@@ -247,6 +250,33 @@ class PlanModel:
             self._hop_memo[key] = hit
         return hit
 
+    def hop_times(self, stage: StageModel, nbytes: np.ndarray) -> np.ndarray:
+        """``hop`` at every size of ``nbytes`` at once, by the same interpolation."""
+        x = np.asarray(nbytes, dtype=float)
+        out = np.zeros(x.shape)
+        pos = x > 0
+        if stage.next_stage is None or not pos.any():
+            return out
+        lo = np.floor(4 * np.log2(x[pos])) / 4
+        d0, d1 = 2.0**lo, 2.0 ** (lo + 0.25)
+        hop = self.evaluator.pipeline_hop_times
+        t0 = hop(stage.gpus, stage.next_stage, d0)
+        t1 = hop(stage.gpus, stage.next_stage, d1)
+        out[pos] = t0 + (x[pos] - d0) * (t1 - t0) / (d1 - d0)
+        return out
+
+    def stage_extra_times(self, stage: StageModel, tokens: np.ndarray) -> np.ndarray:
+        """Per entry of ``tokens`` (the batch's tokens, prefill; its requests, decode), the
+        seconds one iteration of ``stage`` spends besides compute, alone: the pipeline hop
+        and the 2 L/P_pipe all-reduces on the plan's policy (as ``Simulator._iteration``)."""
+        nbytes = self.message_bytes(np.asarray(tokens, dtype=float))
+        out = self.hop_times(stage, nbytes)
+        if stage.options:
+            opt = stage.options[0]
+            n_ar = stage.allreduces
+            out += opt.work(n_ar).times_alone(n_ar * opt.const_s, nbytes)
+        return out
+
     def _hop_at(self, stage: StageModel, nbytes: float) -> float:
         key = (id(stage), nbytes)
         hit = self._hops.get(key)
@@ -256,6 +286,13 @@ class PlanModel:
         return hit
 
     # -- KV transfer (Eqs. 14-15) --------------------------------------------------------
+    def kv_shape(self, pre: int, dec: int) -> tuple:
+        """A key equal for prefill/decode pairs whose stages sit the same way in servers of
+        the same local structure (``shape_signature`` with each stage a part): their KV
+        routes are the same up to renaming, so their transfers take the same time alone."""
+        stages = self.prefill[pre].stages + self.decode[dec].stages
+        return self.evaluator.shape(*(s.gpus for s in stages))
+
     def kv(self, pre: int, dec: int) -> KVModel:
         """The KV transfer from prefill instance ``pre`` to decode instance ``dec``, with the
         evaluator's routes (each flow's cheapest alone at the mean prompt a transfer carries,

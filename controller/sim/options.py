@@ -38,3 +38,7 @@ class SimOptions:
     # ends. False is the unabridged run (``--exact``): one event per stage iteration, what
     # the shortcuts are tested against
     shortcuts: bool = True
+    # the fast path (fastpath.py, ``--fast``): the same rules compiled, every stage iteration
+    # and KV transfer at its time alone (no link contention); for clusters the run's traffic
+    # does not load, docs/simulator.md "The fast path" gives its agreement
+    fast: bool = False

@@ -7,37 +7,8 @@ import numpy as np
 import pytest
 
 from controller.cli import main
-from controller.models import model_spec
-from controller.planner import PlannerOptions, plan
 from controller.sim import SimOptions, Simulator, build_model, make_requests
 from controller.sim.decode import DecodeSide
-from controller.topology import testbed as make_testbed
-from controller.workload import chatbot, default_sla
-
-
-def _testbed_plan(model: str, prefill: tuple[int, int], decode: tuple[int, int]):
-    g = make_testbed()
-    w = chatbot()
-    opts = PlannerOptions(prefill_par=prefill, decode_par=decode)
-    return g, w, plan(g, model_spec(model), w, default_sla("chatbot"), opts)
-
-
-@pytest.fixture(scope="module")
-def pp2_plan():
-    """The testbed with prefill and decode in 2 pipeline stages each, so that a whole pass
-    differs from stage by stage; tensor-parallel groups all-reduce."""
-    g, w, p = _testbed_plan("OPT-66B", (2, 2), (4, 2))
-    assert p.prefill.pp == 2 and p.decode.pp == 2
-    return g, w, p
-
-
-@pytest.fixture(scope="module")
-def many_plan():
-    """A smaller model in more instances: requests are routed among 6 decode instances, so a
-    lazy instance's state is read by routing between its steps."""
-    g, w, p = _testbed_plan("OPT-13B", (1, 2), (1, 2))
-    assert len(p.prefill.instances) == 2 and len(p.decode.instances) == 6
-    return g, w, p
 
 
 def _same_run(a, b) -> None:

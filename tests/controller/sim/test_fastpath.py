@@ -1,0 +1,111 @@
+"""The simulator's fast path (``controller/sim/fastpath.py``, ``SimOptions.fast``) against
+the event simulator: the same schedule to 1e-9 where no two transfers share a link, and the
+issue's agreement (1 point of attainment, 5% of mean TTFT and TPOT) where they do; its KV
+pair shapes against every pair priced on its own; its refusals."""
+
+import numpy as np
+import pytest
+
+from controller.cli import main
+from controller.errors import InputError
+from controller.evaluation.scenarios import scenario
+from controller.planner import PlannerOptions, plan
+from controller.sim import (
+    FastSimulator,
+    SimOptions,
+    Simulator,
+    build_model,
+    make_requests,
+    request_arrays,
+)
+from controller.sim.fastpath import fast_tables
+
+
+def test_same_schedule_when_no_transfers_overlap(many_plan):
+    """At a low rate no two KV transfers are in flight at once, so the event simulator's
+    fluid network never stretches one and every request's times must be the same."""
+    g, w, p = many_plan
+    reqs = make_requests(w, 0.02 * p.predicted.rate, 150, seed=3)
+    model = build_model(p, g, w)
+    slow = Simulator(model, SimOptions()).run(reqs)
+    fast = FastSimulator(build_model(p, g, w), SimOptions()).run(reqs)
+    assert slow.rerates == 0  # nothing was shared: the premise of the comparison
+    for key, values in slow.per_request.items():
+        assert fast.per_request[key] == pytest.approx(values, rel=1e-9, nan_ok=True), key
+    assert fast.policy_use == slow.policy_use
+    assert fast.little["L_system"] == pytest.approx(slow.little["L_system"], rel=1e-9)
+    assert fast.peak_kv_fraction == pytest.approx(slow.peak_kv_fraction)
+    # the same KV samples; the last may differ (sampling stops when nothing else is left to
+    # happen, and the event simulator's lazy step ends leave its heap empty sooner)
+    n = min(len(fast.kv_timeline), len(slow.kv_timeline))
+    assert abs(len(fast.kv_timeline) - len(slow.kv_timeline)) <= 1 and n > 100
+    assert np.asarray(fast.kv_timeline[:n]) == pytest.approx(np.asarray(slow.kv_timeline[:n]))
+
+
+@pytest.mark.parametrize("which", ["many_plan", "pp2_plan"])
+@pytest.mark.parametrize("factor", [0.6, 1.0, 2.0])
+def test_agreement_with_the_event_simulator(which, factor, request):
+    """Where transfers contend (the fast path gives each its time alone): within 1 point
+    of attainment and 5% of mean TTFT and TPOT, from light load to twice the planner's
+    capacity (preemptions included there)."""
+    g, w, p = request.getfixturevalue(which)
+    reqs = make_requests(w, factor * p.predicted.rate, 1500, seed=1)
+    slow = Simulator(build_model(p, g, w), SimOptions()).run(reqs)
+    fast = FastSimulator(build_model(p, g, w), SimOptions()).run(reqs)
+    assert abs(fast.attainment - slow.attainment) <= 0.01
+    for what in ("ttft_s", "tpot_s"):
+        a, b = getattr(fast, what)["mean"], getattr(slow, what)["mean"]
+        assert a == pytest.approx(b, rel=0.05), what
+    assert fast.finished == slow.finished == len(reqs)
+    assert (fast.preemptions > 0) == (slow.preemptions > 0)
+
+
+def test_kv_pairs_by_shape_equal_each_pair_priced():
+    """On 2tracks at 24 servers, the KV envelope priced once per pair shape gives every
+    pair the time its own routes give, at short and long prompts."""
+    s = scenario("2tracks-chatbot", servers=24)
+    g, w = s.cluster(), s.load()
+    p = plan(g, s.model_spec(), w, s.sla(), PlannerOptions(), planner="heroserve")
+    m = build_model(p, g, w)
+    shaped = fast_tables(m, SimOptions(), 2048)
+    each = fast_tables(build_model(p, g, w), SimOptions(), 2048, kv_by_shape=False)
+    pairs = len(m.prefill) * len(m.decode)
+    assert pairs > 4 and shaped.kv_shapes < pairs == each.kv_shapes
+    for tokens in (16.0, 2048.0):
+        t_shape = np.max(shaped.dec["kv_k"] * tokens + shaped.dec["kv_l"], axis=2)
+        t_each = np.max(each.dec["kv_k"] * tokens + each.dec["kv_l"], axis=2)
+        assert t_shape == pytest.approx(t_each, rel=1e-12)
+        assert t_each[0, 0] == pytest.approx(m.kv(0, 0).time(tokens), rel=1e-12)
+
+
+def test_arrays_are_the_requests(many_plan):
+    """``request_arrays`` draws what ``make_requests`` draws."""
+    _, w, _ = many_plan
+    reqs = make_requests(w, 3.0, 50, seed=4)
+    t, i, o = request_arrays(w, 3.0, 50, seed=4)
+    assert t.tolist() == [r.arrival_s for r in reqs]
+    assert i.tolist() == [r.input_tokens for r in reqs]
+    assert o.tolist() == [r.output_tokens for r in reqs]
+
+
+def test_refusals(many_plan, capsys):
+    g, w, p = many_plan
+    m = build_model(p, g, w)
+    with pytest.raises(InputError, match="online scheduler"):
+        FastSimulator(m, SimOptions(online_scheduler=True))
+    with pytest.raises(InputError, match="prefill admission"):
+        FastSimulator(m, SimOptions(prefill_admission="stage"))
+    with pytest.raises(InputError, match="no requests"):
+        FastSimulator(m).run([])
+
+
+def test_cli_fast_refuses_exact(many_plan, tmp_path, capsys):
+    g, w, p = many_plan
+    path = tmp_path / "plan.json"
+    p.save(path)
+    code = main(["simulate", "--plan", str(path), "--rate", "1", "--fast", "--exact"])
+    assert code == 2
+    assert "--fast runs neither" in capsys.readouterr().err
+    code = main(["simulate", "--plan", str(path), "--rate", "1", "--requests", "50", "--fast"])
+    assert code == 0
+    assert "SLA attainment" in capsys.readouterr().out
