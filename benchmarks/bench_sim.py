@@ -6,19 +6,23 @@ point holds) at the paper's 1200 servers in about a minute. Planning the cluster
 its plan are reported apart; the point is the simulation. The machine is shared, so wall time
 moves with everyone else's load: CPU seconds are the figure to compare.
 
-``--servers N`` adds a 2tracks-chatbot point at N servers (repeatable). Its size is
-``--lives`` request lives of arrivals at the rate (default 30, what ``Scenario.requests_at``
-gives an evaluation point), or ``--big-requests`` requests when given. Each line prints the
-attainment and mean TTFT and TPOT beside the speed, so two runs of the same point (before and
-after a change to the simulator) can be checked for the same answer. ``--plans DIR`` keeps
+``--servers N`` adds a point of ``--scenario`` (2tracks-chatbot) at N servers (repeatable).
+Its size is ``--lives`` request lives of arrivals at the rate (default 30, what
+``Scenario.requests_at`` gives an evaluation point), or ``--big-requests`` requests when
+given. Each line prints the attainment and mean TTFT and TPOT beside the speed, so two runs
+of the same point (before and after a change to the simulator) can be checked for the same
+answer. ``--plans DIR`` keeps
 each cluster's plan there (planning 1,200 servers takes minutes): loaded when present,
-planned and saved otherwise. ``--exact`` runs every point a second time without the
-simulator's shortcuts (``SimOptions.shortcuts``, the unabridged run) and prints the two
-runs' agreement (attainment points, mean TTFT and TPOT) and the speed ratio.
+planned and saved otherwise. ``--paths`` runs every point on each path given, in order:
+``event`` (the event simulator with its exact shortcuts), ``exact`` (without them, the
+unabridged run, ``SimOptions.shortcuts``), ``fast`` (the compiled fast path,
+``SimOptions.fast``; its tables and compilation count as pricing), and prints each later
+path's agreement with the first (attainment points, mean TTFT and TPOT) and the speed ratio.
 
     .venv/bin/python benchmarks/bench_sim.py [--requests 10000] [--servers N ...]
+                                             [--scenario 2tracks-chatbot] [--no-testbed]
                                              [--lives 30 | --big-requests N] [--rate R]
-                                             [--plans DIR] [--exact]
+                                             [--plans DIR] [--paths event,exact,fast]
 """
 
 from __future__ import annotations
@@ -32,7 +36,15 @@ from pathlib import Path
 from controller.evaluation.scenarios import scenario
 from controller.inputs.plan_checks import load_plan
 from controller.planner import PlannerOptions, plan
-from controller.sim import SimOptions, SimResult, Simulator, build_model, make_requests
+from controller.sim import (
+    FastSimulator,
+    SimOptions,
+    SimResult,
+    Simulator,
+    build_model,
+    make_requests,
+    request_arrays,
+)
 
 
 def cpu_s() -> float:
@@ -42,6 +54,9 @@ def cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
+PATHS = ("event", "exact", "fast")  # the event simulator, unabridged, the fast path
+
+
 def bench(
     name: str,
     requests: int | None,
@@ -49,11 +64,11 @@ def bench(
     servers: int | None,
     rate_per_gpu: float | None,
     plans: Path | None = None,
-    exact: bool = False,
+    paths: tuple[str, ...] = ("event",),
 ) -> None:
     """Plan ``name`` (at ``servers``; reuse the plan kept in ``plans``), price the plan, run
-    one point and print its speed; with ``exact``, the unabridged run too, and the two
-    runs' agreement."""
+    one point on each of ``paths`` and print its speed, then each path's agreement with
+    the first."""
     s = scenario(name, servers=servers or None)
     c0 = cpu_s()
     g = s.cluster()
@@ -65,28 +80,32 @@ def bench(
         if kept is not None:
             p.save(kept)
     c_plan = cpu_s() - c0
-    c0 = cpu_s()
-    model = build_model(p, g, s.load())
-    c_build = cpu_s() - c0
     rpg = rate_per_gpu or 0.7 * p.predicted.rate_per_gpu  # near the simulated max rate
-    rate = rpg * model.gpus_used
+    gpus = build_model(p, g, s.load()).gpus_used
+    rate = rpg * gpus
     n = requests or max(1, math.ceil(rate * lives * s.life_s()))
-    reqs = make_requests(s.load(), rate, n, seed=0)
+    arrays = request_arrays(s.load(), rate, n, seed=0)
     head = (
-        f"{name} on {g.name} ({model.gpus_used} GPUs used): {n} requests at {rpg:.4g} "
+        f"{name} on {g.name} ({gpus} GPUs used): {n} requests at {rpg:.4g} "
         f"req/s/GPU ({n / rate / s.life_s():.2f} request lives)"
     )
-    runs = [("shortcuts", SimOptions())] + (
-        [("exact", SimOptions(shortcuts=False))] if exact else []
-    )
-    done: list[tuple[SimResult, float]] = []
-    for k, (label, opts) in enumerate(runs):
-        if k:  # priced anew: a run builds and keeps the KV routes of the pairs it uses
-            model = build_model(p, g, s.load())
+    done: list[tuple[str, SimResult, float]] = []
+    for label in paths:
+        c0 = cpu_s()
+        model = build_model(p, g, s.load())  # priced anew: a run keeps the KV routes it built
+        c_build = cpu_s() - c0
         c0, w0 = cpu_s(), time.perf_counter()
-        res = Simulator(model, opts).run(reqs)
+        if label == "fast":
+            sim = FastSimulator(model, SimOptions(fast=True))
+            sim.run_arrays(*(a[:1] for a in arrays))  # the tables (and the compiled core)
+            c_build += cpu_s() - c0
+            c0, w0 = cpu_s(), time.perf_counter()
+            res = sim.run_arrays(*arrays)
+        else:
+            reqs = make_requests(s.load(), rate, n, seed=0)
+            res = Simulator(model, SimOptions(shortcuts=label == "event")).run(reqs)
         cpu, wall = cpu_s() - c0, time.perf_counter() - w0
-        done.append((res, cpu))
+        done.append((label, res, cpu))
         print(
             f"{head}, {label} -> {cpu:.2f} s CPU, "
             f"{wall:.2f} s wall; {n / cpu:,.0f} requests and {res.events / cpu:,.0f} events per "
@@ -96,14 +115,14 @@ def bench(
             f"planning {c_plan:.1f} s CPU, pricing the plan {c_build:.2f} s CPU",
             flush=True,
         )
-    if exact:
-        (fast, c_fast), (full, c_full) = done
+    (ref, base, c_ref), *others = done
+    for label, res, cpu in others:
         print(
-            f"{head}: shortcuts against exact: attainment "
-            f"{(fast.attainment - full.attainment) * 100:+.3f} points, mean TTFT "
-            f"{fast.ttft_s['mean'] / full.ttft_s['mean'] - 1:+.2e}, mean TPOT "
-            f"{fast.tpot_s['mean'] / full.tpot_s['mean'] - 1:+.2e} (relative); "
-            f"{c_full / c_fast:.2f}x faster",
+            f"{head}: {label} against {ref}: attainment "
+            f"{(res.attainment - base.attainment) * 100:+.3f} points, mean TTFT "
+            f"{res.ttft_s['mean'] / base.ttft_s['mean'] - 1:+.2e}, mean TPOT "
+            f"{res.tpot_s['mean'] / base.tpot_s['mean'] - 1:+.2e} (relative); "
+            f"{c_ref / cpu:.2f}x faster",
             flush=True,
         )
 
@@ -118,13 +137,23 @@ def main() -> None:
     ap.add_argument("--big-requests", type=int, default=None, help="2tracks point: requests")
     ap.add_argument("--rate", type=float, default=None, help="req/s per GPU")
     ap.add_argument("--plans", type=Path, default=None, help="keep and reuse plans here")
-    ap.add_argument("--exact", action="store_true", help="also the unabridged run, compared")
+    ap.add_argument(
+        "--paths",
+        default="event",
+        help=f"comma-separated, run in this order and compared with the first: {', '.join(PATHS)}",
+    )
+    ap.add_argument("--scenario", default="2tracks-chatbot", help="of the --servers points")
+    ap.add_argument("--no-testbed", action="store_true", help="skip the testbed point")
     a = ap.parse_args()
+    paths = tuple(x for x in a.paths.split(",") if x)
+    if not paths or any(x not in PATHS for x in paths):
+        ap.error(f"--paths takes {', '.join(PATHS)}")
     if a.plans is not None:
         a.plans.mkdir(parents=True, exist_ok=True)
-    bench("testbed-chatbot", a.requests, a.lives, None, a.rate, a.plans, a.exact)
+    if not a.no_testbed:
+        bench("testbed-chatbot", a.requests, a.lives, None, a.rate, a.plans, paths)
     for n in a.servers:
-        bench("2tracks-chatbot", a.big_requests, a.lives, n, a.rate, a.plans, a.exact)
+        bench(a.scenario, a.big_requests, a.lives, n, a.rate, a.plans, paths)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="HeroServe's points run its online scheduler (docs/policy-table.md)",
     )
+    p.add_argument(
+        "--fast",
+        action="store_true",
+        help="simulate on the fast path (no link contention; docs/simulator.md, The fast "
+        "path): a 1,200-server point in about a minute",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
 
 
@@ -73,12 +79,14 @@ def run(a: argparse.Namespace) -> int:
         unit = 6 if s.topology == "2tracks" else 16
         if s.servers % unit:
             raise InputError(f"--servers must be a multiple of {unit} for {s.topology}")
+    if a.fast and a.online_scheduler:
+        raise InputError("--fast does not run the online scheduler")
     out = make_dir(a.out or f"eval/{s.name}", "--out")
     line = None if a.quiet else ProgressLine()
     say = line or (lambda m: None)
     try:
         with Runner(a.workers, a.ray, say) as runner:
-            summary = evaluate(s, out, runner, say, a.seed, a.online_scheduler)
+            summary = evaluate(s, out, runner, say, a.seed, a.online_scheduler, a.fast)
     finally:
         if line is not None:
             line.close()

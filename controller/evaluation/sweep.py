@@ -52,13 +52,14 @@ def run_point(point: Point) -> dict[str, Any]:
 
     scen_name, overrides, planner, plan_d, rate, n, seed, opts = point
     model, w = _model_for(scen_name, overrides, planner, plan_d)
-    o = SimOptions(seed=seed, **opts)
+    keep_timeline = opts.get("keep_timeline", False)  # the sweep's, not the simulator's
+    o = SimOptions(seed=seed, **{k: v for k, v in opts.items() if k != "keep_timeline"})
     if o.fast:  # arrays, not a million Request objects; the tables stay on the model
         res = FastSimulator(model, o).run_arrays(*request_arrays(w, rate, n, seed))
     else:
         res = Simulator(model, o).run(make_requests(w, rate, n, seed))
     d = res.to_dict()
-    if not opts.get("keep_timeline"):
+    if not keep_timeline:
         d.pop("kv_timeline", None)
     d["planner"] = planner
     d["rate"] = rate

@@ -107,6 +107,25 @@ def test_process_pool_gives_the_same_points_as_one_process():
     assert [x["ttft_s"]["mean"] for x in a] == [x["ttft_s"]["mean"] for x in b]
 
 
+def test_point_options_reach_the_simulator():
+    """A point's options: ``keep_timeline`` is the sweep's (the KV timeline of Fig. 10 kept
+    in the result), ``fast`` the simulator's (the same requests on the fast path: the same
+    attainment and, on this plan at a light load, the same mean TTFT)."""
+    from controller.evaluation.run import make_plans
+
+    s = scenario("testbed-chatbot", planners=("heroserve",), requests=120)
+    plans, _ = make_plans(s, lambda m: None)
+    d = plans["heroserve"].to_dict()
+    point = (s.name, {}, "heroserve", d, 1.0, 120, 0)
+    kept, plain, fast = Runner(1).map(
+        [(*point, {"keep_timeline": True}), (*point, {}), (*point, {"fast": True})]
+    )
+    assert len(kept["kv_timeline"]) > 10 and "kv_timeline" not in plain
+    assert fast["attainment"] == plain["attainment"]
+    assert fast["ttft_s"]["mean"] == pytest.approx(plain["ttft_s"]["mean"], rel=1e-9)
+    assert fast["events"] != plain["events"]  # it did take the other path
+
+
 @pytest.mark.skipif(
     importlib.util.find_spec("ray") is None,
     reason="ray is not installed (optional extra heroserve[ray]; CI skips it)",
