@@ -30,10 +30,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from controller.costmodel.prefill_pool import ROUTE_ALL_MAX
 from controller.errors import InputError
@@ -64,6 +65,27 @@ class _PrefillState:
     batches: int = 0  # batches admitted, not yet out of the last stage
     work_tokens: float = 0.0  # tokens queued or in flight (the routing load)
     speed: float = 1.0  # seconds per token when alone (routing weight)
+
+
+def route_draws(seed: int, side: int, requests: int, instances: int, choices: int) -> np.ndarray:
+    """Each request's candidates for the router among more than ``ROUTE_ALL_MAX``
+    instances: ``choices`` distinct instances a row (all when there are fewer), drawn up
+    front from ``seed`` and ``side`` (0 prefill, 1 decode). Drawn per request rather than
+    per decision, a request meets the same candidates whatever order events take, so the
+    event simulator and the fast path route alike. Empty when the router compares all."""
+    if instances <= ROUTE_ALL_MAX:
+        return np.zeros((requests, 0), dtype=np.int64)
+    rng = np.random.default_rng([seed, side])
+    k = min(choices, instances)
+    out = np.empty((requests, k), dtype=np.int64)
+    for c in range(k):  # each column distinct from those before it: redraw the clashes
+        col = rng.integers(0, instances, requests)
+        clash = (out[:, :c] == col[:, None]).any(axis=1)
+        while clash.any():
+            col[clash] = rng.integers(0, instances, int(clash.sum()))
+            clash = (out[:, :c] == col[:, None]).any(axis=1)
+        out[:, c] = col
+    return out
 
 
 def prefill_limits(
@@ -118,7 +140,9 @@ class Simulator(DecodeSide):
         self.net = FluidNetwork(
             self.links, self.events, lambda: next(self._seq), self.o.rerate_tolerance
         )
-        self.rng = random.Random(self.o.seed)
+        n_req = len(requests)
+        self.pre_draws = route_draws(self.o.seed, 0, n_req, len(m.prefill), self.o.route_choices)
+        self.dec_draws = route_draws(self.o.seed, 1, n_req, len(m.decode), self.o.route_choices)
         n = len(requests)
         self.reqs = requests
         self.inp = [r.input_tokens for r in requests]
@@ -233,20 +257,23 @@ class Simulator(DecodeSide):
         )  # fmt: skip
 
     # -- arrivals and prefill ------------------------------------------------------------
-    def _choose(self, n: int, load) -> int:
-        """Least-loaded instance; among many, the better of ``route_choices`` random ones
-        (power of d choices: near-optimal balance at O(d) per decision)."""
+    @staticmethod
+    def _choose(n: int, load, draws) -> int:
+        """Least-loaded instance; among many, the better of the request's ``route_choices``
+        random ones (``route_draws``; power of d choices: near-optimal balance at O(d) per
+        decision)."""
         if n <= ROUTE_ALL_MAX:
             return min(range(n), key=load)
-        cands = self.rng.sample(range(n), min(n, self.o.route_choices))
-        return min(cands, key=load)
+        return min(draws.tolist(), key=load)
 
     def _arrive(self) -> None:
         r = self._order[self._next_arrival]
         self._next_arrival += 1
         if self._next_arrival < len(self._order):
             self._push(self.arrival[self._order[self._next_arrival]], "arr", None)
-        p = self._choose(len(self.pre), lambda i: self.pre[i].work_tokens * self.pre[i].speed)
+        p = self._choose(
+            len(self.pre), lambda i: self.pre[i].work_tokens * self.pre[i].speed, self.pre_draws[r]
+        )
         st = self.pre[p]
         self.pre_of[r] = p
         st.queue.append(r)
@@ -325,7 +352,7 @@ class Simulator(DecodeSide):
             if self.out[r] <= 1:  # the first token was the last: no decode
                 self._finish(r)
                 continue
-            d = self._choose(len(self.dec), self._decode_load)
+            d = self._choose(len(self.dec), self._decode_load, self.dec_draws[r])
             ds = self.dec[d]
             self.dec_of[r] = d
             ds.members += 1

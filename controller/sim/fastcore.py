@@ -8,8 +8,9 @@ per-request record, each side's parameters and run state) and :func:`run_core` (
 
 What it runs, rule for rule as the unabridged simulator does: arrivals routed to the prefill
 instance with the least weighted work (of all up to ``ROUTE_ALL_MAX``, else the better of
-``route_choices`` drawn); vLLM's engine admission (at most PP batches and ``max_requests``
-in flight, each batch up to the token budget) into a FIFO pipeline, a permutation flow shop
+the request's ``route_choices`` candidates, drawn up front by ``engine.route_draws``);
+vLLM's engine admission (at most PP batches and ``max_requests`` in flight, each batch up
+to the token budget) into a FIFO pipeline, a permutation flow shop
 computed at admission (``start_s = max(end_{s-1}, free_s)``); the KV transfer to the decode
 instance with the fewest requests per slot, once it has room; continuous batching of P_pipe
 micro-batches as whole passes; vLLM's preemption with a swap delay; the KV-memory samples.
@@ -39,7 +40,8 @@ N_ACCUMULATORS = 5
 
 Requests = namedtuple(
     "Requests",
-    "arrival inp out start_pf first kv_done finish pre_of dec_of left admitted link dlink",
+    "arrival inp out start_pf first kv_done finish pre_of dec_of left admitted link dlink "
+    "pre_draws dec_draws",
 )
 PrefillSide = namedtuple(
     "PrefillSide",
@@ -76,9 +78,9 @@ def _load(j, base, weight, divide):
 
 
 @njit(cache=True)
-def _pick(n, base, weight, divide, choices):
+def _pick(n, base, weight, divide, draws):
     """The least-loaded of ``n`` instances (``_load``); among more than ``ROUTE_ALL_MAX``,
-    of ``choices`` distinct ones drawn (ties: the first)."""
+    of the request's ``draws`` (``engine.route_draws``; ties: the first)."""
     if n <= ROUTE_ALL_MAX:  # a compile-time constant
         best, best_v = 0, _load(0, base, weight, divide)
         for j in range(1, n):
@@ -86,22 +88,11 @@ def _pick(n, base, weight, divide, choices):
             if v < best_v:
                 best, best_v = j, v
         return best
-    drawn = np.empty(choices, np.int64)
-    m = 0
-    while m < choices:
-        j = np.random.randint(n)
-        fresh = True
-        for i in range(m):
-            if drawn[i] == j:
-                fresh = False
-        if fresh:
-            drawn[m] = j
-            m += 1
-    best, best_v = drawn[0], _load(drawn[0], base, weight, divide)
-    for i in range(1, choices):
-        v = _load(drawn[i], base, weight, divide)
+    best, best_v = draws[0], _load(draws[0], base, weight, divide)
+    for i in range(1, draws.shape[0]):
+        v = _load(draws[i], base, weight, divide)
         if v < best_v:
-            best, best_v = drawn[i], v
+            best, best_v = draws[i], v
     return best
 
 
@@ -356,11 +347,9 @@ def _step_done(d, m, now, R, D, ctr, acc, heap, kv_bytes_per_token, swap_bps):
 @njit(cache=True)
 def run_core(R, P, D, ctr, acc, timeline, options):
     """One run over requests sorted by arrival. ``options``: (KV bytes per token, swap
-    bytes/s, route choices, seed, KV samples). Fills ``R``'s times, the sides' statistics,
+    bytes/s, KV samples). Fills ``R``'s times, the sides' statistics,
     ``ctr``, ``acc`` and ``timeline`` (time, KV fraction); returns (end time, samples)."""
-    kvpt, swap_bps = options[0], options[1]
-    choices, samples = int(options[2]), int(options[4])
-    np.random.seed(int(options[3]))
+    kvpt, swap_bps, samples = options[0], options[1], int(options[2])
     n = R.arrival.shape[0]
     n_pre, n_dec = P.nst.shape[0], D.nst.shape[0]
     slots = np.empty(n_dec)
@@ -394,7 +383,7 @@ def run_core(R, P, D, ctr, acc, timeline, options):
             nxt += 1
             if nxt < n:
                 _push(heap, ctr, R.arrival[nxt], ARRIVE, 0, 0)
-            p = _pick(n_pre, P.work, P.speed, False, choices)
+            p = _pick(n_pre, P.work, P.speed, False, R.pre_draws[r])
             R.pre_of[r] = p
             _append(P.q_head, P.q_tail, R.link, p, r)
             P.work[p] += R.inp[r]
@@ -415,7 +404,7 @@ def run_core(R, P, D, ctr, acc, timeline, options):
                 if R.out[r] <= 1:
                     _finish(r, now, R, ctr)
                 else:
-                    d = _pick(n_dec, D.members, slots, True, choices)
+                    d = _pick(n_dec, D.members, slots, True, R.dec_draws[r])
                     R.dec_of[r] = d
                     D.members[d] += 1
                     _append(D.p_head, D.p_tail, R.dlink, d, r)

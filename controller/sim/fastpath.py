@@ -21,7 +21,7 @@ import numpy as np
 from controller.costmodel.compute import prefill_layer_time
 from controller.errors import InputError
 from controller.sim import fastcore as core
-from controller.sim.engine import prefill_limits
+from controller.sim.engine import prefill_limits, route_draws
 from controller.sim.metrics import RunRecord, SimResult, summarise
 from controller.sim.model import InstanceModel, PlanModel
 from controller.sim.options import SimOptions
@@ -215,6 +215,8 @@ def run_fast(
         np.asarray(arrival, dtype=float)[order], inp, out, nan.copy(), nan.copy(),
         nan.copy(), nan.copy(), minus.copy(), minus.copy(), out - 1,
         np.zeros(n, dtype=np.int64), minus.copy(), minus.copy(),
+        route_draws(o.seed, 0, n, len(m.prefill), o.route_choices)[order],
+        route_draws(o.seed, 1, n, len(m.decode), o.route_choices)[order],
     )  # fmt: skip
     pre = _prefill_state(tables, n)
     dec = _decode_state(tables)
@@ -222,7 +224,7 @@ def run_fast(
     acc = np.zeros(core.N_ACCUMULATORS)
     timeline = np.zeros((2 * o.kv_samples + 1, 2))
     opts = np.array(
-        [m.model.kv_bytes_per_token(), o.swap_bytes_per_s, o.route_choices, o.seed, o.kv_samples],
+        [m.model.kv_bytes_per_token(), o.swap_bytes_per_s, o.kv_samples],
         dtype=float,
     )
     end, kept = core.run_core(req, pre, dec, ctr, acc, timeline, opts)
