@@ -32,3 +32,12 @@ def many_plan():
     g, w, p = testbed_plan("OPT-13B", (1, 2), (1, 2))
     assert len(p.prefill.instances) == 2 and len(p.decode.instances) == 6
     return g, w, p
+
+
+@pytest.fixture(scope="module")
+def twelve_decode_plan():
+    """OPT-13B on single GPUs: 2 prefill and 12 decode instances, more than the router
+    compares at once (``ROUTE_ALL_MAX``), so it draws candidates."""
+    g, w, p = testbed_plan("OPT-13B", (1, 1), (1, 1))
+    assert len(p.prefill.instances) == 2 and len(p.decode.instances) == 12
+    return g, w, p

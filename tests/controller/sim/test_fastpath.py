@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from controller.cli import main
+from controller.costmodel.prefill_pool import ROUTE_ALL_MAX
 from controller.errors import InputError
 from controller.evaluation.scenarios import scenario
 from controller.planner import PlannerOptions, plan
@@ -18,6 +19,7 @@ from controller.sim import (
     make_requests,
     request_arrays,
 )
+from controller.sim.engine import route_draws
 from controller.sim.fastpath import fast_tables
 
 
@@ -58,6 +60,34 @@ def test_agreement_with_the_event_simulator(which, factor, request):
         assert a == pytest.approx(b, rel=0.05), what
     assert fast.finished == slow.finished == len(reqs)
     assert (fast.preemptions > 0) == (slow.preemptions > 0)
+
+
+def test_routing_among_many_instances_is_shared(twelve_decode_plan):
+    """12 decode instances, so the router compares two candidates drawn per request
+    (``route_draws``): both paths meet the same ones. The prefill side crosses no shared
+    link, so every first token is at the same time to 1e-9 even in overload; the decode
+    side within the agreement above."""
+    g, w, p = twelve_decode_plan
+    assert len(p.decode.instances) > ROUTE_ALL_MAX
+    for factor in (0.6, 2.0):
+        reqs = make_requests(w, factor * p.predicted.rate, 1500, seed=1)
+        slow = Simulator(build_model(p, g, w), SimOptions()).run(reqs)
+        fast = FastSimulator(build_model(p, g, w), SimOptions()).run(reqs)
+        want = slow.per_request["first_token_s"]
+        assert fast.per_request["first_token_s"] == pytest.approx(want, rel=1e-9)
+        assert abs(fast.attainment - slow.attainment) <= 0.01
+        assert fast.tpot_s["mean"] == pytest.approx(slow.tpot_s["mean"], rel=0.05)
+
+
+def test_route_draws_are_distinct_candidates_per_request():
+    draws = route_draws(7, 1, 5000, 12, 3)
+    assert draws.shape == (5000, 3) and draws.min() >= 0 and draws.max() < 12
+    assert all(len(set(row)) == 3 for row in draws.tolist())
+    assert (draws == route_draws(7, 1, 5000, 12, 3)).all()  # the seed fixes them
+    assert not (draws == route_draws(7, 0, 5000, 12, 3)).all()  # the sides differ
+    # every instance about equally often: 5000 * 3 / 12 = 1250 each
+    assert np.bincount(draws.ravel(), minlength=12) == pytest.approx([1250] * 12, rel=0.1)
+    assert route_draws(7, 0, 10, ROUTE_ALL_MAX, 2).shape == (10, 0)  # all are compared
 
 
 def test_kv_pairs_by_shape_equal_each_pair_priced():
