@@ -21,7 +21,8 @@ path's agreement with the first (attainment points, mean TTFT and TPOT) and the 
 
     .venv/bin/python benchmarks/bench_sim.py [--requests 10000] [--servers N ...]
                                              [--scenario 2tracks-chatbot] [--no-testbed]
-                                             [--lives 30 | --big-requests N] [--rate R]
+                                             [--lives 30 | --big-requests N]
+                                             [--rate R | --fraction 0.7]
                                              [--plans DIR] [--paths event,exact,fast]
 """
 
@@ -65,6 +66,7 @@ def bench(
     rate_per_gpu: float | None,
     plans: Path | None = None,
     paths: tuple[str, ...] = ("event",),
+    fraction: float = 0.7,
 ) -> None:
     """Plan ``name`` (at ``servers``; reuse the plan kept in ``plans``), price the plan, run
     one point on each of ``paths`` and print its speed, then each path's agreement with
@@ -80,7 +82,7 @@ def bench(
         if kept is not None:
             p.save(kept)
     c_plan = cpu_s() - c0
-    rpg = rate_per_gpu or 0.7 * p.predicted.rate_per_gpu  # near the simulated max rate
+    rpg = rate_per_gpu or fraction * p.predicted.rate_per_gpu
     gpus = build_model(p, g, s.load()).gpus_used
     rate = rpg * gpus
     n = requests or max(1, math.ceil(rate * lives * s.life_s()))
@@ -136,6 +138,12 @@ def main() -> None:
     ap.add_argument("--lives", type=float, default=30.0, help="2tracks point: request lives")
     ap.add_argument("--big-requests", type=int, default=None, help="2tracks point: requests")
     ap.add_argument("--rate", type=float, default=None, help="req/s per GPU")
+    ap.add_argument(
+        "--fraction",
+        type=float,
+        default=0.7,
+        help="without --rate: this share of the plan's predicted rate (0.7, below its knee)",
+    )
     ap.add_argument("--plans", type=Path, default=None, help="keep and reuse plans here")
     ap.add_argument(
         "--paths",
@@ -151,9 +159,9 @@ def main() -> None:
     if a.plans is not None:
         a.plans.mkdir(parents=True, exist_ok=True)
     if not a.no_testbed:
-        bench("testbed-chatbot", a.requests, a.lives, None, a.rate, a.plans, paths)
+        bench("testbed-chatbot", a.requests, a.lives, None, a.rate, a.plans, paths, a.fraction)
     for n in a.servers:
-        bench(a.scenario, a.big_requests, a.lives, n, a.rate, a.plans, paths)
+        bench(a.scenario, a.big_requests, a.lives, n, a.rate, a.plans, paths, a.fraction)
 
 
 if __name__ == "__main__":
