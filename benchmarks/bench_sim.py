@@ -24,6 +24,7 @@ path's agreement with the first (attainment points, mean TTFT and TPOT) and the 
                                              [--lives 30 | --big-requests N]
                                              [--rate R | --fraction 0.7]
                                              [--plans DIR] [--paths event,exact,fast]
+                                             [--kv-links]
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def bench(
     plans: Path | None = None,
     paths: tuple[str, ...] = ("event",),
     fraction: float = 0.7,
+    kv_links: bool = False,
 ) -> None:
     """Plan ``name`` (at ``servers``; reuse the plan kept in ``plans``), price the plan, run
     one point on each of ``paths`` and print its speed, then each path's agreement with
@@ -98,7 +100,7 @@ def bench(
         c_build = cpu_s() - c0
         c0, w0 = cpu_s(), time.perf_counter()
         if label == "fast":
-            sim = FastSimulator(model, SimOptions(fast=True))
+            sim = FastSimulator(model, SimOptions(fast=True), kv_by_shape=not kv_links)
             sim.run_arrays(*(a[:1] for a in arrays))  # the tables (and the compiled core)
             c_build += cpu_s() - c0
             c0, w0 = cpu_s(), time.perf_counter()
@@ -112,7 +114,8 @@ def bench(
             f"{head}, {label} -> {cpu:.2f} s CPU, "
             f"{wall:.2f} s wall; {n / cpu:,.0f} requests and {res.events / cpu:,.0f} events per "
             f"CPU s ({res.events:,} events, {res.events / wall:,.0f} per wall s); "
-            f"{res.duration_s:.0f} s simulated; attainment {res.attainment:.2%}, mean TTFT "
+            f"{res.duration_s:.0f} s simulated; busiest Ethernet link "
+            f"{res.ethernet_util['max']:.1%}; attainment {res.attainment:.2%}, mean TTFT "
             f"{res.ttft_s['mean'] * 1e3:.1f} ms, mean TPOT {res.tpot_s['mean'] * 1e3:.2f} ms; "
             f"planning {c_plan:.1f} s CPU, pricing the plan {c_build:.2f} s CPU",
             flush=True,
@@ -151,6 +154,11 @@ def main() -> None:
         help=f"comma-separated, run in this order and compared with the first: {', '.join(PATHS)}",
     )
     ap.add_argument("--scenario", default="2tracks-chatbot", help="of the --servers points")
+    ap.add_argument(
+        "--kv-links",
+        action="store_true",
+        help="fast path: price every KV pair's routes, so the Ethernet utilisation counts KV",
+    )
     ap.add_argument("--no-testbed", action="store_true", help="skip the testbed point")
     a = ap.parse_args()
     paths = tuple(x for x in a.paths.split(",") if x)
@@ -159,9 +167,14 @@ def main() -> None:
     if a.plans is not None:
         a.plans.mkdir(parents=True, exist_ok=True)
     if not a.no_testbed:
-        bench("testbed-chatbot", a.requests, a.lives, None, a.rate, a.plans, paths, a.fraction)
+        bench(
+            "testbed-chatbot", a.requests, a.lives, None, a.rate, a.plans, paths, a.fraction,
+            a.kv_links,
+        )  # fmt: skip
     for n in a.servers:
-        bench(a.scenario, a.big_requests, a.lives, n, a.rate, a.plans, paths, a.fraction)
+        bench(
+            a.scenario, a.big_requests, a.lives, n, a.rate, a.plans, paths, a.fraction, a.kv_links
+        )
 
 
 if __name__ == "__main__":

@@ -157,9 +157,12 @@ class FastSimulator:
     requests)``; the tables are built on the first run and kept on the priced plan
     (``PlanModel.derived``) for the next (a sweep)."""
 
-    def __init__(self, model: PlanModel, options: SimOptions | None = None) -> None:
+    def __init__(
+        self, model: PlanModel, options: SimOptions | None = None, kv_by_shape: bool = True
+    ) -> None:
         self.m = model
         self.o = options or SimOptions()
+        self.kv_by_shape = kv_by_shape  # False: every pair's routes, KV bytes on the links
         why = unsupported(self.o)
         if why:
             raise InputError(why)
@@ -176,10 +179,12 @@ class FastSimulator:
         if len(inputs) == 0:
             raise InputError("no requests to simulate")
         longest = int(np.max(inputs))
-        key = f"fast_tables:{self.o.prefill_token_budget}:{self.o.prefill_max_requests}"
+        o = self.o
+        key = f"fast_tables:{o.prefill_token_budget}:{o.prefill_max_requests}:{self.kv_by_shape}"
         tables = self.m.derived.get(key)
         if not isinstance(tables, FastTables) or tables.max_tokens < longest:
-            tables = self.m.derived[key] = fast_tables(self.m, self.o, longest)
+            tables = fast_tables(self.m, o, longest, self.kv_by_shape)
+            self.m.derived[key] = tables
         return run_fast(self.m, tables, arrival, inputs, outputs, self.o)
 
 
