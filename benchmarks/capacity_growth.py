@@ -15,7 +15,10 @@ it simulates ``GROWTH x miss``. Where that meets the SLA, the simulated capacity
 least ``GROWTH``-fold (attainment falls as the rate rises). Each point prints to stderr.
 
     .venv/bin/python benchmarks/capacity_growth.py [--clusters 2tracks,8tracks]
-        [--sizes 600,1200] [--workload chatbot] [--simulate]
+        [--sizes 600,1200] [--workload chatbot] [--simulate [--fast]]
+
+``--fast`` simulates on the fast path (docs/simulator.md), a 1,200-server point in about a
+minute.
 """
 
 from __future__ import annotations
@@ -29,7 +32,15 @@ import networkx as nx
 from controller.evaluation.scenarios import SCENARIOS, Scenario
 from controller.plan import Plan
 from controller.planner import PlannerOptions, plan
-from controller.sim import PlanModel, SimOptions, Simulator, build_model, make_requests
+from controller.sim import (
+    FastSimulator,
+    PlanModel,
+    SimOptions,
+    Simulator,
+    build_model,
+    make_requests,
+    request_arrays,
+)
 
 HALF = {"2tracks": 600, "8tracks": 592}  # whole units: 6 and 16 servers
 TARGET = 0.9  # the SLA's attainment, as the evaluation measures it
@@ -38,12 +49,17 @@ STEP = 1.05  # ratio between the smaller size's points above H
 MAX_STEPS = 12  # points tried above H at the smaller size (up to 1.05^12 = 1.8 H)
 
 
-def attainment(sc: Scenario, g: nx.Graph, p: Plan, model: PlanModel, rate: float) -> float:
+def attainment(
+    sc: Scenario, g: nx.Graph, p: Plan, model: PlanModel, rate: float, fast: bool = False
+) -> float:
     """The SLA's attainment of ``p`` (priced as ``model``) simulated at ``rate`` req/s (30
-    request lives)."""
+    request lives), on the simulator's fast path with ``fast``."""
     t0 = time.process_time()
     n = sc.requests_at(rate)
-    res = Simulator(model, SimOptions()).run(make_requests(sc.load(), rate, n, seed=0))
+    if fast:
+        res = FastSimulator(model).run_arrays(*request_arrays(sc.load(), rate, n, seed=0))
+    else:
+        res = Simulator(model, SimOptions()).run(make_requests(sc.load(), rate, n, seed=0))
     print(
         f"  {g.name} {sc.workload}: {rate:.3f} req/s ({rate / p.predicted.rate:.3f} H), {n} "
         f"requests, attainment {res.attainment:.4f} ({time.process_time() - t0:.0f} CPU s)",
@@ -53,20 +69,20 @@ def attainment(sc: Scenario, g: nx.Graph, p: Plan, model: PlanModel, rate: float
     return res.attainment
 
 
-def simulated_growth(runs: list[tuple[Scenario, nx.Graph, Plan]]) -> str:
+def simulated_growth(runs: list[tuple[Scenario, nx.Graph, Plan]], fast: bool = False) -> str:
     """The simulated half of the check (``--simulate``): a rate the smaller cluster misses,
     then ``GROWTH`` times it on the larger one."""
     (s0, g0, p0), (s1, g1, p1) = runs
     m0 = build_model(p0, g0, s0.load())
     miss = p0.predicted.rate
     for _ in range(MAX_STEPS):
-        if attainment(s0, g0, p0, m0, miss) < TARGET:
+        if attainment(s0, g0, p0, m0, miss, fast) < TARGET:
             break
         miss *= STEP
     else:
         return f"{g0.name} meets the SLA up to {miss:.3f} req/s: no upper bound found"
     r = GROWTH * miss
-    met = attainment(s1, g1, p1, build_model(p1, g1, s1.load()), r) >= TARGET
+    met = attainment(s1, g1, p1, build_model(p1, g1, s1.load()), r, fast) >= TARGET
     return (
         f"simulated: {g0.name} misses the SLA at {miss:.3f} req/s; {g1.name} "
         + (f"meets it at {GROWTH} x that ({r:.3f}): grew at least {GROWTH}x"
@@ -80,6 +96,7 @@ def main() -> None:
     ap.add_argument("--workload", choices=("chatbot", "summarization"), default="chatbot")
     ap.add_argument("--sizes", default="", help="servers, comma-separated (default: half, 1200)")
     ap.add_argument("--simulate", action="store_true", help="check the growth in the simulator")
+    ap.add_argument("--fast", action="store_true", help="simulate on the fast path")
     a = ap.parse_args()
     for topo in a.clusters.split(","):
         base = SCENARIOS[f"{topo}-{a.workload}"]
@@ -110,7 +127,7 @@ def main() -> None:
                 flush=True,
             )
         if a.simulate and len(runs) == 2:
-            print(f"{topo:8} {simulated_growth(runs)}", flush=True)
+            print(f"{topo:8} {simulated_growth(runs, a.fast)}", flush=True)
 
 
 if __name__ == "__main__":
