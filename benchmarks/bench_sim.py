@@ -24,7 +24,6 @@ path's agreement with the first (attainment points, mean TTFT and TPOT) and the 
                                              [--lives 30 | --big-requests N]
                                              [--rate R | --fraction 0.7]
                                              [--plans DIR] [--paths event,exact,fast]
-                                             [--kv-links]
 """
 
 from __future__ import annotations
@@ -68,7 +67,6 @@ def bench(
     plans: Path | None = None,
     paths: tuple[str, ...] = ("event",),
     fraction: float = 0.7,
-    kv_links: bool = False,
 ) -> None:
     """Plan ``name`` (at ``servers``; reuse the plan kept in ``plans``), price the plan, run
     one point on each of ``paths`` and print its speed, then each path's agreement with
@@ -100,7 +98,7 @@ def bench(
         c_build = cpu_s() - c0
         c0, w0 = cpu_s(), time.perf_counter()
         if label == "fast":
-            sim = FastSimulator(model, SimOptions(fast=True), kv_by_shape=not kv_links)
+            sim = FastSimulator(model, SimOptions(fast=True))
             sim.run_arrays(*(a[:1] for a in arrays))  # the tables (and the compiled core)
             c_build += cpu_s() - c0
             c0, w0 = cpu_s(), time.perf_counter()
@@ -154,11 +152,6 @@ def main() -> None:
         help=f"comma-separated, run in this order and compared with the first: {', '.join(PATHS)}",
     )
     ap.add_argument("--scenario", default="2tracks-chatbot", help="of the --servers points")
-    ap.add_argument(
-        "--kv-links",
-        action="store_true",
-        help="fast path: price every KV pair's routes, so the Ethernet utilisation counts KV",
-    )
     ap.add_argument("--no-testbed", action="store_true", help="skip the testbed point")
     a = ap.parse_args()
     paths = tuple(x for x in a.paths.split(",") if x)
@@ -167,14 +160,9 @@ def main() -> None:
     if a.plans is not None:
         a.plans.mkdir(parents=True, exist_ok=True)
     if not a.no_testbed:
-        bench(
-            "testbed-chatbot", a.requests, a.lives, None, a.rate, a.plans, paths, a.fraction,
-            a.kv_links,
-        )  # fmt: skip
+        bench("testbed-chatbot", a.requests, a.lives, None, a.rate, a.plans, paths, a.fraction)
     for n in a.servers:
-        bench(
-            a.scenario, a.big_requests, a.lives, n, a.rate, a.plans, paths, a.fraction, a.kv_links
-        )
+        bench(a.scenario, a.big_requests, a.lives, n, a.rate, a.plans, paths, a.fraction)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 """The simulator's fast path (docs/simulator.md "The fast path"): the same rules as
 :class:`~controller.sim.engine.Simulator`, compiled (``fastcore.py``), with every stage
 iteration and KV transfer taking its time alone. It leaves out one thing, link contention,
-and is for clusters whose network the run does not load: ``bench_sim.py --fast`` and
-``tests/controller/sim/test_fastpath.py`` measure its agreement with the unabridged run.
+and is for clusters whose network the run does not load: ``bench_sim.py --paths
+event,fast`` and ``tests/controller/sim/test_fastpath.py`` measure its agreement with the
+event simulator.
 
 Holds :func:`unsupported` (why a run cannot take the fast path), :class:`FastTables` and
 :func:`fast_tables` (a priced plan as the core's arrays: per stage, the seconds besides
-compute at every batch; per prefill/decode pair, the KV transfer's envelope, priced once per
-pair shape) and :func:`run_fast` (one run, reported as the simulator reports).
+compute at every batch; per prefill/decode pair, the KV transfer's envelope),
+:class:`FastSimulator` (``Simulator``'s interface) and :func:`run_fast` (one run, reported
+as the simulator reports).
 """
 
 from __future__ import annotations
@@ -43,12 +45,12 @@ def unsupported(options: SimOptions) -> str | None:
 class FastTables:
     """A priced plan as the core's arrays (``fastcore.PrefillSide`` / ``DecodeSide``
     parameters), reusable by every run of a sweep. ``max_tokens``: the largest prefill batch
-    the tables cover; ``kv_shapes``: distinct KV pair shapes priced."""
+    the tables cover; ``kv_pairs``: prefill/decode pairs priced."""
 
     pre: dict[str, np.ndarray]
     dec: dict[str, np.ndarray]
     max_tokens: int
-    kv_shapes: int
+    kv_pairs: int
     pricing_s: float  # CPU seconds to build them
 
 
@@ -113,21 +115,17 @@ def _decode(m: PlanModel) -> dict[str, np.ndarray]:
     }
 
 
-def _kv(m: PlanModel, dec: dict[str, np.ndarray], by_shape: bool) -> int:
-    """Every pair's KV envelope (mult * K s per token, mult * lat s) into ``dec``; pairs of
-    one shape (``PlanModel.kv_shape``, routes equal up to renaming) priced once. Returns the
-    pairs priced."""
-    priced: dict[tuple, list[tuple[float, float]]] = {}
+def _kv(m: PlanModel, dec: dict[str, np.ndarray]) -> int:
+    """Every pair's KV envelope (mult * K s per token, mult * lat s) into ``dec``, from its
+    own routes (``PlanModel.kv``; pairs of one shape do not share them: on 2tracks-1,200
+    the core's equal-cost routes give pairs of one shape times up to 1.67x apart). Returns
+    the pairs priced."""
     env: dict[tuple[int, int], list[tuple[float, float]]] = {}
     for p in range(len(m.prefill)):
         for d in range(len(m.decode)):
-            key = m.kv_shape(p, d) if by_shape else (p, d)
-            hit = priced.get(key)
-            if hit is None:
-                work = m.kv(p, d).work
-                (mult, _, _), points = work.parts[0], work.envelopes[0]
-                hit = priced[key] = [(mult * k, mult * lat) for k, lat in points]
-            env[p, d] = hit
+            work = m.kv(p, d).work
+            (mult, _, _), points = work.parts[0], work.envelopes[0]
+            env[p, d] = [(mult * k, mult * lat) for k, lat in points]
     width = max(len(v) for v in env.values())
     kv_k = np.zeros((len(m.prefill), len(m.decode), width))
     kv_l = np.zeros_like(kv_k)
@@ -135,21 +133,18 @@ def _kv(m: PlanModel, dec: dict[str, np.ndarray], by_shape: bool) -> int:
         for e, (k, lat) in enumerate(points):
             kv_k[p, d, e], kv_l[p, d, e] = k, lat
     dec["kv_k"], dec["kv_l"] = kv_k, kv_l
-    return len(priced)
+    return len(env)
 
 
-def fast_tables(
-    m: PlanModel, options: SimOptions, max_prompt: int, kv_by_shape: bool = True
-) -> FastTables:
-    """The core's tables for ``m`` with prompts up to ``max_prompt`` tokens. ``kv_by_shape``
-    False prices every pair's route (slow on large clusters; for checking the shape key)."""
+def fast_tables(m: PlanModel, options: SimOptions, max_prompt: int) -> FastTables:
+    """The core's tables for ``m`` with prompts up to ``max_prompt`` tokens."""
     c0 = time.process_time()
     pre = _prefill(m, options, 0)  # the budget first: it bounds the tables' width
     width = int(max(int(pre["budget"].max()), max_prompt))
     pre = _prefill(m, options, width)
     dec = _decode(m)
-    shapes = _kv(m, dec, kv_by_shape)
-    return FastTables(pre, dec, width, shapes, time.process_time() - c0)
+    pairs = _kv(m, dec)
+    return FastTables(pre, dec, width, pairs, time.process_time() - c0)
 
 
 class FastSimulator:
@@ -157,12 +152,9 @@ class FastSimulator:
     requests)``; the tables are built on the first run and kept on the priced plan
     (``PlanModel.derived``) for the next (a sweep)."""
 
-    def __init__(
-        self, model: PlanModel, options: SimOptions | None = None, kv_by_shape: bool = True
-    ) -> None:
+    def __init__(self, model: PlanModel, options: SimOptions | None = None) -> None:
         self.m = model
         self.o = options or SimOptions()
-        self.kv_by_shape = kv_by_shape  # False: every pair's routes, KV bytes on the links
         why = unsupported(self.o)
         if why:
             raise InputError(why)
@@ -180,11 +172,10 @@ class FastSimulator:
             raise InputError("no requests to simulate")
         longest = int(np.max(inputs))
         o = self.o
-        key = f"fast_tables:{o.prefill_token_budget}:{o.prefill_max_requests}:{self.kv_by_shape}"
+        key = f"fast_tables:{o.prefill_token_budget}:{o.prefill_max_requests}"
         tables = self.m.derived.get(key)
         if not isinstance(tables, FastTables) or tables.max_tokens < longest:
-            tables = fast_tables(self.m, o, longest, self.kv_by_shape)
-            self.m.derived[key] = tables
+            tables = self.m.derived[key] = fast_tables(self.m, o, longest)
         return run_fast(self.m, tables, arrival, inputs, outputs, self.o)
 
 
@@ -287,9 +278,7 @@ def _statistics(
 ) -> tuple[float, float, dict[str, int]]:
     """(INA bytes, all-reduce bytes, iterations per policy) of the run, as the simulator
     counts them per stage iteration, with the all-reduce bytes booked on the plan's links
-    (``Links.bytes``, which ``summarise`` reads). KV bytes are booked where each pair's
-    route was priced (``kv_by_shape`` False); with routes by shape the links' utilisation
-    leaves them out."""
+    (``Links.bytes``, which ``summarise`` reads), and each pair's KV bytes on its routes."""
     links = m.links
     links.reset()
     ina = ar = 0.0
@@ -309,9 +298,8 @@ def _statistics(
                 use[opt.use_key] = use.get(opt.use_key, 0) + int(iterations[i])
                 for e, b in opt.bytes_per_byte.items():
                     links.bytes[e] += b * moved
-    if t.kv_shapes == len(m.prefill) * len(m.decode):  # every pair's own route
-        for (p, d), tok in np.ndenumerate(dec.kv_tokens):
-            if tok > 0:
-                for e, b in m.kv(p, d).bytes_per_token.items():
-                    links.bytes[e] += b * tok
+    for (p, d), tok in np.ndenumerate(dec.kv_tokens):
+        if tok > 0:
+            for e, b in m.kv(p, d).bytes_per_token.items():
+                links.bytes[e] += b * tok
     return ina, ar, use

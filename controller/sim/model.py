@@ -286,13 +286,6 @@ class PlanModel:
         return hit
 
     # -- KV transfer (Eqs. 14-15) --------------------------------------------------------
-    def kv_shape(self, pre: int, dec: int) -> tuple:
-        """A key equal for prefill/decode pairs whose stages sit the same way in servers of
-        the same local structure (``shape_signature`` with each stage a part): their KV
-        routes are the same up to renaming, so their transfers take the same time alone."""
-        stages = self.prefill[pre].stages + self.decode[dec].stages
-        return self.evaluator.shape(*(s.gpus for s in stages))
-
     def kv(self, pre: int, dec: int) -> KVModel:
         """The KV transfer from prefill instance ``pre`` to decode instance ``dec``, with the
         evaluator's routes (each flow's cheapest alone at the mean prompt a transfer carries,

@@ -1,7 +1,7 @@
 """The simulator's fast path (``controller/sim/fastpath.py``, ``SimOptions.fast``) against
 the event simulator: the same schedule to 1e-9 where no two transfers share a link, and the
 issue's agreement (1 point of attainment, 5% of mean TTFT and TPOT) where they do; its KV
-pair shapes against every pair priced on its own; its refusals."""
+tables against each pair's transfer; its refusals."""
 
 import numpy as np
 import pytest
@@ -90,22 +90,19 @@ def test_route_draws_are_distinct_candidates_per_request():
     assert route_draws(7, 0, 10, ROUTE_ALL_MAX, 2).shape == (10, 0)  # all are compared
 
 
-def test_kv_pairs_by_shape_equal_each_pair_priced():
-    """On 2tracks at 24 servers, the KV envelope priced once per pair shape gives every
-    pair the time its own routes give, at short and long prompts."""
+def test_kv_tables_are_each_pairs_transfer():
+    """On 2tracks at 24 servers the tables' KV envelope gives every prefill/decode pair the
+    time its own routes give (``KVModel.time``), at short and long prompts."""
     s = scenario("2tracks-chatbot", servers=24)
     g, w = s.cluster(), s.load()
     p = plan(g, s.model_spec(), w, s.sla(), PlannerOptions(), planner="heroserve")
     m = build_model(p, g, w)
-    shaped = fast_tables(m, SimOptions(), 2048)
-    each = fast_tables(build_model(p, g, w), SimOptions(), 2048, kv_by_shape=False)
-    pairs = len(m.prefill) * len(m.decode)
-    assert pairs > 4 and shaped.kv_shapes < pairs == each.kv_shapes
+    t = fast_tables(m, SimOptions(), 2048)
+    assert t.kv_pairs == len(m.prefill) * len(m.decode) > 4
     for tokens in (16.0, 2048.0):
-        t_shape = np.max(shaped.dec["kv_k"] * tokens + shaped.dec["kv_l"], axis=2)
-        t_each = np.max(each.dec["kv_k"] * tokens + each.dec["kv_l"], axis=2)
-        assert t_shape == pytest.approx(t_each, rel=1e-12)
-        assert t_each[0, 0] == pytest.approx(m.kv(0, 0).time(tokens), rel=1e-12)
+        got = np.max(t.dec["kv_k"] * tokens + t.dec["kv_l"], axis=2)
+        for (i, j), x in np.ndenumerate(got):
+            assert x == pytest.approx(m.kv(i, j).time(tokens), rel=1e-12)
 
 
 def test_arrays_are_the_requests(many_plan):
