@@ -33,13 +33,10 @@ from controller.evaluation.scenarios import SCENARIOS, Scenario
 from controller.plan import Plan
 from controller.planner import PlannerOptions, plan
 from controller.sim import (
-    FastSimulator,
     PlanModel,
     SimOptions,
-    Simulator,
     build_model,
-    make_requests,
-    request_arrays,
+    run_at,
 )
 
 HALF = {"2tracks": 600, "8tracks": 592}  # whole units: 6 and 16 servers
@@ -56,10 +53,7 @@ def attainment(
     request lives), on the simulator's fast path with ``fast``."""
     t0 = time.process_time()
     n = sc.requests_at(rate)
-    if fast:
-        res = FastSimulator(model).run_arrays(*request_arrays(sc.load(), rate, n, seed=0))
-    else:
-        res = Simulator(model, SimOptions()).run(make_requests(sc.load(), rate, n, seed=0))
+    res = run_at(model, sc.load(), rate, n, seed=0, options=SimOptions(fast=fast))
     print(
         f"  {g.name} {sc.workload}: {rate:.3f} req/s ({rate / p.predicted.rate:.3f} H), {n} "
         f"requests, attainment {res.attainment:.4f} ({time.process_time() - t0:.0f} CPU s)",

@@ -39,13 +39,10 @@ import numpy as np
 from controller.evaluation import scenarios as sc
 from controller.planner import PlannerOptions, plan
 from controller.sim import (
-    FastSimulator,
     SimOptions,
     SimResult,
-    Simulator,
     build_model,
-    make_requests,
-    request_arrays,
+    run_at,
 )
 from controller.sim.model import PlanModel
 from controller.workload import Workload
@@ -85,20 +82,13 @@ def bracket(att, h: float, steps: int) -> tuple[float, float]:
     return lo, hi
 
 
-def simulate(model: PlanModel, opts: SimOptions, w: Workload, rate: float, n: int, seed: int):
-    """One point: (result, last arrival s), on the fast path when ``opts.fast``."""
-    arrivals = request_arrays(w, rate, n, seed)
-    if opts.fast:
-        return FastSimulator(model, opts).run_arrays(*arrivals), float(arrivals[0][-1])
-    return Simulator(model, opts).run(make_requests(w, rate, n, seed)), float(arrivals[0][-1])
-
-
 def saturated(
     model: PlanModel, opts: SimOptions, w: Workload, rate: float, n: int, seed: int
 ) -> float:
     """Completions per second over the middle half of the arrival span when ``rate`` exceeds
     what the plan serves (the queues grow, every instance of the binding phase stays busy)."""
-    res, last = simulate(model, opts, w, rate, n, seed)
+    res = run_at(model, w, rate, n, seed, options=opts)
+    last = max(res.per_request["arrival_s"])
     fin = np.asarray(res.per_request["finish_s"], dtype=float)
     lo, hi = 0.25 * last, 0.75 * last
     return float(np.count_nonzero((fin >= lo) & (fin <= hi))) / (hi - lo)
@@ -131,7 +121,7 @@ def row(
     def att(rate: float) -> float:
         t1 = time.perf_counter()
         n = count(rate)
-        res, _ = simulate(model, opts, w, rate, n, seed)
+        res = run_at(model, w, rate, n, seed, options=opts)
         if rate == h:  # the latencies at H, beside the predicted ones there
             at_h.append(res)
         print(

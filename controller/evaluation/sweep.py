@@ -47,17 +47,13 @@ def _model_for(scen_name: str, overrides: dict, planner: str, plan_d: dict):
 
 def run_point(point: Point) -> dict[str, Any]:
     """Simulate one point; return the figures a sweep keeps (no per-request arrays)."""
-    from controller.sim import FastSimulator, SimOptions, make_requests, request_arrays
-    from controller.sim.engine import Simulator
+    from controller.sim import SimOptions, run_at
 
     scen_name, overrides, planner, plan_d, rate, n, seed, opts = point
     model, w = _model_for(scen_name, overrides, planner, plan_d)
     keep_timeline = opts.get("keep_timeline", False)  # the sweep's, not the simulator's
     o = SimOptions(seed=seed, **{k: v for k, v in opts.items() if k != "keep_timeline"})
-    if o.fast:  # arrays, not a million Request objects; the tables stay on the model
-        res = FastSimulator(model, o).run_arrays(*request_arrays(w, rate, n, seed))
-    else:
-        res = Simulator(model, o).run(make_requests(w, rate, n, seed))
+    res = run_at(model, w, rate, n, seed, options=o)
     d = res.to_dict()
     if not keep_timeline:
         d.pop("kv_timeline", None)

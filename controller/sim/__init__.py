@@ -1,6 +1,6 @@
 """Discrete-event simulator of a disaggregated prefill/decode cluster running a plan
 (docs/design.md §7). ``simulate(plan, cluster, workload, rate, n)`` is the one-call entry;
-``build_model`` + ``Simulator`` reuse a priced plan across runs (rate sweeps).
+``build_model`` + ``run_at`` (or ``Simulator``) reuse a priced plan across runs (rate sweeps).
 
 Holds :func:`make_requests` (a workload's requests at a rate, or a trace's own arrivals) and
 :func:`simulate`. Modules: ``model`` (the plan priced by the planner's functions),
@@ -69,8 +69,25 @@ def simulate(
     options: SimOptions | None = None,
 ) -> SimResult:
     """Price ``plan`` on ``cluster`` and run ``n`` requests of ``workload`` at ``rate``."""
-    model = build_model(plan, cluster, workload)
-    return simulator_for(model, options).run(make_requests(workload, rate, n, seed, cv))
+    return run_at(build_model(plan, cluster, workload), workload, rate, n, seed, cv, options)
+
+
+def run_at(
+    model: PlanModel,
+    workload: Workload,
+    rate: float,
+    n: int,
+    seed: int = 0,
+    cv: float = 1.0,
+    options: SimOptions | None = None,
+) -> SimResult:
+    """Run ``n`` requests of ``workload`` at ``rate`` on the priced plan ``model``, on the
+    simulator ``options`` ask for; the fast path takes them as arrays (not a million
+    ``Request`` objects) and keeps its tables on the model for the next run."""
+    o = options or SimOptions()
+    if o.fast:
+        return FastSimulator(model, o).run_arrays(*request_arrays(workload, rate, n, seed, cv))
+    return Simulator(model, o).run(make_requests(workload, rate, n, seed, cv))
 
 
 def simulator_for(model: PlanModel, options: SimOptions | None = None) -> Simulator | FastSimulator:
@@ -90,6 +107,7 @@ __all__ = [
     "build_model",
     "make_requests",
     "request_arrays",
+    "run_at",
     "simulate",
     "simulator_for",
 ]

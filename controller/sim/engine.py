@@ -140,10 +140,9 @@ class Simulator(DecodeSide):
         self.net = FluidNetwork(
             self.links, self.events, lambda: next(self._seq), self.o.rerate_tolerance
         )
-        n_req = len(requests)
-        self.pre_draws = route_draws(self.o.seed, 0, n_req, len(m.prefill), self.o.route_choices)
-        self.dec_draws = route_draws(self.o.seed, 1, n_req, len(m.decode), self.o.route_choices)
         n = len(requests)
+        self.pre_draws = route_draws(self.o.seed, 0, n, len(m.prefill), self.o.route_choices)
+        self.dec_draws = route_draws(self.o.seed, 1, n, len(m.decode), self.o.route_choices)
         self.reqs = requests
         self.inp = [r.input_tokens for r in requests]
         self.out = [r.output_tokens for r in requests]

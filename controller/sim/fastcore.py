@@ -1,7 +1,6 @@
 """The fast path's compiled event loop (docs/simulator.md "The fast path"): the simulator's
 rules (``engine.py``, ``decode.py``) over plain arrays, compiled by Numba, with every
-activity taking its time alone. ``fastpath.py`` builds its tables from a priced plan and
-checks that the network stays unloaded enough for that to hold.
+activity taking its time alone. ``fastpath.py`` builds its tables from a priced plan.
 
 Holds :data:`Requests`, :data:`PrefillSide`, :data:`DecodeSide` (named tuples of arrays: the
 per-request record, each side's parameters and run state) and :func:`run_core` (one run).
@@ -45,21 +44,21 @@ Requests = namedtuple(
 )
 PrefillSide = namedtuple(
     "PrefillSide",
-    # parameters: table row, stages, compute (A k + B k^2 sum + C per stage), routing weight
-    # (s per token), token budget, batches and requests in flight at most, stage extras
-    # [row, stage, tokens]; state: queue head/tail, work, in flight, stage free times,
+    # parameters: stages, compute (A k + B k^2 sum + C per stage), routing weight (s per
+    # token), token budget, batches and requests in flight at most, stage extras
+    # [instance, stage, tokens]; state: queue head/tail, work, in flight, stage free times,
     # batches (head, size, tokens) and statistics (batches, tokens)
-    "row nst abc speed budget slots max_requests extra "
+    "nst abc speed budget slots max_requests extra "
     "q_head q_tail work requests batches free b_head b_size b_tok n_batches n_tokens",
 )
 DecodeSide = namedtuple(
     "DecodeSide",
-    # parameters: table row, stages (= micro-batches), layers per stage, Eq. 13 terms
-    # (a, b, c, d), KV room (tokens), batch size, GPUs, first micro-batch's index, stage
-    # extras [row, stage, batch]; KV envelopes [prefill, decode, point] (s per token, s);
+    # parameters: stages (= micro-batches), layers per stage, Eq. 13 terms (a, b, c, d), KV
+    # room (tokens), batch size, GPUs, first micro-batch's index, stage extras [instance,
+    # stage, batch]; KV envelopes [prefill, decode, point] (s per token, s);
     # state per instance and per micro-batch; statistics (passes, batch tokens), KV tokens
     # moved per (prefill, decode) pair
-    "row nst layers terms cap max_batch gpus mb0 extra kv_k kv_l "
+    "nst layers terms cap max_batch gpus mb0 extra kv_k kv_l "
     "members reserved held swapping free p_head p_tail w_head w_tail s_head s_tail "
     "mb_count mb_ctx mb_step mb_run mb_end mb_req n_passes n_batched kv_tokens",
 )
@@ -153,7 +152,6 @@ def _flow_shop(free, stages, now, compute, extra, size):
 def _admit(p, now, R, P, ctr, heap):
     """vLLM's engine admission on instance ``p``; each batch's pass through the pipeline is
     fixed at once (a FIFO flow shop with times known at the start)."""
-    row = P.row[p]
     while P.q_head[p] >= 0 and P.batches[p] < P.slots[p] and P.requests[p] < P.max_requests[p]:
         head = P.q_head[p]
         r = head
@@ -179,7 +177,7 @@ def _admit(p, now, R, P, ctr, heap):
         ctr[BATCHES] += 1
         P.b_head[b], P.b_size[b], P.b_tok[b] = head, size, k
         compute = P.abc[p, 0] * k + P.abc[p, 1] * k2 + P.abc[p, 2]
-        t = _flow_shop(P.free[p], P.nst[p], now, compute, P.extra[row], k)
+        t = _flow_shop(P.free[p], P.nst[p], now, compute, P.extra[p], k)
         P.n_batches[p] += 1
         P.n_tokens[p] += k
         _push(heap, ctr, t, PREFILLED, p, b)
@@ -278,7 +276,7 @@ def _begin_step(d, m, now, R, D, ctr, heap):
     a, bb, c, dd = D.terms[d, 0], D.terms[d, 1], D.terms[d, 2], D.terms[d, 3]
     w = a if a > bb * b else bb * b
     compute = D.layers[d] * (w + c * D.mb_ctx[m] + dd)
-    t = _flow_shop(D.free[d], D.nst[d], now, compute, D.extra[D.row[d]], b)
+    t = _flow_shop(D.free[d], D.nst[d], now, compute, D.extra[d], b)
     D.n_passes[d] += 1
     D.n_batched[d] += b
     _push(heap, ctr, t, PASS_DONE, d, m)

@@ -51,25 +51,27 @@ class FastTables:
     dec: dict[str, np.ndarray]
     max_tokens: int
     kv_pairs: int
-    pricing_s: float  # CPU seconds to build them
 
 
-def _stages_equal(im: InstanceModel) -> float:
+def _layers_per_stage(im: InstanceModel) -> float:
     layers = {st.layers for st in im.stages}
     if len(layers) != 1:  # the plan schema and build_model make every stage L / P_pipe
         raise ValueError("the fast path needs equal layers per stage")
     return layers.pop()
 
 
-def _prefill(m: PlanModel, options: SimOptions, max_tokens: int) -> dict[str, np.ndarray]:
+def _prefill(m: PlanModel, options: SimOptions, max_prompt: int) -> dict[str, np.ndarray]:
+    """The prefill side's parameters, its stage extras for batches of 0 up to the larger of
+    the token budget and ``max_prompt`` tokens (a prompt past the budget runs alone)."""
     n = len(m.prefill)
     width = max(im.pp for im in m.prefill)
+    limits = np.array([prefill_limits(m, im, options) for im in m.prefill], dtype=float)
+    max_tokens = int(max(limits[:, 0].max(), max_prompt))
     tokens = np.arange(max_tokens + 1, dtype=float)
     extra = np.zeros((n, width, max_tokens + 1))
     abc = np.zeros((n, 3))
-    limits = np.zeros((n, 4))
     for p, im in enumerate(m.prefill):
-        layers = _stages_equal(im)
+        layers = _layers_per_stage(im)
         for s, st in enumerate(im.stages):
             extra[p, s] = m.stage_extra_times(st, tokens)
         co = m.evaluator.coeffs(im.gpu_type)
@@ -79,9 +81,7 @@ def _prefill(m: PlanModel, options: SimOptions, max_tokens: int) -> dict[str, np
             layers * (prefill_layer_time(co, m.model, im.tp, 0.0, 1.0) - c),
             layers * c,
         )
-        limits[p] = prefill_limits(m, im, options)
     return {
-        "row": np.arange(n),
         "nst": np.array([im.pp for im in m.prefill]),
         "abc": abc,
         "speed": limits[:, 3].copy(),
@@ -103,9 +103,8 @@ def _decode(m: PlanModel) -> dict[str, np.ndarray]:
             extra[d, s] = m.stage_extra_times(st, batch)
     nst = np.array([im.pp for im in m.decode])
     return {
-        "row": np.arange(n),
         "nst": nst,
-        "layers": np.array([_stages_equal(im) for im in m.decode]),
+        "layers": np.array([_layers_per_stage(im) for im in m.decode]),
         "terms": np.array([im.decode_terms for im in m.decode], dtype=float),
         "cap": np.array([im.kv_capacity_tokens for im in m.decode], dtype=float),
         "max_batch": np.array([im.max_batch for im in m.decode]),
@@ -138,13 +137,10 @@ def _kv(m: PlanModel, dec: dict[str, np.ndarray]) -> int:
 
 def fast_tables(m: PlanModel, options: SimOptions, max_prompt: int) -> FastTables:
     """The core's tables for ``m`` with prompts up to ``max_prompt`` tokens."""
-    c0 = time.process_time()
-    pre = _prefill(m, options, 0)  # the budget first: it bounds the tables' width
-    width = int(max(int(pre["budget"].max()), max_prompt))
-    pre = _prefill(m, options, width)
+    pre = _prefill(m, options, max_prompt)
     dec = _decode(m)
     pairs = _kv(m, dec)
-    return FastTables(pre, dec, width, pairs, time.process_time() - c0)
+    return FastTables(pre, dec, pre["extra"].shape[2] - 1, pairs)
 
 
 class FastSimulator:
