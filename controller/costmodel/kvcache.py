@@ -111,24 +111,34 @@ def kv_route(fabric: Fabric, src: str, dst: str, nbytes: float) -> Path:
     ``dst``: NVLink inside a server, otherwise NCCL's rail routes (``rail_routes``), the
     cheapest alone (Eq. 10 for one flow). The planner and the simulator both take it from here.
     O(routes * hops)."""
+    head, last = kv_route_parts(fabric, src, dst, nbytes)
+    return head + [last] if last is not None else list(head)
+
+
+def kv_route_parts(fabric: Fabric, src: str, dst: str, nbytes: float) -> tuple[Path, str | None]:
+    """``kv_route`` as a kept list and the node to append (None: the list is the whole
+    route). The list is the fabric's own (an NVLink path, or a rail route's winner up to
+    ``dst``'s switch, shared by every destination that ties with ``dst``): read it, never
+    change it. A caller that converts routes into link numbers converts each kept list once
+    (``KVPricing._kv_price``)."""
     nv = fabric.nvlink_path(src, dst)
     if nv is not None:
-        return nv
+        return nv, None
     if fabric.pipelined and nbytes >= 0:
-        fast = _cheapest_rail_route(fabric, src, dst, nbytes)
+        fast = _cheapest_rail_prefix(fabric, src, dst, nbytes)
         if fast is not None:
-            return fast
-    return min(rail_routes(fabric, src, dst), key=lambda p: path_time(fabric, p, nbytes))
+            return fast, dst
+    return min(rail_routes(fabric, src, dst), key=lambda p: path_time(fabric, p, nbytes)), None
 
 
-def _cheapest_rail_route(fabric: Fabric, src: str, dst: str, nbytes: float) -> Path | None:
+def _cheapest_rail_prefix(fabric: Fabric, src: str, dst: str, nbytes: float) -> Path | None:
     """``min(rail_routes(src, dst), key=path_time)`` for GPUs of two servers on a pipelined
-    fabric, without building every candidate: the same candidates in the same order (exit of
-    ``src``, switch path, ``dst``'s own NIC; ``ring._rail_routes``), each priced by
-    ``Fabric.pipelined_time`` from the ``Fabric.hop_sums`` of its route up to ``dst``'s
-    switch (kept per source, exit and switch) carried over the last hop: ``path_time``'s
-    floats, and ``min``'s first-cheapest tie rule. None when no candidate exists (the caller
-    falls back to ``rail_routes``).
+    fabric, up to ``dst``'s switch, without building every candidate: the same candidates in
+    the same order (exit of ``src``, switch path, ``dst``'s own NIC; ``ring._rail_routes``),
+    each priced by ``Fabric.pipelined_time`` from the ``Fabric.hop_sums`` of its route up to
+    ``dst``'s switch (kept per source, exit and switch) carried over the last hop:
+    ``path_time``'s floats, and ``min``'s first-cheapest tie rule. None when no candidate
+    exists (the caller falls back to ``rail_routes``).
 
     Every float compared depends only on the source, the size and the destination's own
     NICs: their switches and their last hop's 1/B and latency (its *signature*). So the
@@ -148,7 +158,7 @@ def _cheapest_rail_route(fabric: Fabric, src: str, dst: str, nbytes: float) -> P
     hit = choices.get(key)
     if hit is None:
         hit = choices[key] = _cheapest_prefix(fabric, src, mine[1], mine[2], nbytes)
-    return None if hit is False else hit + [dst]
+    return None if hit is False else hit
 
 
 def _cheapest_prefix(fabric: Fabric, src: str, own: list, rails: set, nbytes: float) -> Path | bool:

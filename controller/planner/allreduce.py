@@ -84,6 +84,8 @@ class AllReducePricing(EvalContext):
         self._switch_hops: dict[tuple[str, str], list[tuple[str, str]] | None] = {}
         self._planned: dict[tuple[str, ...], list[CompiledPhase]] = {}
         self._own: dict[tuple[tuple[str, ...], bool], list[list[CompiledPhase]]] = {}
+        # per (group, INA allowed, message bytes): the option ``own_phases`` chose there
+        self._own_at: dict[tuple[tuple[str, ...], bool, float], list[CompiledPhase]] = {}
 
     def ina_candidates(self, members: Sequence[str]) -> list[str]:
         """Switches a group may aggregate on (Alg. 2 line 7): the first-hop switches its
@@ -297,12 +299,18 @@ class AllReducePricing(EvalContext):
         allow = key not in self.forced_ring
         if allow and self.problem.options.free_ina and self.ina_allowed(members):
             return []
+        chosen = self._own_at.get((key, allow, nbytes))
+        if chosen is not None:  # a decode instance's batch search asks each size again
+            return chosen
         opts = self._own.get((key, allow))
         if opts is None:  # routed once, at the first size asked
             opts = self._own[(key, allow)] = [
                 p.compiled(f) for p, f in self.group(members, nbytes).options(self, allow)
             ]
-        return min(opts, key=lambda phases: sum(c.time(nbytes) for c in phases))
+        chosen = self._own_at[(key, allow, nbytes)] = min(
+            opts, key=lambda phases: sum(c.time(nbytes) for c in phases)
+        )
+        return chosen
 
     def _planned_phases(self, key: tuple[str, ...]) -> list[CompiledPhase]:
         """The compiled phases of the scheme the plan chose for group ``key``, kept."""

@@ -76,9 +76,9 @@ class EvalContext:
     def slowest_type(self, members: Sequence[str]) -> str:
         """The GPU type of ``members`` with the least FP16 throughput: an instance computes
         at the pace of its slowest GPU."""
-        return min(
-            (self.g.nodes[m]["gpu_type"] for m in members), key=lambda t: gpu_spec(t).fp16_flops
-        )
+        nodes = self.g.nodes
+        types = list(dict.fromkeys(nodes[m]["gpu_type"] for m in members))  # first seen first
+        return min(types, key=lambda t: gpu_spec(t).fp16_flops) if len(types) > 1 else types[0]
 
     def shape(self, *parts: Sequence[str]) -> tuple:
         """``shape_signature`` of ``parts``, memoised per exact parts."""

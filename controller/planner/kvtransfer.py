@@ -20,11 +20,19 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from controller.costmodel.kvcache import KVFlow, kv_route, kv_shares, kv_time, stage_kv_shares
+from controller.costmodel.kvcache import (
+    KVFlow,
+    kv_route,
+    kv_route_parts,
+    kv_shares,
+    kv_time,
+    stage_kv_shares,
+)
 from controller.costmodel.network import path_time
 from controller.planner.context import EvalContext
 from controller.planner.options import Policy, Problem
 from controller.planner.results import PhaseResult, stage_key
+from controller.topology.fabric import Path
 
 Edge = tuple[str, str]
 
@@ -203,16 +211,20 @@ class KVPricing(EvalContext):
         # a link's (number in ``PairFlows``, 1/B, latency)
         self._edge_ids: dict[Edge, tuple[int, float, float]] = {}
         self._edges: list[Edge] = []
+        # per kept route list (``kv_route_parts``), by id: (the list, its ``_link`` columns)
+        self._route_hops: dict[int, tuple[Path, list[int], list[float], list[float]]] = {}
 
     def kv_transfer(
         self, pre: PhaseResult, dec: PhaseResult, n_pre: int | None = None, n_dec: int | None = None
-    ) -> tuple[float, list[KVFlow], dict[tuple, list[list[str]]]]:
+    ) -> tuple[float, dict[tuple, list[list[str]]]]:
         """T_f of one mean-length request alone (the slowest of every deployed pair, Eq. 14)
         from each prefill instance to the decode instances it is paired with (round robin,
-        ``kv_pairs``), and the flows. Routes are each flow's cheapest alone.
+        ``kv_pairs``). Routes are each flow's cheapest alone; the flows are not listed
+        (``kv_load(...).flows`` lists them: at 384 servers listing them here, for a caller
+        that dropped them, was a ninth of a summarization plan's time).
 
         A decode instance's stages may be put in another order (``kv_stage_order``) so that
-        each stage sits close to the prefill GPUs that hold its layers; the third value maps
+        each stage sits close to the prefill GPUs that hold its layers; the second value maps
         the key of every re-ordered instance (``stage_key``) to its new stages."""
         reorder: dict[tuple, list[list[str]]] = {}
         for p, d in self.kv_pairs(pre, dec, n_pre, n_dec):
@@ -222,7 +234,7 @@ class KVPricing(EvalContext):
                 if best != d:
                     reorder[key] = best
         load = self.kv_load(pre, dec, n_pre, n_dec, reorder)
-        return load.t_f(0.0), load.flows, reorder
+        return load.t_f(0.0), reorder
 
     def kv_pairs(
         self, pre: PhaseResult, dec: PhaseResult, n_pre: int | None, n_dec: int | None
@@ -316,44 +328,72 @@ class KVPricing(EvalContext):
     def _kv_price(self, pairs: list[tuple[list[list[str]], list[list[str]]]]) -> PairFlows:
         """``kv_time`` of the pairs' routed shares, as ``PairFlows``. Pipelined, the times are
         ``flow_times``' arithmetic on the hop arrays (``_pipelined_times``); the paper's mode
-        calls ``kv_time``."""
-        routed = self._routed(pairs)
+        calls ``kv_time``. Each route comes as the fabric's kept list and a last hop
+        (``kv_route_parts``), and each kept list is converted into link numbers once
+        (``_hops_of``): a route's hops are not walked again for every share that takes it."""
         fab = self.ring_fabric
-        table = fab.link_table
-        ids, edges = self._edge_ids, self._edges
+        total = self.kv_tokens * self.model.kv_bytes_per_token()
+        hops_of, link = self._hops_of, self._link
         eids: list[int] = []
         inv: list[float] = []
         lat: list[float] = []
         nbytes: list[float] = []
         hops: list[int] = []
-        for _, _, nb, path in routed:
-            n = 0
-            for e in zip(path, path[1:], strict=False):
-                link = ids.get(e)
-                if link is None:
-                    link = ids[e] = (len(edges), *table[e])
-                    edges.append(e)
-                eids.append(link[0])
-                inv.append(link[1])
-                lat.append(link[2])
-                n += 1
-            nbytes += [nb] * n
-            hops.append(n)
+        shares: list[tuple[str, Path, float]] = []
+        local: dict[str, int] = {}  # prefill GPU -> its number in the pairs, first seen first
+        senders: list[int] = []
+        for p, d in pairs:
+            for src, dst, f in kv_shares(self.model, p, d):
+                nb = f * total
+                head, last = kv_route_parts(fab, src, dst, nb)
+                h_ids, h_inv, h_lat = hops_of(head)
+                eids += h_ids
+                inv += h_inv
+                lat += h_lat
+                n = len(h_ids)
+                if last is not None:
+                    i, b, t = link(head[-1], last)
+                    eids.append(i)
+                    inv.append(b)
+                    lat.append(t)
+                    n += 1
+                nbytes += [nb] * n
+                hops.append(n)
+                senders.append(local.setdefault(src, len(local)))
+                if not fab.pipelined:
+                    shares.append((src, head + [last] if last is not None else head, nb))
         a_eids = np.array(eids, dtype=np.intp)
         a_nb, a_inv, a_hops = np.array(nbytes), np.array(inv), np.array(hops, dtype=np.intp)
-        if not routed:
+        if not hops:
             t_f, times = 0.0, []
         elif fab.pipelined:
             t = _pipelined_times(a_eids, a_nb, a_inv, np.array(lat), a_hops, fab.packet_bytes)
             t_f, times = float(t.max()), t.tolist()
         else:
-            t_f, times = kv_time(fab, [(src, path, nb) for src, _, nb, path in routed])
-        local: dict[str, int] = {}
-        senders = [local.setdefault(r[0], len(local)) for r in routed]
+            t_f, times = kv_time(fab, shares)
         return PairFlows(
             a_eids, a_nb, a_inv, a_hops, np.array(times, dtype=float),
             np.array(senders, dtype=np.intp), len(local), t_f,
         )  # fmt: skip
+
+    def _link(self, a: str, b: str) -> tuple[int, float, float]:
+        """Link (a, b)'s number in ``PairFlows``, 1/B and latency, numbered at first sight."""
+        hit = self._edge_ids.get((a, b))
+        if hit is None:
+            hit = self._edge_ids[(a, b)] = (len(self._edges), *self.ring_fabric.link_table[(a, b)])
+            self._edges.append((a, b))
+        return hit
+
+    def _hops_of(self, route: Path) -> tuple[list[int], list[float], list[float]]:
+        """A kept route's (link numbers, 1/B, latencies) hop by hop, converted once per list
+        (kept by identity, the list held beside so its id stays its own)."""
+        hit = self._route_hops.get(id(route))
+        if hit is None:
+            parts = [self._link(a, b) for a, b in zip(route, route[1:], strict=False)]
+            hit = self._route_hops[id(route)] = (
+                route, [x[0] for x in parts], [x[1] for x in parts], [x[2] for x in parts],
+            )  # fmt: skip
+        return hit[1], hit[2], hit[3]
 
     def kv_route(self, src: str, dst: str, nbytes: float) -> list[str]:
         """``costmodel.kvcache.kv_route`` on the ring fabric. Not memoised here: the search

@@ -63,7 +63,7 @@ def test_low_load_matches_the_cost_model(mode, kind, n_in, n_out):
     want_ttft = ev.prefill_instance(pre_stages).serve_s
     pre = ev.prefill_phase(p.prefill.tp, p.prefill.pp, _one_pod([pre_stages]))
     dec = ev.decode_phase(p.decode.tp, p.decode.pp, _one_pod([dec_stages]), 0.0)
-    want_tf, _, _ = ev.kv_transfer(pre, dec, 1, 1)
+    want_tf, _ = ev.kv_transfer(pre, dec, 1, 1)
     want_step = ev.decode_step(dec_stages, 1)[0]
     pr = r.per_request
     ttft = np.array(pr["ttft_s"])
