@@ -68,6 +68,20 @@ def _summary(name: str, rows: Sequence[Row], cells: Sequence[SimCell]) -> str:
     return out.rstrip()
 
 
+def _job(case: tuple[str, dict[str, Any]]) -> Job:
+    """One scenario's ablation rows (scenario name, overrides that size its cluster),
+    planned here: ``Runner.call`` plans scenarios on separate cores."""
+    name, over = case
+    s = scenario(name, **over)
+    fixed = {**over, "fixed_roles": True} if s.topology == "testbed" else None
+    rows = ablation(s.cluster(), s.model_spec(), s.load(), s.sla(),
+                    fixed_roles=scenario(name, **fixed).cluster() if fixed else None)  # fmt: skip
+    per_row = [over] * len(rows)
+    if fixed:
+        per_row[-1] = fixed
+    return Job(name, rows, per_row)
+
+
 def section(
     cases: Sequence[tuple[str, dict[str, Any]]],
     runner: Runner,
@@ -78,17 +92,8 @@ def section(
     """The section's lines for ``cases`` (scenario name, overrides that size its cluster):
     each scenario's rows planned, then every distinct deployment simulated in one sweep."""
     t0 = time.perf_counter()
-    jobs = []
-    for name, over in cases:
-        s = scenario(name, **over)
-        fixed = {**over, "fixed_roles": True} if s.topology == "testbed" else None
-        rows = ablation(s.cluster(), s.model_spec(), s.load(), s.sla(),
-                        fixed_roles=scenario(name, **fixed).cluster() if fixed else None,
-                        say=lambda m, c=name: say(f"fidelity: {c}: {m}"))  # fmt: skip
-        per_row = [over] * len(rows)
-        if fixed:
-            per_row[-1] = fixed
-        jobs.append(Job(name, rows, per_row))
+    say(f"fidelity: the ablation's plans of {len(cases)} scenarios on {runner.workers} worker(s)")
+    jobs = runner.call(_job, list(cases), "fidelity: ablations planned")
     cells = simulate(jobs, runner, max_requests, say)
     out = [f"{HEADING}\n"]
     out.append(

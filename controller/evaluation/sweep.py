@@ -14,12 +14,15 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from controller.errors import InputError
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 # (scenario name, scenario overrides, planner, plan dict, total rate, requests, seed, opts)
 Point = tuple[str, dict, str, dict, float, int, int, dict]
@@ -130,6 +133,26 @@ class Runner:
         for p in points:
             out.append(run_point(p))
             self._tick(what, len(points))
+        return out
+
+    def call(self, fn: Callable[[T], R], items: Sequence[T], what: str = "") -> list[R]:
+        """``fn`` over ``items`` in order, on the pool or the Ray cluster like ``map``'s
+        points (``fn`` a module-level function, its items and results picklable); jobs such
+        as a scenario's plans, which take minutes each at 1,200 servers. Progress per job
+        done, not counted as simulations."""
+        out: list[R] = []
+        if self._ray is not None:
+            remote = self._ray.remote(fn)
+            refs = [remote.remote(x) for x in items]
+            results: Iterable[R] = (self._ray.get(r) for r in refs)
+        elif self._pool is not None:
+            results = self._pool.map(fn, items)
+        else:
+            results = (fn(x) for x in items)
+        for r in results:
+            out.append(r)
+            if self.progress:
+                self.progress(f"{what}: {len(out)}/{len(items)} done ({self.workers} worker(s))")
         return out
 
     def _tick(self, what: str, total: int) -> None:
