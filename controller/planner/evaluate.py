@@ -166,7 +166,7 @@ class Evaluator(InstancePricing, KVPricing):
             if not self.shares_kv_links(i.stages, nb, util, inside):
                 evals.append(i)
                 continue
-            new = self._decode_instance(i.stages, t_f, util)
+            new = self._decode_instance(i.stages, t_f, util, alone=i.batch)
             shape = self.shape(*i.stages)
             factor[shape] = min(factor.get(shape, 1.0), new.rate / i.rate)
             evals.append(new)

@@ -305,14 +305,22 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         return t_f / self._tpot_quantile
 
     def _decode_instance(
-        self, stages: list[list[str]], t_f: float, util: Mapping[Edge, float] | None = None
+        self,
+        stages: list[list[str]],
+        t_f: float,
+        util: Mapping[Edge, float] | None = None,
+        alone: int | None = None,
     ) -> InstanceEval:
         """TPOT side (Eqs. 4, 13): the largest batch whose step time plus the KV transfer's
         share (``tpot_kv_share``) meets the TPOT bound and whose KV cache fits; ``pp``
         micro-batches are in flight. Rate in requests/s: batch / (busiest stage * decode steps
         per request), a request's decode steps being its output tokens after the first
         (``Workload.mean_decode_steps``: prefill makes the first). ``util``: the KV
-        transfers' load on each link (``decode_step``)."""
+        transfers' load on each link (``decode_step``). ``alone``: the batch the instance
+        takes at the same ``t_f`` without ``util``; shared links only lengthen a step, so the
+        batch under ``util`` is at most that, and is that whenever it still meets the bound
+        (one step priced instead of a search: ``Evaluator.contend_decode`` prices every
+        deployed instance again at every rate ``deployment.settle_kv`` tries)."""
         tp, pp = len(stages[0]), len(stages)
         ctx = self.mean_kv_tokens
         room = self.kv_room_bytes([g for s in stages for g in s], tp, pp)
@@ -324,11 +332,14 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         def ok(b: int) -> bool:
             return self.decode_step(stages, b, util)[0] + kv <= bound
 
-        if b_max < 1 or not ok(1):
+        if alone is not None and 1 <= alone <= b_max and ok(alone):
+            lo = hi = alone
+        elif b_max < 1 or not ok(1):
             step, busy, comp, comm = self.decode_step(stages, 1, util)
             return InstanceEval(stages, [], [], comp, comm, step, busy, 0.0, 0, step + kv)
-        lo, hi = 1, b_max  # largest b with ok(b): step time grows with b
-        while lo < hi:
+        else:
+            lo, hi = 1, b_max if alone is None else min(b_max, max(1, alone - 1))
+        while lo < hi:  # largest b with ok(b): step time grows with b
             mid = (lo + hi + 1) // 2
             if ok(mid):
                 lo = mid
