@@ -145,7 +145,27 @@ def _cheapest_rail_prefix(fabric: Fabric, src: str, dst: str, nbytes: float) -> 
     winner, up to ``dst``'s switch, is kept per (source, signature, size) and shared by every
     destination with the same signature (a decode GPU's twins behind the same switch)."""
     memo = fabric.memo
-    owns: dict = memo.setdefault("kv-own", {})  # dst -> (signature number, own NICs, rails)
+    mine = _own_nics(fabric, dst)
+    choices: dict = memo.setdefault("kv-choice", {})
+    key = (src, mine[0], nbytes)
+    hit = choices.get(key)
+    if hit is None:
+        hit = choices[key] = _cheapest_prefix(fabric, src, mine[1], mine[2], nbytes)
+    return None if hit is False else hit
+
+
+def kv_destination_class(fabric: Fabric, dst: str) -> int:
+    """A number equal for decode GPUs whose own NICs have the same switches, 1/B and
+    latency (their *signature*): from one source, a share of one size to any of them takes
+    the same rail route up to their switch (``kv_route_parts``' kept list), the last hop
+    apart."""
+    return _own_nics(fabric, dst)[0]
+
+
+def _own_nics(fabric: Fabric, dst: str) -> tuple[int, list, set]:
+    """(signature number, own NICs as (switch, last hop), their switches) of ``dst``, kept."""
+    memo = fabric.memo
+    owns: dict = memo.setdefault("kv-own", {})
     mine = owns.get(dst)
     if mine is None:
         table = fabric.link_table
@@ -153,12 +173,7 @@ def _cheapest_rail_prefix(fabric: Fabric, src: str, dst: str, nbytes: float) -> 
         sig = tuple((sw, *table[last[0]]) for sw, last in own)
         sigs: dict = memo.setdefault("kv-signatures", {})
         mine = owns[dst] = (sigs.setdefault(sig, len(sigs)), own, {sw for sw, _ in own})
-    choices: dict = memo.setdefault("kv-choice", {})
-    key = (src, mine[0], nbytes)
-    hit = choices.get(key)
-    if hit is None:
-        hit = choices[key] = _cheapest_prefix(fabric, src, mine[1], mine[2], nbytes)
-    return None if hit is False else hit
+    return mine
 
 
 def _cheapest_prefix(fabric: Fabric, src: str, own: list, rails: set, nbytes: float) -> Path | bool:

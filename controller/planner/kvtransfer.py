@@ -22,6 +22,7 @@ from scipy.optimize import linear_sum_assignment
 
 from controller.costmodel.kvcache import (
     KVFlow,
+    kv_destination_class,
     kv_route,
     kv_route_parts,
     kv_shares,
@@ -205,14 +206,16 @@ class KVPricing(EvalContext):
 
     def __init__(self, problem: Problem, policy: Policy) -> None:
         super().__init__(problem, policy)
-        g = self.g
-        self._server_of = lambda x: g.nodes[x].get("server") or x
+        servers = dict(self.g.nodes(data="server"))
+        self._server_of = lambda x: servers.get(x) or x
         self._kv_prices: dict[tuple, PairFlows] = {}
         # a link's (number in ``PairFlows``, 1/B, latency)
         self._edge_ids: dict[Edge, tuple[int, float, float]] = {}
         self._edges: list[Edge] = []
         # per kept route list (``kv_route_parts``), by id: (the list, its ``_link`` columns)
         self._route_hops: dict[int, tuple[Path, list[int], list[float], list[float]]] = {}
+        self._share_memo: dict[tuple, tuple] = {}  # ``_share_hops``' routes, per route key
+        self._dst_class: dict[str, int] = {}  # ``kv_destination_class`` per decode GPU
 
     def kv_transfer(
         self, pre: PhaseResult, dec: PhaseResult, n_pre: int | None = None, n_dec: int | None = None
@@ -328,12 +331,12 @@ class KVPricing(EvalContext):
     def _kv_price(self, pairs: list[tuple[list[list[str]], list[list[str]]]]) -> PairFlows:
         """``kv_time`` of the pairs' routed shares, as ``PairFlows``. Pipelined, the times are
         ``flow_times``' arithmetic on the hop arrays (``_pipelined_times``); the paper's mode
-        calls ``kv_time``. Each route comes as the fabric's kept list and a last hop
-        (``kv_route_parts``), and each kept list is converted into link numbers once
-        (``_hops_of``): a route's hops are not walked again for every share that takes it."""
+        calls ``kv_time``. A share's hops up to its last come from ``_share_hops``, kept per
+        route key: a route is converted into link numbers once, not for every share that
+        takes it (a 1,200-server summarization search prices tens of millions of shares)."""
         fab = self.ring_fabric
         total = self.kv_tokens * self.model.kv_bytes_per_token()
-        hops_of, link = self._hops_of, self._link
+        share_hops, edge_ids, link = self._share_hops, self._edge_ids, self._link
         eids: list[int] = []
         inv: list[float] = []
         lat: list[float] = []
@@ -345,14 +348,13 @@ class KVPricing(EvalContext):
         for p, d in pairs:
             for src, dst, f in kv_shares(self.model, p, d):
                 nb = f * total
-                head, last = kv_route_parts(fab, src, dst, nb)
-                h_ids, h_inv, h_lat = hops_of(head)
+                head, h_ids, h_inv, h_lat, last = share_hops(src, dst, nb)
                 eids += h_ids
                 inv += h_inv
                 lat += h_lat
                 n = len(h_ids)
                 if last is not None:
-                    i, b, t = link(head[-1], last)
+                    i, b, t = edge_ids.get((last, dst)) or link(last, dst)
                     eids.append(i)
                     inv.append(b)
                     lat.append(t)
@@ -361,7 +363,7 @@ class KVPricing(EvalContext):
                 hops.append(n)
                 senders.append(local.setdefault(src, len(local)))
                 if not fab.pipelined:
-                    shares.append((src, head + [last] if last is not None else head, nb))
+                    shares.append((src, head + [dst] if last is not None else head, nb))
         a_eids = np.array(eids, dtype=np.intp)
         a_nb, a_inv, a_hops = np.array(nbytes), np.array(inv), np.array(hops, dtype=np.intp)
         if not hops:
@@ -375,6 +377,32 @@ class KVPricing(EvalContext):
             a_eids, a_nb, a_inv, a_hops, np.array(times, dtype=float),
             np.array(senders, dtype=np.intp), len(local), t_f,
         )  # fmt: skip
+
+    def _share_hops(
+        self, src: str, dst: str, nbytes: float
+    ) -> tuple[Path, list[int], list[float], list[float], str | None]:
+        """One share's route as (the fabric's kept list, its hops' link numbers, 1/B and
+        latencies, the switch before ``dst`` or None when the list is the whole route):
+        ``kv_route_parts``, kept per (source, ``kv_destination_class``, size) for a rail
+        route, which every destination of that class shares up to its switch, and per
+        (source, destination, size) inside a server."""
+        srv = self._server_of
+        same = srv(src) == srv(dst)
+        key = (src, dst if same else self._classes(dst), nbytes)
+        hit = self._share_memo.get(key)
+        if hit is None:
+            head, last = kv_route_parts(self.ring_fabric, src, dst, nbytes)
+            ids, inv, lat = self._hops_of(head)
+            hit = (head, ids, inv, lat, head[-1] if last is not None else None)
+            if same or last is not None:  # a whole rail route is the destination's own
+                self._share_memo[key] = hit
+        return hit
+
+    def _classes(self, dst: str) -> int:
+        hit = self._dst_class.get(dst)
+        if hit is None:
+            hit = self._dst_class[dst] = kv_destination_class(self.ring_fabric, dst)
+        return hit
 
     def _link(self, a: str, b: str) -> tuple[int, float, float]:
         """Link (a, b)'s number in ``PairFlows``, 1/B and latency, numbered at first sight."""
