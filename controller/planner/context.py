@@ -50,6 +50,9 @@ class EvalContext:
         self._coeffs: dict[str, ComputeCoefficients] = {}
         self._shapes: dict[tuple, tuple] = {}
         self._server_gpus = servers(g)
+        # node -> its server (None: not a server's), read in the hot loops as a plain dict
+        # (networkx's node views cost a call per lookup)
+        self.server_of: dict[str, str | None] = dict(g.nodes(data="server"))
         self._grouping_caches: dict[tuple, dict] = {}
 
     def grouping_cache(self, key: tuple) -> dict:

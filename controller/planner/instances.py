@@ -91,11 +91,8 @@ class InstancePricing(AllReducePricing, PipelinePricing):
     def servers_with_kv_inside(self, util: Mapping[Edge, float]) -> set[str]:
         """The servers where a link that ``util`` loads joins two of their own nodes (a KV
         route relayed over NVLink): the only servers whose inside groups KV can slow."""
-        node = self.g.nodes
-        return {
-            sa for a, b in util if (sa := node[a].get("server")) is not None
-            and sa == node[b].get("server")
-        }  # fmt: skip
+        srv = self.server_of
+        return {sa for a, b in util if (sa := srv.get(a)) is not None and sa == srv.get(b)}
 
     def shares_kv_links(
         self, stages: list[list[str]], nbytes: float, util: Mapping[Edge, float], inside: set[str]
@@ -104,11 +101,11 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         loads (the group's own routes, chosen at ``nbytes`` if not yet: ``own_phases``). A
         group inside one server keeps its traffic inside it, so it is checked only where
         ``inside`` (``servers_with_kv_inside``) holds that server."""
-        node = self.g.nodes
+        srv = self.server_of
         for s in stages:
             if len(s) < 2:
                 continue
-            servers = {node[x].get("server") for x in s}
+            servers = {srv.get(x) for x in s}
             if len(servers) == 1 and not servers & inside:
                 continue
             for c in self.own_phases(s, nbytes):

@@ -206,8 +206,8 @@ class KVPricing(EvalContext):
 
     def __init__(self, problem: Problem, policy: Policy) -> None:
         super().__init__(problem, policy)
-        servers = dict(self.g.nodes(data="server"))
-        self._server_of = lambda x: servers.get(x) or x
+        servers = self.server_of
+        self._server_node = lambda x: servers.get(x) or x  # a node outside servers: itself
         self._kv_prices: dict[tuple, PairFlows] = {}
         # a link's (number in ``PairFlows``, 1/B, latency)
         self._edge_ids: dict[Edge, tuple[int, float, float]] = {}
@@ -386,7 +386,7 @@ class KVPricing(EvalContext):
         ``kv_route_parts``, kept per (source, ``kv_destination_class``, size) for a rail
         route, which every destination of that class shares up to its switch, and per
         (source, destination, size) inside a server."""
-        srv = self._server_of
+        srv = self._server_node
         same = srv(src) == srv(dst)
         key = (src, dst if same else self._classes(dst), nbytes)
         hit = self._share_memo.get(key)
@@ -444,7 +444,7 @@ class KVPricing(EvalContext):
         pp = len(dec_stages)
         if pp == 1:
             return dec_stages
-        srv = self._server_of
+        srv = self._server_node
         if not {srv(x) for s in pre_stages for x in s} & {srv(x) for s in dec_stages for x in s}:
             return dec_stages
         total = self.kv_tokens * self.model.kv_bytes_per_token()
