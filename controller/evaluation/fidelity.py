@@ -31,7 +31,7 @@ from controller.costmodel.netparams import NetParams
 from controller.costmodel.network import flow_times
 from controller.errors import InputError
 from controller.evaluation.ablation_report import replace_section, section, section_span
-from controller.evaluation.scenarios import Scenario, scenario
+from controller.evaluation.scenarios import Scenario, paper_cores, scenario
 from controller.evaluation.sweep import Runner
 from controller.plan import Plan
 from controller.planner import BASELINES, PlannerOptions, plan
@@ -71,10 +71,13 @@ def _track_servers(servers: int, unit: int) -> int:
 
 def cases(servers: int) -> list[Case]:
     """The testbed's two scenarios, then each track cluster's, ``servers`` rounded down to
-    whole units of 6 (2tracks, 4 core switches) and 16 servers (8tracks, 16 cores)."""
+    whole units of 6 (2tracks) and 16 servers (8tracks), with the paper's core switches
+    scaled to that size (``scenarios.paper_cores``: 27 and 280 at 1,200 servers) but at
+    least 4 (2tracks) and 16 (8tracks), so that a small 8tracks keeps its 1:1 core."""
     out = [Case("testbed-chatbot"), Case("testbed-summarization")]
-    for topo, (unit, cores) in (("2tracks", (6, 4)), ("8tracks", (16, 16))):
+    for topo, (unit, least) in (("2tracks", (6, 4)), ("8tracks", (16, 16))):
         n = _track_servers(servers, unit)
+        cores = max(least, paper_cores(topo, n))
         for w in ("chatbot", "summarization"):
             out.append(Case(f"{topo}-{w}", {"servers": n, "cores": cores}))
     return out

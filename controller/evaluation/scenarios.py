@@ -36,6 +36,17 @@ PAPER_CLAIMS = {
 }
 
 
+# the paper's core switches at 1,200 servers, and the fewest a smaller cluster keeps
+PAPER_CORES = {"2tracks": (27, 2), "8tracks": (280, 4)}
+
+
+def paper_cores(topology: str, servers: int) -> int:
+    """The paper's core-switch count of a track cluster scaled to ``servers`` (its own at
+    1,200), at least a few."""
+    full, least = PAPER_CORES[topology]
+    return full if servers == 1200 else max(least, round(full * servers / 1200))
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -59,12 +70,10 @@ class Scenario:
         n = self.servers or 1200
         if self.topology == "2tracks":
             name = "2tracks" if n == 1200 else f"2tracks-{n}"
-            cores = self.cores or (27 if n == 1200 else max(2, round(27 * n / 1200)))
-            return tracks(n, 8, 2, 6, cores, name=name)
+            return tracks(n, 8, 2, 6, self.cores or paper_cores("2tracks", n), name=name)
         if self.topology == "8tracks":
             name = "8tracks" if n == 1200 else f"8tracks-{n}"
-            cores = self.cores or (280 if n == 1200 else max(4, round(280 * n / 1200)))
-            return tracks(n, 8, 8, 16, cores, name=name)
+            return tracks(n, 8, 8, 16, self.cores or paper_cores("8tracks", n), name=name)
         raise InputError(f"unknown scenario topology {self.topology!r}")
 
     def model_spec(self) -> ModelSpec:
