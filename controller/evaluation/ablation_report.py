@@ -121,6 +121,8 @@ def section(
     for job, cs in zip(jobs, cells, strict=True):
         for r, c in zip(job.rows, cs, strict=True):
             h = f"{r.rate:.4g}" if r.rate is not None else "no plan"
+            if r.plan is not None and r.plan.time_limit_reached:
+                h += " (time limit)"  # the best the step's search found within the limit
             out.append(f"| {job.scenario} | {r.name} | {h} | {r.gpus or '-'} | "
                        f"{_x(r.vs_previous)} | {_x(r.vs_distserve)} | {_sim_h(c)} | "
                        f"{_x(c.vs_previous)} | {_x(c.vs_distserve)} |")  # fmt: skip

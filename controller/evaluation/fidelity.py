@@ -35,6 +35,7 @@ from controller.evaluation.scenarios import Scenario, paper_cores, scenario
 from controller.evaluation.sweep import Runner
 from controller.plan import Plan
 from controller.planner import BASELINES, PlannerOptions, plan
+from controller.planner.options import DEFAULT_TIME_LIMIT_S
 from controller.topology.generators import fig2
 from controller.units import MB
 
@@ -126,10 +127,14 @@ def _plans(case: Case, mode: str, free: bool = False) -> dict[str, Plan | None]:
     return out
 
 
+LIMIT_MARK = " (limit)"  # a plan the planner's time limit stopped (``Plan.time_limit_reached``)
+
+
 def _ratio(a: Plan | None, b: Plan | None) -> str:
     if a is None or b is None or b.predicted.rate <= 0:
         return "-"
-    return f"{a.predicted.rate / b.predicted.rate:.2f}x"
+    limited = a.time_limit_reached or b.time_limit_reached
+    return f"{a.predicted.rate / b.predicted.rate:.2f}x" + (LIMIT_MARK if limited else "")
 
 
 def _ina_groups(p: Plan | None) -> str:
@@ -227,10 +232,10 @@ def report(
     lines.append(
         f"Track clusters of servers of 8 A100-40GB: 2tracks {_track_servers(servers, 6)} "
         f"servers, 8tracks {_track_servers(servers, 16)} ({servers} rounded down to whole "
-        "units of 6 and 16 servers; the paper's 1,200 take minutes "
-        "per planner and hours to simulate here; `heroserve plan --topology 2tracks|8tracks` "
-        "plans the full size). Predicted by the planner; *simulated* is the maximum per-GPU "
-        "rate at 90% attainment measured by `heroserve evaluate` where it ran.\n"
+        "units of 6 and 16 servers), with the paper's core switches scaled to that size (27 "
+        "and 280 at its 1,200 servers; at least 4 and 16). Predicted by the planner; "
+        "*simulated* is the maximum per-GPU rate at 90% attainment measured by `heroserve "
+        "evaluate` where it ran (`--eval-dir`).\n"
     )
     head = "| scenario | mode | HeroServe plan | INA groups | " + " | ".join(
         f"vs {b}" for b in [*SAME_SPACE, "distserve-paper"]
@@ -259,7 +264,10 @@ def report(
             )
     lines.append(
         "\n*free-INA bound*: HeroServe's H when every all-reduce it may aggregate in the network "
-        "costs nothing, over its H: no INA scheme can lift it further on that cluster.\n"
+        "costs nothing, over its H: no INA scheme can lift it further on that cluster. "
+        f"*{LIMIT_MARK.strip()}*: a plan on either side of the ratio is the best its planner "
+        f"found within the planner's time limit ({DEFAULT_TIME_LIMIT_S:g} CPU-s), not the "
+        "end of its search.\n"
     )
     try:
         lines += _ablation_section(servers, quick, say, run, sim_requests)
