@@ -1,0 +1,37 @@
+"""The fidelity report's scalability rows: a ratio is HeroServe's H over the baseline's,
+marked where either plan is the best found within the planner's time limit."""
+
+from dataclasses import replace
+
+import pytest
+
+from controller.evaluation.fidelity import LIMIT_MARK, Case, _case_rows, _plans, _ratio
+
+
+@pytest.fixture(scope="module")
+def testbed_plans():
+    return _plans(Case("testbed-summarization"), "pipelined")
+
+
+def test_a_ratio_is_the_two_plans_h(testbed_plans):
+    hero, base = testbed_plans["heroserve"], testbed_plans["distserve"]
+    want = hero.predicted.rate / base.predicted.rate
+    assert _ratio(hero, base) == f"{want:.2f}x"
+    assert _ratio(hero, None) == "-"
+
+
+def test_a_plan_stopped_by_the_time_limit_marks_its_ratios(testbed_plans):
+    hero, base = testbed_plans["heroserve"], testbed_plans["distserve"]
+    cut = replace(base, time_limit_reached=True)
+    assert _ratio(hero, cut).endswith(LIMIT_MARK)
+    assert _ratio(replace(hero, time_limit_reached=True), base).endswith(LIMIT_MARK)
+    assert not _ratio(hero, base).endswith(LIMIT_MARK)
+
+
+def test_a_scenarios_rows_in_both_modes():
+    rows, tpots = _case_rows(Case("testbed-chatbot"))
+    assert [r.split(" | ")[1] for r in rows] == ["pipelined", "paper"]
+    # TPOT rows: HeroServe against the paper's three baselines, pipelined mode only
+    assert [t[1] for t in tpots] == ["distserve", "ds-atp", "ds-switchml"]
+    for _, _, t_base, t_hero, red in tpots:
+        assert red == pytest.approx(1 - t_hero / t_base)
