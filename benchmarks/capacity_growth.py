@@ -111,7 +111,8 @@ def main() -> None:
             why = "".join(f"\n    idle: {x.gpus} {x.role} GPUs, {x.reason}" for x in p.idle)
             print(
                 f"{topo:8} {n:5} servers  H {p.predicted.rate:10.3f} req/s  GPUs {used:5} "
-                f"(idle {idle:4})  {cpu:6.1f} CPU s\n    {kv}{why}",
+                f"(idle {idle:4})  {cpu:6.1f} CPU s"
+                f"{' (stopped at the time limit)' if p.time_limit_reached else ''}\n    {kv}{why}",
                 flush=True,
             )
         if len(hs) == 2 and hs[0] > 0:

@@ -149,6 +149,7 @@ def row(
         f"{tpot * 1e3:>6.1f}  {p.prefill.tp}x{p.prefill.pp}x{len(p.prefill.instances)}"
         f"/{p.decode.tp}x{p.decode.pp}x{len(p.decode.instances)}  "
         f"{t_plan:>5.1f} {t_sim:>6.1f}"
+        + ("  (plan stopped at the planner's time limit)" if p.time_limit_reached else "")
     )
 
 
