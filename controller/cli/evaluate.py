@@ -7,6 +7,7 @@ import argparse
 
 from controller.errors import InputError
 from controller.inputs.args import (
+    add_ray,
     add_workers,
     bounded,
     make_dir,
@@ -28,12 +29,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
         "--out", type=output_dir, default=None, help="output folder (default: eval/<scenario>)"
     )
     add_workers(p, "simulation processes")
-    p.add_argument(
-        "--ray",
-        metavar="ADDRESS",
-        default=None,
-        help="run the sweep on a Ray cluster ('local' starts one here); needs heroserve[ray]",
-    )
+    add_ray(p)
     p.add_argument(
         "--requests",
         type=bounded(int, 1, MAX_SIM_REQUESTS),

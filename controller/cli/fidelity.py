@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from controller.errors import InputError
-from controller.inputs.args import add_workers, bounded, output_file, write_text
+from controller.inputs.args import add_ray, add_workers, bounded, output_file, write_text
 from controller.inputs.limits import MAX_SIM_REQUESTS
 
 HELP = "write docs/fidelity.md: the paper's claims beside the project's"
@@ -35,7 +35,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
         help="servers of the track clusters (a multiple of their unit: 6 and 16)",
     )
     p.add_argument("--quick", action="store_true", help="the testbed only")
-    add_workers(p, "processes simulating the ablation's plans")
+    add_workers(p, "processes planning the scenarios and simulating the ablation's plans")
+    add_ray(p)
     p.add_argument(
         "--sim-requests",
         type=bounded(int, 1, MAX_SIM_REQUESTS),
@@ -67,7 +68,7 @@ def run(a: argparse.Namespace) -> int:
             old = out.read_text()
         except (OSError, UnicodeDecodeError) as e:
             raise InputError(f"--out: cannot read {out}: {type(e).__name__}") from None
-    with Runner(a.workers, progress=say) as runner:
+    with Runner(a.workers, a.ray, say) as runner:
         if old is not None:
             text = ablation_only(old, a.servers, a.quick, say, runner, a.sim_requests)
         else:

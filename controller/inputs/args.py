@@ -76,6 +76,16 @@ def add_workers(p: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+def add_ray(p: argparse.ArgumentParser) -> None:
+    """``--ray``: run the command's jobs on a Ray cluster instead of local processes."""
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        default=None,
+        help="run the sweep on a Ray cluster ('local' starts one here); needs heroserve[ray]",
+    )
+
+
 def parallelism(s: str) -> tuple[int, int]:
     """``TPxPP``, e.g. ``4x2``: both in [1, MAX_PARALLEL]."""
     try:
