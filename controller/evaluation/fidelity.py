@@ -10,7 +10,11 @@ aggregate in the network costs nothing), the ablation of the ratio, predicted an
 the cost model's, each with its source in docs/costmodel.md.
 
     heroserve fidelity [--out docs/fidelity.md] [--eval-dir eval] [--servers 48] [--quick]
-                       [--workers N] [--sim-requests 20000] [--section ablation]
+                       [--workers N] [--ray ADDRESS] [--sim-requests 20000]
+                       [--section ablation]
+
+Each scenario is planned (every planner, both cost modes) as one job of the runner
+(``Runner.call``: local processes, or Ray), and so is each scenario's ablation.
 
 Holds ``Case`` and ``cases`` (the scenarios at the report's size), Fig. 2's figures
 (``fig2_delays``, ``fig2_full``), ``report`` and ``ablation_only``.
