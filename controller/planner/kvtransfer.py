@@ -6,7 +6,7 @@
   layers when that is faster. Its caches: prices per pair (``PairFlows``), which the search
   asks again for every split that deploys them, and each share's hops per route key
   (``_share_hops``: source, destination class, size), so that a route is turned into link
-  numbers once (about 0.9 GB more at 8tracks-1,200 summarization, for 1.5x the speed).
+  numbers once (0.9 GB more at 8tracks-1,200 summarization; 1.4x faster on 2tracks-96).
 - ``PairFlows``: one pair's priced shares as the hop arrays their link loads are summed
   from (the flows are listed on demand); ``_pipelined_times``: ``flow_times`` on those
   arrays, float for float.
