@@ -114,24 +114,9 @@ class Runner:
 
     def map(self, points: Sequence[Point], what: str = "") -> list[dict[str, Any]]:
         self.batch_done = 0
-        if not points:
-            return []
-        if self._ray is not None:
-            refs = [self._remote.remote(p) for p in points]
-            out = []
-            for r in refs:
-                out.append(self._ray.get(r))
-                self._tick(what, len(points))
-            return out
-        if self._pool is not None:
-            out = []
-            for r in self._pool.map(run_point, points):
-                out.append(r)
-                self._tick(what, len(points))
-            return out
         out = []
-        for p in points:
-            out.append(run_point(p))
+        for r in self._results(run_point, points):
+            out.append(r)
             self._tick(what, len(points))
         return out
 
@@ -141,19 +126,24 @@ class Runner:
         as a scenario's plans, which take minutes each at 1,200 servers. Progress per job
         done, not counted as simulations."""
         out: list[R] = []
-        if self._ray is not None:
-            remote = self._ray.remote(fn)
-            refs = [remote.remote(x) for x in items]
-            results: Iterable[R] = (self._ray.get(r) for r in refs)
-        elif self._pool is not None:
-            results = self._pool.map(fn, items)
-        else:
-            results = (fn(x) for x in items)
-        for r in results:
+        for r in self._results(fn, items):
             out.append(r)
             if self.progress:
                 self.progress(f"{what}: {len(out)}/{len(items)} done ({self.workers} worker(s))")
         return out
+
+    def _results(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterable[R]:
+        """``fn``'s results over ``items``, in order, as they come: on the Ray cluster, the
+        pool, or here."""
+        if not items:
+            return iter(())
+        if self._ray is not None:
+            remote = self._remote if fn is run_point else self._ray.remote(fn)
+            refs = [remote.remote(x) for x in items]
+            return (self._ray.get(r) for r in refs)
+        if self._pool is not None:
+            return self._pool.map(fn, items)
+        return (fn(x) for x in items)
 
     def _tick(self, what: str, total: int) -> None:
         self.done += 1
