@@ -88,10 +88,12 @@ def _plan(
     opts: PlannerOptions,
     step: tuple[str, Policy, Sequence[Grouper], str],
 ) -> Plan | None:
-    """The step's plan, named after the planner the simulator prices it as."""
+    """The step's plan, named after the planner the simulator prices it as. The steps above
+    it are the planners its candidates contain (``search``'s ``contained``)."""
     _, policy, groupers, priced_as = step
+    above = [(p, gs) for _, p, gs, _ in STEPS[: STEPS.index(step)]] if step in STEPS else []
     try:
-        result = search(Problem(g, model, w, sla, opts), policy, groupers)
+        result = search(Problem(g, model, w, sla, opts), policy, groupers, above)
     except InputError:  # no plan meets the SLA under this step's policy
         return None
     return build_plan(result, priced_as, str(g.name), w.name)

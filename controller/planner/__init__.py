@@ -2,8 +2,9 @@
 
 ``plan(cluster, model, workload, sla, options, planner=...)`` is the common interface;
 ``PLANNERS`` lists the names: heroserve (Alg. 1 + 2), distserve, ds-atp, ds-switchml,
-distserve-paper and exhaustive (small clusters only); ``SEARCHES`` the planners whose search
-is not the common one; ``BASELINES`` the paper's baselines.
+distserve-paper and exhaustive (small clusters only); ``CONTAINS`` the planners whose
+candidates a planner's contain; ``SEARCHES`` the planners whose search is not the common one;
+``BASELINES`` the paper's baselines.
 
 The package's modules: ``search`` (Alg. 1, the common search) with ``bounds``,
 ``deployment`` and ``roles``; ``evaluate`` (the ``Evaluator``, which prices placements) with
@@ -46,6 +47,9 @@ PLANNERS: dict[str, tuple[Policy, tuple[Callable, ...]]] = {
     "exhaustive": (EXHAUSTIVE, (exhaustive_grouper,)),
     "distserve-paper": (DISTSERVE_PAPER, ()),
 }
+# The planners whose candidates a planner's contain: on a cluster too large to price every
+# role split, it prices the splits around their balance points too (``search.search``).
+CONTAINS: dict[str, tuple[str, ...]] = {"heroserve": ("distserve", "ds-atp", "ds-switchml")}
 # Planners whose search is not the common one (``search.search``).
 SEARCHES: dict[str, Callable] = {"distserve-paper": distserve_paper_search}
 # The paper's baselines in HeroServe's search space, then DistServe's own placement.
@@ -66,8 +70,11 @@ def plan(
         raise InputError(f"unknown planner {planner!r}; known: {', '.join(PLANNERS)}")
     policy, groupers = PLANNERS[planner]
     problem = Problem(cluster, model, workload, sla, options or PlannerOptions(), progress)
-    result = SEARCHES.get(planner, search)(problem, policy, groupers)
+    if planner in SEARCHES:
+        result = SEARCHES[planner](problem, policy, groupers)
+    else:
+        result = search(problem, policy, groupers, [PLANNERS[n] for n in CONTAINS.get(planner, ())])
     return build_plan(result, planner, str(cluster.name), workload.name)
 
 
-__all__ = ["BASELINES", "PLANNERS", "PlannerOptions", "Problem", "plan"]
+__all__ = ["BASELINES", "CONTAINS", "PLANNERS", "PlannerOptions", "Problem", "plan"]

@@ -16,10 +16,11 @@ each one when there are at most ``max_splits``. On larger clusters ``balanced_sp
 the vectors around the balance point of a linear model: each class's prefill and decode rate
 per server, measured by pricing the whole cluster in each role, and the split maximising
 ``min(sum_c k_c p_c, sum_c (n_c - k_c) d_c)`` (a fractional knapsack: classes sorted by
-``p_c / d_c``, at most one class split), then its integer neighbours.
+``p_c / d_c``, at most one class split), then its integer neighbours and the counts near it
+at which a role's pool holds a whole number of its instances.
 
 Holds ``role_space`` (``RoleSpace``, ``ServerClass``), ``Split``, ``exhaustive_splits``,
-``balanced_splits`` and ``balanced_counts``.
+``balanced_splits``, ``whole_instance_counts`` and ``balanced_counts``.
 """
 
 from __future__ import annotations
@@ -152,9 +153,12 @@ def balanced_splits(
     prefill_rate: Sequence[float],
     decode_rate: Sequence[float],
     spread: int = 1,
+    instance_gpus: tuple[int, int] = (1, 1),
 ) -> list[Split]:
-    """The integer splits around ``balanced_counts``: every class rounded down and up, and
-    the class that is split moved by up to ``spread`` servers either way."""
+    """The integer splits around ``balanced_counts``: every class rounded down and up, the
+    class that is split moved by up to ``spread`` servers either way, and that class's
+    counts at which a pool holds a whole number of instances (``whole_instance_counts``,
+    ``instance_gpus`` the GPUs of one prefill and one decode instance)."""
     sizes = [len(c.servers) for c in space.classes]
     frac = balanced_counts(sizes, prefill_rate, decode_rate)
     options = []
@@ -163,5 +167,35 @@ def balanced_splits(
         near = {lo, hi}
         if lo != hi or 0 < x < sizes[c]:
             near |= {lo - d for d in range(1, spread + 1)} | {hi + d for d in range(1, spread + 1)}
+            near |= whole_instance_counts(space, frac, c, instance_gpus)
         options.append(sorted(v for v in near if 0 <= v <= sizes[c]))
     return [space.split(k) for k in itertools.product(*options)]
+
+
+def whole_instance_counts(
+    space: RoleSpace, frac: Sequence[float], c: int, instance_gpus: tuple[int, int]
+) -> set[int]:
+    """Counts of class ``c``'s prefill servers, the other classes at ``frac`` (whole), at
+    which the prefill pool holds a whole number of prefill instances (the multiples of
+    ``instance_gpus[0]`` GPUs just below and above its GPUs at ``frac``), or the decode pool
+    of decode instances. Why: an instance is a block of TP x PP GPUs, often several servers,
+    so near the balance point one role's rate moves in steps; a count one server off the
+    balance point can leave the coarser role a whole instance short (2tracks-96: decode
+    instances of 6 servers, 22 decode servers serve three of them, 24 serve four)."""
+    per = space.classes[c].key[2]  # free GPUs per server of class c
+    n = len(space.classes[c].servers)
+    other_p = len(space.fixed_prefill)
+    other_d = len(space.fixed_decode)
+    for i, (k, x) in enumerate(zip(space.classes, frac, strict=True)):
+        if i != c:
+            other_p += round(x) * k.key[2]
+            other_d += (len(k.servers) - round(x)) * k.key[2]
+    out = set()
+    u_p, u_d = instance_gpus
+    pre = other_p + frac[c] * per  # prefill GPUs at the balance point
+    for want in {math.floor(pre / u_p) * u_p, math.ceil(pre / u_p) * u_p} - {0}:
+        out.add(-(-max(0, want - other_p) // per))  # fewest servers that hold ``want``
+    dec = other_d + (n - frac[c]) * per
+    for want in {math.floor(dec / u_d) * u_d, math.ceil(dec / u_d) * u_d} - {0}:
+        out.add(n + (max(0, want - other_d) // -per))
+    return {k for k in out if 0 <= k <= n}

@@ -270,14 +270,18 @@ def _best_pair(
     return comb, pre, rd, t_f, flows, tried, ij
 
 
-def _class_rates(ps: PhaseSearch, space: RoleSpace, sample: int) -> tuple[list[float], list[float]]:
+def _class_rates(
+    ps: PhaseSearch, space: RoleSpace, sample: int
+) -> tuple[list[float], list[float], tuple[int, int]]:
     """Per class, the rate one of its servers adds in each role: the best candidate priced on
     up to ``sample`` servers of every class at once in that role (fixed-role GPUs included),
     its instance rates shared out over the servers of their GPUs. A sample rather than the
     whole class: on a rail cluster a class is hundreds of twin servers, whose per-server rate
     a few dozen of them already show (what it misses is the left-over GPUs of the last
-    instance, a fraction of a percent at that size)."""
+    instance, a fraction of a percent at that size). Also the GPUs (TP x PP) of those best
+    prefill and decode candidates, whose instances set the steps ``balanced_splits`` takes."""
     rates: dict[str, list[float]] = {}
+    size: dict[str, int] = {}
     g = ps.ev.g
     picked = [k.servers[:sample] for k in space.classes]
     cls_of = {s: c for c, ss in enumerate(picked) for s in ss}
@@ -286,6 +290,7 @@ def _class_rates(ps: PhaseSearch, space: RoleSpace, sample: int) -> tuple[list[f
         fixed = space.fixed_prefill if role == "prefill" else space.fixed_decode
         per = [0.0] * len(space.classes)
         top = ps.most_capacity(role, [*fixed, *everyone])
+        size[role] = top.tp * top.pp if top is not None else 1
         if top is not None:
             for inst in top.result.instances:
                 members = [x for st in inst.stages for x in st]
@@ -297,10 +302,40 @@ def _class_rates(ps: PhaseSearch, space: RoleSpace, sample: int) -> tuple[list[f
             per[c] * len(space.free[ss[0]]) / sum(len(space.free[s]) for s in ss)
             for c, ss in enumerate(picked)
         ]
-    return rates["prefill"], rates["decode"]
+    return rates["prefill"], rates["decode"], (size["prefill"], size["decode"])
 
 
-def search(problem: Problem, policy: Policy, groupers: Sequence[Grouper]) -> SearchResult:
+def _role_splits(
+    ps: PhaseSearch, space: RoleSpace, contained: Sequence[tuple[Policy, Sequence[Grouper]]]
+) -> tuple[list[Split], str]:
+    """The role splits to price and how they were chosen: every split where there are at
+    most ``max_splits``; otherwise the splits around this planner's balance point and around
+    the balance point of every planner in ``contained``, whose candidates this planner's
+    contain (each planner's per-server rates, and so its balance point, are its own: without
+    theirs, a planner that may do more could price none of the splits a baseline wins on)."""
+    opts = ps.problem.options
+    if space.n_splits <= opts.max_splits:
+        splits = exhaustive_splits(space)
+        return splits, f"all {len(splits)} role splits"
+    found: dict[tuple[int, ...], Split] = {}
+    for each in [ps, *(PhaseSearch(Evaluator(ps.problem, p), p, gs) for p, gs in contained)]:
+        p_rate, d_rate, sizes = _class_rates(each, space, opts.class_sample)
+        for sp in balanced_splits(space, p_rate, d_rate, instance_gpus=sizes):
+            found.setdefault(sp.counts, sp)
+    splits = sorted(found.values(), key=lambda sp: sp.counts)
+    points = f"balance points of {1 + len(contained)} planners" if contained else "balance point"
+    return splits, f"{len(splits)} role splits around the {points} of {space.n_splits}"
+
+
+def search(
+    problem: Problem,
+    policy: Policy,
+    groupers: Sequence[Grouper],
+    contained: Sequence[tuple[Policy, Sequence[Grouper]]] = (),
+) -> SearchResult:
+    """The best deployment ``policy`` finds with ``groupers``. ``contained``: the planners
+    (policy, groupings) whose candidates this one's contain; their balance points' role
+    splits are priced too (``_role_splits``), so its H is never below theirs."""
     check_forced(problem)
     ev = Evaluator(problem, policy)
     ps = PhaseSearch(ev, policy, groupers)
@@ -308,13 +343,7 @@ def search(problem: Problem, policy: Policy, groupers: Sequence[Grouper]) -> Sea
     space = role_space(problem.cluster)
     if not space.classes and not (space.fixed_prefill and space.fixed_decode):
         raise InputError("the cluster needs GPUs for both prefill and decode")
-    if space.n_splits <= opts.max_splits:
-        splits = exhaustive_splits(space)
-        how = f"all {len(splits)} role splits"
-    else:
-        p_rate, d_rate = _class_rates(ps, space, opts.class_sample)
-        splits = balanced_splits(space, p_rate, d_rate)
-        how = f"{len(splits)} role splits around the balance point of {space.n_splits}"
+    splits, how = _role_splits(ps, space, contained)
     problem.say(f"{policy.name}: {how}")
     bounded = sorted(
         ((split_bound(ps, sp), k, sp) for k, sp in enumerate(splits, start=1)),
