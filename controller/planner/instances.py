@@ -326,13 +326,20 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         bound = self.problem.sla.tpot_s
         kv = self.tpot_kv_share(t_f)
 
+        steps: dict[int, tuple[float, float, float, float]] = {}  # batch -> decode_step
+
+        def step_of(b: int) -> tuple[float, float, float, float]:
+            if b not in steps:
+                steps[b] = self.decode_step(stages, b, util)
+            return steps[b]
+
         def ok(b: int) -> bool:
-            return self.decode_step(stages, b, util)[0] + kv <= bound
+            return step_of(b)[0] + kv <= bound
 
         if alone is not None and 1 <= alone <= b_max and ok(alone):
             lo = hi = alone
         elif b_max < 1 or not ok(1):
-            step, busy, comp, comm = self.decode_step(stages, 1, util)
+            step, busy, comp, comm = step_of(1)
             return InstanceEval(stages, [], [], comp, comm, step, busy, 0.0, 0, step + kv)
         else:
             lo, hi = 1, b_max if alone is None else min(b_max, max(1, alone - 1))
@@ -342,7 +349,7 @@ class InstancePricing(AllReducePricing, PipelinePricing):
                 lo = mid
             else:
                 hi = mid - 1
-        step, busy, comp, comm = self.decode_step(stages, lo, util)
+        step, busy, comp, comm = step_of(lo)
         ar, hops = self.stage_parts(stages, self.activation_bytes(lo))
         rate = lo / (busy * self.decode_steps)
         return InstanceEval(stages, ar, hops, comp, comm, step, busy, rate, lo, step + kv)
