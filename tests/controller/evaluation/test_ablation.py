@@ -1,15 +1,17 @@
 """The ablation ladder of ``heroserve fidelity``: from DistServe's search to HeroServe's, one
 change a step, its ends the two planners themselves."""
 
+import random
 from dataclasses import fields
 
 import pytest
 
 from controller.evaluation.ablation import STEPS, ablation, ratios
 from controller.models import model_spec
-from controller.planner import PLANNERS, plan
+from controller.planner import PLANNERS, PlannerOptions, plan
 from controller.topology import testbed as make_testbed
-from controller.workload import default_sla, summarization
+from controller.topology.synthetic import random_cluster
+from controller.workload import chatbot, default_sla, summarization
 
 # what each step switches, in Policy fields (the name aside)
 CHANGES = [
@@ -74,3 +76,19 @@ def test_ratios_against_the_row_above_then_the_full_planner():
         (1.25, 2.5),
         (0.5, 1.0),
     ]
+
+
+@pytest.mark.parametrize("seed", [7, 12])
+def test_a_step_never_lowers_h_where_splits_are_chosen_by_balance(seed):
+    """With the role splits chosen around balance points (``max_splits`` 1, as on a cluster
+    of hundreds of servers), each step prices the splits of the steps above it, so adding
+    an option never lowers H. Without that, on these two random clusters "+ cross-server TP"
+    (seed 7) and "+ placement" (seed 12) fell to 0.888x and 0.831x of the row above."""
+    g = random_cluster(seed)
+    rng = random.Random(seed)
+    model = model_spec(rng.choice(["OPT-13B", "LLaMA-3-8B", "OPT-66B", "LLaMA-2-70B"]))
+    wname = rng.choice(["chatbot", "summarization"])
+    w = chatbot(n=4000) if wname == "chatbot" else summarization(n=4000)
+    rows = ablation(g, model, w, default_sla(wname), PlannerOptions(max_splits=1))
+    assert all(r.rate is not None for r in rows[:6])
+    assert all(r.vs_previous >= 1 - 1e-9 for r in rows[1:6]), [r.vs_previous for r in rows]
