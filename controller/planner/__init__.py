@@ -12,7 +12,7 @@ its parts ``context``, ``allreduce``, ``pipeline``, ``instances`` and ``kvtransf
 ``results`` and ``combine`` (Eq. 1); the groupings ``grouping``, ``heroserve``,
 ``baselines``, ``exhaustive``; ``colocated`` and ``distserve_paper`` (DistServe's own
 placement); ``candidates``, ``options``, ``assemble`` (search result to plan) and
-``reprice`` (a plan priced again)."""
+``reprice`` (a plan priced again); ``infeasible`` (why a search found no deployment)."""
 
 from __future__ import annotations
 

@@ -19,8 +19,9 @@ per server, measured by pricing the whole cluster in each role, and the split ma
 ``p_c / d_c``, at most one class split), then its integer neighbours and the counts near it
 at which a role's pool holds a whole number of its instances.
 
-Holds ``role_space`` (``RoleSpace``, ``ServerClass``), ``Split``, ``exhaustive_splits``,
-``balanced_splits``, ``whole_instance_counts`` and ``balanced_counts``.
+Holds ``ROLES``, ``role_space`` (``RoleSpace``, ``ServerClass``), ``Split``,
+``exhaustive_splits``, ``balanced_splits``, ``whole_instance_counts`` and
+``balanced_counts``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from dataclasses import dataclass
 import networkx as nx
 
 from controller.topology.graph import gpu_sort_key, gpus
+
+ROLES = ("prefill", "decode")  # the two roles a split gives servers (a topology adds "any")
 
 
 @dataclass(frozen=True)

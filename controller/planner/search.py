@@ -22,7 +22,8 @@ role, pool and candidate, cached), ``candidates_for`` (step 2's list), ``decode_
 (decode's reference all-reduce size for grouping), ``split_bound`` and the ``Grouper`` type.
 Shared with DistServe's low-affinity layouts, and so in their own modules: the capacity
 bound (``bounds``), the KV settling of a pair and the ``SearchResult`` (``deployment``), and
-those layouts themselves (``colocated``), which HeroServe's search prices too.
+those layouts themselves (``colocated``), which HeroServe's search prices too. Why a search
+found nothing is told by ``infeasible``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NoReturn
 
 from controller.errors import InputError
 from controller.models.engines import pair_problem, parallelism_problem
@@ -41,20 +41,20 @@ from controller.planner.combine import Combination, combine
 from controller.planner.deployment import SearchResult, settle_kv
 from controller.planner.evaluate import Evaluator
 from controller.planner.grouping import PodGroups
+from controller.planner.infeasible import explain_infeasible
 from controller.planner.options import Policy, Problem
 from controller.planner.results import PhaseResult
 from controller.planner.roles import (
+    ROLES,
     RoleSpace,
     Split,
     balanced_splits,
     exhaustive_splits,
     role_space,
 )
-from controller.units import GB
 
 # A grouper turns a pool of GPUs into TP-sized groups for one phase.
 Grouper = Callable[[Evaluator, str, list[str], int, int, float], list[PodGroups]]
-ROLES = ("prefill", "decode")
 
 
 @dataclass
@@ -379,7 +379,7 @@ def search(
             co.candidates_tried += tried
             return co
     if best is None:
-        _explain_infeasible(problem, policy, space, feasible_anywhere)
+        explain_infeasible(problem, policy, space, feasible_anywhere)
     best.candidates_tried = tried
     best.splits_priced = len(splits)
     return best
@@ -422,57 +422,3 @@ def _search_splits(
     if best is not None:
         best.candidates_tried = tried
     return best
-
-
-def _explain_infeasible(
-    problem: Problem, policy: Policy, space: RoleSpace, feasible: dict[str, bool]
-) -> NoReturn:
-    model, opts, g = problem.model, problem.options, problem.cluster
-    every = [*space.fixed_prefill, *space.fixed_decode] + [
-        x for c in space.classes for s in c.servers for x in space.free[s]
-    ]
-    mem = [g.nodes[x]["memory_gb"] for x in every]
-    usable = sum(mem) * GB * opts.r_frac
-    if not tp_pp_candidates(model, mem, opts.r_frac, opts.max_candi) or (
-        usable < 2 * model.param_bytes
-    ):
-        raise InputError(
-            f"{model.name} ({model.param_bytes / 1e9:.0f} GB of weights) does not fit: one "
-            f"prefill and one decode instance need {2 * model.param_bytes / 1e9:.0f} GB, the "
-            f"{len(every)} GPUs hold {sum(mem):.0f} GB ({opts.r_frac:.0%} usable)"
-        )
-    if opts.max_gpus is not None:
-        need = _min_gpus_two_instances(problem, every)
-        if opts.max_gpus < need:
-            raise InputError(
-                f"--gpus {opts.max_gpus} is below the {need} GPUs {model.name} needs for one "
-                f"prefill and one decode instance"
-            )
-    for role in ROLES:
-        forced = opts.prefill_par if role == "prefill" else opts.decode_par
-        if forced is not None and not feasible[role]:
-            raise InputError(
-                f"{role} TP={forced[0]} PP={forced[1]} is not feasible: TP must split the "
-                f"heads, PP the layers, and the shards must fit"
-            )
-    forced = [
-        f"{role} TP={par[0]} PP={par[1]}"
-        for role, par in (("prefill", opts.prefill_par), ("decode", opts.decode_par))
-        if par is not None
-    ]
-    engine = problem.engine
-    raise InputError(
-        f"no deployment of {model.name}"
-        + (f" that {engine.name} runs" if engine is not None else "")
-        + f" meets the SLA (TTFT {problem.sla.ttft_s} s, TPOT {problem.sla.tpot_s} s) on this "
-        f"cluster with {policy.name}" + (f" with {' and '.join(forced)} forced" if forced else "")
-    )
-
-
-def _min_gpus_two_instances(problem: Problem, pool: Sequence[str]) -> int:
-    """GPUs of the smallest prefill instance plus the smallest decode instance that fit."""
-    g, model, opts = problem.cluster, problem.model, problem.options
-    mem = [g.nodes[x]["memory_gb"] for x in pool]
-    cands = tp_pp_candidates(model, mem, opts.r_frac, 10**6)
-    smallest = min((tp * pp for tp, pp in cands), default=math.inf)
-    return int(2 * smallest) if smallest < math.inf else 0
