@@ -23,7 +23,7 @@ from types import ModuleType
 
 from agents import __version__
 from agents.cliutil import DefaultsHelpFormatter, missing_dependency
-from controller.errors import InputError
+from controller.errors import InputError, WorkerLost
 from controller.inputs.args import OneLineParser, report_error
 
 SUBCOMMANDS = (
@@ -84,6 +84,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as e:
         named = argv and argv[0] in SUBCOMMANDS
         return report_error(f"heroserve {argv[0]}" if named else "heroserve", e)
+    except WorkerLost as e:
+        print(f"heroserve {argv[0]}: error: {e}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # output piped into head and the like
         return 0
     except ModuleNotFoundError as e:  # installed without the controller's extra

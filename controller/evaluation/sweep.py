@@ -16,10 +16,11 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from controller.errors import InputError
+from controller.errors import InputError, WorkerLost
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -142,7 +143,7 @@ class Runner:
             refs = [remote.remote(x) for x in items]
             return (self._ray.get(r) for r in refs)
         if self._pool is not None:
-            return self._pool.map(fn, items)
+            return _pooled(self._pool, fn, items, self.workers)
         return (fn(x) for x in items)
 
     def _tick(self, what: str, total: int) -> None:
@@ -231,3 +232,17 @@ def max_rates(
                         b.hi, b.att_hi = rate, att
                     break
     return br
+
+
+def _pooled(
+    pool: ProcessPoolExecutor, fn: Callable[[T], R], items: Sequence[T], workers: int
+) -> Iterable[R]:
+    """``pool.map``, a worker that died told in one line (``WorkerLost``) rather than as the
+    pool's traceback."""
+    try:
+        yield from pool.map(fn, items)
+    except BrokenProcessPool:
+        raise WorkerLost(
+            f"a worker process died ({workers} ran; the system kills one when "
+            f"memory runs out): run again with fewer --workers, or beside less"
+        ) from None

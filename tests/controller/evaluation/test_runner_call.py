@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from controller.errors import WorkerLost
 from controller.evaluation.sweep import Runner
 
 
@@ -30,3 +31,15 @@ def test_results_come_back_in_the_items_order(workers):
 def test_no_items_no_work():
     with Runner(1) as run:
         assert run.call(_square_and_pid, [], "nothing") == []
+
+
+def _die(x: int) -> int:
+    os._exit(9)  # as the kernel's out-of-memory killer leaves a worker: gone mid-job
+
+
+def test_a_worker_that_dies_is_one_line_not_the_pools_traceback():
+    with (
+        Runner(2) as run,
+        pytest.raises(WorkerLost, match="a worker process died .* fewer --workers"),
+    ):
+        run.call(_die, [1, 2])
