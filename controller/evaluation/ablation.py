@@ -22,7 +22,7 @@ paper's fixed split of the testbed, where the cluster has one, against the plann
 On a cluster with more role splits than ``max_splits``, each step also prices the splits
 around the balance points of the steps above it (``search``'s ``contained``), so a step that
 only adds options never lowers H; there the last step prices more splits than
-``heroserve plan`` does (the ladder's five balance points against the three baselines').
+``heroserve plan`` does (the balance points of six planners against four).
 
 Every row keeps its plan, named for the simulator after the planner whose evaluator prices it
 as the step's search did (``STEPS``' fourth field), so ``ablation_sim`` can simulate it.
