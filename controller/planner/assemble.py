@@ -276,13 +276,16 @@ def _settle_slots(
     problem = ev.problem
     pre, dec, comb = result.prefill, result.decode, result.combination
     t_f, flows = result.t_f, result.kv_flows
-    forced = ev.forced_ring
+    # A free-INA plan is a bound (``PlannerOptions.free_ina``): its all-reduces cost nothing
+    # whatever the slots, so no group falls back and the search's pricing stands.
+    bound = problem.options.free_ina
+    forced = set() if bound else ev.forced_ring
     while True:
         before = len(forced)
         slots = SlotPool(ev)
         pre_groups = _decide(ev, pre, comb.n_prefill, slots, forced)
         dec_groups = _decide(ev, dec, comb.n_decode, slots, forced)
-        if len(forced) == before:
+        if bound or len(forced) == before:
             return pre, dec, comb, t_f, flows, pre_groups, dec_groups
         pre = ev.reevaluate(pre, 0.0)
         dec0 = ev.reevaluate(dec, 0.0)
