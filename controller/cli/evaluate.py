@@ -7,6 +7,7 @@ import argparse
 
 from controller.errors import InputError
 from controller.inputs.args import (
+    add_journal,
     add_ray,
     add_workers,
     bounded,
@@ -30,6 +31,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     )
     add_workers(p, "simulation processes")
     add_ray(p)
+    add_journal(p, "journal.db in --out")
     p.add_argument(
         "--requests",
         type=bounded(int, 1, MAX_SIM_REQUESTS),
@@ -65,6 +67,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run(a: argparse.Namespace) -> int:
     from controller.cli.progress import ProgressLine
+    from controller.evaluation.journal import Journal
     from controller.evaluation.run import evaluate
     from controller.evaluation.scenarios import scenario
     from controller.evaluation.sweep import Runner
@@ -80,15 +83,17 @@ def run(a: argparse.Namespace) -> int:
     out = make_dir(a.out or f"eval/{s.name}", "--out")
     line = None if a.quiet else ProgressLine()
     say = line or (lambda m: None)
+    journal = Journal(a.journal or out / "journal.db", a.fresh)
     try:
-        with Runner(a.workers, a.ray, say) as runner:
+        with Runner(a.workers, a.ray, say, journal) as runner:
             summary = evaluate(s, out, runner, say, a.seed, a.online_scheduler, a.fast)
     finally:
+        journal.close()
         if line is not None:
             line.close()
     print((out / "notes.md").read_text())
     print(
-        f"written to {out}/: max_rate.csv attainment.csv attainment.png latency.csv "
+        f"written to {out}/: journal.db max_rate.csv attainment.csv attainment.png latency.csv "
         f"ina_throughput.csv notes.md plans/" + (" kv_memory.csv" if s.kv_rate_per_gpu else "")
     )
     return 0 if summary else 1

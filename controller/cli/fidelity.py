@@ -9,7 +9,14 @@ import sys
 from pathlib import Path
 
 from controller.errors import InputError
-from controller.inputs.args import add_ray, add_workers, bounded, output_file, write_text
+from controller.inputs.args import (
+    add_journal,
+    add_ray,
+    add_workers,
+    bounded,
+    output_file,
+    write_text,
+)
 from controller.inputs.limits import MAX_SIM_REQUESTS
 
 HELP = "write docs/fidelity.md: the paper's claims beside the project's"
@@ -37,6 +44,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true", help="the testbed only")
     add_workers(p, "processes planning the scenarios and simulating the ablation's plans")
     add_ray(p)
+    add_journal(p, "beside --out, named after it: docs/fidelity-journal.db")
     p.add_argument(
         "--sim-requests",
         type=bounded(int, 1, MAX_SIM_REQUESTS),
@@ -54,7 +62,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    from controller.evaluation.ablation_report import section_span
     from controller.evaluation.fidelity import ablation_only, report
+    from controller.evaluation.journal import Journal
     from controller.evaluation.sweep import Runner
 
     def say(m: str) -> None:
@@ -68,11 +78,19 @@ def run(a: argparse.Namespace) -> int:
             old = out.read_text()
         except (OSError, UnicodeDecodeError) as e:
             raise InputError(f"--out: cannot read {out}: {type(e).__name__}") from None
-    with Runner(a.workers, a.ray, say) as runner:
-        if old is not None:
-            text = ablation_only(old, a.servers, a.quick, say, runner, a.sim_requests)
-        else:
-            text = report(a.servers, Path(a.eval_dir), a.quick, say, runner, a.sim_requests)
+        section_span(old)  # a report without the section fails now, not after the work
+    journal = Journal(a.journal or out.with_name(f"{out.stem}-journal.db"), a.fresh)
+    if len(journal) and not a.fresh:
+        say(f"fidelity: {len(journal)} finished jobs in {journal.path}; those of this command "
+            "on this code are read back (--fresh runs them all)")  # fmt: skip
+    try:
+        with Runner(a.workers, a.ray, say, journal) as runner:
+            if old is not None:
+                text = ablation_only(old, a.servers, a.quick, say, runner, a.sim_requests)
+            else:
+                text = report(a.servers, Path(a.eval_dir), a.quick, say, runner, a.sim_requests)
+    finally:
+        journal.close()
     write_text(out, text, "--out")
     print(f"written to {a.out}")
     return 0

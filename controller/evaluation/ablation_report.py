@@ -68,9 +68,10 @@ def _summary(name: str, rows: Sequence[Row], cells: Sequence[SimCell]) -> str:
     return out.rstrip()
 
 
-def _job(case: tuple[str, dict[str, Any]]) -> Job:
+def _job(case: tuple[str, dict[str, Any]]) -> dict[str, Any]:
     """One scenario's ablation rows (scenario name, overrides that size its cluster),
-    planned here: ``Runner.call`` plans scenarios on separate cores."""
+    planned here, as ``Job.to_dict`` writes them: ``Runner.call`` plans scenarios on separate
+    cores and keeps the results in its journal."""
     name, over = case
     s = scenario(name, **over)
     fixed = {**over, "fixed_roles": True} if s.topology == "testbed" else None
@@ -79,7 +80,7 @@ def _job(case: tuple[str, dict[str, Any]]) -> Job:
     per_row = [over] * len(rows)
     if fixed:
         per_row[-1] = fixed
-    return Job(name, rows, per_row)
+    return Job(name, rows, per_row).to_dict()
 
 
 def section(
@@ -93,7 +94,9 @@ def section(
     each scenario's rows planned, then every distinct deployment simulated in one sweep."""
     t0 = time.perf_counter()
     say(f"fidelity: the ablation's plans of {len(cases)} scenarios on {runner.workers} worker(s)")
-    jobs = runner.call(_job, list(cases), "fidelity: ablations planned")
+    where = f"{runner.journal.path}" if runner.journal is not None else "an ablation job"
+    docs = runner.call(_job, list(cases), "fidelity: ablations planned")
+    jobs = [Job.from_dict(d, where) for d in docs]
     cells = simulate(jobs, runner, max_requests, say)
     out = [f"{HEADING}\n"]
     out.append(
@@ -133,7 +136,7 @@ def section(
     out += [_summary(job.scenario, job.rows, cs) for job, cs in zip(jobs, cells, strict=True)]
     took = time.perf_counter() - t0
     out.append(f"\n*This section: {took:.0f} s of wall time, {runner.done} simulations on "
-               f"{runner.workers} worker(s), by `{command}`.*\n")  # fmt: skip
+               f"{runner.workers} worker(s){runner.resumed()}, by `{command}`.*\n")  # fmt: skip
     return out
 
 

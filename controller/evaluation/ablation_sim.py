@@ -16,13 +16,25 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from controller.errors import InputError
 from controller.evaluation.ablation import Row, ratios
 from controller.evaluation.scenarios import scenario
 from controller.evaluation.sweep import Point, Runner, _model_for, max_rates
+from controller.inputs.limits import MAX_LIST, MAX_OPTION_ITEMS
+from controller.inputs.plan_checks import dataclass_spec, validate_plan_dict
+from controller.inputs.schema import (
+    Key,
+    ListOf,
+    Nullable,
+    PlainData,
+    Record,
+    SchemaError,
+    Spec,
+    Str,
+)
 from controller.plan import Plan
 from controller.planner.reprice import policy_of
 
@@ -56,6 +68,52 @@ class Job:
     scenario: str
     rows: Sequence[Row]
     overrides: Sequence[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The job as JSON data (plans as their plan documents), for the runner's journal."""
+        rows = [{**{f.name: getattr(r, f.name) for f in fields(Row) if f.name != "plan"},
+                 "plan": r.plan.to_dict() if r.plan is not None else None}
+                for r in self.rows]  # fmt: skip
+        return {"scenario": self.scenario, "rows": rows, "overrides": list(self.overrides)}
+
+    @classmethod
+    def from_dict(cls, d: Any, source: str) -> Job:
+        """The job ``to_dict`` gave, checked as hostile input (``source`` names where it was
+        read, for the one-line InputError): rows by the schema of their dataclass, plans as
+        ``heroserve`` checks a plan file."""
+        try:
+            return _JOB.check(d)
+        except SchemaError as e:
+            raise InputError(f"{source}: {e}") from None
+
+
+class _PlanDocument(Spec):
+    """A plan document, checked as ``heroserve`` checks a plan file."""
+
+    what = "a plan"
+
+    def check(self, value: Any) -> Plan:
+        try:
+            return validate_plan_dict(value, "the plan")
+        except InputError as e:
+            raise SchemaError(str(e)) from None
+
+
+# A journal's job document (``Job.to_dict``).
+_ROW = Record(
+    {**dataclass_spec(Row).keys, "plan": Key(Nullable(_PlanDocument()))},
+    build=lambda d: Row(**d),
+    what="a mapping (an ablation row)",
+)
+_JOB = Record(
+    {
+        "scenario": Key(Str(min_len=1), required=True),
+        "rows": Key(ListOf(_ROW, MAX_LIST), required=True),
+        "overrides": Key(ListOf(PlainData(MAX_OPTION_ITEMS), MAX_LIST), required=True),
+    },
+    build=lambda d: Job(**d),
+    what="a mapping (an ablation job)",
+)
 
 
 def deployment_key(plan: Plan) -> str:

@@ -10,7 +10,8 @@ aggregate in the network costs nothing), the ablation of the ratio, predicted an
 the cost model's, each with its source in docs/costmodel.md.
 
     heroserve fidelity [--out docs/fidelity.md] [--eval-dir eval] [--servers 48] [--quick]
-                       [--workers N] [--ray ADDRESS] [--sim-requests 20000]
+                       [--workers N] [--ray ADDRESS] [--journal FILE] [--fresh]
+                       [--sim-requests 20000]
                        [--section ablation]
 
 Each scenario is planned (every planner, both cost modes) as one job of the runner
@@ -291,7 +292,7 @@ def report(
     )
     lines.append(_why())
     took = time.perf_counter() - t0
-    lines.append(f"\n*Computed in {took:.0f} s of wall time by "
+    lines.append(f"\n*Computed in {took:.0f} s of wall time{run.resumed()} by "
                  f"`{_command(servers, quick, sim_requests)}`.*")  # fmt: skip
     say(f"fidelity: done in {took:.0f} s")
     return "\n".join(lines) + "\n"

@@ -6,7 +6,11 @@ worker process rebuilds the cluster and prices each plan once (cached per proces
 points of one plan cost only their simulation. Bisection runs for every planner at once:
 each round evaluates, per planner, ``k`` rates inside its current bracket (k = 1 is plain
 bisection; with more workers than planners, k grows so every core is busy) and keeps the
-sub-bracket where attainment crosses the target."""
+sub-bracket where attainment crosses the target.
+
+With a journal (``evaluation.journal``), each job and simulation point is looked up before it
+runs and recorded as it finishes, so a run that dies goes on, when run again, from the jobs
+it finished."""
 
 from __future__ import annotations
 
@@ -15,12 +19,13 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from controller.errors import InputError, WorkerLost
+from controller.evaluation.journal import MISSING, Journal, job_key
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -69,18 +74,23 @@ def run_point(point: Point) -> dict[str, Any]:
 
 class Runner:
     """Maps points to results in order: in this process (workers = 1), on a process pool,
-    or on a Ray cluster (``ray_address``; the optional extra ``heroserve[ray]``)."""
+    or on a Ray cluster (``ray_address``; the optional extra ``heroserve[ray]``). With a
+    ``journal``, a job recorded there is read back instead of run, and every job run is
+    recorded as soon as it finishes (results then as JSON gives them back: lists, not
+    tuples, either way)."""
 
     def __init__(
         self,
         workers: int = 1,
         ray_address: str | None = None,
         progress: Callable[[str], None] | None = None,
+        journal: Journal | None = None,
     ) -> None:
         if workers < 1:
             raise InputError(f"--workers must be at least 1, got {workers}")
         self.workers = workers
         self.progress = progress
+        self.journal = journal
         self.done = 0
         self.batch_done = 0
         self.t0 = time.perf_counter()
@@ -134,17 +144,44 @@ class Runner:
         return out
 
     def _results(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterable[R]:
-        """``fn``'s results over ``items``, in order, as they come: on the Ray cluster, the
-        pool, or here."""
+        """``fn``'s results over ``items``, in order, as they come: read from the journal or
+        run (on the Ray cluster, the pool, or here) and recorded as each finishes."""
+        j = self.journal
+        keys = [job_key(fn, x) for x in items] if j is not None else []
+        got: list[Any] = [j.get(k) for k in keys] if j is not None else [MISSING] * len(items)
+        todo = [i for i, v in enumerate(got) if v is MISSING]
+        done = 0  # results yielded so far, in order
+        for t, r in self._finished(fn, [items[i] for i in todo]):
+            i = todo[t]
+            got[i] = j.put(keys[i], r) if j is not None else r
+            while done < len(items) and got[done] is not MISSING:
+                yield got[done]
+                done += 1
+        yield from got[done:]
+
+    def _finished(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterable[tuple[int, R]]:
+        """(index, result) of ``fn`` over ``items`` in the order the jobs finish."""
         if not items:
-            return iter(())
+            return
         if self._ray is not None:
             remote = self._remote if fn is run_point else self._ray.remote(fn)
-            refs = [remote.remote(x) for x in items]
-            return (self._ray.get(r) for r in refs)
-        if self._pool is not None:
-            return _pooled(self._pool, fn, items, self.workers)
-        return (fn(x) for x in items)
+            index = {remote.remote(x): i for i, x in enumerate(items)}
+            pending = list(index)
+            while pending:
+                ready, pending = self._ray.wait(pending, num_returns=1)
+                yield index[ready[0]], self._ray.get(ready[0])
+        elif self._pool is not None:
+            yield from _pooled(self._pool, fn, items, self.workers, self.journal)
+        else:
+            yield from enumerate(map(fn, items))
+
+    def resumed(self) -> str:
+        """What the journal gave this run, for a report's footer: empty without a journal or
+        when nothing was read back."""
+        j = self.journal
+        if j is None or not j.hits:
+            return ""
+        return f" ({j.hits} jobs read back from the journal {j.path}, {j.recorded} run)"
 
     def _tick(self, what: str, total: int) -> None:
         self.done += 1
@@ -235,14 +272,29 @@ def max_rates(
 
 
 def _pooled(
-    pool: ProcessPoolExecutor, fn: Callable[[T], R], items: Sequence[T], workers: int
-) -> Iterable[R]:
-    """``pool.map``, a worker that died told in one line (``WorkerLost``) rather than as the
-    pool's traceback."""
+    pool: ProcessPoolExecutor,
+    fn: Callable[[T], R],
+    items: Sequence[T],
+    workers: int,
+    journal: Journal | None = None,
+) -> Iterable[tuple[int, R]]:
+    """(index, result) of ``fn`` over ``items`` on ``pool`` as they finish; a worker that died
+    told in one line (``WorkerLost``) rather than as the pool's traceback, naming the journal
+    that keeps what finished."""
+    index = {pool.submit(fn, x): i for i, x in enumerate(items)}
+    pending = set(index)
     try:
-        yield from pool.map(fn, items)
+        while pending:
+            ready, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in sorted(ready, key=index.__getitem__):
+                yield index[f], f.result()
     except BrokenProcessPool:
+        kept = (f"; the jobs that finished are kept in {journal.path}, and the same command "
+                "goes on from them" if journal is not None else "")  # fmt: skip
         raise WorkerLost(
             f"a worker process died ({workers} ran; the system kills one when "
-            f"memory runs out): run again with fewer --workers, or beside less"
+            f"memory runs out): run again with fewer --workers, or beside less{kept}"
         ) from None
+    finally:
+        for f in pending:
+            f.cancel()

@@ -86,6 +86,22 @@ def add_ray(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_journal(p: argparse.ArgumentParser, where: str) -> None:
+    """``--journal`` and ``--fresh``: where the command keeps the jobs it finished, so that
+    run again after a crash it goes on from them (``evaluation.journal``); ``where`` is the
+    default's description, in the help."""
+    p.add_argument(
+        "--journal",
+        metavar="FILE",
+        default=None,
+        help=f"SQLite file of the finished jobs, read back when the same command runs again "
+        f"on the same code (default: {where})",
+    )
+    p.add_argument(
+        "--fresh", action="store_true", help="forget the journal's jobs and run every job"
+    )
+
+
 def parallelism(s: str) -> tuple[int, int]:
     """``TPxPP``, e.g. ``4x2``: both in [1, MAX_PARALLEL]."""
     try:

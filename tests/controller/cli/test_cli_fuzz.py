@@ -212,6 +212,7 @@ SPECS: dict[str, Spec] = {
             "--servers": ([], ["0", "-16", "1e9"]),
             "--planners": ([], ["nosuch", "heroserve,nosuch"]),
             "--seed": ([], ["-1", "nan"]),
+            "--journal": ([], ["{dir}", "{bin}", "/proc/x/j.db"]),
         },
     ),
     "fidelity": Spec(
@@ -222,6 +223,7 @@ SPECS: dict[str, Spec] = {
             "--workers": ([], ["0", "1000", "x"]),
             "--sim-requests": ([], ["0", "-1", "1e12", "x"]),
             "--section": ([], ["nosuch", ""]),
+            "--journal": ([], ["{dir}", "{bin}", "/proc/x/j.db"]),
         },
     ),
     "compare": Spec(

@@ -1,0 +1,178 @@
+"""The journal of finished jobs (``evaluation.journal``) and the runner's use of it: a job
+recorded is read back instead of run, a run that dies keeps what finished, and what the
+file holds is checked before it is believed."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+import controller.evaluation.journal as journal_mod
+from controller.errors import InputError, WorkerLost
+from controller.evaluation.ablation_sim import Job
+from controller.evaluation.journal import MISSING, Journal, job_key
+from controller.evaluation.sweep import Runner
+
+
+def _ran(x: int, log: Path) -> list[int]:
+    with log.open("a") as f:  # one line per call, whichever process runs it
+        f.write(f"{x}\n")
+    return [x, x * x]
+
+
+def _square(item: tuple[int, str]) -> tuple[int, int]:
+    x, log = item
+    _ran(x, Path(log))
+    return x, x * x
+
+
+def _calls(log: Path) -> list[int]:
+    return sorted(int(s) for s in log.read_text().split()) if log.exists() else []
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_recorded_job_is_read_back_not_run(tmp_path, workers):
+    log = str(tmp_path / "calls")
+    items = [(3, log), (1, log), (2, log)]
+    with Runner(workers, journal=Journal(tmp_path / "j.db")) as run:
+        first = run.call(_square, items)
+    assert _calls(Path(log)) == [1, 2, 3]
+    j = Journal(tmp_path / "j.db")
+    with Runner(workers, journal=j) as run:
+        again = run.call(_square, [*items, (4, log)])
+    # the three finished jobs come back from the file; only the new one runs
+    assert _calls(Path(log)) == [1, 2, 3, 4]
+    assert (j.hits, j.recorded) == (3, 1)
+    # results pass through JSON either way: lists, in the items' order
+    assert first == [[3, 9], [1, 1], [2, 4]]
+    assert again == [*first, [4, 16]]
+    assert run.resumed() == f" (3 jobs read back from the journal {j.path}, 1 run)"
+
+
+def test_fresh_runs_every_job_again(tmp_path):
+    log = str(tmp_path / "calls")
+    with Runner(1, journal=Journal(tmp_path / "j.db")) as run:
+        run.call(_square, [(1, log)])
+    with Runner(1, journal=Journal(tmp_path / "j.db", fresh=True)) as run:
+        run.call(_square, [(1, log)])
+    assert _calls(Path(log)) == [1, 1]
+
+
+def test_the_key_names_the_function_the_argument_and_the_code(monkeypatch):
+    k = job_key(_square, (1, "x"))
+    assert k == job_key(_square, (1, "x"))
+    assert k != job_key(_square, (2, "x"))
+    assert k != job_key(_ran, (1, "x"))
+    monkeypatch.setattr(journal_mod, "code_digest", lambda: "other code")
+    assert k != job_key(_square, (1, "x"))
+
+
+def test_jobs_of_other_code_are_dropped_when_the_journal_opens(tmp_path, monkeypatch):
+    j = Journal(tmp_path / "j.db")
+    j.put("a", 1)
+    j.close()
+    assert len(Journal(tmp_path / "j.db")) == 1
+    monkeypatch.setattr(journal_mod, "code_digest", lambda: "other code")
+    assert len(Journal(tmp_path / "j.db")) == 0
+
+
+def test_a_row_that_is_not_json_is_missing(tmp_path):
+    j = Journal(tmp_path / "j.db")
+    j.put("good", {"a": [1, 2.5, None]})
+    j._db.execute("INSERT INTO job VALUES ('bad', ?, '{\"a\": [1,')", (journal_mod.code_digest(),))
+    assert j.get("good") == {"a": [1, 2.5, None]}
+    assert j.get("bad") is MISSING
+    assert j.get("never") is MISSING
+    assert j.hits == 1
+
+
+def test_a_file_that_is_not_a_journal_is_one_line(tmp_path):
+    f = tmp_path / "j.db"
+    f.write_text("not a database\n" * 100)
+    with pytest.raises(
+        InputError, match=r"^--journal: cannot use .*j\.db: file is not a database$"
+    ):
+        Journal(f)
+
+
+def test_a_result_json_cannot_hold_is_refused(tmp_path):
+    j = Journal(tmp_path / "j.db")
+    with pytest.raises(TypeError, match="holds a set"):
+        j.put("k", {1, 2})
+
+
+def _die_when_two_recorded(item: tuple[int, str]) -> int:
+    x, db = item
+    if x != 0:
+        return x
+    # wait for the condition (two results committed by the parent), not for a time
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        with sqlite3.connect(db) as c:
+            if c.execute("SELECT COUNT(*) FROM job").fetchone()[0] >= 2:
+                break
+        time.sleep(0.01)
+    os._exit(9)  # as the kernel's out-of-memory killer leaves a worker: gone mid-job
+
+
+def test_a_run_that_dies_keeps_what_finished(tmp_path):
+    db = str(tmp_path / "j.db")
+    items = [(0, db), (1, db), (2, db)]  # the first job dies once the others are recorded
+    with (
+        Runner(2, journal=Journal(db)) as run,
+        pytest.raises(WorkerLost, match=r"worker process died .* kept in .*j\.db, and the same"),
+    ):
+        run.call(_die_when_two_recorded, items)
+    j = Journal(db)
+    assert [j.get(job_key(_die_when_two_recorded, x)) for x in items[1:]] == [1, 2]
+    assert j.get(job_key(_die_when_two_recorded, items[0])) is MISSING
+
+
+def test_an_ablation_job_survives_the_round_trip(testbed_ablation_job):
+    job = testbed_ablation_job
+    back = Job.from_dict(json.loads(json.dumps(job.to_dict())), "j.db")
+    assert back == job
+    assert any(r.plan is not None for r in back.rows)
+
+
+def test_a_tampered_ablation_job_is_one_line(testbed_ablation_job):
+    d = json.loads(json.dumps(testbed_ablation_job.to_dict()))
+    i = next(i for i, r in enumerate(d["rows"]) if r["plan"] is not None)
+    d["rows"][i]["plan"]["decode"]["tp"] = -1
+    with pytest.raises(InputError, match=rf"^j\.db: rows\[{i}\]\.plan: the plan: decode\.tp: "):
+        Job.from_dict(d, "j.db")
+    d["rows"][i]["plan"] = None
+    d["rows"][i]["rate"] = "fast"
+    with pytest.raises(InputError, match=rf"^j\.db: rows\[{i}\]\.rate: "):
+        Job.from_dict(d, "j.db")
+    with pytest.raises(InputError, match=r"^j\.db: must be a mapping \(an ablation job\)"):
+        Job.from_dict([], "j.db")
+
+
+@pytest.fixture(scope="module")
+def testbed_ablation_job() -> Job:
+    from controller.evaluation.ablation_report import _job
+
+    return Job.from_dict(_job(("testbed-chatbot", {})), "fresh")
+
+
+def test_fidelity_run_again_reads_back_every_job_and_writes_the_same_report(tmp_path, capsys):
+    from controller.cli import main
+
+    args = ["fidelity", "--quick", "--workers", "2", "--quiet", "--eval-dir", str(tmp_path)]
+    assert main([*args, "--out", str(tmp_path / "a.md")]) == 0
+    assert main([*args, "--out", str(tmp_path / "b.md"), "--journal",
+                 str(tmp_path / "a-journal.db")]) == 0  # fmt: skip
+    a, b = ((tmp_path / f).read_text().splitlines() for f in ("a.md", "b.md"))
+    footers = [i for i, line in enumerate(a) if line.startswith("*")]
+    # every figure the same; only the footers (times, what was read back) differ
+    assert [x for i, x in enumerate(a) if i not in footers] == [
+        x for i, x in enumerate(b) if i not in footers
+    ]
+    assert all("jobs read back from the journal" not in a[i] for i in footers)
+    assert "0 run)" in b[-1] and "jobs read back from the journal" in b[-1]
