@@ -151,6 +151,9 @@ class Runner:
         got: list[Any] = [j.get(k) for k in keys] if j is not None else [MISSING] * len(items)
         todo = [i for i, v in enumerate(got) if v is MISSING]
         done = 0  # results yielded so far, in order
+        while done < len(items) and got[done] is not MISSING:  # read back: told at once
+            yield got[done]
+            done += 1
         for t, r in self._finished(fn, [items[i] for i in todo]):
             i = todo[t]
             got[i] = j.put(keys[i], r) if j is not None else r

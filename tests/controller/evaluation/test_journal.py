@@ -54,6 +54,30 @@ def test_a_recorded_job_is_read_back_not_run(tmp_path, workers):
     assert run.resumed() == f" (3 jobs read back from the journal {j.path}, 1 run)"
 
 
+def _wait_for_file(item: tuple[int, str]) -> int:
+    x, flag = item
+    deadline = time.monotonic() + 120
+    while x == 1 and not Path(flag).exists() and time.monotonic() < deadline:
+        time.sleep(0.01)  # the job after the read-back one waits for the caller's word
+    return x if Path(flag).exists() or x == 0 else -1  # -1: the word never came
+
+
+def test_jobs_read_back_are_told_before_the_others_finish(tmp_path):
+    flag = str(tmp_path / "go")
+    j = Journal(tmp_path / "j.db")
+    j.put(job_key(_wait_for_file, (0, flag)), 0)
+    said: list[str] = []
+
+    def progress(m: str) -> None:
+        said.append(m)
+        Path(flag).touch()  # job 1 finishes only once job 0's line is out
+
+    with Runner(2, progress=progress, journal=j) as run:
+        assert run.call(_wait_for_file, [(0, flag), (1, flag)], "jobs") == [0, 1]
+    assert said == ["jobs: 1/2 done (2 worker(s))", "jobs: 2/2 done (2 worker(s))"]
+    assert (j.hits, j.recorded) == (1, 2)  # the result put above, then job 1's
+
+
 def test_fresh_runs_every_job_again(tmp_path):
     log = str(tmp_path / "calls")
     with Runner(1, journal=Journal(tmp_path / "j.db")) as run:
