@@ -80,7 +80,7 @@ def run(a: argparse.Namespace) -> int:
             raise InputError(f"--out: cannot read {out}: {type(e).__name__}") from None
         section_span(old)  # a report without the section fails now, not after the work
     journal = Journal(a.journal or out.with_name(f"{out.stem}-journal.db"), a.fresh)
-    if len(journal) and not a.fresh:
+    if len(journal):  # --fresh has emptied it
         say(f"fidelity: {len(journal)} finished jobs in {journal.path}; those of this command "
             "on this code are read back (--fresh runs them all)")  # fmt: skip
     try:

@@ -150,17 +150,13 @@ class Runner:
         keys = [job_key(fn, x) for x in items] if j is not None else []
         got: list[Any] = [j.get(k) for k in keys] if j is not None else [MISSING] * len(items)
         todo = [i for i, v in enumerate(got) if v is MISSING]
-        done = 0  # results yielded so far, in order
-        while done < len(items) and got[done] is not MISSING:  # read back: told at once
+        finished = self._finished(fn, [items[i] for i in todo])  # runs from the first next()
+        for done in range(len(items)):
+            while got[done] is MISSING:  # results read back before it are told already
+                t, r = next(finished)
+                i = todo[t]
+                got[i] = j.put(keys[i], r) if j is not None else r
             yield got[done]
-            done += 1
-        for t, r in self._finished(fn, [items[i] for i in todo]):
-            i = todo[t]
-            got[i] = j.put(keys[i], r) if j is not None else r
-            while done < len(items) and got[done] is not MISSING:
-                yield got[done]
-                done += 1
-        yield from got[done:]
 
     def _finished(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterable[tuple[int, R]]:
         """(index, result) of ``fn`` over ``items`` in the order the jobs finish."""
