@@ -119,6 +119,22 @@ def test_every_deployed_pair_is_priced():
     assert len(load.flows) == 5
 
 
+def test_pairs_follow_the_phase_order_not_the_rates():
+    # 2 prefill and 5 decode instances of which the best 3 are deployed: d1, d3 and d4 (rates
+    # 4, 6 and 5), paired in the phase's order (d1, d3, d4), whatever their rates' order. A
+    # re-pricing that only re-orders their rates (the KV load's contention does) meets the
+    # same pairs again; paired best first, all three pairs changed
+    ev, pre, _ = phases(n_decode=5)
+
+    def deployed(rates: list[float]) -> list[tuple[str, str]]:
+        dec = PhaseResult("decode", 1, 1, [], [inst(f"d{k}-gpu0", r) for k, r in enumerate(rates)])
+        return [(p[0][0], d[0][0]) for p, d in ev.kv_pairs(pre, dec, None, 3)]
+
+    want = [("p0-gpu0", "d1-gpu0"), ("p1-gpu0", "d3-gpu0"), ("p0-gpu0", "d4-gpu0")]
+    assert deployed([1.0, 4.0, 2.0, 6.0, 5.0]) == want
+    assert deployed([1.0, 6.0, 2.0, 4.0, 5.0]) == want
+
+
 def test_plan_names_its_busiest_kv_link():
     # the testbed's plan: its notes name the link its KV transfers load most at H, at the
     # utilisation H x that link's busy seconds per request
