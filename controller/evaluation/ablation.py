@@ -1,19 +1,8 @@
 """Where HeroServe's advantage comes from: one thing switched at a time, from DistServe's
 search to HeroServe's, each step planned and its H (Eq. 1) predicted.
 
-The ladder (each step keeps every change above it):
-
-1. ``distserve``: tensor groups inside a server where they fit, NCCL's ring only, groups
-   packed by server (the baseline);
-2. ``+ cross-server TP``: the search may also try tensor groups that span servers
-   (HeroServe's candidates, still ring only);
-3. ``+ flat INA``: SwitchML-style aggregation on a switch, Ethernet routes only, for groups
-   that span servers (DS-SwitchML's scheme);
-4. ``+ NVLink relay``: INA routes may relay over NVLink, and groups inside a server may
-   aggregate in the network too;
-5. ``+ hierarchical INA``: NVLink reduce-scatter, INA per rail, all-gather;
-6. ``+ placement``: HeroServe's k-means grouping (Alg. 2) beside the packed one, and
-   DistServe's low-affinity layouts: HeroServe as it plans.
+The ladder is ``planner.ladder.LADDER`` (each step keeps every change above it), here
+``STEPS``.
 
 Two further rows change one input of the full planner instead: the INA lane format (16-bit
 lanes, FPISA-style, against the int32 lanes the P4 program adds) and the role split (the
@@ -21,8 +10,9 @@ paper's fixed split of the testbed, where the cluster has one, against the plann
 
 On a cluster with more role splits than ``max_splits``, each step also prices the splits
 around the balance points of the steps above it (``search``'s ``contained``), so a step that
-only adds options never lowers H; there the last step prices more splits than
-``heroserve plan`` does (the balance points of six planners against four).
+only adds options never lowers H; the last step, HeroServe's planner, prices those that
+``heroserve plan`` prices (``planner.CONTAINS``: the baselines' and every step's), so its row
+is that command's plan.
 
 Every row keeps its plan, named for the simulator after the planner whose evaluator prices it
 as the step's search did (``STEPS``' fourth field), so ``ablation_sim`` can simulate it.
@@ -40,36 +30,15 @@ import networkx as nx
 from controller.errors import InputError
 from controller.models.specs import ModelSpec
 from controller.plan import Plan
+from controller.planner import CONTAINS
 from controller.planner.assemble import build_plan
-from controller.planner.baselines import DISTSERVE, packed_grouper
-from controller.planner.heroserve import POLICY as HEROSERVE
-from controller.planner.heroserve import heroserve_grouper
+from controller.planner.ladder import LADDER
 from controller.planner.options import PlannerOptions, Policy, Problem
 from controller.planner.search import Grouper, search
 from controller.workload.base import Workload
 from controller.workload.sla import SLA
 
-_CROSS = replace(DISTSERVE, name="+ cross-server TP", prefer_intra_server=False)
-_FLAT = replace(_CROSS, name="+ flat INA", ina="sync")
-_RELAY = replace(_FLAT, name="+ NVLink relay", ina_relay=True, ina_cross_server_only=False)
-_HIER = replace(_RELAY, name="+ hierarchical INA", hier=True)
-_PACKED: tuple[Grouper, ...] = (packed_grouper,)
-
-# (row name, policy, groupings priced, planner the simulator prices its plan as): DistServe's
-# policy grown one switch at a time until it is HeroServe's (the last step's policy is
-# HeroServe's own, checked by the tests). The simulator rebuilds a plan's evaluator from its
-# planner's name (``planner.reprice.policy_of``); the named planner's policy has the step's
-# INA fields (what the evaluator prices with: ``ina``, ``ina_relay``,
-# ``ina_cross_server_only``) and allows hierarchical INA wherever the step does, so the plan
-# is simulated as the step priced it (checked by the tests)
-STEPS: tuple[tuple[str, Policy, tuple[Grouper, ...], str], ...] = (
-    ("distserve", DISTSERVE, _PACKED, "distserve"),
-    (_CROSS.name, _CROSS, _PACKED, "distserve"),
-    (_FLAT.name, _FLAT, _PACKED, "ds-switchml"),
-    (_RELAY.name, _RELAY, _PACKED, "heroserve"),
-    (_HIER.name, _HIER, _PACKED, "heroserve"),
-    ("+ placement (heroserve)", HEROSERVE, (heroserve_grouper, packed_grouper), "heroserve"),
-)
+STEPS = LADDER
 
 
 @dataclass(frozen=True)
@@ -94,9 +63,13 @@ def _plan(
     step: tuple[str, Policy, Sequence[Grouper], str],
 ) -> Plan | None:
     """The step's plan, named after the planner the simulator prices it as. The steps above
-    it are the planners its candidates contain (``search``'s ``contained``)."""
+    it are the planners its candidates contain (``search``'s ``contained``); the last step's
+    are HeroServe's (``planner.CONTAINS``, those steps among them)."""
     _, policy, groupers, priced_as = step
-    above = [(p, gs) for _, p, gs, _ in STEPS[: STEPS.index(step)]] if step in STEPS else []
+    if step is STEPS[-1]:
+        above: Sequence[tuple[Policy, Sequence[Grouper]]] = CONTAINS["heroserve"]
+    else:
+        above = [(p, gs) for _, p, gs, _ in STEPS[: STEPS.index(step)]] if step in STEPS else []
     try:
         result = search(Problem(g, model, w, sla, opts), policy, groupers, above)
     except InputError:  # no plan meets the SLA under this step's policy
