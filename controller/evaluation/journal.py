@@ -8,10 +8,12 @@ looks each job up here before running it, and records each result as it finishes
 - **What a job is**: the function's module and name, its argument as canonical JSON, and a
   digest of the ``controller`` package's source, so a journal written by other code, or for
   other inputs, is never read back. Runs of the same command on the same code share results.
-- **What is stored**: the result as JSON text, in a SQLite file, one committed transaction per
-  job; a crash loses at most the jobs running at that moment. A job's result passes through
-  the same JSON round trip whether it was just computed or read back, so both runs of a
-  command see the same values (tuples become lists).
+- **What is stored**: the result as JSON text and the seconds the job took in its worker, in
+  a SQLite file, one committed transaction per job; a crash loses at most the jobs running at
+  that moment. A run that reads jobs back can so tell what they cost when they ran, and a
+  report written from the journal does not show only its own short time. A job's result
+  passes through the same JSON round trip whether it was just computed or read back, so both
+  runs of a command see the same values (tuples become lists).
 - **Hostile file**: the file may be truncated, edited or written by another program. A row
   that does not parse as JSON is treated as missing and its job runs again; the caller
   decodes and checks what a result holds (``ablation_sim.Job.from_dict`` validates plans as
@@ -25,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import sqlite3
 from collections.abc import Callable
 from functools import cache
@@ -35,7 +38,7 @@ from controller.errors import InputError
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS job"
-    " (key TEXT PRIMARY KEY, code TEXT NOT NULL, result TEXT NOT NULL)"
+    " (key TEXT PRIMARY KEY, code TEXT NOT NULL, result TEXT NOT NULL, seconds REAL)"
 )
 MISSING = object()  # what ``Journal.get`` returns for a job not (or not readably) recorded
 
@@ -74,6 +77,7 @@ class Journal:
     def __init__(self, path: str | Path, fresh: bool = False) -> None:
         self.path = Path(path)
         self.hits = 0  # jobs read back this run
+        self.hit_seconds = 0.0  # what the jobs read back took when they ran (s, in workers)
         self.recorded = 0  # jobs run and recorded this run
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,6 +87,9 @@ class Journal:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute(_SCHEMA)
+            columns = {r[1] for r in self._db.execute("PRAGMA table_info(job)")}
+            if "seconds" not in columns:  # a journal written before durations were kept
+                self._db.execute("ALTER TABLE job ADD COLUMN seconds REAL")
             if fresh:
                 self._db.execute("DELETE FROM job")
             else:
@@ -92,7 +99,7 @@ class Journal:
 
     def get(self, key: str) -> Any:
         """The result recorded for ``key``, or ``MISSING``."""
-        row = self._db.execute("SELECT result FROM job WHERE key = ?", (key,)).fetchone()
+        row = self._db.execute("SELECT result, seconds FROM job WHERE key = ?", (key,)).fetchone()
         if row is None or not isinstance(row[0], str):
             return MISSING
         try:
@@ -100,14 +107,19 @@ class Journal:
         except ValueError:
             return MISSING
         self.hits += 1
+        seconds = row[1]
+        # a duration that is not a finite non-negative number is not believed, and not added
+        if isinstance(seconds, (int, float)) and 0.0 <= seconds < math.inf:
+            self.hit_seconds += float(seconds)
         return value
 
-    def put(self, key: str, result: Any) -> Any:
-        """Record ``result`` for ``key`` (one transaction); return it as read back would be."""
+    def put(self, key: str, result: Any, seconds: float | None = None) -> Any:
+        """Record ``result`` for ``key``, with the ``seconds`` the job took when known (one
+        transaction); return the result as read back would be."""
         text = encode(result)
         self._db.execute(
-            "INSERT OR REPLACE INTO job (key, code, result) VALUES (?, ?, ?)",
-            (key, code_digest(), text),
+            "INSERT OR REPLACE INTO job (key, code, result, seconds) VALUES (?, ?, ?, ?)",
+            (key, code_digest(), text, seconds),
         )
         self.recorded += 1
         return json.loads(text)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from controller.errors import InputError, WorkerLost
@@ -93,6 +94,7 @@ class Runner:
         self.journal = journal
         self.done = 0
         self.batch_done = 0
+        self.job_seconds = 0.0  # the jobs run (not read back) took this long in their workers
         self.t0 = time.perf_counter()
         self._pool: ProcessPoolExecutor | None = None
         self._ray = None
@@ -118,7 +120,7 @@ class Runner:
                 except Exception as e:  # noqa: BLE001 - Ray raises many kinds; report one line
                     raise InputError(f"cannot reach Ray at {ray_address!r}: {e}") from None
             self._ray = ray
-            self._remote = ray.remote(run_point)
+            self._remote = ray.remote(timed)
             self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         elif workers > 1:
             self._pool = ProcessPoolExecutor(max_workers=workers)
@@ -145,7 +147,8 @@ class Runner:
 
     def _results(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterable[R]:
         """``fn``'s results over ``items``, in order, as they come: read from the journal or
-        run (on the Ray cluster, the pool, or here) and recorded as each finishes."""
+        run (on the Ray cluster, the pool, or here) and recorded as each finishes, with the
+        seconds it took in its worker."""
         j = self.journal
         keys = [job_key(fn, x) for x in items] if j is not None else []
         got: list[Any] = [j.get(k) for k in keys] if j is not None else [MISSING] * len(items)
@@ -153,26 +156,31 @@ class Runner:
         finished = self._finished(fn, [items[i] for i in todo])  # runs from the first next()
         for done in range(len(items)):
             while got[done] is MISSING:  # results read back before it are told already
-                t, r = next(finished)
+                t, (r, seconds) = next(finished)
                 i = todo[t]
-                got[i] = j.put(keys[i], r) if j is not None else r
+                self.job_seconds += seconds
+                got[i] = j.put(keys[i], r, seconds) if j is not None else r
             yield got[done]
 
-    def _finished(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterable[tuple[int, R]]:
-        """(index, result) of ``fn`` over ``items`` in the order the jobs finish."""
+    def _finished(
+        self, fn: Callable[[T], R], items: Sequence[T]
+    ) -> Iterable[tuple[int, tuple[R, float]]]:
+        """(index, (result, seconds in its worker)) of ``fn`` over ``items`` in the order the
+        jobs finish."""
         if not items:
             return
         if self._ray is not None:
-            remote = self._remote if fn is run_point else self._ray.remote(fn)
-            index = {remote.remote(x): i for i, x in enumerate(items)}
+            remote = self._remote
+            index = {remote.remote(fn, x): i for i, x in enumerate(items)}
             pending = list(index)
             while pending:
                 ready, pending = self._ray.wait(pending, num_returns=1)
                 yield index[ready[0]], self._ray.get(ready[0])
         elif self._pool is not None:
-            yield from _pooled(self._pool, fn, items, self.workers, self.journal)
+            kept = self.journal.path if self.journal is not None else None
+            yield from _pooled(self._pool, fn, items, self.workers, kept)
         else:
-            yield from enumerate(map(fn, items))
+            yield from ((i, timed(fn, x)) for i, x in enumerate(items))
 
     def resumed(self) -> str:
         """What the journal gave this run, for a report's footer: empty without a journal or
@@ -180,7 +188,11 @@ class Runner:
         j = self.journal
         if j is None or not j.hits:
             return ""
-        return f" ({j.hits} jobs read back from the journal {j.path}, {j.recorded} run)"
+        return (
+            f" ({j.hits} jobs read back from the journal {j.path}, which took "
+            f"{j.hit_seconds:.0f} s in their workers when they ran; {j.recorded} run here, "
+            f"{self.job_seconds:.0f} s)"
+        )
 
     def _tick(self, what: str, total: int) -> None:
         self.done += 1
@@ -270,17 +282,25 @@ def max_rates(
     return br
 
 
+def timed(fn: Callable[[T], R], item: T) -> tuple[R, float]:
+    """``fn(item)`` and the wall seconds it took, measured where it runs (a worker's time,
+    not the caller's wait, which holds the queue)."""
+    t0 = time.perf_counter()
+    r = fn(item)
+    return r, time.perf_counter() - t0
+
+
 def _pooled(
     pool: ProcessPoolExecutor,
     fn: Callable[[T], R],
     items: Sequence[T],
     workers: int,
-    journal: Journal | None = None,
-) -> Iterable[tuple[int, R]]:
-    """(index, result) of ``fn`` over ``items`` on ``pool`` as they finish; a worker that died
-    told in one line (``WorkerLost``) rather than as the pool's traceback, naming the journal
-    that keeps what finished."""
-    index = {pool.submit(fn, x): i for i, x in enumerate(items)}
+    kept_in: Path | None = None,
+) -> Iterable[tuple[int, tuple[R, float]]]:
+    """(index, (result, seconds)) of ``fn`` over ``items`` on ``pool`` as they finish; a
+    worker that died told in one line (``WorkerLost``) rather than as the pool's traceback,
+    naming the journal ``kept_in`` that keeps what finished."""
+    index = {pool.submit(timed, fn, x): i for i, x in enumerate(items)}
     pending = set(index)
     try:
         while pending:
@@ -288,8 +308,8 @@ def _pooled(
             for f in sorted(ready, key=index.__getitem__):
                 yield index[f], f.result()
     except BrokenProcessPool:
-        kept = (f"; the jobs that finished are kept in {journal.path}, and the same command "
-                "goes on from them" if journal is not None else "")  # fmt: skip
+        kept = (f"; the jobs that finished are kept in {kept_in}, and the same command "
+                "goes on from them" if kept_in is not None else "")  # fmt: skip
         raise WorkerLost(
             f"a worker process died ({workers} ran; the system kills one when "
             f"memory runs out): run again with fewer --workers, or beside less{kept}"

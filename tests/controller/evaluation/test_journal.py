@@ -51,7 +51,52 @@ def test_a_recorded_job_is_read_back_not_run(tmp_path, workers):
     # results pass through JSON either way: lists, in the items' order
     assert first == [[3, 9], [1, 1], [2, 4]]
     assert again == [*first, [4, 16]]
-    assert run.resumed() == f" (3 jobs read back from the journal {j.path}, 1 run)"
+    assert run.resumed().startswith(f" (3 jobs read back from the journal {j.path}, which took ")
+    assert "; 1 run here, " in run.resumed()
+
+
+def _sleep(s: float) -> float:
+    time.sleep(s)  # a job whose duration is known from below: at least s
+    return s
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_job_s_duration_is_recorded_and_told_when_read_back(tmp_path, workers):
+    j = Journal(tmp_path / "j.db")
+    with Runner(workers, journal=j) as run:
+        run.call(_sleep, [0.2, 0.3])
+    assert run.job_seconds >= 0.5  # measured in the worker, so at least the sleeps
+    rows = dict(j._db.execute("SELECT result, seconds FROM job").fetchall())
+    assert rows["0.2"] >= 0.2 and rows["0.3"] >= 0.3
+    again = Journal(tmp_path / "j.db")
+    with Runner(workers, journal=again) as run:
+        assert run.call(_sleep, [0.2, 0.3]) == [0.2, 0.3]
+    assert (again.hits, again.recorded, run.job_seconds) == (2, 0, 0.0)
+    assert again.hit_seconds == pytest.approx(rows["0.2"] + rows["0.3"])
+    assert f"which took {again.hit_seconds:.0f} s in their workers" in run.resumed()
+
+
+def test_a_duration_that_is_not_a_number_is_not_believed(tmp_path):
+    j = Journal(tmp_path / "j.db")
+    for key, seconds in [("text", "'ten'"), ("neg", "-5"), ("inf", "9e999"), ("ok", "2.5")]:
+        j._db.execute(
+            f"INSERT INTO job VALUES (?, ?, '1', {seconds})", (key, journal_mod.code_digest())
+        )
+    assert [j.get(k) for k in ("text", "neg", "inf", "ok")] == [1, 1, 1, 1]
+    assert j.hit_seconds == 2.5
+
+
+def test_a_journal_written_before_durations_is_read(tmp_path):
+    db = tmp_path / "j.db"
+    with sqlite3.connect(db) as c:  # the schema of the journals that kept no durations
+        c.execute(
+            "CREATE TABLE job (key TEXT PRIMARY KEY, code TEXT NOT NULL, result TEXT NOT NULL)"
+        )
+        c.execute("INSERT INTO job VALUES ('old', ?, '[1, 2]')", (journal_mod.code_digest(),))
+    j = Journal(db)
+    assert j.get("old") == [1, 2] and j.hit_seconds == 0.0
+    j.put("new", 3, 1.5)
+    assert j._db.execute("SELECT seconds FROM job WHERE key = 'new'").fetchone() == (1.5,)
 
 
 def _wait_for_file(item: tuple[int, str]) -> int:
@@ -108,7 +153,10 @@ def test_jobs_of_other_code_are_dropped_when_the_journal_opens(tmp_path, monkeyp
 def test_a_row_that_is_not_json_is_missing(tmp_path):
     j = Journal(tmp_path / "j.db")
     j.put("good", {"a": [1, 2.5, None]})
-    j._db.execute("INSERT INTO job VALUES ('bad', ?, '{\"a\": [1,')", (journal_mod.code_digest(),))
+    j._db.execute(
+        "INSERT INTO job (key, code, result) VALUES ('bad', ?, '{\"a\": [1,')",
+        (journal_mod.code_digest(),),
+    )
     assert j.get("good") == {"a": [1, 2.5, None]}
     assert j.get("bad") is MISSING
     assert j.get("never") is MISSING
@@ -199,4 +247,4 @@ def test_fidelity_run_again_reads_back_every_job_and_writes_the_same_report(tmp_
         x for i, x in enumerate(b) if i not in footers
     ]
     assert all("jobs read back from the journal" not in a[i] for i in footers)
-    assert "0 run)" in b[-1] and "jobs read back from the journal" in b[-1]
+    assert "; 0 run here, 0 s)" in b[-1] and "jobs read back from the journal" in b[-1]
