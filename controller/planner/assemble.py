@@ -10,7 +10,7 @@ flight)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from controller.costmodel.network import CommPattern
@@ -261,7 +261,9 @@ def _kv_note(ev: Evaluator, pre: PhaseResult, dec: PhaseResult, comb: Combinatio
 
 def _settle_slots(
     result: SearchResult,
-) -> tuple[PhaseResult, PhaseResult, Combination, float, list, list[Group], list[Group]]:
+) -> tuple[
+    PhaseResult, PhaseResult, Combination, float, Callable[[], list], list[Group], list[Group]
+]:
     """The phases, the combination, the KV transfer and the groups of one pricing.
 
     Groups that find no aggregator slots fall back to the ring (``forced_ring``), which
@@ -327,7 +329,7 @@ def build_plan(result: SearchResult, planner: str, topology: str, workload: str)
         rate_per_gpu=comb.rate_per_gpu,
         gpus_used=comb.gpus_used,
     )
-    kv = [KVTransfer(f.src, f.dst, f.nbytes, list(f.path), f.time_s) for f in flows]
+    kv = [KVTransfer(f.src, f.dst, f.nbytes, list(f.path), f.time_s) for f in flows()]
     split = result.split
     idle = idle_gpus(
         ev,

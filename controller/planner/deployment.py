@@ -34,7 +34,10 @@ class SearchResult:
     decode: PhaseResult
     combination: Combination
     t_f: float
-    kv_flows: list
+    # lists the KV flows of the deployment (timed at H); a function, since a search settles
+    # many deployments and keeps one: listing every settled one's flows was 8% of
+    # 2tracks-1200 summarization's plan (16 lists of about 90,000 flows)
+    kv_flows: Callable[[], list]
     candidates_tried: int
     split: Split | None = None
     splits_priced: int = 0
@@ -55,14 +58,14 @@ def settle_kv(
     price_decode: Callable[[float], PhaseResult],
     comb: Combination,
     beat: float = 0.0,
-) -> tuple[Combination, PhaseResult, float, list] | None:
+) -> tuple[Combination, PhaseResult, float, Callable[[], list]] | None:
     """The decode phase priced at the KV transfer of the instances it deploys: from the
     deployment at T_f = 0 (``comb`` of ``pre`` and ``dec``; ``price_decode(T_f)`` prices the
     same decode instances at another T_f), price T_f between the deployed instances (re-ordering
     decode stages next to their layers, ``Evaluator.kv_transfer``), price decode at that T_f,
     combine again, until the numbers deployed repeat (three rounds at most). The flows
-    returned are those of exactly the instances deployed, in their final stage order, so the
-    plan's KV transfers name its own GPUs.
+    returned (as a function that lists them) are those of exactly the instances deployed, in
+    their final stage order, so the plan's KV transfers name its own GPUs.
 
     H is then bounded by the links' capacity for KV (see below). ``beat``: an H the caller
     already has; None as soon as this deployment cannot exceed it (its KV capacity is
@@ -96,7 +99,7 @@ def settle_kv(
     load = ev.kv_load(pre, rd, comb.n_prefill, comb.n_decode)
     service = load.service_s
     if service <= 0.0:
-        return comb, rd, t_f, load.flows
+        return comb, rd, t_f, lambda: load.flows
 
     def at(rate: float) -> _At:
         # decode priced at T_f(rate) of the pairs deployed so far, its deployed instances'
@@ -160,11 +163,12 @@ def settle_kv(
 
 def _kv_bound(
     got: _At, rate: float, pre: PhaseResult, sla_ttft: float
-) -> tuple[Combination, PhaseResult, float, list]:
-    """The deployment ``at`` priced, at the KV-bound ``rate``, with the flows of exactly the
-    instances it deploys timed at the rate ``at`` priced them, and its TTFT at ``rate`` (the
-    combination's was priced at the rate its phases serve, which the KV bound lowers: on
-    8tracks-96 summarization the SLA's 25 s at 98.1 req/s, against 1.73 s at H = 81.7)."""
+) -> tuple[Combination, PhaseResult, float, Callable[[], list]]:
+    """The deployment ``at`` priced, at the KV-bound ``rate``, with (a function listing) the
+    flows of exactly the instances it deploys timed at the rate ``at`` priced them, and its
+    TTFT at ``rate`` (the combination's was priced at the rate its phases serve, which the KV
+    bound lowers: on 8tracks-96 summarization the SLA's 25 s at 98.1 req/s, against 1.73 s at
+    H = 81.7)."""
     comb, dec, t, flows = got
     assert comb is not None
     ttft = deployed_ttft(best_prefill(pre, comb.n_prefill), rate, sla_ttft)
@@ -172,5 +176,5 @@ def _kv_bound(
         replace(comb, rate=rate, rate_per_gpu=rate / comb.gpus_used, ttft_s=ttft),
         dec,
         t,
-        flows(),
+        flows,
     )

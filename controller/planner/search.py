@@ -211,7 +211,10 @@ def split_bound(ps: PhaseSearch, split: Split) -> float:
 
 def _best_pair(
     ps: PhaseSearch, split: Split, floor: float, first: tuple[int, int] | None = None
-) -> tuple[Combination, PhaseResult, PhaseResult, float, list, int, tuple[int, int]] | None:
+) -> (
+    tuple[Combination, PhaseResult, PhaseResult, float, Callable[[], list], int, tuple[int, int]]
+    | None
+):
     """The best prefill/decode pair of one split, with its KV transfer priced. Pairs are
     visited in decreasing order of min(prefill bound, decode bound) and priced on demand;
     the visit stops at the first pair whose bound cannot beat ``floor`` (the best H of
