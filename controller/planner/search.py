@@ -52,6 +52,7 @@ from controller.planner.roles import (
     exhaustive_splits,
     role_space,
 )
+from controller.planner.ttft import checked_ttft
 
 # A grouper turns a pool of GPUs into TP-sized groups for one phase.
 Grouper = Callable[[Evaluator, str, list[str], int, int, float], list[PodGroups]]
@@ -377,7 +378,14 @@ def search(
     # the search and the rail network's own splits beat them)
     if policy.colocated_layouts and space.n_splits <= opts.max_splits and not problem.timed_out:
         co = colocated_search(ev)
-        if co is not None and (best is None or co.combination.better_than(best.combination)):
+        # compared as their plans will state them, after the engines' admission
+        # (``checked_ttft``), as ``colocated_search`` ranks its layouts
+        if co is not None and (
+            best is None
+            or checked_ttft(ev, co.prefill, co.combination).better_than(
+                checked_ttft(ev, best.prefill, best.combination)
+            )
+        ):
             problem.say(f"  DistServe low-affinity layout: H {co.combination.rate:.3f} req/s")
             co.candidates_tried += tried
             return co
