@@ -8,7 +8,9 @@ two things the engines do, in opposite directions: vLLM starts a batch whenever 
 slots is free, so prompts that come while every slot holds a small batch wait a whole pass
 (8tracks-16 chatbot at 0.85 H: 0.41 s closed form, 1.53 s simulated), and the router sends a
 prompt to the least loaded instance, which pools their queues (8tracks-16 summarization at
-0.95 H: 5.1 s closed form, 2.6 s simulated). The chosen deployment is then checked here, once:
+0.95 H: 5.1 s closed form, 2.6 s simulated). The chosen deployment is then checked here,
+once; DistServe's low-affinity layouts, a few dozen, are each checked before one is kept
+(``colocated.colocated_search``), since their deep pipelines lose most in the check:
 
 - ``pool_ttft``: the SLA's percentile of TTFT at a rate, for given prefill instances;
 - ``checked_ttft``: the combination with its TTFT at H from the pool, and H lowered to the
