@@ -13,7 +13,7 @@ for decode room as the rate nears capacity).
 
     PYTHONPATH=. .venv/bin/python benchmarks/planner_vs_sim.py [--topologies testbed,2tracks]
         [--sizes 24,96] [--workloads chatbot,summarization] [--steps 4] [--lives 30]
-        [--admission engine]
+        [--admission engine] [--planner distserve-paper]
 
 ``--steps``: bisections inside the first bracket (its ends 1.25x apart), so the ratio's
 bracket is 1.25^(1/2^steps) wide: 1.4% with 4 steps.
@@ -25,6 +25,7 @@ rule before; docs/simulator.md).
 ``--lives``: request lives of arrivals per simulated point (the evaluation's 30 by default;
 fewer is faster and overstates attainment near capacity). ``--fast``: every point on the
 simulator's fast path (docs/simulator.md "The fast path"), which the 1,200-server rows need.
+``--planner``: check another planner's plan the same way (HeroServe's by default).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import time
 import numpy as np
 
 from controller.evaluation import scenarios as sc
-from controller.planner import PlannerOptions, plan
+from controller.planner import PLANNERS, PlannerOptions, plan
 from controller.sim import (
     SimOptions,
     SimResult,
@@ -102,11 +103,12 @@ def row(
     seed: int,
     admission: str,
     fast: bool = False,
+    planner: str = "heroserve",
 ) -> str:
     s = sc.scenario(name, servers=servers)
     g, w, sla = s.cluster(), s.load(), s.sla()
     t0 = time.perf_counter()
-    p = plan(g, s.model_spec(), w, sla, PlannerOptions(), planner="heroserve")
+    p = plan(g, s.model_spec(), w, sla, PlannerOptions(), planner=planner)
     t_plan = time.perf_counter() - t0
 
     def count(rate: float) -> int:
@@ -173,6 +175,12 @@ def main() -> None:
         help="simulate on the fast path (SimOptions.fast; docs/simulator.md), as the "
         "1,200-server rows are",
     )
+    ap.add_argument(
+        "--planner",
+        choices=[x for x in PLANNERS if x != "exhaustive"],
+        default="heroserve",
+        help="whose plan to check (a baseline's, as heroserve evaluate simulates it)",
+    )
     a = ap.parse_args()
     sizes = [int(x) for x in a.sizes.split(",") if x]
     print(
@@ -186,7 +194,10 @@ def main() -> None:
         for wl in a.workloads.split(","):
             name = f"{topo}-{wl}"
             for n in [None] if topo == "testbed" else sizes:
-                print(row(name, n, a.steps, a.lives, a.seed, a.admission, a.fast), flush=True)
+                print(
+                    row(name, n, a.steps, a.lives, a.seed, a.admission, a.fast, a.planner),
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":
