@@ -3,12 +3,12 @@ rising rates until its SLA attainment falls below the SLA's share, with the sear
 ``heroserve evaluate`` uses for its maximum rates (``sweep.max_rates``, the scenario's
 requests per point), so a step's simulated H stands beside its predicted one.
 
-Steps whose plans are the same deployment (``deployment_key``) share one search, so a step
-that changes nothing the simulator runs has a simulated ratio of exactly 1. A step is not
-simulated, and its cell says why, when it has no plan, when its plan does not load in the
+Steps whose plans are the same deployment (``deployment.deployment_key``) share one search,
+so a step that changes nothing the simulator runs has a simulated ratio of exactly 1. A step
+is not simulated, and its cell says why, when it has no plan, when its plan does not load in the
 simulator, or when a point at its predicted H would run more requests than the budget.
 
-Holds ``SEED``, ``REL_TOL``, ``SimCell``, ``Job``, ``deployment_key`` and ``simulate``.
+Holds ``SEED``, ``REL_TOL``, ``SimCell``, ``Job`` and ``simulate``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 from controller.errors import InputError
 from controller.evaluation.ablation import Row, ratios
+from controller.evaluation.deployment import deployment_key
 from controller.evaluation.scenarios import scenario
 from controller.evaluation.sweep import Point, Runner, _model_for, max_rates
 from controller.inputs.limits import MAX_LIST, MAX_OPTION_ITEMS
@@ -36,17 +37,9 @@ from controller.inputs.schema import (
     Str,
 )
 from controller.plan import Plan
-from controller.planner.reprice import policy_of
 
 SEED = 0  # `heroserve evaluate`'s default seed
 REL_TOL = 0.02  # the max-rate search's resolution (``max_rates``' default, as evaluate runs it)
-
-# What a plan records for people or as the planner's prediction, and the simulator never
-# reads (controller/sim builds its model from the instances, groups, rails, paths, KV
-# pairs, batch size, model, SLA and cost-model options): left out of the deployment key.
-_PLAN_INFO = ("planner", "notes", "predicted", "idle", "time_limit_reached")
-_PHASE_INFO = ("comm_s", "compute_s", "rate_per_instance")
-_GROUP_INFO = ("reason", "allreduce_s", "ina_s", "ring_s", "hier_s")
 
 
 @dataclass(frozen=True)
@@ -114,33 +107,6 @@ _JOB = Record(
     build=lambda d: Job(**d),
     what="a mapping (an ablation job)",
 )
-
-
-def deployment_key(plan: Plan) -> str:
-    """What the simulator runs of ``plan``, as a string: the plan less its predictions and
-    notes, and, when a group aggregates in the network, the INA fields of the policy the
-    simulator prices it with (a ring's routes do not depend on the policy; with the online
-    scheduler off a stage always runs its plan's scheme)."""
-    d = plan.to_dict()
-    for k in _PLAN_INFO:
-        d.pop(k, None)
-    ina = False
-    for role in ("prefill", "decode"):
-        ph = d[role]
-        for k in _PHASE_INFO:
-            ph.pop(k, None)
-        for inst in ph["instances"]:
-            inst.pop("rate", None)
-        for gr in ph["groups"]:
-            for k in _GROUP_INFO:
-                gr.pop(k, None)
-            ina = ina or gr["scheme"] != "ring"
-    for kv in d["kv_transfer"]:
-        kv.pop("time_s", None)
-    if ina:
-        pol = policy_of(plan.planner)
-        d["priced_as"] = [pol.ina, pol.ina_relay, pol.ina_cross_server_only]
-    return json.dumps(d, sort_keys=True, default=str)
 
 
 def simulate(

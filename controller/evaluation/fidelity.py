@@ -160,16 +160,21 @@ def _shape(p: Plan | None) -> str:
     )
 
 
-def _measured(eval_dir: Path, name: str) -> dict[str, float] | None:
-    """Simulated max per-GPU rates of ``heroserve evaluate --scenario name``, if it ran."""
+def _measured(eval_dir: Path, name: str) -> tuple[dict[str, float], list[list[str]]] | None:
+    """Simulated max per-GPU rates of ``heroserve evaluate --scenario name``, if it ran, and
+    the planners whose plans it simulated once as one deployment (each list of two or more)."""
     path = eval_dir / name / "summary.json"
     if not path.is_file():
         return None
     try:
         rows = json.loads(path.read_text())["max_rate"]
-        return {r["planner"]: float(r["max_rate_per_gpu"]) for r in rows}
-    except (ValueError, KeyError, TypeError):
+        rates = {str(r["planner"]): float(r["max_rate_per_gpu"]) for r in rows}
+        same: dict[str, list[str]] = {}
+        for r in rows:  # summaries written before evaluate shared simulations lack the field
+            same.setdefault(str(r.get("simulated_as", r["planner"])), []).append(r["planner"])
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
+    return rates, [v for v in same.values() if len(v) > 1]
 
 
 def report(
@@ -253,11 +258,15 @@ def report(
         "worker(s)")  # fmt: skip
     planned = run.call(_case_rows, todo, "fidelity: scenarios planned")
     tpot_rows: list[tuple[str, str, float, float, float]] = []
+    shared: list[str] = []  # planners simulated once, as one deployment, per scenario
     for case, (rows, tpots) in zip(todo, planned, strict=True):
         lines += rows
         tpot_rows += tpots
-        measured = _measured(eval_dir, case.name)
-        if measured and "heroserve" in measured:
+        found = _measured(eval_dir, case.name)
+        measured = found[0] if found else {}
+        if found and found[1]:
+            shared.append(f"{case.name}: " + "; ".join(", ".join(t) for t in found[1]))
+        if "heroserve" in measured:
             cells = [
                 f"{measured['heroserve'] / measured[b]:.2f}x" if measured.get(b) else "-"
                 for b in [*SAME_SPACE, "distserve-paper"]
@@ -274,6 +283,12 @@ def report(
         f"found within the planner's time limit ({DEFAULT_TIME_LIMIT_S:g} CPU-s), not the "
         "end of its search.\n"
     )
+    if shared:
+        lines.append(
+            "*Simulated once*: plans that are the same deployment (every field the simulator "
+            "reads equal) share one search of the maximum rate, so their simulated ratio is "
+            "exactly 1: " + "; ".join(shared) + ".\n"
+        )
     try:
         lines += _ablation_section(servers, quick, say, run, sim_requests)
     finally:

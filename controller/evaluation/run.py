@@ -16,9 +16,11 @@ from typing import Any
 
 from controller.errors import InputError
 from controller.evaluation import plots
+from controller.evaluation.deployment import deployment_key
 from controller.evaluation.ina import MB, SIZES_MB, aggregation_throughput
 from controller.evaluation.scenarios import LIVES, MIN_REQUESTS, PAPER_CLAIMS, Scenario
 from controller.evaluation.sweep import Point, Runner, max_rates
+from controller.plan import Plan
 
 
 def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -71,6 +73,10 @@ def evaluate(
         p.save(out / "plans" / f"{name}.json")
     overrides = {"servers": s.servers} if s.servers else {}
     dicts = {n: p.to_dict() for n, p in plans.items()}
+    twin_of = same_deployments(plans, online_scheduler)
+    if len(set(twin_of.values())) < len(twin_of):
+        say("simulating each deployment once: " + "; ".join(
+            f"{n} as {r}" for n, r in twin_of.items() if n != r))  # fmt: skip
     gpus = {n: p.predicted.gpus_used for n, p in plans.items()}
     target = s.sla().attainment
 
@@ -81,8 +87,10 @@ def evaluate(
         return (s.name, overrides, planner, dicts[planner], rate, s.requests_at(rate), seed, opts)
 
     # 1. max rate at the SLA percentile (Fig. 7a/c, 8)
-    say(f"max rate at {target:.0%} attainment: bisection for {len(plans)} planner(s)")
-    br = max_rates(runner, point, {n: p.predicted.rate for n, p in plans.items()}, target)
+    sims = [n for n in plans if twin_of[n] == n]  # the planners whose plans are simulated
+    say(f"max rate at {target:.0%} attainment: bisection for {len(sims)} deployment(s)")
+    found = max_rates(runner, point, {n: plans[n].predicted.rate for n in sims}, target)
+    br = {n: found[twin_of[n]] for n in plans}
     ref = "heroserve" if "heroserve" in br else next(iter(br))
     ref_rate = br[ref].lo / gpus[ref]
     max_rows = []
@@ -105,6 +113,7 @@ def evaluate(
                     for ph in (plans[n].prefill, plans[n].decode)
                     for g in ph.groups
                 ),
+                "simulated_as": twin_of[n],
             }
         )
     _write_csv(out / "max_rate.csv", max_rows)
@@ -113,11 +122,11 @@ def evaluate(
     fr = [0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5][: s.curve_points]
     pts = [
         point(n, br[n].lo * f if br[n].lo > 0 else plans[n].predicted.rate * f)
-        for n in br
+        for n in sims
         for f in fr
     ]
     say(f"attainment curves: {len(pts)} points")
-    res = runner.map(pts, "attainment curve")
+    res = _for_twins(runner.map(pts, "attainment curve"), twin_of)
     curve_rows, curves = [], {}
     for r in res:
         curve_rows.append(_row(r))
@@ -128,10 +137,10 @@ def evaluate(
     )
 
     # 3. latency at fixed rates
-    pts = [point(n, rpg * gpus[n]) for rpg in s.fixed_rates_per_gpu for n in br]
+    pts = [point(n, rpg * gpus[n]) for rpg in s.fixed_rates_per_gpu for n in sims]
     say(f"latency at fixed rates: {len(pts)} points")
     lat_rows = []
-    for r in runner.map(pts, "latency at fixed rates"):
+    for r in _for_twins(runner.map(pts, "latency at fixed rates"), twin_of):
         row = _row(r)
         row["rate_per_gpu_nominal"] = round(r["rate_per_gpu"], 6)
         lat_rows.append(row)
@@ -151,7 +160,7 @@ def evaluate(
 
     ina_rows = []
     for n in br:
-        model, _ = _model_for(s.name, overrides, n, dicts[n])
+        model, _ = _model_for(s.name, overrides, twin_of[n], dicts[twin_of[n]])
         for mb in SIZES_MB:
             t = aggregation_throughput(model, mb * MB)
             ina_rows.append(
@@ -170,9 +179,9 @@ def evaluate(
     # 5. KV memory over time (Fig. 10)
     kv_rows = []
     if s.kv_rate_per_gpu > 0:
-        pts = [point(n, s.kv_rate_per_gpu * gpus[n], keep_timeline=True) for n in br]
+        pts = [point(n, s.kv_rate_per_gpu * gpus[n], keep_timeline=True) for n in sims]
         series = {}
-        for r in runner.map(pts, "KV memory timeline"):
+        for r in _for_twins(runner.map(pts, "KV memory timeline"), twin_of):
             series[r["planner"]] = r["kv_timeline"]
             kv_rows += [
                 {"planner": r["planner"], "time_s": t, "kv_fraction": u}
@@ -197,6 +206,27 @@ def evaluate(
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
     (out / "notes.md").write_text(notes(s, max_rows, lat_rows, ina_rows, failed, ref))
     return summary
+
+
+def same_deployments(plans: dict[str, Plan], online_scheduler: bool) -> dict[str, str]:
+    """Each planner mapped to the first planner (in ``plans``' order) whose plan is the same
+    deployment (``deployment.deployment_key``): one search of the max rate, one attainment
+    curve, serves them all. With the online scheduler, HeroServe's points run it and the
+    others' do not, so its plan is then no other's twin. O(plans x plan size)."""
+    first: dict[tuple[str, bool], str] = {}
+    return {
+        n: first.setdefault((deployment_key(p), online_scheduler and n == "heroserve"), n)
+        for n, p in plans.items()
+    }
+
+
+def _for_twins(results: list[dict[str, Any]], twin_of: dict[str, str]) -> list[dict[str, Any]]:
+    """``results`` of the simulated planners, each repeated under the name of every planner
+    that ``twin_of`` maps to it (in ``twin_of``'s order, for each simulated planner in turn)."""
+    out = []
+    for r in results:
+        out += [{**r, "planner": n} for n, rep in twin_of.items() if rep == r["planner"]]
+    return out
 
 
 def _shape(phase) -> str:
@@ -262,6 +292,13 @@ def notes(s: Scenario, max_rows, lat_rows, ina_rows, failed, ref: str) -> str:
             f"{r[f'{ref}_over_this']:.2f}x | {f'{paper}x' if paper else ''} |"
         )
     order = _order(max_rows)
+    same: dict[str, list[str]] = {}
+    for r in max_rows:
+        same.setdefault(r["simulated_as"], []).append(r["planner"])
+    twins = [v for v in same.values() if len(v) > 1]
+    if twins:
+        lines.append("\nOne simulation served planners whose plans are the same deployment: "
+                     + "; ".join(", ".join(t) for t in twins) + ".")  # fmt: skip
     paper_order = " > ".join(
         p for p in ("heroserve", "ds-switchml", "ds-atp", "distserve") if p in by
     )
@@ -271,16 +308,11 @@ def notes(s: Scenario, max_rows, lat_rows, ina_rows, failed, ref: str) -> str:
     if order == paper_order:
         lines.append("The paper's order is reproduced.")
     else:
-        same = {}
-        for r in max_rows:
-            same.setdefault((r["prefill"], r["decode"], r["ina_groups"]), []).append(r["planner"])
-        twins = [v for v in same.values() if len(v) > 1]
         why = []
         if twins:
             why.append(
-                "planners that produced the same deployment (parallelism, instances, "
-                "batch, INA groups) and therefore the same simulated rate: "
-                + "; ".join(", ".join(t) for t in twins)
+                "planners that produced the same deployment, simulated once, and therefore "
+                "the same simulated rate: " + "; ".join(", ".join(t) for t in twins)
             )
         for r in max_rows:
             why.append(

@@ -7,13 +7,8 @@ from dataclasses import replace
 import pytest
 
 from controller.evaluation.ablation import Row
-from controller.evaluation.ablation_sim import (
-    REL_TOL,
-    SEED,
-    Job,
-    deployment_key,
-    simulate,
-)
+from controller.evaluation.ablation_sim import REL_TOL, SEED, Job, simulate
+from controller.evaluation.deployment import deployment_key
 from controller.evaluation.scenarios import scenario
 from controller.evaluation.sweep import Runner, max_rates
 from controller.planner import plan

@@ -156,3 +156,61 @@ def test_requests_per_point_cover_thirty_request_lives():
     assert s.requests_at(3.6) == math.ceil(3.6 * 30 * life) == 5449
     assert s.requests_at(1.0) == 2000  # 1513 requests arrive in 30 lives: the floor
     assert scenario("testbed-chatbot", requests=300).requests_at(10.0) == 300
+
+
+def _testbed_plans(*names):
+    from controller.evaluation.run import make_plans
+
+    s = scenario("testbed-chatbot", planners=names, requests=120)
+    return s, make_plans(s, lambda m: None)[0]
+
+
+def test_plans_that_are_one_deployment_are_simulated_once():
+    """Plans equal but for the planner's name, notes and groups' reasons and alternatives are
+    one deployment; another batch or the online scheduler (which only HeroServe's points run)
+    make a different one."""
+    from dataclasses import replace
+
+    from controller.evaluation.run import same_deployments
+
+    _, plans = _testbed_plans("heroserve", "distserve")
+    hero, ds = plans["heroserve"], plans["distserve"]
+    assert hero.notes != ds.notes and hero.decode.groups[0].reason != ds.decode.groups[0].reason
+    batch = replace(ds, planner="ds-atp", decode=replace(ds.decode, batch_size=7))
+    given = {"heroserve": hero, "distserve": ds, "ds-atp": batch}
+    assert same_deployments(given, online_scheduler=False) == {
+        "heroserve": "heroserve", "distserve": "heroserve", "ds-atp": "ds-atp"}  # fmt: skip
+    assert same_deployments(given, online_scheduler=True)["distserve"] == "distserve"
+
+
+class _Recording(Runner):
+    """A one-process runner that keeps the planner of every point it simulates."""
+
+    def __init__(self):
+        super().__init__(1)
+        self.planners: list[str] = []
+
+    def map(self, points, what=""):
+        self.planners += [p[2] for p in points]
+        return super().map(points, what)
+
+
+@pytest.mark.slow
+def test_evaluate_simulates_a_shared_deployment_once_and_reports_it_for_each(tmp_path):
+    """On the testbed's chatbot HeroServe and DistServe deploy the same plan: every point is
+    simulated for one of them, and both rows carry its figures."""
+    from controller.evaluation.run import evaluate
+
+    s = scenario("testbed-chatbot", planners=("heroserve", "distserve"), requests=150,
+                 curve_points=2, fixed_rates_per_gpu=(0.1,))  # fmt: skip
+    r = _Recording()
+    summary = evaluate(s, tmp_path, r)
+    assert set(r.planners) == {"heroserve"}  # distserve's plan was never simulated
+    rows = {row["planner"]: row for row in summary["max_rate"]}
+    assert rows["distserve"]["simulated_as"] == "heroserve"
+    for k in ("max_rate", "attainment_at_max", "first_miss_rate_per_gpu"):
+        assert rows["distserve"][k] == rows["heroserve"][k]
+    with (tmp_path / "attainment.csv").open() as f:
+        curve = list(csv.DictReader(f))
+    assert [c["planner"] for c in curve] == ["heroserve", "distserve"] * 2
+    assert "simulated once" in (tmp_path / "notes.md").read_text()

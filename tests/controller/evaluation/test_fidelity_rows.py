@@ -35,3 +35,27 @@ def test_a_scenarios_rows_in_both_modes():
     assert [t[1] for t in tpots] == ["distserve", "ds-atp", "ds-switchml"]
     for _, _, t_base, t_hero, red in tpots:
         assert red == pytest.approx(1 - t_hero / t_base)
+
+
+def test_the_simulated_row_reads_evaluate_summaries_hostile_or_old(tmp_path):
+    """``heroserve evaluate``'s summary gives each planner's simulated rate and which plans one
+    simulation served; a summary from before that field, or a broken one, is read as such."""
+    import json
+
+    from controller.evaluation.fidelity import _measured
+
+    rows = [{"planner": "heroserve", "max_rate_per_gpu": 0.5, "simulated_as": "heroserve"},
+            {"planner": "distserve", "max_rate_per_gpu": 0.5, "simulated_as": "heroserve"},
+            {"planner": "distserve-paper", "max_rate_per_gpu": 0.25,
+             "simulated_as": "distserve-paper"}]  # fmt: skip
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "summary.json").write_text(json.dumps({"max_rate": rows}))
+    rates, twins = _measured(tmp_path, "a")
+    assert rates == {"heroserve": 0.5, "distserve": 0.5, "distserve-paper": 0.25}
+    assert twins == [["heroserve", "distserve"]]
+    old = [{k: v for k, v in r.items() if k != "simulated_as"} for r in rows]
+    (tmp_path / "a" / "summary.json").write_text(json.dumps({"max_rate": old}))
+    assert _measured(tmp_path, "a") == (rates, [])
+    (tmp_path / "a" / "summary.json").write_text('{"max_rate": [1]}')
+    assert _measured(tmp_path, "a") is None
+    assert _measured(tmp_path, "missing") is None
