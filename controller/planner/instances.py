@@ -48,6 +48,10 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         self._traffic: dict[int, tuple[list, SharedTraffic]] = {}  # per own_phases list
         self.mean_kv_tokens = w.mean_kv_tokens  # a workload's property, summed per call
         self._prompt_sample: list[float] | None = None  # prompts drawn for prefill_capacity
+        # prefill_capacity per (stages, their cost rows): a plan's groups key instances by
+        # their GPUs (``_memo_instance``), so a simulator pricing 612 prefill instances of
+        # one shape ran 612 identical admission loops (48 CPU-s on 2tracks-1,200)
+        self._capacity: dict[tuple[int, bytes], float] = {}
 
     def stage_parts(
         self, stages: list[list[str]], nbytes: float
@@ -192,7 +196,13 @@ class InstancePricing(AllReducePricing, PipelinePricing):
             rng = np.random.default_rng(self.problem.options.seed)
             self._prompt_sample = x[rng.choice(len(x), size=PROMPT_SAMPLE, p=share)].tolist()
         cost = self.stage_cost(times)
-        return saturated_rate(self._prompt_sample, cost, prefill_admission(profile, pp))
+        key = (pp, np.ascontiguousarray(cost, dtype=float).tobytes())
+        hit = self._capacity.get(key)
+        if hit is None:
+            hit = saturated_rate(self._prompt_sample, cost, prefill_admission(profile, pp))
+            if len(self._capacity) < 100_000:
+                self._capacity[key] = hit
+        return hit
 
     def stage_cost(self, times: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
         """Each stage's (a, b, c): a batch of k tokens whose prompts' squares sum to k2 takes

@@ -282,7 +282,13 @@ class Fabric:
             for e in edges:
                 lat += table[e][1]
             return lat
-        lat, inv_sum, inv_max = self.hop_sums(edges)
+        return self.fixed_from_sums(self.hop_sums(edges), packet_bytes)
+
+    def fixed_from_sums(
+        self, sums: tuple[float, float, float], packet_bytes: float | None = None
+    ) -> float:
+        """``fixed_s`` of a route on a pipelined fabric from its ``hop_sums``."""
+        lat, inv_sum, inv_max = sums
         pkt = self.packet_bytes if packet_bytes is None else packet_bytes
         return lat + pkt * (inv_sum - inv_max)
 

@@ -105,6 +105,42 @@ def test_kv_tables_are_each_pairs_transfer():
             assert x == pytest.approx(m.kv(i, j).time(tokens), rel=1e-12)
 
 
+@pytest.mark.parametrize("mode", ["pipelined", "paper"])
+def test_each_pairs_transfer_is_the_cost_models(mode):
+    """``PlanModel.kv`` (a pair's KV transfer as the simulator runs it: one flow per link
+    pipelined, one per GPU in the paper's mode) loads the links of the pair's share routes
+    with their bytes and takes, alone, the time the cost model's own ``kv_time`` gives those
+    shares, on 2tracks at 24 servers."""
+    from controller.costmodel.kvcache import kv_route, kv_shares, kv_time
+    from controller.costmodel.netparams import NetParams
+
+    s = scenario("2tracks-summarization", servers=24)
+    g, w = s.cluster(), s.load()
+    opts = PlannerOptions(net=NetParams(cost_mode=mode))
+    p = plan(g, s.model_spec(), w, s.sla(), opts, planner="heroserve")
+    m = build_model(p, g, w)
+    ev, kvpt = m.evaluator, m.model.kv_bytes_per_token()
+    assert ev.ring_fabric.pipelined == (mode == "pipelined") == m.pipelined
+    for i in range(len(m.prefill)):
+        for j in range(len(m.decode)):
+            pst = [x.gpus for x in m.prefill[i].stages]
+            dst = [x.gpus for x in m.decode[j].stages]
+            specs = kv_shares(m.model, pst, dst)
+            routes = [kv_route(ev.ring_fabric, a, b, f * kvpt * ev.kv_tokens) for a, b, f in specs]
+            carried: dict[int, float] = {}  # bytes per token on each link the routes take
+            for (_, _, f), r in zip(specs, routes, strict=True):
+                for e in m.links.path_links(r):
+                    carried[e] = carried.get(e, 0.0) + f * kvpt
+            kv = m.kv(i, j)
+            assert kv.links == tuple(sorted(carried))
+            assert kv.bytes_per_token == pytest.approx(carried, rel=1e-12)
+            pairs = list(zip(specs, routes, strict=True))
+            for tokens in (16.0, 2048.0):
+                shares = [(a, r, f * kvpt * tokens) for (a, _, f), r in pairs]
+                want = kv_time(ev.ring_fabric, shares)[0]
+                assert m.kv(i, j).time(tokens) == pytest.approx(want, rel=1e-12)
+
+
 def test_arrays_are_the_requests(many_plan):
     """``request_arrays`` draws what ``make_requests`` draws."""
     _, w, _ = many_plan

@@ -116,3 +116,28 @@ def test_simulator_admits_under_the_limits_the_planner_prices():
     assert limits(SimOptions()) == (4, 256, 2048)
     assert limits(SimOptions(prefill_max_requests=8, prefill_token_budget=300)) == (4, 8, 300)
     assert limits(SimOptions(prefill_admission="stage")) == (math.inf, math.inf, 2048)
+
+
+def test_prefill_instances_of_one_shape_price_their_capacity_once(monkeypatch):
+    """A plan's prefill instances of one shape have the same stage costs, so their saturated
+    capacity (``prefill_capacity``: an admission loop over 4,000 prompts) is run once and
+    each of them gets the same figure (2tracks at 24 servers: 6 prefill instances of PP 6)."""
+    from controller.evaluation.scenarios import scenario
+    from controller.planner import instances
+
+    runs = []
+
+    def counted(*args):
+        runs.append(1)
+        return saturated_rate(*args)
+
+    saturated_rate = instances.saturated_rate
+    monkeypatch.setattr(instances, "saturated_rate", counted)
+    s = scenario("2tracks-summarization", servers=24)
+    g, w = s.cluster(), s.load()
+    m = build_model(plan(g, s.model_spec(), w, s.sla(), PlannerOptions()), g, w)
+    runs.clear()
+    ev = m.evaluator
+    got = [ev.prefill_instance([x.gpus for x in im.stages]).rate for im in m.prefill]
+    assert len(got) == 6 and len(set(got)) == 1
+    assert m.prefill[0].pp > 1 and len(runs) == 1
