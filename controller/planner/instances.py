@@ -48,9 +48,9 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         self._traffic: dict[int, tuple[list, SharedTraffic]] = {}  # per own_phases list
         self.mean_kv_tokens = w.mean_kv_tokens  # a workload's property, summed per call
         self._prompt_sample: list[float] | None = None  # prompts drawn for prefill_capacity
-        # prefill_capacity per (stages, their cost rows): a plan's groups key instances by
+        # prefill_capacity per (stage count, their cost rows): a plan's groups key instances by
         # their GPUs (``_memo_instance``), so a simulator pricing 612 prefill instances of
-        # one shape ran 612 identical admission loops (48 CPU-s on 2tracks-1,200)
+        # one shape ran 612 identical admission loops (a quarter of its tables' time, profiled)
         self._capacity: dict[tuple[int, bytes], float] = {}
 
     def stage_parts(
