@@ -44,14 +44,17 @@ def test_the_simulated_row_reads_evaluate_summaries_hostile_or_old(tmp_path):
 
     from controller.evaluation.fidelity import _measured
 
-    rows = [{"planner": "heroserve", "max_rate_per_gpu": 0.5, "simulated_as": "heroserve"},
-            {"planner": "distserve", "max_rate_per_gpu": 0.5, "simulated_as": "heroserve"},
-            {"planner": "distserve-paper", "max_rate_per_gpu": 0.25,
+    rows = [{"planner": "heroserve", "max_rate_per_gpu": 0.5, "max_rate": 8.0,
+             "simulated_as": "heroserve"},
+            {"planner": "distserve", "max_rate_per_gpu": 0.5, "max_rate": 8.0,
+             "simulated_as": "heroserve"},
+            {"planner": "distserve-paper", "max_rate_per_gpu": 0.25, "max_rate": 2.0,
              "simulated_as": "distserve-paper"}]  # fmt: skip
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "summary.json").write_text(json.dumps({"max_rate": rows}))
     rates, twins = _measured(tmp_path, "a")
-    assert rates == {"heroserve": 0.5, "distserve": 0.5, "distserve-paper": 0.25}
+    assert rates == {"heroserve": (0.5, 8.0), "distserve": (0.5, 8.0),
+                     "distserve-paper": (0.25, 2.0)}  # fmt: skip
     assert twins == [["heroserve", "distserve"]]
     old = [{k: v for k, v in r.items() if k != "simulated_as"} for r in rows]
     (tmp_path / "a" / "summary.json").write_text(json.dumps({"max_rate": old}))
@@ -59,3 +62,14 @@ def test_the_simulated_row_reads_evaluate_summaries_hostile_or_old(tmp_path):
     (tmp_path / "a" / "summary.json").write_text('{"max_rate": [1]}')
     assert _measured(tmp_path, "a") is None
     assert _measured(tmp_path, "missing") is None
+
+
+def test_the_simulated_row_takes_total_rates_as_the_predicted_rows_take_h():
+    """distserve-paper's plan leaves GPUs idle: 2 req/s in total on 8 GPUs against
+    HeroServe's 8 on 16, so 4.00x (per GPU it would be 2.00x); a planner that did not run
+    shows '-'."""
+    from controller.evaluation.fidelity import _simulated_row
+
+    row = _simulated_row("x", {"heroserve": (0.5, 8.0), "distserve": (0.5, 8.0),
+                               "distserve-paper": (0.25, 2.0)})  # fmt: skip
+    assert row == "| x | simulated | max 0.5 req/s/GPU | | 1.00x | - | - | 4.00x | | |"
