@@ -25,6 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 P4INFO = ROOT / "p4" / "heroserve_ina.p4info.txtpb"
 ENV = dict(os.environ, PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python", PYTHONPATH=str(ROOT))
+HANG_S = 60  # how long a wait for a process or a stream message may take before it is a hang
 
 
 def run_scenario(name: str) -> dict:
@@ -33,7 +34,7 @@ def run_scenario(name: str) -> dict:
         env=ENV,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=5 * HANG_S,  # a scenario waits on several conditions, each bounded by HANG_S
         cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -237,7 +238,7 @@ class _Client:
         threading.Thread(target=recv, daemon=True).start()
 
     def arbitration(self):
-        m = self.inbox.get(timeout=5)
+        m = self.inbox.get(timeout=HANG_S)  # the answer is the condition; the bound, a hang
         if isinstance(m, str):
             return m
         from google.rpc import code_pb2
@@ -621,7 +622,9 @@ def _scenario_cli() -> dict:
         c.close()
     finally:
         proc.terminate()
-        res["exit"] = proc.wait(timeout=10)
+        # the exit is the condition; the bound only stops a hang (a loaded CI machine took
+        # more than 10 s to stop the process cleanly)
+        res["exit"] = proc.wait(timeout=HANG_S)
     return res
 
 
