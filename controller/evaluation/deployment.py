@@ -3,12 +3,13 @@ deployment, and every simulation of one is a simulation of the other. Evaluation
 simulate such plans once: at 1,200 servers the baselines often deploy HeroServe's or
 DistServe's plan, and one simulation point there costs about a CPU-minute.
 
-Holds ``deployment_key``.
+Holds ``deployment_key`` and ``simulated_together``.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from controller.plan import Plan
 from controller.planner.reprice import policy_of
@@ -46,3 +47,13 @@ def deployment_key(plan: Plan) -> str:
         pol = policy_of(plan.planner)
         d["priced_as"] = [pol.ina, pol.ina_relay, pol.ina_cross_server_only]
     return json.dumps(d, sort_keys=True, default=str)
+
+
+def simulated_together(max_rows: list[dict[str, Any]]) -> list[list[str]]:
+    """The planners of ``max_rows`` (``summary.json``'s) that one simulation served, as lists
+    of two or more; a row without ``simulated_as`` (a summary written before evaluate shared
+    simulations) was simulated for its own planner."""
+    same: dict[str, list[str]] = {}
+    for r in max_rows:
+        same.setdefault(str(r.get("simulated_as", r["planner"])), []).append(str(r["planner"]))
+    return [v for v in same.values() if len(v) > 1]

@@ -36,6 +36,7 @@ from controller.costmodel.netparams import NetParams
 from controller.costmodel.network import flow_times
 from controller.errors import InputError
 from controller.evaluation.ablation_report import replace_section, section, section_span
+from controller.evaluation.deployment import simulated_together
 from controller.evaluation.scenarios import Scenario, paper_cores, scenario
 from controller.evaluation.sweep import Runner
 from controller.plan import Plan
@@ -174,12 +175,10 @@ def _measured(
         rates = {
             str(r["planner"]): (float(r["max_rate_per_gpu"]), float(r["max_rate"])) for r in rows
         }
-        same: dict[str, list[str]] = {}
-        for r in rows:  # summaries written before evaluate shared simulations lack the field
-            same.setdefault(str(r.get("simulated_as", r["planner"])), []).append(r["planner"])
+        together = simulated_together(rows)
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    return rates, [v for v in same.values() if len(v) > 1]
+    return rates, together
 
 
 def _simulated_row(name: str, measured: dict[str, tuple[float, float]]) -> str:

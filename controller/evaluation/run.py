@@ -16,7 +16,7 @@ from typing import Any
 
 from controller.errors import InputError
 from controller.evaluation import plots
-from controller.evaluation.deployment import deployment_key
+from controller.evaluation.deployment import deployment_key, simulated_together
 from controller.evaluation.ina import MB, SIZES_MB, aggregation_throughput
 from controller.evaluation.scenarios import LIVES, MIN_REQUESTS, PAPER_CLAIMS, Scenario
 from controller.evaluation.sweep import Point, Runner, max_rates
@@ -292,10 +292,7 @@ def notes(s: Scenario, max_rows, lat_rows, ina_rows, failed, ref: str) -> str:
             f"{r[f'{ref}_over_this']:.2f}x | {f'{paper}x' if paper else ''} |"
         )
     order = _order(max_rows)
-    same: dict[str, list[str]] = {}
-    for r in max_rows:
-        same.setdefault(r["simulated_as"], []).append(r["planner"])
-    twins = [v for v in same.values() if len(v) > 1]
+    twins = simulated_together(max_rows)
     if twins:
         lines.append("\nOne simulation served planners whose plans are the same deployment: "
                      + "; ".join(", ".join(t) for t in twins) + ".")  # fmt: skip
