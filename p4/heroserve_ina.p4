@@ -1,7 +1,7 @@
 /*
  * HeroServe in-network aggregation (INA) data plane, v1model (BMv2 simple_switch_grpc).
  *
- * Specification: DESIGN.md §10; HeroServe paper §IV "Agent on Programmable Switches";
+ * Specification: docs/design.md §10; HeroServe paper §IV "Agent on Programmable Switches";
  * slot protocol after SwitchML (NSDI'21), with a generation per shadow copy so that it is
  * exactly-once under loss, duplication, reordering and delay. Layout and protocol:
  * docs/dataplane.md.
