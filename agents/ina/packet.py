@@ -39,6 +39,10 @@ from dataclasses import dataclass
 INA_UDP_PORT = 48879  # 0xBEEF
 VECTOR_LEN = 32
 VECTOR_BYTES = 4 * VECTOR_LEN  # int32 lanes: 128 bytes
+# The lane format the switch's program adds (the cost model's name for it,
+# controller/costmodel/netparams.py INA_LANES): a plan priced for another format is refused
+# where it would be served (the controller's admission, the export).
+LANE_FORMAT = "int32"
 HEADER_LEN = 16
 PAYLOAD_LEN = HEADER_LEN + VECTOR_BYTES  # 144 bytes after the UDP header
 # The header's fields in order: group_id, agg_index, worker_id, num_workers, flags, a reserved

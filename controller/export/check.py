@@ -10,7 +10,7 @@ from __future__ import annotations
 import networkx as nx
 
 from controller.errors import InputError
-from controller.inputs.plan_checks import check_plan_on_topology
+from controller.inputs.plan_checks import check_dataplane_lanes, check_plan_on_topology
 from controller.models import model_spec
 from controller.plan import Plan
 from controller.planner.options import PlannerOptions
@@ -31,8 +31,10 @@ def check_plan(plan: Plan, g: nx.Graph) -> None:
     against the cluster as every
     command does (GPUs, roles, INA switches and their slots, every hop a link). What only a
     launch needs is added here: every GPU holds its weight shard (``r_frac`` of its memory,
-    the plan's own ``options["r_frac"]`` or the planner's default)."""
+    the plan's own ``options["r_frac"]`` or the planner's default), and the plan was priced
+    for the INA lanes the switches aggregate (``check_dataplane_lanes``)."""
     check_plan_on_topology(plan, g)
+    check_dataplane_lanes(plan)
     model = model_spec(plan.model)
     r_frac = float(plan.options.get("r_frac", PlannerOptions().r_frac))
     for phase in (plan.prefill, plan.decode):

@@ -12,6 +12,9 @@ unless a rule says otherwise they are non-negative (times, bytes, rates and coun
 groups matching the instances, paths starting at their member, slot ranges inside the 16-bit
 slot field); :func:`check_plan_on_topology` checks it against a cluster graph (every GPU,
 switch and hop exists). The simulator, the controller and export call both.
+:func:`check_dataplane_lanes` checks that the plan was priced for the lanes the switches
+aggregate: the controller and export call it, the simulator does not (a plan priced for
+other lanes is a what-if to simulate, not to serve).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 import networkx as nx
 
+from agents.ina.packet import LANE_FORMAT
 from controller.errors import InputError
 from controller.inputs.documents import parse_json, read_text
 from controller.inputs.limits import (
@@ -282,6 +286,21 @@ def _check_paths(paths: dict[str, list[str]], members: set[str], where: str) -> 
 def _check_slots(slots: SlotRange | None, where: str) -> None:
     if slots is not None and slots.start + slots.count > MAX_AGGREGATOR_SLOTS:
         raise fail(where, f"ends past slot {MAX_AGGREGATOR_SLOTS} (the slot field is 16 bits)")
+
+
+def check_dataplane_lanes(plan: Plan) -> None:
+    """Raise :class:`InputError` when ``plan`` was priced for an INA lane format other than
+    the one the switches' program aggregates (``agents.ina.packet.LANE_FORMAT``): served, its
+    INA groups would run on other lanes than their prices and tables assume. Where a plan is
+    served (the controller's admission, the export), not where it is only simulated."""
+    lanes = plan.options.get("ina_lanes", LANE_FORMAT)
+    if lanes != LANE_FORMAT:
+        shown = repr(lanes[:16]) if isinstance(lanes, str) else type(lanes).__name__
+        raise InputError(
+            f"plan priced for {shown} INA lanes, but the switches' program "
+            f"(p4/heroserve_ina.p4) aggregates {LANE_FORMAT} lanes: plan again with "
+            f"--ina-lanes {LANE_FORMAT}"
+        )
 
 
 def check_plan_on_topology(plan: Plan, g: nx.Graph) -> None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from agents.ina.packet import MAX_WORKERS
 from controller.errors import InputError
+from controller.inputs.plan_checks import check_dataplane_lanes
 from controller.plan import Group, Plan
 from controller.service.binding import LIMITS
 from controller.service.groups import has_allreduce, rail_name, role_groups
@@ -44,7 +45,9 @@ class TopologyUnavailable(InputError):
 def validate(plan: Plan) -> None:
     """Raise :class:`InputError` naming the first group the controller cannot serve: INA
     with one GPU, more workers than the switch tracks, node names unusable in link ids
-    (``|``, unprintable), and hierarchical groups whose rails do not cover it whole."""
+    (``|``, unprintable), and hierarchical groups whose rails do not cover it whole; and a
+    plan priced for INA lanes the switches' program does not aggregate."""
+    check_dataplane_lanes(plan)
     for _, name, g in role_groups(plan):
         for n in g.gpus:
             _check_name(name, n)

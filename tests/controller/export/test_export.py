@@ -278,6 +278,11 @@ def _swap(p: Plan, a: tuple[str, int, int], b: tuple[str, int, int]) -> None:
             "srv2-nvsw",
         ),
         (lambda p: setattr(p, "model", "GPT-5"), "unknown model 'GPT-5'"),
+        (
+            lambda p: p.options.__setitem__("ina_lanes", "fp16"),
+            "plan priced for 'fp16' INA lanes, but the switches' program "
+            "(p4/heroserve_ina.p4) aggregates int32 lanes",
+        ),
     ],
 )
 def test_a_plan_that_contradicts_its_topology_is_refused(

@@ -83,6 +83,33 @@ def test_cli_refuses_bad_configuration(tmp_path: Path, capsys: pytest.CaptureFix
     assert err.count("\n") == 1
 
 
+def test_a_plan_priced_for_lanes_the_switches_do_not_run_is_refused(
+    srv: ThreadedServer, chan: grpc.Channel, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The P4 program adds int32 lanes: a plan priced for fp16 lanes would be served with
+    prices and tables that its switches do not match. Refused over gRPC and at start-up, in
+    one line naming both formats; a plan of the switches' own lanes is served."""
+    from controller.service.sample import save_sample_topology
+
+    fp16 = sample_plan(ina_groups=1)
+    fp16.options["ina_lanes"] = "fp16"
+    admin = pb_grpc.AdminStub(chan)
+    req = pb.ApplyPlanRequest(plan_json=fp16.to_json())
+    assert code_of(admin.ApplyPlan, req) == grpc.StatusCode.INVALID_ARGUMENT
+    assert srv.server.core.epoch == 0
+    path = tmp_path / "fp16.json"
+    fp16.save(path)
+    topo = save_sample_topology(tmp_path / "topology.json")
+    db = str(tmp_path / "c.db")
+    assert main(["--db", db, "--plan", str(path), "--topology", str(topo)]) == 2
+    err = _one_line(capsys)
+    assert "plan priced for 'fp16' INA lanes" in err and "aggregates int32 lanes" in err, err
+    same = sample_plan(ina_groups=1)
+    same.options["ina_lanes"] = "int32"
+    req = pb.ApplyPlanRequest(plan_json=same.to_json())
+    assert admin.ApplyPlan(req, timeout=30).epoch == 1
+
+
 def _one_line(capsys: pytest.CaptureFixture) -> str:
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
