@@ -64,7 +64,13 @@ def main() -> None:
             "heroserve validate TOPOLOGY.json": [*CLI, "validate", str(topo)],
             "heroserve validate PLAN.json": [*CLI, "validate", str(plan)],
             "heroserve plan --topology testbed --planner heroserve --quiet": [
-                *CLI, "plan", "--topology", "testbed", "--planner", "heroserve", "--quiet"
+                *CLI,
+                "plan",
+                "--topology",
+                "testbed",
+                "--planner",
+                "heroserve",
+                "--quiet",
             ],  # fmt: skip
         }
         times = {name: [] for name in cases}
