@@ -30,7 +30,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from types import ModuleType
 
-from agents import __version__
+import agents
 from agents.cliutil import DefaultsHelpFormatter, missing_dependency
 from controller.errors import InputError, WorkerLost
 from controller.inputs.args import OneLineParser, report_error
@@ -62,6 +62,18 @@ def subcommand(name: str) -> ModuleType:
     return importlib.import_module(f"controller.cli.{name}")
 
 
+class _Version(argparse.Action):
+    """``--version``: the version read only when asked for (agents/__init__.py)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kw: object) -> None:
+        super().__init__(option_strings, argparse.SUPPRESS, nargs=0, default=argparse.SUPPRESS,
+                         help=kw.get("help"))  # fmt: skip
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        print(f"heroserve {agents.__version__}")
+        parser.exit()
+
+
 def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
     """The parser of ``heroserve``: every subcommand is listed, only those of ``commands``
     (default: all) get their arguments, so that running one imports no other's module."""
@@ -70,7 +82,7 @@ def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentPars
         formatter_class=DefaultsHelpFormatter,
         description="HeroServe: network control plane for disaggregated LLM serving",
     )
-    parser.add_argument("--version", action="version", version=f"heroserve {__version__}")
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     full = set(SUBCOMMANDS if commands is None else commands)
     for name, summary in SUBCOMMANDS.items():
@@ -96,7 +108,7 @@ def _named(argv: Sequence[str]) -> str | None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv == ["--version"]:
-        print(f"heroserve {__version__}")
+        print(f"heroserve {agents.__version__}")
         return 0
     name = _named(argv)
     prog = f"heroserve {name}" if name and argv[0] == name else "heroserve"
