@@ -81,7 +81,7 @@ class PlanCommand:
 
     planner: str = option(
         "all",
-        help="one of: "
+        help="the planner: "
         + describe()
         + "; or all: "
         + ", ".join(n for n, p in REGISTRY.items() if p.in_all)

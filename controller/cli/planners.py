@@ -74,7 +74,7 @@ _RATE = "SLA rate/GPU"
 REGISTRY: dict[str, Planner] = {
     p.name: p
     for p in (
-        Planner("heroserve", "heroserve", "HeroServe (Alg. 1 + 2)", _RATE,
+        Planner("heroserve", "heroserve", "HeroServe, Alg. 1 + 2", _RATE,
                 "SLA-meeting rate per GPU (Eq. 1), disaggregated, INA or ring per group",
                 in_all=True, in_compare=True),
         Planner("distserve", "heroserve", "baseline: NCCL ring, TP inside a server", _RATE,
@@ -86,7 +86,7 @@ REGISTRY: dict[str, Planner] = {
         Planner("ds-switchml", "heroserve", "baseline: distserve with SwitchML's INA", _RATE,
                 "as distserve with SwitchML's synchronous INA over Ethernet",
                 in_all=True, in_compare=True),
-        Planner("exhaustive", "heroserve", "every grouping (small clusters)", _RATE,
+        Planner("exhaustive", "heroserve", "every grouping, small clusters", _RATE,
                 "SLA-meeting rate per GPU over every grouping (small clusters)"),
         Planner("distserve-paper", "heroserve", "baseline: DistServe's own placement", "-",
                 in_all=True),
@@ -131,5 +131,5 @@ def planner_list(family: Family | None = None) -> Callable[[str], list[str]]:
 
 
 def describe(family: Family | None = None) -> str:
-    """``name (summary)`` of every planner (of ``family``), for a help text."""
-    return "; ".join(f"{n} ({REGISTRY[n].summary})" for n in names(family))
+    """``name: summary`` of every planner (of ``family``), for a help text."""
+    return "; ".join(f"{n}: {REGISTRY[n].summary}" for n in names(family))
