@@ -16,6 +16,7 @@ Every module named here is light: ``--help`` is built from them.
 from __future__ import annotations
 
 import argparse
+import typing
 from dataclasses import dataclass
 from typing import Literal
 
@@ -190,7 +191,9 @@ class EvaluateCommand:
     """``heroserve evaluate``'s options (and the sweep's: ``--workers``, ``--ray``,
     ``--journal``, ``--fresh``, shared with ``fidelity``: ``controller.inputs.args``)."""
 
-    scenario: Scenario = option(help="the paper's §V scenario")
+    scenario: Scenario = option(
+        help="the paper's §V scenario: " + " | ".join(typing.get_args(Scenario)), metavar="NAME"
+    )
     out: str | None = option(
         None, help="output folder", parse=output_dir, default_help="eval/<scenario>"
     )
