@@ -186,13 +186,25 @@ Scenario = Literal[
 ]
 
 
+def _scenario(s: str) -> str:
+    known = typing.get_args(Scenario)
+    if s not in known:
+        raise argparse.ArgumentTypeError(f"unknown scenario {s!r}; known: {', '.join(known)}")
+    return s
+
+
+_scenario.__name__ = "scenario"
+
+
 @dataclass(frozen=True)
 class EvaluateCommand:
     """``heroserve evaluate``'s options (and the sweep's: ``--workers``, ``--ray``,
     ``--journal``, ``--fresh``, shared with ``fidelity``: ``controller.inputs.args``)."""
 
     scenario: Scenario = option(
-        help="the paper's §V scenario: " + " | ".join(typing.get_args(Scenario)), metavar="NAME"
+        help="the paper's §V scenario: " + " | ".join(typing.get_args(Scenario)),
+        metavar="NAME",
+        parse=_scenario,
     )
     out: str | None = option(
         None, help="output folder", parse=output_dir, default_help="eval/<scenario>"
