@@ -38,9 +38,6 @@ class Unreachable(Exception):
     """The controller did not answer: exit status 1."""
 
 
-HELP = "operate a running controller: apply a plan, show state, agents, slots"
-
-
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--controller", default="127.0.0.1:50051", help="controller address HOST:PORT")
     add_tls_args(p, "the admin (the controller's --admin-name)")

@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Mapping
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from controller.errors import InputError
-from controller.inputs.plan_checks import check_plan_on_topology
-from controller.models.specs import ModelSpec
 from controller.plan import SLA, Plan
-from controller.workload import Workload
+
+if TYPE_CHECKING:  # light: ``validate`` reads a topology without numpy or the workloads
+    import networkx as nx
+
+    from controller.models.specs import ModelSpec
+    from controller.workload import Workload
 
 LARGE_CLUSTERS = ("2tracks", "8tracks")  # the paper's §V clusters: its large-scale defaults
 
@@ -78,6 +80,8 @@ def plan_cluster(
 
 def cluster_for_plan(plan: Plan, topology: str | None = None, source: str = "plan") -> nx.Graph:
     """:func:`plan_cluster` with the plan (read from ``source``) checked against it."""
+    from controller.inputs.plan_checks import check_plan_on_topology
+
     g = plan_cluster(plan, topology, source)
     try:
         check_plan_on_topology(plan, g)

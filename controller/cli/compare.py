@@ -20,19 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.cli.common import resolve_inputs
+from controller.cli.config import CompareCommand, PlanInputs
+from controller.cli.planners import REGISTRY, Options
 from controller.cli.related import add_related_args, related_options
 from controller.cli.report import text_table
 from controller.errors import InputError
-from controller.inputs.args import bounded, output_file, seed
-from controller.inputs.limits import MAX_SLA_S
-from controller.related.compare import DEFAULT_PLANNERS, OPTIMISES, SHORT
-
-HELP = "every planner, the seed papers' too, side by side on one cluster"
-
-
-_count = bounded(int, 1, 10**6)
-_sla_s = bounded(float, 0, MAX_SLA_S, low_open=True)
+from controller.inputs.flags import add_flags
+from controller.planner.options import PlannerOptions
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -40,46 +34,19 @@ def add_args(p: argparse.ArgumentParser) -> None:
         "Every planner side by side on one cluster: what it optimises, GPUs, "
         "planning time, predicted and simulated SLA-meeting rate."
     )
-    p.add_argument(
-        "--topology",
-        default="testbed",
-        help="testbed | 2tracks | 8tracks | fig2 | helix24 | hetero-v100 | a topology file",
-    )
-    p.add_argument("--model", default=None, help="default: the plan command's for the topology")
-    p.add_argument("--workload", default="chatbot")
-    p.add_argument("--sla-ttft", type=_sla_s, default=None, help="TTFT bound, s")
-    p.add_argument("--sla-tpot", type=_sla_s, default=None, help="TPOT bound, s")
-    p.add_argument("--planners", default=",".join(DEFAULT_PLANNERS), help="comma-separated names")
-    p.add_argument("--seed", type=seed, default=0)
-    p.add_argument("--requests", type=_count, default=300,
-                   help="fewest requests per simulated point (default 300)")  # fmt: skip
-    p.add_argument("--lives", type=_count, default=10,
-                   help="a point's arrivals last this many request lives at the SLA "
-                        "(mean output x TPOT bound; default 10)")  # fmt: skip
-    p.add_argument("--max-requests", type=_count, default=20000,
-                   help="most requests per simulated point (default 20000)")  # fmt: skip
-    p.add_argument(
-        "--steps", type=bounded(int, 1, 40), default=6, help="bisection steps (default 6)"
-    )
-    p.add_argument("--no-sim", action="store_true", help="plan only")
-    p.add_argument("--json", type=output_file, metavar="PATH", help="write the rows as JSON")
-    p.add_argument("--quiet", action="store_true")
+    add_flags(p.add_argument_group("inputs"), PlanInputs)
+    add_flags(p, CompareCommand)
     add_related_args(p)
 
 
 def run(a: argparse.Namespace) -> int:
-    from controller.planner import PLANNERS, PlannerOptions, plan
-    from controller.related import HELIX_BASELINES, RELATED, plan_related
+    from controller.cli.common import resolve_inputs
     from controller.related.clusters import resolve_cluster
     from controller.related.compare import attainment_at_rate, sla_rate
 
-    names = [x.strip() for x in a.planners.split(",") if x.strip()]
-    known = [*PLANNERS, *RELATED, *HELIX_BASELINES]
-    for n in names:
-        if n not in known:
-            raise InputError(f"unknown planner {n!r}; known: {', '.join(known)}")
+    names = a.planners
     g, model, workload, sla = resolve_inputs(a, resolve_cluster)
-    ropts = related_options(a)
+    opts = Options(planner=PlannerOptions(seed=a.seed), related=related_options(a))
     t_start = time.perf_counter()
 
     def say(msg: str) -> None:
@@ -98,17 +65,14 @@ def run(a: argparse.Namespace) -> int:
         say(f"planning with {name}")
         t0 = time.perf_counter()
         try:
-            if name in PLANNERS:
-                p = plan(g, model, workload, sla, PlannerOptions(seed=a.seed), planner=name)
-            else:
-                p = plan_related(name, g, model, workload, sla, ropts)
+            p = REGISTRY[name].plan(g, model, workload, sla, opts)
         except InputError as e:
             rows.append({"planner": name, "error": str(e)})
             continue
         row: dict[str, Any] = {
             "planner": name,
             "layout": p.layout,
-            "optimises": p.colocated.objective if p.colocated else OPTIMISES.get(name, ""),
+            "optimises": p.colocated.objective if p.colocated else REGISTRY[name].optimises,
             "gpus": p.predicted.gpus_used,
             "plan_s": time.perf_counter() - t0,
             "predicted_rate": p.predicted.rate,
@@ -145,7 +109,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             continue
         sim = r.get("simulated_rate")
         out.append([
-            r["planner"], r["layout"], SHORT.get(r["planner"], "-"), str(r["gpus"]),
+            r["planner"], r["layout"], REGISTRY[r["planner"]].short, str(r["gpus"]),
             f"{r['plan_s']:.1f}", f"{r['predicted_rate']:.3f}",
             f"{r['predicted_rate_per_gpu']:.4f}",
             "-" if sim is None else f"{sim:.3f}",

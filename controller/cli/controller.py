@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "run the controller: gRPC service for switch and GPU agents"
-OWN_PARSER = True  # the arguments go to the service's parser as they are
-
 
 def add_args(p: argparse.ArgumentParser) -> None:
     """None here: the service parses its own (``controller.service.server``)."""

@@ -18,8 +18,6 @@ from controller.cli.emulate import (
 )
 from controller.inputs.args import bounded
 
-HELP = "bring up controller, switches and agents on this machine and show a plan arriving"
-
 
 def add_args(p: argparse.ArgumentParser) -> None:
     common_args(p)

@@ -71,9 +71,6 @@ def common_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-HELP = "emulate the cluster (Mininet) and compare INA with ring all-reduces on real packets"
-
-
 def add_args(p: argparse.ArgumentParser) -> None:
     common_args(p)
     p.add_argument(

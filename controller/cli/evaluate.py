@@ -5,64 +5,20 @@ from __future__ import annotations
 
 import argparse
 
+from controller.cli.config import EvaluateCommand
 from controller.errors import InputError
-from controller.inputs.args import (
-    add_journal,
-    add_ray,
-    add_workers,
-    bounded,
-    make_dir,
-    output_dir,
-    seed,
-)
-from controller.inputs.limits import MAX_SERVERS, MAX_SIM_REQUESTS
-
-HELP = "reproduce the paper's evaluation (Fig. 7-10) on a scenario"
+from controller.inputs.args import add_journal, add_ray, add_workers, make_dir
+from controller.inputs.flags import add_flags
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    from controller.evaluation.scenarios import SCENARIOS
-
     p.description = __doc__
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.add_argument("--scenario", required=True, help=" | ".join(SCENARIOS))
-    p.add_argument(
-        "--out", type=output_dir, default=None, help="output folder (default: eval/<scenario>)"
-    )
-    add_workers(p, "simulation processes")
-    add_ray(p)
-    add_journal(p, "journal.db in --out")
-    p.add_argument(
-        "--requests",
-        type=bounded(int, 1, MAX_SIM_REQUESTS),
-        default=None,
-        help="requests per simulation point (default: those arriving in 30 request lives "
-        "at the point's rate, at least 2000)",
-    )
-    p.add_argument(
-        "--servers",
-        type=bounded(int, 1, MAX_SERVERS),
-        default=None,
-        help="track scenarios: servers in the cluster (default 1200)",
-    )
-    p.add_argument(
-        "--planners",
-        default=None,
-        help="comma-separated planners (default: heroserve and the 3 baselines)",
-    )
-    p.add_argument("--seed", type=seed, default=0, help="random seed (default 0)")
-    p.add_argument(
-        "--online-scheduler",
-        action="store_true",
-        help="HeroServe's points run its online scheduler (docs/policy-table.md)",
-    )
-    p.add_argument(
-        "--fast",
-        action="store_true",
-        help="simulate on the fast path (no link contention; docs/simulator.md, The fast "
-        "path): a 1,200-server point in about a minute",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_flags(p, EvaluateCommand)
+    g = p.add_argument_group("the sweep's processes and journal")
+    add_workers(g, "simulation processes")
+    add_ray(g)
+    add_journal(g, "journal.db in --out")
 
 
 def run(a: argparse.Namespace) -> int:
@@ -72,7 +28,7 @@ def run(a: argparse.Namespace) -> int:
     from controller.evaluation.scenarios import scenario
     from controller.evaluation.sweep import Runner
 
-    planners = tuple(x.strip() for x in a.planners.split(",")) if a.planners else None
+    planners = tuple(a.planners) if a.planners else None
     s = scenario(a.scenario, requests=a.requests, servers=a.servers, planners=planners)
     if s.topology != "testbed" and s.servers:
         unit = 6 if s.topology == "2tracks" else 16

@@ -19,12 +19,8 @@ from controller.inputs.args import (
 )
 from controller.inputs.limits import MAX_SIM_REQUESTS
 
-HELP = "write docs/fidelity.md: the paper's claims beside the project's"
-
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    from controller.evaluation.fidelity import SIM_REQUESTS
-
     p.description = "the paper's claims beside the project's figures (docs/fidelity.md)"
     p.add_argument(
         "--out",
@@ -48,9 +44,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--sim-requests",
         type=bounded(int, 1, MAX_SIM_REQUESTS),
-        default=SIM_REQUESTS,
+        default=None,
         help="the ablation simulates a plan only if a point at its predicted rate runs at "
-        f"most this many requests (default {SIM_REQUESTS:,})",
+        "most this many requests (default: the report's own, SIM_REQUESTS of "
+        "controller/evaluation/fidelity.py)",
     )
     p.add_argument(
         "--section",
@@ -63,7 +60,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run(a: argparse.Namespace) -> int:
     from controller.evaluation.ablation_report import section_span
-    from controller.evaluation.fidelity import ablation_only, report
+    from controller.evaluation.fidelity import SIM_REQUESTS, ablation_only, report
     from controller.evaluation.journal import Journal
     from controller.evaluation.sweep import Runner
 
@@ -71,6 +68,7 @@ def run(a: argparse.Namespace) -> int:
         if not a.quiet:
             print(m, file=sys.stderr, flush=True)
 
+    sim_requests = a.sim_requests or SIM_REQUESTS
     out = Path(a.out)
     old = None
     if a.section:  # read before the minutes of work, so a missing report fails at once
@@ -86,9 +84,9 @@ def run(a: argparse.Namespace) -> int:
     try:
         with Runner(a.workers, a.ray, say, journal) as runner:
             if old is not None:
-                text = ablation_only(old, a.servers, a.quick, say, runner, a.sim_requests)
+                text = ablation_only(old, a.servers, a.quick, say, runner, sim_requests)
             else:
-                text = report(a.servers, Path(a.eval_dir), a.quick, say, runner, a.sim_requests)
+                text = report(a.servers, Path(a.eval_dir), a.quick, say, runner, sim_requests)
     finally:
         journal.close()
     write_text(out, text, "--out")

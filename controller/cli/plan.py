@@ -10,131 +10,32 @@ import sys
 import time
 from pathlib import Path
 
-from controller.cli.common import resolve_inputs
-from controller.cli.related import add_related_args, run_related_plan
+from controller.cli.config import PlanCommand, PlanInputs
+from controller.cli.related import add_related_args
 from controller.errors import InputError
-from controller.inputs.args import bounded, output_file, parallelism, seed, write_text
-from controller.inputs.limits import MAX_CANDIDATES, MAX_SLA_S
-
-HELP = "plan a disaggregated deployment and compare it with the baselines"
+from controller.inputs.args import write_text
+from controller.inputs.flags import add_flags, build
+from controller.planner.options import PlannerOptions
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    from controller.costmodel.netparams import DEFAULT_INA_LANES, INA_LANES
-    from controller.planner.options import DEFAULT_TIME_LIMIT_S
-    from controller.topology.fabric import PIPELINED
-
-    p.add_argument(
-        "--topology",
-        default="testbed",
-        help="testbed | 2tracks | 8tracks | fig2 | a .yaml/.json topology file",
-    )
-    p.add_argument(
-        "--model",
-        default=None,
-        help="model name (default: OPT-66B on the testbed, OPT-175B on the track clusters)",
-    )
-    p.add_argument(
-        "--workload", default="chatbot", help="chatbot | summarization | a .csv/.json trace file"
-    )
-    sla_s = bounded(float, 0, MAX_SLA_S, low_open=True)
-    p.add_argument("--sla-ttft", type=sla_s, default=None, help="TTFT bound, s")
-    p.add_argument("--sla-tpot", type=sla_s, default=None, help="TPOT bound, s")
-    p.add_argument(
-        "--planner",
-        default="all",
-        help="heroserve | distserve | ds-atp | ds-switchml | exhaustive | all "
-        "(heroserve and the three baselines) | the seed papers' helix | costeff | "
-        "hetero-search (and Helix's baselines swarm | helix-sp | helix-petals)",
-    )
-    p.add_argument("--seed", type=seed, default=0)
-    p.add_argument(
-        "--max-candi",
-        type=bounded(int, 1, MAX_CANDIDATES),
-        default=20,
-        help="candidate (TP, PP) pairs per phase (Alg. 1)",
-    )
-    p.add_argument(
-        "--json",
-        metavar="PATH",
-        type=output_file,
-        help="write the plan (heroserve's, or the one "
-        "planner's) here; with --planner all each baseline goes to PATH.<planner>.json",
-    )
-    p.add_argument(
-        "--prefill-par",
-        type=parallelism,
-        metavar="TPxPP",
-        help="force the prefill parallelism, e.g. 4x1",
-    )
-    p.add_argument(
-        "--decode-par",
-        type=parallelism,
-        metavar="TPxPP",
-        help="force the decode parallelism, e.g. 8x1",
-    )
-    p.add_argument(
-        "--engine",
-        choices=("vllm", "sglang"),
-        help="plan only what this serving engine runs (its TP/PP rules and placement, "
-        "docs/export.md); default: an engine-neutral plan",
-    )
-    p.add_argument(
-        "--gpus",
-        type=bounded(int, 0, low_open=True),
-        metavar="N",
-        help="plan for at most N GPUs of the cluster (default: all of them)",
-    )
-    p.add_argument(
-        "--ina-lanes",
-        default=DEFAULT_INA_LANES,
-        help="INA lane format on the wire: "
-        + ", ".join(INA_LANES)
-        + f" (default {DEFAULT_INA_LANES}, what p4/heroserve_ina.p4 aggregates)",
-    )
-    p.add_argument(
-        "--cost-mode",
-        default=PIPELINED,
-        help="network pricing: pipelined (packet by packet, the default) or paper (the "
-        "paper's store-and-forward sums, as in its Fig. 2); docs/costmodel.md",
-    )
-    p.add_argument(
-        "--tpot-mode",
-        default="amortized",
-        help="amortized: the KV transfer paid once per request, spread over its output tokens "
-        "(DistServe's TPOT, the default); eq4: added to every token, as Eq. 4 is written",
-    )
-    p.add_argument(
-        "--planner-time-limit",
-        type=bounded(float, 0, 86400, low_open=True),
-        default=DEFAULT_TIME_LIMIT_S,
-        metavar="S",
-        help="CPU-time limit of each planner's search, s: hitting it returns the best plan "
-        f"found, marked 'time limit reached' (default {DEFAULT_TIME_LIMIT_S:g})",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress line on stderr")
-    p.add_argument(
-        "--verbose",
-        action="store_true",
-        help="progress line on stderr even for small clusters (shown above 64 GPUs)",
-    )
+    add_flags(p.add_argument_group("inputs"), PlanInputs)
+    add_flags(p, PlanCommand)
+    add_flags(p.add_argument_group("planner (HeroServe's family)"), PlannerOptions)
     add_related_args(p)
 
 
 def run(a: argparse.Namespace) -> int:
+    from controller.cli.common import resolve_inputs
+    from controller.cli.planners import REGISTRY, Options
     from controller.cli.progress import ProgressLine
+    from controller.cli.related import run_related_plan
     from controller.cli.report import comparison_table, groups_table, idle_lines
-    from controller.costmodel.netparams import NetParams
-    from controller.planner import BASELINES, PLANNERS, PlannerOptions, plan
-    from controller.related import HELIX_BASELINES, RELATED
     from controller.topology import resolve_topology
 
-    if a.planner in RELATED + HELIX_BASELINES:  # colocated plans (docs/related-planners.md)
-        return run_related_plan(a)
-    names = ["heroserve", *BASELINES] if a.planner == "all" else [a.planner]
-    for n in names:
-        if n not in PLANNERS:
-            raise InputError(f"unknown planner {n!r}; known: {', '.join(PLANNERS)}, all")
+    if a.planner != "all" and REGISTRY[a.planner].family == "seed":  # colocated plans
+        return run_related_plan(a)  # docs/related-planners.md
+    names = [n for n, p in REGISTRY.items() if p.in_all] if a.planner == "all" else [a.planner]
     t0 = time.perf_counter()
     g, model, workload, sla = resolve_inputs(a, resolve_topology)
     n_gpus = sum(1 for _, d in g.nodes(data=True) if d["kind"] == "gpu")
@@ -148,30 +49,13 @@ def run(a: argparse.Namespace) -> int:
     progress(
         f"cluster {g.name}: {n_gpus} GPUs, {g.number_of_nodes()} nodes, {g.number_of_edges()} links"
     )
-    if a.tpot_mode not in ("amortized", "eq4"):
-        raise InputError(f"--tpot-mode must be amortized or eq4, got {a.tpot_mode!r}")
-    try:
-        net = NetParams(cost_mode=a.cost_mode, ina_lanes=a.ina_lanes)
-    except InputError as e:
-        flag = "--ina-lanes" if "lanes" in str(e) else "--cost-mode"
-        raise InputError(f"{flag}: {e}") from None
-    opts = PlannerOptions(
-        seed=a.seed,
-        max_candi=a.max_candi,
-        prefill_par=a.prefill_par,
-        decode_par=a.decode_par,
-        max_gpus=a.gpus,
-        tpot_mode=a.tpot_mode,
-        net=net,
-        engine=a.engine,
-        time_limit_s=a.planner_time_limit,
-    )
+    opts = Options(planner=build(PlannerOptions, a, seed=a.seed))
     plans = {}
     failed: dict[str, str] = {}
     for n in names:
         progress(f"planning with {n}")
         try:
-            plans[n] = plan(g, model, workload, sla, opts, planner=n, progress=progress)
+            plans[n] = REGISTRY[n].plan(g, model, workload, sla, opts, progress)
         except InputError as e:
             if n == names[0]:
                 raise

@@ -11,79 +11,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
 
 from controller.cli.report import fmt_seconds, text_table
-from controller.inputs.args import bounded
+from controller.inputs.flags import add_flags, build
 from controller.plan import Plan
-
-
-def price(s: str) -> tuple[str, float]:
-    """``TYPE=USD``: a GPU type's price per hour."""
-    kind, sep, value = s.partition("=")
-    try:
-        v = float(value)
-    except ValueError:
-        v = math.nan
-    if not sep or not kind or not math.isfinite(v) or v <= 0:
-        raise argparse.ArgumentTypeError(f"{s!r} is not TYPE=USD_PER_HOUR, e.g. V100-32GB=2.48")
-    return kind, v
+from controller.planner.options import DEFAULT_TIME_LIMIT_S
+from controller.related.options import RelatedOptions
 
 
 def add_related_args(p: argparse.ArgumentParser) -> None:
-    """Options of the seed planners (docs/related-planners.md)."""
-    g = p.add_argument_group("seed planners (helix, costeff, hetero-search)")
-    g.add_argument(
-        "--time-limit",
-        type=bounded(float, 0, 86400, low_open=True),
-        default=60.0,
-        metavar="S",
-        help="MILP time limit, s; hitting it returns the best plan found (default 60)",
-    )
-    g.add_argument(
-        "--budget",
-        type=bounded(float, 0, 1e9, low_open=True),
-        help="costeff: budget, $/h (default: all)",
-    )
-    g.add_argument(
-        "--price",
-        type=price,
-        action="append",
-        default=[],
-        metavar="TYPE=USD",
-        help="costeff: a GPU type's price per hour (repeatable)",
-    )
-    g.add_argument("--costeff-method", choices=["milp", "binary"], default="milp")
-    g.add_argument("--mapper", choices=["os", "rr", "wrr", "mb", "si"], default="os",
-                   help="hetero-search: request mapper (os: the paper's)")  # fmt: skip
-    g.add_argument("--helix-nodes", choices=["server", "gpu"], default="server",
-                   help="helix: a compute node is a server (TP inside) or a GPU")  # fmt: skip
-    g.add_argument("--no-partial-inference", action="store_true", help="helix: without it")
-    g.add_argument(
-        "--prune-degree",
-        type=bounded(float, 0, 1000),
-        default=12.0,
-        help="helix: average node degree after pruning slow links (0: keep all)",
-    )
+    """Options of the seed planners (docs/related-planners.md): ``RelatedOptions``' flags."""
+    add_flags(p.add_argument_group("seed planners (helix, costeff, hetero-search)"), RelatedOptions)
 
 
-def related_options(a: argparse.Namespace):
-    from controller.planner.options import DEFAULT_TIME_LIMIT_S
-    from controller.related.common import RelatedOptions
-
-    return RelatedOptions(
+def related_options(a: argparse.Namespace) -> RelatedOptions:
+    return build(
+        RelatedOptions,
+        a,
         seed=a.seed,
-        time_limit_s=a.time_limit,
-        budget=a.budget,
-        prices=dict(a.price),
-        costeff_method=a.costeff_method,
-        mapper=a.mapper,
-        helix_nodes=a.helix_nodes,
-        partial_inference=not a.no_partial_inference,
-        prune_degree=a.prune_degree,
         planner_time_limit_s=getattr(a, "planner_time_limit", DEFAULT_TIME_LIMIT_S),
     )
 
@@ -91,7 +39,7 @@ def related_options(a: argparse.Namespace):
 def run_related_plan(a: argparse.Namespace) -> int:
     """``heroserve plan --planner helix|costeff|hetero-search|swarm|helix-sp|helix-petals``."""
     from controller.cli.common import resolve_inputs
-    from controller.related import plan_related
+    from controller.cli.planners import REGISTRY, Options
     from controller.related.clusters import resolve_cluster
 
     g, model, workload, sla = resolve_inputs(a, resolve_cluster)
@@ -101,7 +49,8 @@ def run_related_plan(a: argparse.Namespace) -> int:
         if not a.quiet:
             print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    plan = plan_related(a.planner, g, model, workload, sla, related_options(a), progress)
+    opts = Options(related=related_options(a))
+    plan = REGISTRY[a.planner].plan(g, model, workload, sla, opts, progress)
     elapsed = time.perf_counter() - t0
     print(
         f"{a.planner} plan: topology {g.name}, model {model.name}, workload {workload.name} "

@@ -10,21 +10,11 @@ import argparse
 import json
 import sys
 
+from controller.cli.config import SimulateCommand
 from controller.errors import InputError
-from controller.inputs.args import (
-    bounded,
-    output_file,
-    seed,
-    write_text,
-)
-from controller.inputs.limits import (
-    MAX_CV,
-    MAX_RATE,
-    MAX_SIM_REQUESTS,
-    MAX_SIM_TOKENS,
-)
-
-HELP = "simulate a plan: SLA attainment, TTFT/TPOT, INA throughput, KV memory"
+from controller.inputs.args import write_text
+from controller.inputs.flags import add_flags
+from controller.inputs.limits import MAX_RATE, MAX_SIM_TOKENS
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -32,53 +22,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
         "Simulate a plan on its cluster: SLA attainment, TTFT/TPOT percentiles, "
         "INA throughput, peak KV-cache memory."
     )
-    p.add_argument("--plan", required=True, help="a plan JSON file (heroserve plan --json)")
-    p.add_argument(
-        "--rate",
-        required=True,
-        type=bounded(float, 0, MAX_RATE, low_open=True),
-        help=f"requests/s (at most {MAX_RATE:g} in all)",
-    )
-    p.add_argument("--per-gpu", action="store_true", help="--rate is per GPU used by the plan")
-    p.add_argument(
-        "--requests",
-        type=bounded(int, 1, MAX_SIM_REQUESTS),
-        default=2000,
-        help=f"requests to simulate (at most {MAX_SIM_REQUESTS}, and {MAX_SIM_TOKENS:.0e} "
-        "tokens over them)",
-    )
-    p.add_argument(
-        "--workload",
-        default=None,
-        help="chatbot | summarization | a .csv/.json trace (default: the generator the plan names)",
-    )
-    p.add_argument("--topology", default=None, help="default: the built-in the plan names")
-    p.add_argument("--seed", type=seed, default=0)
-    p.add_argument(
-        "--cv",
-        type=bounded(float, 0, MAX_CV, low_open=True),
-        default=1.0,
-        help=f"inter-arrival CV (1: Poisson; at most {MAX_CV:g})",
-    )
-    p.add_argument(
-        "--online-scheduler",
-        action="store_true",
-        help="run the online scheduler (docs/policy-table.md)",
-    )
-    p.add_argument(
-        "--exact",
-        action="store_true",
-        help="the unabridged run: one event per stage iteration and per decode step, without "
-        "the simulator's exact shortcuts (docs/simulator.md, Speed); the same result, slower",
-    )
-    p.add_argument(
-        "--fast",
-        action="store_true",
-        help="the fast path: the same rules compiled, every transfer at its time alone (no "
-        "link contention); for large clusters whose network the run does not load "
-        "(docs/simulator.md, The fast path)",
-    )
-    p.add_argument("--json", metavar="PATH", type=output_file, help="write the full result as JSON")
+    add_flags(p, SimulateCommand)
 
 
 def check_work(reqs, rate: float) -> None:

@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "run the executable model of the P4 INA switch (P4Runtime server)"
-OWN_PARSER = True  # the arguments go to the switch's parser as they are
-
 
 def add_args(p: argparse.ArgumentParser) -> None:
     """None here: the switch parses its own (``agents.softswitch.cli``)."""

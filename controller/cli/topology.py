@@ -7,8 +7,6 @@ import argparse
 import json
 import sys
 
-HELP = "validate a topology file or export a built-in one"
-
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["validate", "export"])

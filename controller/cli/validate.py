@@ -15,13 +15,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from controller.cli.common import cluster_for_plan
 from controller.errors import InputError
 from controller.inputs.documents import parse_json, read_text
 from controller.inputs.limits import MAX_PLAN_BYTES, MAX_TOPOLOGY_JSON_BYTES
-from controller.inputs.plan_checks import load_plan, validate_plan_dict
-from controller.topology import load_topology, topology_from_dict
-from controller.workload.traces import load_trace
 
 KINDS = ("topology", "plan", "trace")
 
@@ -50,7 +46,13 @@ def kind_of(path: str | Path) -> str:
 
 
 def validate_file(path: str | Path, kind: str | None = None, topology: str | None = None) -> str:
-    """Check one input file as every command would; returns a one-line summary."""
+    """Check one input file as every command would; returns a one-line summary. Imports
+    what the kind needs: networkx for a topology or a plan (a plan is checked on its
+    cluster's graph), numpy for a trace (a workload's arrays)."""
+    from controller.cli.common import cluster_for_plan
+    from controller.inputs.plan_checks import load_plan, validate_plan_dict
+    from controller.topology import load_topology, topology_from_dict
+
     p = Path(path)
     kind = kind or kind_of(p)
     if kind == "mapping":  # a JSON plan or topology: parse once, then tell them apart
@@ -70,6 +72,8 @@ def validate_file(path: str | Path, kind: str | None = None, topology: str | Non
     elif kind == "plan":
         plan = load_plan(p)
     elif kind == "trace":
+        from controller.workload.traces import load_trace
+
         w = load_trace(p)
         timed = "with arrival times" if w.arrivals is not None else "no arrival times"
         return (
@@ -90,9 +94,6 @@ def validate_file(path: str | Path, kind: str | None = None, topology: str | Non
         f"{plan.prefill.tp}x{plan.prefill.pp}, decode {plan.decode.tp}x{plan.decode.pp}), "
         f"fits topology {g.name}"
     )
-
-
-HELP = "check a topology, plan or trace file as every command reads it (limits: docs/topology.md)"
 
 
 def add_args(p: argparse.ArgumentParser) -> None:

@@ -12,13 +12,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from agents.ina.packet import HEADER_LEN, VECTOR_BYTES
 from controller.errors import InputError
-from controller.topology.fabric import COST_MODES, PIPELINED, ROCE_MTU_BYTES, Fabric
+from controller.inputs.flags import option
+from controller.topology.costmodes import COST_MODES, PIPELINED, ROCE_MTU_BYTES, CostMode
+
+if TYPE_CHECKING:  # the routes (networkx, scipy) are imported when a fabric is made
+    import networkx as nx
+
+    from controller.topology.fabric import Fabric
 
 # The INA packet of the project's P4 program (p4/heroserve_ina.p4, docs/dataplane.md): a
 # 128-byte vector behind Ethernet (14), IPv4 (20), UDP (8) and the INA header (8), plus on the
@@ -52,14 +56,24 @@ INA_LANES: dict[str, LaneFormat] = {
     )
 }
 DEFAULT_INA_LANES = "int32"  # what p4/heroserve_ina.p4 aggregates
+InaLanes = Literal["int32", "int16", "fp16"]  # the names of INA_LANES
+assert get_args(InaLanes) == tuple(INA_LANES)
 
 
 @dataclass(frozen=True)
 class NetParams:
     """Cost-mode, wire-format and latency terms of the network model (docs/costmodel.md)."""
 
-    cost_mode: str = PIPELINED  # "pipelined" or "paper" (store and forward, the paper's Eq. 10)
-    ina_lanes: str = DEFAULT_INA_LANES  # "int32", "int16" or "fp16" (INA_LANES)
+    cost_mode: CostMode = option(
+        PIPELINED,
+        help="network pricing: pipelined (packet by packet) or paper (the paper's "
+        "store-and-forward sums, as in its Fig. 2, Eq. 10); docs/costmodel.md",
+    )
+    ina_lanes: InaLanes = option(
+        DEFAULT_INA_LANES,
+        help="INA lane format on the wire: how the switch adds an FP16 element",
+        default_help=f"{DEFAULT_INA_LANES}, what p4/heroserve_ina.p4 aggregates",
+    )
     # NCCL's per-hop latency of a ring step, LL128 protocol (src/graph/tuning.cc, hwLat):
     ring_step_net_s: float = 4.0e-6  # over the network
     ring_step_nvlink_s: float = 1.9e-6  # on NVLink
@@ -106,6 +120,8 @@ class NetParams:
 
     def fabric(self, g: nx.Graph, *, relay: bool = True) -> Fabric:
         """The routes and prices of ``g`` in this cost mode."""
+        from controller.topology.fabric import Fabric
+
         return Fabric(g, relay=relay, cost_mode=self.cost_mode, packet_bytes=self.packet_bytes)
 
     def plan_options(self) -> dict[str, Any]:

@@ -15,20 +15,15 @@ docs/export.md describes every field.
 
 from __future__ import annotations
 
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from controller.errors import InputError
-from controller.export.check import check_plan
-from controller.export.deployment import render as render_deployment
-from controller.export.engines import check_engine
-from controller.export.k8s import render_k8s
-from controller.export.layout import Options, layout
-from controller.export.script import render_json, render_shell
-from controller.export.sglang import sglang_commands
-from controller.export.vllm import vllm_commands
-from controller.plan import Plan
+from controller.export.options import FORMATS, Options
 
-FORMATS = ("deployment", "vllm", "sglang", "k8s")
+if TYPE_CHECKING:  # the renderers (and networkx) are imported when a plan is exported
+    import networkx as nx
+
+    from controller.plan import Plan
 
 
 def export(
@@ -37,6 +32,15 @@ def export(
     """File name -> contents for ``fmt``; raises :class:`InputError` when ``plan`` does not
     match ``g``, or when the engine (``fmt``'s own, for k8s ``engine`` or the plan's) cannot
     run it (the rule it breaks)."""
+    from controller.export.check import check_plan
+    from controller.export.deployment import render as render_deployment
+    from controller.export.engines import check_engine
+    from controller.export.k8s import render_k8s
+    from controller.export.layout import layout
+    from controller.export.script import render_json, render_shell
+    from controller.export.sglang import sglang_commands
+    from controller.export.vllm import vllm_commands
+
     if fmt not in FORMATS:
         raise InputError(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
     opts.check()

@@ -4,59 +4,17 @@ need (docs/design.md §13). The formats (deployment YAML, vLLM, SGLang) only ren
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import networkx as nx
 
-from agents.cliutil import UsageError, split_address
-from controller.errors import InputError
 from controller.export.check import instance_name
+from controller.export.options import DEFAULT_TUNER as DEFAULT_TUNER
+from controller.export.options import Options
 from controller.plan import Group, PhasePlan, Plan
 
-# NCCL reads NCCL_TUNER_PLUGIN and dlopen()s it: a full path or a library on the loader's path.
-DEFAULT_TUNER = "libnccl-tuner-heroserve.so"
 # Variables that override any tuner plugin (csrc/README.md, "The plugin"): never exported.
 FORBIDDEN_ENV = ("NCCL_ALGO", "NCCL_PROTO")
-
-
-# HEROSERVE_SHM_PREFIX goes into a /dev/shm name: letters, digits, '.', '_', '-' (no path
-# separator, no '..'), 64 at most, so segment names stay far below NAME_MAX (255).
-SHM_PREFIX = re.compile(r"[A-Za-z0-9._-]{0,64}")
-
-
-@dataclass
-class Options:
-    tuner_plugin: str = DEFAULT_TUNER
-    controller: str = "127.0.0.1:50051"  # the GPU agents' --controller
-    shm_prefix: str = ""  # HEROSERVE_SHM_PREFIX, "" for none
-    model_path: str = ""  # what the engines load; default: the plan's model name
-    base_port: int = 8100  # HTTP port of instance k is base_port + k on its head server
-    # server -> the address its processes bind and others reach it at (--address); a server
-    # not named here resolves its own name when its start script runs
-    addresses: dict[str, str] = field(default_factory=dict)
-    image: str = ""  # --format k8s: the engines' container image ("": the engine's own)
-    router_image: str = ""  # --format k8s: the routers' image ("": the engine's default)
-
-    def check(self) -> None:
-        """InputError naming the first option an exported file cannot carry."""
-        try:
-            split_address(self.controller, "--controller")
-        except UsageError as e:
-            raise InputError(str(e)) from None
-        if not SHM_PREFIX.fullmatch(self.shm_prefix) or ".." in self.shm_prefix:
-            raise InputError(
-                f"--shm-prefix {self.shm_prefix!r}: up to 64 letters, digits, '.', '_' or '-', "
-                "without '..' (it names files in /dev/shm)"
-            )
-        for flag, value in (
-            ("--tuner-plugin", self.tuner_plugin),
-            ("--model-path", self.model_path),
-        ):
-            if not value.isprintable():
-                raise InputError(f"{flag} {value!r}: control characters")
-        if not 1 <= self.base_port <= 65535 - 1024:
-            raise InputError(f"--base-port {self.base_port} is not in 1..64511")
 
 
 @dataclass

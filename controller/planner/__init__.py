@@ -13,79 +13,34 @@ its parts ``context``, ``allreduce``, ``pipeline``, ``instances`` and ``kvtransf
 ``results`` and ``combine`` (Eq. 1); the groupings ``grouping``, ``heroserve``,
 ``baselines``, ``exhaustive``; ``colocated`` and ``distserve_paper`` (DistServe's own
 placement); ``candidates``, ``options``, ``assemble`` (search result to plan) and
-``reprice`` (a plan priced again); ``infeasible`` (why a search found no deployment)."""
+``reprice`` (a plan priced again); ``infeasible`` (why a search found no deployment);
+``planners`` (the tables above and :func:`plan`).
+
+The names here are imported when first used (PEP 562 ``__getattr__``): importing a light
+module of the package (``controller.planner.options``, whose dataclass the command line
+builds its flags from) does not import the searches (scipy, OR-Tools, k-means)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from typing import TYPE_CHECKING, Any
 
-import networkx as nx
+if TYPE_CHECKING:
+    from controller.planner.options import PlannerOptions, Problem
+    from controller.planner.planners import BASELINES, CONTAINS, PLANNERS, SEARCHES, plan
 
-from controller.errors import InputError
-from controller.models.specs import ModelSpec
-from controller.plan import Plan
-from controller.planner.assemble import build_plan
-from controller.planner.baselines import DISTSERVE, DS_ATP, DS_SWITCHML, packed_grouper
-from controller.planner.distserve_paper import DISTSERVE_PAPER
-from controller.planner.distserve_paper import search as distserve_paper_search
-from controller.planner.exhaustive import POLICY as EXHAUSTIVE
-from controller.planner.exhaustive import exhaustive_grouper
-from controller.planner.heroserve import POLICY as HEROSERVE
-from controller.planner.heroserve import heroserve_grouper
-from controller.planner.ladder import LADDER
-from controller.planner.options import PlannerOptions, Policy, Problem
-from controller.planner.search import search
-from controller.workload.base import Workload
-from controller.workload.sla import SLA
-
-# Each planner: its policy (what it may use) and its groupings, every one priced for every
-# candidate, the best kept. HeroServe also prices the baselines' packed grouping, so its
-# candidates contain theirs (with more schemes and routes allowed on each group).
-PLANNERS: dict[str, tuple[Policy, tuple[Callable, ...]]] = {
-    "heroserve": (HEROSERVE, (heroserve_grouper, packed_grouper)),
-    "distserve": (DISTSERVE, (packed_grouper,)),
-    "ds-atp": (DS_ATP, (packed_grouper,)),
-    "ds-switchml": (DS_SWITCHML, (packed_grouper,)),
-    "exhaustive": (EXHAUSTIVE, (exhaustive_grouper,)),
-    "distserve-paper": (DISTSERVE_PAPER, ()),
+_LAZY = {
+    **dict.fromkeys(("BASELINES", "CONTAINS", "PLANNERS", "SEARCHES", "plan"), "planners"),
+    **dict.fromkeys(("PlannerOptions", "Policy", "Problem"), "options"),
 }
-# The planners whose candidates a planner's contain, as (policy, groupings): on a cluster too
-# large to price every role split, it prices the splits around their balance points too
-# (``search.search``), so its H is never below theirs. HeroServe's contain the baselines' and
-# every step of the ablation's ladder (``ladder.LADDER``): with the baselines' alone, the
-# ladder's "+ hierarchical INA" step planned 8tracks-1200 summarization at 1,896.452 req/s and
-# ``heroserve plan`` at 1,884.057.
-CONTAINS: dict[str, tuple[tuple[Policy, tuple[Callable, ...]], ...]] = {
-    "heroserve": (
-        *(PLANNERS[n] for n in ("distserve", "ds-atp", "ds-switchml")),
-        *((policy, groupers) for _, policy, groupers, _ in LADDER[1:-1]),
-    )
-}
-# Planners whose search is not the common one (``search.search``).
-SEARCHES: dict[str, Callable] = {"distserve-paper": distserve_paper_search}
-# The paper's baselines in HeroServe's search space, then DistServe's own placement.
-BASELINES = ["distserve", "ds-atp", "ds-switchml", "distserve-paper"]
 
 
-def plan(
-    cluster: nx.Graph,
-    model: ModelSpec,
-    workload: Workload,
-    sla: SLA,
-    options: PlannerOptions | None = None,
-    planner: str = "heroserve",
-    progress: Callable[[str], None] | None = None,
-) -> Plan:
-    """Plan a disaggregated deployment of ``model`` on ``cluster`` with the named planner."""
-    if planner not in PLANNERS:
-        raise InputError(f"unknown planner {planner!r}; known: {', '.join(PLANNERS)}")
-    policy, groupers = PLANNERS[planner]
-    problem = Problem(cluster, model, workload, sla, options or PlannerOptions(), progress)
-    if planner in SEARCHES:
-        result = SEARCHES[planner](problem, policy, groupers)
-    else:
-        result = search(problem, policy, groupers, CONTAINS.get(planner, ()))
-    return build_plan(result, planner, str(cluster.name), workload.name)
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["BASELINES", "CONTAINS", "PLANNERS", "PlannerOptions", "Problem", "plan"]
+__all__ = ["BASELINES", "CONTAINS", "PLANNERS", "SEARCHES", "PlannerOptions", "Problem", "plan"]

@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Literal
-
-import networkx as nx
+from typing import TYPE_CHECKING, Literal
 
 from controller.costmodel.netparams import NetParams
-from controller.models.engines import EngineProfile, engine_profile
-from controller.models.specs import ModelSpec
-from controller.workload.base import Workload
-from controller.workload.sla import SLA
+from controller.inputs.args import parallelism
+from controller.inputs.flags import option
+from controller.inputs.limits import MAX_CANDIDATES
+from controller.models.engines import EngineName, EngineProfile, engine_profile
+
+if TYPE_CHECKING:  # light at run time: the command line builds its flags from PlannerOptions
+    import networkx as nx
+
+    from controller.models.specs import ModelSpec
+    from controller.workload.base import Workload
+    from controller.workload.sla import SLA
 
 Progress = object  # a callable(str) or None; kept loose to stay plain data
 
@@ -31,29 +36,52 @@ DEFAULT_TIME_LIMIT_S = 300.0
 
 @dataclass(frozen=True)
 class PlannerOptions:
-    max_candi: int = 20  # Alg. 1: candidate (TP, PP) pairs per phase
+    """The planner's options; those declared with ``option`` are ``heroserve plan``'s flags
+    (``controller/inputs/flags.py``), the others the program's own knobs."""
+
+    max_candi: int = option(
+        20, help="candidate (TP, PP) pairs per phase (Alg. 1)", low=1, high=MAX_CANDIDATES
+    )
     r_frac: float = 0.9  # fraction of a GPU's memory a serving engine may use (Alg. 1 R_frac)
     seed: int = 0
     perturb_tries: int = 8  # failed random swaps per group before Alg. 2's loop moves on
     max_batch: int = 512  # largest decode batch considered
-    net: NetParams = field(default_factory=NetParams)
+    net: NetParams = field(default_factory=NetParams)  # flags: --cost-mode, --ina-lanes
     exhaustive_limit: int = 20000  # most groupings the exhaustive planner enumerates per phase
-    prefill_par: tuple[int, int] | None = None  # force (TP, PP) for prefill
-    decode_par: tuple[int, int] | None = None  # force (TP, PP) for decode
-    max_gpus: int | None = None  # plan for at most this many GPUs (None: the whole cluster)
+    prefill_par: tuple[int, int] | None = option(
+        None, help="force the prefill parallelism, e.g. 4x1", parse=parallelism, metavar="TPxPP"
+    )
+    decode_par: tuple[int, int] | None = option(
+        None, help="force the decode parallelism, e.g. 8x1", parse=parallelism, metavar="TPxPP"
+    )
+    max_gpus: int | None = option(
+        None, help="plan for at most N GPUs of the cluster", flag="--gpus", metavar="N",
+        low=0, low_open=True, default_help="all of them",
+    )  # fmt: skip
     max_splits: int = 64  # role splits priced one by one; beyond, around the balance point
     class_sample: int = 48  # servers per class whose rates place the balance point
-    # "amortized": T_f paid once per request, spread over its output tokens (DistServe's and
-    # the simulator's TPOT); "eq4": added to every token, as the paper's Eq. 4 is written
-    tpot_mode: Literal["amortized", "eq4"] = "amortized"
+    tpot_mode: Literal["amortized", "eq4"] = option(
+        "amortized",
+        help="amortized: the KV transfer paid once per request, spread over its output tokens "
+        "(DistServe's TPOT, and the simulator's); eq4: added to every token, as Eq. 4 is written",
+    )
     # an upper bound, not a deployment: every all-reduce the policy may aggregate in the
     # network costs nothing (docs/fidelity.md's free-INA bound)
     free_ina: bool = False
-    # plan only what this serving engine runs (controller/models/engines.py); None: any
-    engine: str | None = None
+    engine: EngineName | None = option(
+        None,
+        help="plan only what this serving engine runs (its TP/PP rules and placement, "
+        "docs/export.md; controller/models/engines.py)",
+        default_help="an engine-neutral plan",
+    )
     # the search stops at its first check past this many CPU seconds with a plan in hand
     # and returns the best found, marked (``Plan.time_limit_reached``); None: no limit
-    time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
+    time_limit_s: float | None = option(
+        DEFAULT_TIME_LIMIT_S,
+        help="CPU-time limit of each planner's search: hitting it returns the best plan found, "
+        "marked 'time limit reached'",
+        unit="s", flag="--planner-time-limit", metavar="S", low=0, high=86400, low_open=True,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

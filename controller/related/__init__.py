@@ -11,15 +11,18 @@ cost model, returning colocated plans (``Plan.layout == "colocated"``) that
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from controller.errors import InputError
-from controller.models.specs import ModelSpec
-from controller.plan import Plan
-from controller.related.common import RelatedOptions
-from controller.workload.base import Workload
-from controller.workload.sla import SLA
+from controller.related.options import RelatedOptions
+
+if TYPE_CHECKING:  # light at import: the planners' modules load when one plans
+    import networkx as nx
+
+    from controller.models.specs import ModelSpec
+    from controller.plan import Plan
+    from controller.workload.base import Workload
+    from controller.workload.sla import SLA
 
 RELATED = ("helix", "costeff", "hetero-search")
 HELIX_BASELINES = ("swarm", "helix-sp", "helix-petals")

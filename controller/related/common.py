@@ -1,68 +1,20 @@
-"""What the seed planners share: their options, the cluster's nodes, and the colocated
-:class:`~controller.plan.Plan` they all return."""
+"""What the seed planners share: their options (defined in ``controller.related.options``),
+the cluster's nodes, and the colocated :class:`~controller.plan.Plan` they all return."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import networkx as nx
 
-from controller.errors import InputError
 from controller.models.specs import ModelSpec
 from controller.plan import ColocatedPlan, IdleGPUs, PhasePlan, Plan, Predicted
-from controller.planner.options import DEFAULT_TIME_LIMIT_S
+from controller.related.options import RelatedOptions as RelatedOptions
 from controller.related.perf import LengthStats, NodeHW, PerfModel, node_hw
 from controller.topology.graph import gpus, servers
 from controller.workload.base import Workload
 from controller.workload.sla import SLA
-
-
-@dataclass(frozen=True)
-class RelatedOptions:
-    """Options of the seed planners (``heroserve plan --planner helix|costeff|hetero-search``).
-    Memory fraction and batch cap are PlannerOptions' (r_frac, max_batch)."""
-
-    seed: int = 0
-    r_frac: float = 0.9
-    max_batch: int = 512
-    # solvers
-    time_limit_s: float = 60.0  # MILP wall-clock limit (Helix, cost-efficiency)
-    # the whole planner's CPU-time limit (``PlannerOptions.time_limit_s``); None: none
-    planner_time_limit_s: float | None = DEFAULT_TIME_LIMIT_S
-    early_stop_gap: float = 0.01  # Helix: stop within this fraction of its upper bound
-    workers: int = 2  # CP-SAT search workers
-    # Helix
-    partial_inference: bool = True
-    prune_degree: float = 12.0  # average node degree after pruning (Helix §6.8); 0: no pruning
-    helix_nodes: str = "server"  # a compute node is a server (TP inside) or each GPU
-    # cost efficiency
-    budget: float | None = None  # $/h; None: enough to rent every priced GPU
-    prices: dict[str, float] = field(default_factory=dict)  # $/h per GPU type, overrides
-    costeff_method: str = "milp"  # "milp" (exact) or "binary" (binary search on T)
-    max_stages: int = 4  # most pipeline stages of a configuration
-    # heterogeneous throughput search
-    mapper: str = "os"  # os | rr | wrr | mb | si
-    mapper_k: float = 2.0  # exponent of the KV utilisation term (the paper sets 2)
-    sample: int = 1000  # requests sampled for the planners' workload estimates
-
-    def __post_init__(self) -> None:
-        if not self.time_limit_s > 0:
-            raise InputError(f"solver time limit must be positive, got {self.time_limit_s}")
-        if not 0 <= self.early_stop_gap < 1:
-            raise InputError(f"early-stop gap must be in [0, 1), got {self.early_stop_gap}")
-        if self.helix_nodes not in ("server", "gpu"):
-            raise InputError(f"Helix nodes are 'server' or 'gpu', got {self.helix_nodes!r}")
-        if self.budget is not None and not self.budget > 0:
-            raise InputError(f"budget must be positive, got {self.budget}")
-        if self.costeff_method not in ("milp", "binary"):
-            raise InputError(f"costeff method is milp or binary, got {self.costeff_method!r}")
-        if self.sample < 10:
-            raise InputError(f"the planning sample needs at least 10 requests, got {self.sample}")
-        for t, p in self.prices.items():
-            if not (isinstance(p, int | float) and math.isfinite(p) and p > 0):
-                raise InputError(f"price of {t} must be a positive number, got {p!r}")
 
 
 def stats_of(workload: Workload, sample: int, seed: int) -> LengthStats:

@@ -19,36 +19,6 @@ import networkx as nx
 from controller.plan import Plan
 from controller.workload import Workload
 
-DEFAULT_PLANNERS = [
-    "heroserve",
-    "distserve",
-    "ds-atp",
-    "ds-switchml",
-    "helix",
-    "costeff",
-    "hetero-search",
-]
-OPTIMISES = {
-    "heroserve": "SLA-meeting rate per GPU (Eq. 1), disaggregated, INA or ring per group",
-    "distserve": "SLA-meeting rate per GPU, disaggregated, NCCL ring, TP inside a server",
-    "ds-atp": "as distserve with ATP's best-effort INA over Ethernet",
-    "ds-switchml": "as distserve with SwitchML's synchronous INA over Ethernet",
-    "exhaustive": "SLA-meeting rate per GPU over every grouping (small clusters)",
-}
-SHORT = {
-    "heroserve": "SLA rate/GPU",
-    "distserve": "SLA rate/GPU",
-    "ds-atp": "SLA rate/GPU",
-    "ds-switchml": "SLA rate/GPU",
-    "exhaustive": "SLA rate/GPU",
-    "helix": "max flow tok/s",
-    "swarm": "(baseline)",
-    "helix-sp": "(baseline)",
-    "helix-petals": "(baseline)",
-    "costeff": "makespan, budget",
-    "hetero-search": "Alg. 1 tok/s",
-}
-
 
 def sla_rate(
     attainment_at: Callable[[float], float], guess: float, target: float, steps: int

@@ -6,17 +6,49 @@ clusters), ``io`` (files and validation), ``fabric`` (shortest paths and routes)
 :func:`plan_topology` (what a plan's own ``topology`` field may name: a built-in only,
 else :class:`NotBuiltin`)."""
 
-from collections.abc import Callable, Mapping
+from __future__ import annotations
 
-import networkx as nx
+import importlib
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from controller.errors import InputError
-from controller.topology.generators import BUILTIN, eight_tracks, fig2, testbed, tracks, two_tracks
-from controller.topology.io import load_topology, topology_from_dict, topology_to_dict, validate
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+    from controller.topology.generators import (
+        BUILTIN,
+        eight_tracks,
+        fig2,
+        testbed,
+        tracks,
+        two_tracks,
+    )
+    from controller.topology.io import load_topology, topology_from_dict, topology_to_dict, validate
+
+# Imported when first named (PEP 562), so that a light module of the package (``costmodes``)
+# does not import networkx: the command line's help names cost modes on a bare install.
+_LAZY = {
+    **dict.fromkeys(("BUILTIN", "eight_tracks", "fig2", "testbed", "tracks", "two_tracks"),
+                    "generators"),
+    **dict.fromkeys(("load_topology", "topology_from_dict", "topology_to_dict", "validate"), "io"),
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def resolve_topology(spec: str):
     """A built-in name (testbed, 2tracks, 8tracks, fig2) or a topology file path."""
+    from controller.topology.generators import BUILTIN
+    from controller.topology.io import load_topology
+
     if spec in BUILTIN:
         return BUILTIN[spec]()
     if spec.endswith((".yaml", ".yml", ".json")) or "/" in spec:
@@ -24,13 +56,18 @@ def resolve_topology(spec: str):
     raise InputError(f"unknown topology {spec!r}: use {', '.join(BUILTIN)} or a .yaml/.json file")
 
 
-def plan_topology(spec: str, builtins: Mapping[str, Callable[[], nx.Graph]] = BUILTIN) -> nx.Graph:
+def plan_topology(
+    spec: str, builtins: Mapping[str, Callable[[], nx.Graph]] | None = None
+) -> nx.Graph:
     """The cluster a plan's own ``topology`` field names, which must be one of ``builtins``.
 
     A plan comes from a request or a file someone else wrote: its fields never make the
     controller or a command open a file (docs/design.md §9). The cluster of a plan made on
     a topology file is given by the operator (``--topology``). The InputError does not quote
-    the field (it is the plan's content, not the operator's)."""
+    the field (it is the plan's content, not the operator's); ``builtins`` defaults to
+    ``BUILTIN``."""
+    if builtins is None:
+        from controller.topology.generators import BUILTIN as builtins
     if spec in builtins:
         return builtins[spec]()
     known = ", ".join(builtins)

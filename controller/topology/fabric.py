@@ -40,17 +40,14 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
 
 from controller.errors import InputError
+from controller.topology.costmodes import COST_MODES, PIPELINED, ROCE_MTU_BYTES
+from controller.topology.costmodes import PAPER as PAPER  # named here too (tests, callers)
 from controller.topology.graph import GPU, SWITCH, nic_switches, servers
 from controller.units import MB
 
 Path = list[str]
 Edge = tuple[str, str]
 
-PIPELINED, PAPER = "pipelined", "paper"
-COST_MODES = (PIPELINED, PAPER)
-# RoCE's largest path MTU: NCCL sets each queue pair's path MTU to the smaller active MTU of
-# the two ports (src/transport/net_ib/connect.cc), 4096 B on a jumbo-frame RoCE fabric.
-ROCE_MTU_BYTES = 4096
 # equal-cost switch paths: within this relative cost of the shortest (float sums of equal
 # links differ in the last bits), at most this many per pair (a full mesh of c core switches
 # between two access switches of u uplinks each has u * u; the paper's clusters have 16)

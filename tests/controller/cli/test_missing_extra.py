@@ -69,3 +69,24 @@ def test_a_command_needing_the_extra_names_it(install: str, args: tuple[str, ...
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
     assert "is not installed: pip install 'heroserve[controller]'" in r.stderr
+
+
+@pytest.mark.parametrize("install", sorted(INSTALLS))
+@pytest.mark.parametrize(
+    "sub", ["plan", "compare", "simulate", "export", "evaluate", "validate", "topology", "pki"]
+)
+def test_help_needs_no_extra(install: str, sub: str) -> None:
+    """Help is built from light modules only (controller/cli/__init__.py): it works on a
+    bare install, and so does ``heroserve --help``."""
+    r = _heroserve(install, sub, "--help")
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    assert r.stdout.startswith(f"usage: heroserve {sub}")
+    top = _heroserve(install, "--help")
+    assert top.returncode == 0 and sub in top.stdout
+
+
+@pytest.mark.parametrize("install", sorted(INSTALLS))
+def test_the_missing_extra_is_named_with_the_subcommand(install: str) -> None:
+    r = _heroserve(install, "plan")
+    assert r.returncode == 2
+    assert r.stderr.startswith("heroserve plan: error: ") and r.stderr.count("\n") == 1
