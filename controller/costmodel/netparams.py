@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from agents.ina.packet import HEADER_LEN, VECTOR_BYTES
+from agents.ina.packet import HEADER_LEN, LANE_FORMAT, VECTOR_BYTES
 from controller.errors import InputError
 from controller.inputs.flags import option
 from controller.topology.costmodes import COST_MODES, PIPELINED, ROCE_MTU_BYTES, CostMode
@@ -55,9 +55,9 @@ INA_LANES: dict[str, LaneFormat] = {
         LaneFormat("fp16", 2, 0.0, "FPISA 16-bit floating-point lanes"),
     )
 }
-DEFAULT_INA_LANES = "int32"  # what p4/heroserve_ina.p4 aggregates
 InaLanes = Literal["int32", "int16", "fp16"]  # the names of INA_LANES
 assert get_args(InaLanes) == tuple(INA_LANES)
+DEFAULT_INA_LANES: InaLanes = LANE_FORMAT  # what p4/heroserve_ina.p4 aggregates
 
 
 @dataclass(frozen=True)
