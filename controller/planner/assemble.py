@@ -295,7 +295,9 @@ def _settle_slots(
         settled = (
             None
             if first is None
-            else settle_kv(ev, pre, dec0, lambda t, d=dec: ev.reevaluate(d, t), first)
+            else settle_kv(
+                ev, pre, dec0, lambda t, d=dec: ev.reevaluate(d, t), first, kv_contention=True
+            )
         )
         if settled is None:
             raise InputError(

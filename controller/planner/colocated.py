@@ -133,7 +133,14 @@ def colocated_search(ev: Evaluator) -> SearchResult | None:
             comb0 = combine(pre, dec, problem.sla.ttft_s, problem.options.max_gpus)
             if comb0 is None:
                 continue
-            settled = settle_kv(ev, pre, dec, lambda t_f, dec=dec: ev.reevaluate(dec, t_f), comb0)
+            settled = settle_kv(
+                ev,
+                pre,
+                dec,
+                lambda t_f, dec=dec: ev.reevaluate(dec, t_f),
+                comb0,
+                kv_contention=True,
+            )
             if settled is None:
                 continue
             comb, rd, t_f, flows = settled

@@ -58,6 +58,8 @@ def settle_kv(
     price_decode: Callable[[float], PhaseResult],
     comb: Combination,
     beat: float = 0.0,
+    *,
+    kv_contention: bool,
 ) -> tuple[Combination, PhaseResult, float, Callable[[], list]] | None:
     """The decode phase priced at the KV transfer of the instances it deploys: from the
     deployment at T_f = 0 (``comb`` of ``pre`` and ``dec``; ``price_decode(T_f)`` prices the
@@ -69,7 +71,9 @@ def settle_kv(
 
     H is then bounded by the links' capacity for KV (see below). ``beat``: an H the caller
     already has; None as soon as this deployment cannot exceed it (its KV capacity is
-    judged on the instances deployed at T_f = 0, before re-pricing)."""
+    judged on the instances deployed at T_f = 0, before re-pricing). ``kv_contention``:
+    whether the decode groups are priced under the KV load too (``contend_decode``), which is
+    costly and only lowers H: the search's first pass leaves it out."""
     problem = ev.problem
     cap = problem.options.max_gpus
     reorder: dict[tuple, list[list[str]]] = {}
@@ -115,7 +119,9 @@ def settle_kv(
             if not math.isfinite(t):
                 return None, d, t, list
             d = ev.reprice_decode(price_decode(t), t, reorder)
-            d, contended = ev.contend_decode(d, t, cur, rate, lost)
+            contended = False
+            if kv_contention:
+                d, contended = ev.contend_decode(d, t, cur, rate, lost)
             c = combine(pre, d, problem.sla.ttft_s, cap)
             if c is None:
                 return None, d, t, list

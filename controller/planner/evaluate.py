@@ -46,9 +46,6 @@ class Evaluator(InstancePricing, KVPricing):
         self._pod_cache: dict[tuple, tuple] = {}
         self._pool_summaries: dict[frozenset, dict[tuple[float, str], int]] = {}
         self._engine = problem.engine
-        # whether settling a deployment prices its decode groups under the KV load
-        # (``contend_decode``); the search turns it off for a first, cheaper pass
-        self.kv_contention = True
 
     # -- phases --------------------------------------------------------------------------
     def instances(
@@ -148,9 +145,8 @@ class Evaluator(InstancePricing, KVPricing):
         the ones priced). ``lost``: those factors per shape from earlier loads at the same
         rate, kept across the caller's rounds (updated here), so that an instance priced
         under an earlier deployment keeps what it lost there. Returns the phase and whether
-        any instance was priced again. Off (``res`` as it is) while ``kv_contention`` is."""
-        if not self.kv_contention:
-            return res, False
+        any instance was priced again. Whether to price it at all is the caller's
+        (``deployment.settle_kv``'s ``kv_contention``)."""
         util = load.utilisation(rate)
         deployed = {stage_key(d) for _, d in load.pairs}
         if not util or not deployed:

@@ -211,7 +211,12 @@ def split_bound(ps: PhaseSearch, split: Split) -> float:
 
 
 def _best_pair(
-    ps: PhaseSearch, split: Split, floor: float, first: tuple[int, int] | None = None
+    ps: PhaseSearch,
+    split: Split,
+    floor: float,
+    first: tuple[int, int] | None = None,
+    *,
+    kv_contention: bool,
 ) -> (
     tuple[Combination, PhaseResult, PhaseResult, float, Callable[[], list], int, tuple[int, int]]
     | None
@@ -222,7 +227,7 @@ def _best_pair(
     earlier splits) or the best pair found (branch and bound: every bound is an upper bound
     on the H the pair can reach, its KV transfer included). ``first``: a pair (prefill,
     decode candidate numbers) to price before the others, whose H then prunes them; the
-    pair found is returned last."""
+    pair found is returned last. ``kv_contention``: ``settle_kv``'s."""
     ev, problem = ps.ev, ps.problem
     cap = problem.options.max_gpus
     engine = problem.engine
@@ -262,6 +267,7 @@ def _best_pair(
             lambda t_f, d0=d0: ev.decode_phase(d0.tp, d0.pp, d0.groups, t_f),
             comb0,
             beat,
+            kv_contention=kv_contention,
         )
         if settled is None:
             continue
@@ -361,15 +367,13 @@ def search(
     # costly to price and only lowers H, so the splits are searched without it first; the
     # split that won is then searched with it, and its H is the floor that prunes every
     # other split and pair from the search with it (most of them at one KV load).
-    ev.kv_contention = False
-    first = _search_splits(ps, bounded, quiet=True)
-    ev.kv_contention = True
+    first = _search_splits(ps, bounded, quiet=True, kv_contention=False)
     best = None
     tried = 0
     if first is not None:
         order = [x for x in bounded if x[2] is first.split]
         order += [x for x in bounded if x[2] is not first.split]
-        best = _search_splits(ps, order, quiet=False, first=first.pair)
+        best = _search_splits(ps, order, quiet=False, first=first.pair, kv_contention=True)
         tried = first.candidates_tried
     if best is not None:
         tried += best.candidates_tried
@@ -401,12 +405,15 @@ def _search_splits(
     bounded: list[tuple[float, int, Split]],
     quiet: bool,
     first: tuple[int, int] | None = None,
+    *,
+    kv_contention: bool,
 ) -> SearchResult | None:
     """The best deployment over ``bounded``'s splits ((bound, number, split), visited in
     that order), each split's best pair (``_best_pair``) beating the best so far; the
     visit skips a split whose bound cannot beat it. The result holds its split and ``pair``
     its pair (``_best_pair``); ``candidates_tried`` counts the pairs priced. ``first``: the
-    pair of the first split to price first."""
+    pair of the first split to price first. ``kv_contention``: whether deployments are
+    settled with decode priced under the KV load (``settle_kv``)."""
     problem = ps.problem
     best: SearchResult | None = None
     tried = 0
@@ -418,7 +425,9 @@ def _search_splits(
             continue  # this split cannot beat the best plan
         if problem.out_of_time(best is not None):
             break
-        found = _best_pair(ps, split, floor, first if k == bounded[0][1] else None)
+        found = _best_pair(
+            ps, split, floor, first if k == bounded[0][1] else None, kv_contention=kv_contention
+        )
         if found is None:
             continue
         comb, pre, rd, t_f, flows, n, ij = found
