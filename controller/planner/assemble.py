@@ -281,7 +281,7 @@ def _settle_slots(
     # A free-INA plan is a bound (``PlannerOptions.free_ina``): its all-reduces cost nothing
     # whatever the slots, so no group falls back and the search's pricing stands.
     bound = problem.options.free_ina
-    forced = set() if bound else ev.forced_ring
+    forced = set() if bound else set(ev.forced_ring)
     while True:
         before = len(forced)
         slots = SlotPool(ev)
@@ -289,6 +289,8 @@ def _settle_slots(
         dec_groups = _decide(ev, dec, comb.n_decode, slots, forced)
         if bound or len(forced) == before:
             return pre, dec, comb, t_f, flows, pre_groups, dec_groups
+        for members in forced:  # priced on the ring from now on
+            ev.force_ring(members)
         pre = ev.reevaluate(pre, 0.0)
         dec0 = ev.reevaluate(dec, 0.0)
         first = combine(pre, dec0, problem.sla.ttft_s, problem.options.max_gpus)

@@ -64,7 +64,7 @@ def settle_kv(
     """The decode phase priced at the KV transfer of the instances it deploys: from the
     deployment at T_f = 0 (``comb`` of ``pre`` and ``dec``; ``price_decode(T_f)`` prices the
     same decode instances at another T_f), price T_f between the deployed instances (re-ordering
-    decode stages next to their layers, ``Evaluator.kv_transfer``), price decode at that T_f,
+    decode stages next to their layers, ``KVPricer.kv_transfer``), price decode at that T_f,
     combine again, until the numbers deployed repeat (three rounds at most). The flows
     returned (as a function that lists them) are those of exactly the instances deployed, in
     their final stage order, so the plan's KV transfers name its own GPUs.
