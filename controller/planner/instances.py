@@ -8,15 +8,15 @@ TTFT percentile over the workload's lengths, ``prefill_times``) and decode's lar
 within the TPOT bound and the KV memory, alone or with its all-reduces sharing links with
 KV transfers (``shares_kv_links``, ``shared_allreduce``). Its caches (each bound where it is
 declared): instances per shape of their stages, saturated prefill capacities, ideal prefill
-rates, and each group's link traffic. ``tpot_quantile`` sets how much of the KV transfer a
-TPOT carries.
+rates, and each group's link traffic. ``DecodeStep`` is one decode step's times;
+``tpot_quantile`` sets how much of the KV transfer a TPOT carries.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -36,6 +36,17 @@ from controller.units import GB
 # their mean is 1.5% of it for chatbot's prompts (standard deviation 0.97 of the mean) and
 # 0.3% for summarization's (0.21)
 PROMPT_SAMPLE = 4000
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    """One decode micro-batch's step (``InstancePricer.decode_step``), in seconds: over all
+    stages, at the busiest stage, its compute and its communication."""
+
+    step_s: float
+    busiest_s: float
+    compute_s: float
+    comm_s: float
 
 
 class InstancePricer:
@@ -265,8 +276,8 @@ class InstancePricer:
 
     def decode_step(
         self, stages: list[list[str]], batch: int, util: Mapping[Edge, float] | None = None
-    ) -> tuple[float, float, float, float]:
-        """(step time over all stages, busiest stage, compute, comm) for a micro-batch.
+    ) -> DecodeStep:
+        """The step (over all stages, busiest stage, compute, comm) of a micro-batch.
         ``util``: the share of time the KV transfers alone keep each link busy (none: no
         KV traffic); a stage's all-reduces over such links are stretched as the fluid
         network shares them (``shared_allreduce``)."""
@@ -286,7 +297,7 @@ class InstancePricer:
         stage_s = [lps * (layer + 2 * a) for a in ar]
         busy = [s + (hops[i] if i < len(hops) else 0.0) for i, s in enumerate(stage_s)]
         comm = sum(2 * lps * a for a in ar) + sum(hops)
-        return sum(stage_s) + sum(hops), max(busy), m.layers * layer, comm
+        return DecodeStep(sum(stage_s) + sum(hops), max(busy), m.layers * layer, comm)
 
     def shared_allreduce(
         self,
@@ -354,21 +365,23 @@ class InstancePricer:
         bound = self.ctx.problem.sla.tpot_s
         kv = self.tpot_kv_share(t_f)
 
-        steps: dict[int, tuple[float, float, float, float]] = {}  # batch -> decode_step
+        steps: dict[int, DecodeStep] = {}  # batch -> decode_step
 
-        def step_of(b: int) -> tuple[float, float, float, float]:
+        def step_of(b: int) -> DecodeStep:
             if b not in steps:
                 steps[b] = self.decode_step(stages, b, util)
             return steps[b]
 
         def ok(b: int) -> bool:
-            return step_of(b)[0] + kv <= bound
+            return step_of(b).step_s + kv <= bound
 
         if alone is not None and 1 <= alone <= b_max and ok(alone):
             lo = hi = alone
         elif b_max < 1 or not ok(1):
-            step, busy, comp, comm = step_of(1)
-            return InstanceEval(stages, [], [], comp, comm, step, busy, 0.0, 0, step + kv)
+            s = step_of(1)
+            return InstanceEval(
+                stages, [], [], s.compute_s, s.comm_s, s.step_s, s.busiest_s, 0.0, 0, s.step_s + kv
+            )
         else:
             lo, hi = 1, b_max if alone is None else min(b_max, max(1, alone - 1))
         while lo < hi:  # largest b with ok(b): step time grows with b
@@ -377,10 +390,12 @@ class InstancePricer:
                 lo = mid
             else:
                 hi = mid - 1
-        step, busy, comp, comm = step_of(lo)
+        s = step_of(lo)
         ar, hops = self.stage_parts(stages, self.ctx.activation_bytes(lo))
-        rate = lo / (busy * self.ctx.decode_steps)
-        return InstanceEval(stages, ar, hops, comp, comm, step, busy, rate, lo, step + kv)
+        rate = lo / (s.busiest_s * self.ctx.decode_steps)
+        return InstanceEval(
+            stages, ar, hops, s.compute_s, s.comm_s, s.step_s, s.busiest_s, rate, lo, s.step_s + kv
+        )
 
 
 def tpot_quantile(outputs: Sequence[int], attainment: float) -> float:

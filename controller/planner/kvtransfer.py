@@ -11,6 +11,7 @@
 - ``PairFlows``: one pair's priced shares as the hop arrays their link loads are summed
   from (the flows are listed on demand); ``_pipelined_times``: ``flow_times`` on those
   arrays, float for float.
+- ``ShareHops``: one share's route as ``_share_hops`` keeps it.
 - ``KVLoad``: the load every pair puts on each link at a rate (one numpy ``bincount`` over
   every pair's hops), and T_f stretched by it.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -59,6 +61,18 @@ class PairFlows:
     senders: np.ndarray
     n_senders: int
     t_f: float  # the pair's T_f alone (Eq. 14)
+
+
+class ShareHops(NamedTuple):
+    """One share's route (``KVPricer._share_hops``): the fabric's kept list, its hops' link
+    numbers, 1/B and latencies, and the switch before the destination (None: the list is
+    the whole route). A named tuple, unpacked once per share in ``_kv_price``'s loop."""
+
+    head: Path
+    ids: list[int]
+    inv: list[float]
+    lat: list[float]
+    last: str | None
 
 
 def _pipelined_times(
@@ -222,7 +236,7 @@ class KVPricer:
         self._route_hops: dict[int, tuple[Path, list[int], list[float], list[float]]] = {}
         # ``_share_hops``' routes, per route key (source, destination or its class, size): at
         # most prefill GPUs x (destination classes + GPUs of their server) x share sizes
-        self._share_memo: dict[tuple, tuple] = {}
+        self._share_memo: dict[tuple, ShareHops] = {}
         # ``kv_destination_class`` per decode GPU: at most the cluster's GPUs
         self._dst_class: dict[str, int] = {}
 
@@ -393,14 +407,10 @@ class KVPricer:
             np.array(senders, dtype=np.intp), len(local), t_f,
         )  # fmt: skip
 
-    def _share_hops(
-        self, src: str, dst: str, nbytes: float
-    ) -> tuple[Path, list[int], list[float], list[float], str | None]:
-        """One share's route as (the fabric's kept list, its hops' link numbers, 1/B and
-        latencies, the switch before ``dst`` or None when the list is the whole route):
-        ``kv_route_parts``, kept per (source, ``kv_destination_class``, size) for a rail
-        route, which every destination of that class shares up to its switch, and per
-        (source, destination, size) inside a server."""
+    def _share_hops(self, src: str, dst: str, nbytes: float) -> ShareHops:
+        """One share's route (``ShareHops``) from ``kv_route_parts``, kept per (source,
+        ``kv_destination_class``, size) for a rail route, which every destination of that
+        class shares up to its switch, and per (source, destination, size) inside a server."""
         srv = self._server_node
         same = srv(src) == srv(dst)
         key = (src, dst if same else self._classes(dst), nbytes)
@@ -408,7 +418,7 @@ class KVPricer:
         if hit is None:
             head, last = kv_route_parts(self.ctx.ring_fabric, src, dst, nbytes)
             ids, inv, lat = self._hops_of(head)
-            hit = (head, ids, inv, lat, head[-1] if last is not None else None)
+            hit = ShareHops(head, ids, inv, lat, head[-1] if last is not None else None)
             if same or last is not None:  # a whole rail route is the destination's own
                 self._share_memo[key] = hit
         return hit

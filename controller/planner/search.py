@@ -18,8 +18,9 @@ style of DistServe's: list candidates, evaluate each, pick.
 The result is the split, the pair of phases and the combination with the highest H.
 
 Here: ``search`` (the loop over splits), ``PhaseSearch`` and ``PhaseOption`` (phases per
-role, pool and candidate, cached), ``candidates_for`` (step 2's list), ``decode_ref_bytes``
-(decode's reference all-reduce size for grouping), ``split_bound`` and the ``Grouper`` type.
+role, pool and candidate, cached), ``PairFound`` (a split's best pair), ``candidates_for``
+(step 2's list), ``decode_ref_bytes`` (decode's reference all-reduce size for grouping),
+``split_bound`` and the ``Grouper`` type.
 Shared with DistServe's low-affinity layouts, and so in their own modules: the capacity
 bound (``bounds``), the KV settling of a pair and the ``SearchResult`` (``deployment``), and
 those layouts themselves (``colocated``), which HeroServe's search prices too. Why a search
@@ -37,8 +38,8 @@ from controller.models.engines import pair_problem, parallelism_problem
 from controller.planner.bounds import capacity_bound
 from controller.planner.candidates import check_forced, tp_pp_candidates
 from controller.planner.colocated import colocated_search
-from controller.planner.combine import Combination, combine
-from controller.planner.deployment import SearchResult, settle_kv
+from controller.planner.combine import combine
+from controller.planner.deployment import SearchResult, Settled, settle_kv
 from controller.planner.evaluate import Evaluator
 from controller.planner.grouping import PodGroups
 from controller.planner.infeasible import explain_infeasible
@@ -66,6 +67,18 @@ class PhaseOption:
     pp: int
     groups: list[PodGroups]
     result: PhaseResult
+
+
+@dataclass
+class PairFound:
+    """The best prefill/decode pair of one split (``_best_pair``): its prefill phase, the
+    deployment settled on its KV transfer, how many pairs were priced with their KV transfer
+    to find it, and its (prefill, decode) candidate numbers in the split's bounds."""
+
+    prefill: PhaseResult
+    settled: Settled
+    tried: int
+    pair: tuple[int, int]
 
 
 def decode_ref_bytes(ev: Evaluator, pool: Sequence[str], tp: int, pp: int) -> float:
@@ -217,10 +230,7 @@ def _best_pair(
     first: tuple[int, int] | None = None,
     *,
     kv_contention: bool,
-) -> (
-    tuple[Combination, PhaseResult, PhaseResult, float, Callable[[], list], int, tuple[int, int]]
-    | None
-):
+) -> PairFound | None:
     """The best prefill/decode pair of one split, with its KV transfer priced. Pairs are
     visited in decreasing order of min(prefill bound, decode bound) and priced on demand;
     the visit stops at the first pair whose bound cannot beat ``floor`` (the best H of
@@ -239,10 +249,10 @@ def _best_pair(
     )
     if first is not None:
         pairs.sort(key=lambda x: (x[1], x[2]) != first)  # stable: the rest keep their order
-    best = None
+    best: PairFound | None = None
     tried = 0
     for bound, i, j in pairs:
-        beat = max(floor, best[0].rate if best is not None else 0.0)
+        beat = max(floor, best.settled.combination.rate if best is not None else 0.0)
         if bound <= beat * (1 + 1e-9):
             if (i, j) == first:
                 continue
@@ -271,13 +281,11 @@ def _best_pair(
         )
         if settled is None:
             continue
-        comb, rd, t_f, flows = settled
-        if best is None or comb.better_than(best[0]):
-            best = (comb, pre, rd, t_f, flows, (i, j))
-    if best is None:
-        return None
-    comb, pre, rd, t_f, flows, ij = best
-    return comb, pre, rd, t_f, flows, tried, ij
+        if best is None or settled.combination.better_than(best.settled.combination):
+            best = PairFound(pre, settled, 0, (i, j))
+    if best is not None:
+        best.tried = tried
+    return best
 
 
 def _class_rates(
@@ -430,10 +438,13 @@ def _search_splits(
         )
         if found is None:
             continue
-        comb, pre, rd, t_f, flows, n, ij = found
-        tried += n
+        tried += found.tried
+        s = found.settled
+        comb = s.combination
         if best is None or comb.better_than(best.combination):
-            best = SearchResult(ps.ev, pre, rd, comb, t_f, flows, tried, split, k, ij)
+            best = SearchResult(
+                ps.ev, found.prefill, s.decode, comb, s.t_f, s.kv_flows, tried, split, k, found.pair
+            )
             if not quiet:
                 problem.say(
                     f"  split {k}/{len(bounded)} ({split.label}): H {comb.rate:.3f} req/s "
