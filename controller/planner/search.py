@@ -139,8 +139,13 @@ class PhaseSearch:
         self.policy = policy
         self.groupers = tuple(groupers)
         self.problem = ev.problem
+        # one entry per (role, pool, TP, PP) priced: at most the pools of the role splits x
+        # their candidates
         self._cache: dict[tuple, PhaseOption | None] = {}
+        # one entry per (role, pool): at most 2 x the role splits' pools
         self._bounds: dict[tuple, list[tuple[float, int, int]]] = {}
+        # one entry per (grouping, role, fitting GPUs, TP, PP, message): at most the groupings
+        # x the entries of ``_cache``
         self._groupings: dict[tuple, list[PodGroups]] = {}
         self.n_priced = 0  # candidates grouped and priced
 
