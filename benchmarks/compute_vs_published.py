@@ -5,7 +5,7 @@ priced exactly as the planner prices an instance: the roofline coefficients of
 ``controller/costmodel/compute.py`` (Eqs. 12-13, the efficiencies and per-layer overheads as
 they are, nothing fitted), the tensor-parallel all-reduce priced by the planner's
 ``Evaluator`` (NCCL's ring, no INA) on one 8-GPU NVSwitch server of that GPU, and the decode
-step of ``InstancePricing.decode_step``. Three metrics:
+step of ``InstancePricer.decode_step``. Three metrics:
 
 - ``ttft``: prefill of ``batch`` prompts together (Eq. 12 with K = batch x prompt tokens,
   K2 = batch x prompt^2, one all-reduce of K tokens twice a layer); for one prompt this is
@@ -148,7 +148,8 @@ def predict(p: Point) -> tuple[float, float]:
             raise AssertionError(f"prefill {ttft} differs from the planner's {planner}")
     if p.metric == "ttft":
         return ttft, ttft_comm
-    step, _, _, step_comm = ev.decode_step([group], p.batch)
+    d = ev.decode_step([group], p.batch)
+    step, step_comm = d.step_s, d.comm_s
     if p.metric == "tpot":
         return step, step_comm
     return ttft + (p.output - 1) * step, ttft_comm + (p.output - 1) * step_comm

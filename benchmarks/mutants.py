@@ -53,8 +53,8 @@ MUTANTS = (
     Mutant(
         "flat INA without the Ethernet-only fallback",
         "controller/planner/allreduce.py",
-        "        if self.policy.ina_relay:\n            q = ina_pattern(self.eth_fabric",
-        "        if False:\n            q = ina_pattern(self.eth_fabric",
+        "        if self.ctx.policy.ina_relay:\n            q = ina_pattern(self.ctx.eth_fabric",
+        "        if False:\n            q = ina_pattern(self.ctx.eth_fabric",
         (f"{GUARANTEES}::test_flat_ina_never_above_the_ethernet_only_routes",),
     ),
     Mutant(
@@ -67,7 +67,7 @@ MUTANTS = (
     Mutant(
         "hierarchical INA never priced",
         "controller/planner/allreduce.py",
-        "            if self.policy.hier:\n",
+        "            if self.ctx.policy.hier:\n",
         "            if False:\n",
         (
             "tests/controller/planner/test_planner.py::test_cross_server_groups_take_ina_when_cheaper",

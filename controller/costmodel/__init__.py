@@ -3,7 +3,7 @@
 | paper | function |
 |---|---|
 | Eq. 1 (objective), Eq. 2-5 | ``controller.planner.combine``, ``controller.planner.instances`` |
-| Eq. 6 (pipeline hop) | ``controller.planner.pipeline`` (``Evaluator.pipeline_hop_time``) |
+| Eq. 6 (pipeline hop) | ``controller.planner.pipeline`` (``PipelinePricer.pipeline_hop_time``) |
 | Eq. 10 over shared links (flows, phases) | ``network.flow_times``, ``network.compile_phase`` |
 | cost mode, INA lanes, per-step latencies | ``netparams.NetParams`` |
 | Eqs. 7-10 (INA) | ``ina.ina_pattern``, ``ina.ina_on_routes`` |

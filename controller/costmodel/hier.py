@@ -100,7 +100,7 @@ def rail_switches(fabric: Fabric, rail: Sequence[str]) -> list[str]:
     """INA-capable switches a rail may aggregate at: the first-hop switches its members'
     routes reach (their exits: own NICs, or NVLink peers' with relay) and, when no first-hop
     switch is every member's, the switches one hop above them (the planner's rule for flat
-    INA, ``Evaluator.ina_candidates``). Whether every member can reach one is for the caller
+    INA, ``AllReducePricer.ina_candidates``). Whether every member can reach one is for the caller
     to check."""
     g = fabric.g
     reach = [{e[-1] for e in fabric.exits(x)} for x in rail]

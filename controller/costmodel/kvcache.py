@@ -120,7 +120,7 @@ def kv_route_parts(fabric: Fabric, src: str, dst: str, nbytes: float) -> tuple[P
     route). The list is the fabric's own (an NVLink path, or a rail route's winner up to
     ``dst``'s switch, shared by every destination that ties with ``dst``): read it, never
     change it. A caller that converts routes into link numbers converts each kept list once
-    (``KVPricing._kv_price``)."""
+    (``KVPricer._kv_price``)."""
     nv = fabric.nvlink_path(src, dst)
     if nv is not None:
         return nv, None

@@ -9,8 +9,8 @@ baselines.
 
 The package's modules: ``search`` (Alg. 1, the common search) with ``bounds``,
 ``deployment`` and ``roles``; ``evaluate`` (the ``Evaluator``, which prices placements) with
-its parts ``context``, ``allreduce``, ``pipeline``, ``instances`` and ``kvtransfer``, and
-``results`` and ``combine`` (Eq. 1); the groupings ``grouping``, ``heroserve``,
+its parts ``context``, ``allreduce``, ``pipeline``, ``instances``, ``kvtransfer`` and
+``phases``, and ``results`` and ``combine`` (Eq. 1); the groupings ``grouping``, ``heroserve``,
 ``baselines``, ``exhaustive``; ``colocated`` and ``distserve_paper`` (DistServe's own
 placement); ``candidates``, ``options``, ``assemble`` (search result to plan) and
 ``reprice`` (a plan priced again); ``infeasible`` (why a search found no deployment);

@@ -3,12 +3,15 @@
 - ``GroupEval``: a group's schemes at a reference message size: the ring, flat INA at each
   switch worth routing to, hierarchical INA.
 - ``GroupTimes``: a group's all-reduce time as a function of the message size.
-- ``AllReducePricing``: the evaluator's part that finds a group's INA candidate switches,
+- ``AllReducePricer``: the evaluator's pricer that finds a group's INA candidate switches,
   routes and prices its schemes (with a lower bound that skips switches that cannot win),
-  and times an all-reduce. Its caches: schemes per group, times per group shape, a GPU's
-  cheapest route alone to a switch per size (``ina_bound``) and its exits' route sums.
-  For a plan already made (``plan_groups``), ``planned`` gives the pattern of the scheme the
-  plan chose for a group, and ``allreduce_time`` prices that scheme at every size.
+  and times an all-reduce. It owns the state that changes those times: the groups forced
+  onto the ring (``force_ring``, when the plan is assembled) and, for a plan already made,
+  its groups with the schemes it chose (``price_as_planned``: ``planned`` gives the pattern of
+  such a group's scheme and ``allreduce_time`` prices that scheme at every size). Its caches
+  (each bound where it is declared): schemes per group, times per group shape, a GPU's
+  cheapest route alone to a switch per size (``ina_bound``), its exits' route sums, and each
+  group's own phases.
 """
 
 from __future__ import annotations
@@ -23,8 +26,7 @@ from controller.costmodel.network import CommPattern, CompiledPhase
 from controller.costmodel.ring import ring_pattern
 from controller.errors import InputError
 from controller.plan import Group
-from controller.planner.context import EvalContext
-from controller.planner.options import Policy, Problem
+from controller.planner.context import PricingContext
 from controller.topology.fabric import Fabric
 from controller.topology.graph import SWITCH
 
@@ -40,19 +42,21 @@ class GroupEval:
     ina: list[CommPattern]  # allowed flat-INA options, cheapest first at the reference size
     ina_note: str  # why INA is absent, when it is
     hier: CommPattern | None = None
-    ina_all: list[CommPattern] | None = None  # every candidate switch (``Evaluator.all_ina``)
+    ina_all: list[CommPattern] | None = None  # every candidate switch (``AllReducePricer.all_ina``)
 
-    def options(self, ev: EvalContext, allow_ina: bool = True) -> list[tuple[CommPattern, Fabric]]:
+    def options(
+        self, ctx: PricingContext, allow_ina: bool = True
+    ) -> list[tuple[CommPattern, Fabric]]:
         """Every allowed pattern with the fabric it is priced on."""
-        out = [(self.ring, ev.ring_fabric)]
+        out = [(self.ring, ctx.ring_fabric)]
         if allow_ina:
-            out += [(p, ev.ina_fabric) for p in self.ina]
+            out += [(p, ctx.ina_fabric) for p in self.ina]
             if self.hier is not None:
-                out.append((self.hier, ev.ina_fabric))
+                out.append((self.hier, ctx.ina_fabric))
         return out
 
-    def time(self, ev: EvalContext, nbytes: float, allow_ina: bool = True) -> float:
-        return min(p.time(f, nbytes) for p, f in self.options(ev, allow_ina))
+    def time(self, ctx: PricingContext, nbytes: float, allow_ina: bool = True) -> float:
+        return min(p.time(f, nbytes) for p, f in self.options(ctx, allow_ina))
 
 
 @dataclass
@@ -71,34 +75,61 @@ class GroupTimes:
         return t
 
 
-class AllReducePricing(EvalContext):
-    """Prices the all-reduce of tensor-parallel groups. Caches group evaluations, which is
-    what makes perturbation and large clusters affordable."""
+class AllReducePricer:
+    """Prices the all-reduce of tensor-parallel groups on ``ctx``. Caches group evaluations,
+    which is what makes perturbation and large clusters affordable."""
 
-    def __init__(self, problem: Problem, policy: Policy) -> None:
-        super().__init__(problem, policy)
+    def __init__(self, ctx: PricingContext) -> None:
+        self.ctx = ctx
+        # groups that lost INA to the aggregator-slot limit when the plan was assembled
+        # (``force_ring``; only grows): they run the ring at every size
+        self.forced_ring: set[tuple[str, ...]] = set()
+        # a made plan's groups, each priced with the scheme the plan chose for it
+        # (``price_as_planned``): members -> (group, the message it was decided at)
+        self.plan_groups: dict[tuple[str, ...], tuple[Group, float]] = {}
+        # one entry per group priced (its members, in order): at most the groups of one search
         self._groups: dict[tuple, GroupEval] = {}
+        # one entry per group shape (``shape_signature``): at most the shapes of one search
         self._times: dict[tuple, GroupTimes] = {}
+        # one entry per (GPU, candidate switch, message size): at most GPUs x the switches
+        # they reach x the sizes of one search
         self._to_switch: dict[tuple[str, str, float], float | None] = {}
+        # one entry per GPU: at most the cluster's GPUs
         self._exit_sums: dict[str, list[tuple[str, tuple[float, float, float]]]] = {}
+        # one entry per (first-hop switch, candidate switch): at most switches squared
         self._switch_hops: dict[tuple[str, str], list[tuple[str, str]] | None] = {}
+        # one entry per made plan's group: at most ``plan_groups``
         self._planned: dict[tuple[str, ...], list[CompiledPhase]] = {}
+        # one entry per (group, INA allowed): at most 2 x the groups of one search
         self._own: dict[tuple[tuple[str, ...], bool], list[list[CompiledPhase]]] = {}
-        # per (group, INA allowed, message bytes): the option ``own_phases`` chose there
+        # per (group, INA allowed, message bytes): the option ``own_phases`` chose there; at
+        # most 2 x the groups x the messages (decode batches) of one search
         self._own_at: dict[tuple[tuple[str, ...], bool, float], list[CompiledPhase]] = {}
+
+    def force_ring(self, members: Sequence[str]) -> None:
+        """Price ``members`` on the ring alone from now on: the group lost INA to the
+        aggregator-slot limit (``assemble``). ``forced_ring`` only grows."""
+        self.forced_ring.add(tuple(members))
+
+    def price_as_planned(self, gr: Group, ref: float) -> None:
+        """Price the made plan's group ``gr`` with the scheme the plan chose for it, its
+        routes chosen at ``ref``, the message it was decided at (``reprice``)."""
+        self.plan_groups[tuple(gr.gpus)] = (gr, ref)
 
     def ina_candidates(self, members: Sequence[str]) -> list[str]:
         """Switches a group may aggregate on (Alg. 2 line 7): the first-hop switches its
         members' routes reach; the tier above them only when no first-hop switch is reachable
         by every member (a higher tier only adds hops otherwise). INA-capable only."""
-        reach = [{e[-1] for e in self.ina_fabric.exits(m)} for m in members]
+        reach = [{e[-1] for e in self.ctx.ina_fabric.exits(m)} for m in members]
         first = set().union(*reach)
         common = set.intersection(*reach) if reach else set()
         near = set(first)
         if not common:
             for a in first:
-                near.update(v for v in self.g.neighbors(a) if self.g.nodes[v]["kind"] == SWITCH)
-        return sorted(s for s in near if self.g.nodes[s].get("ina"))
+                near.update(
+                    v for v in self.ctx.g.neighbors(a) if self.ctx.g.nodes[v]["kind"] == SWITCH
+                )
+        return sorted(s for s in near if self.ctx.g.nodes[s].get("ina"))
 
     def group(self, members: Sequence[str], nbytes: float) -> GroupEval:
         """Price a group's schemes (Alg. 2 lines 25-31 with the third scheme). Routes are
@@ -112,23 +143,23 @@ class AllReducePricing(EvalContext):
         hit = self._groups.get(key)
         if hit is not None:
             return hit
-        ring = ring_pattern(self.ring_fabric, members, nbytes, self.net)
+        ring = ring_pattern(self.ctx.ring_fabric, members, nbytes, self.ctx.net)
         ina: list[CommPattern] = []
         hier = None
         note = ""
-        servers = {self.g.nodes[m].get("server") for m in members}
+        servers = {self.ctx.g.nodes[m].get("server") for m in members}
         if len(members) == 1:
             note = "TP=1: no all-reduce"
-        elif self.policy.ina == "none":
-            note = f"{self.policy.name} uses NCCL ring only"
-        elif self.policy.ina_cross_server_only and len(servers) == 1:
+        elif self.ctx.policy.ina == "none":
+            note = f"{self.ctx.policy.name} uses NCCL ring only"
+        elif self.ctx.policy.ina_cross_server_only and len(servers) == 1:
             note = "group inside one server: NCCL ring over NVLink"
         else:
-            best = ring.time(self.ring_fabric, nbytes)
-            if self.policy.hier:
-                hier = hier_pattern(self.ina_fabric, members, nbytes, self.net)
+            best = ring.time(self.ctx.ring_fabric, nbytes)
+            if self.ctx.policy.hier:
+                hier = hier_pattern(self.ctx.ina_fabric, members, nbytes, self.ctx.net)
                 if hier is not None:
-                    best = min(best, hier.time(self.ina_fabric, nbytes))
+                    best = min(best, hier.time(self.ctx.ina_fabric, nbytes))
             bounds = sorted(
                 (self.ina_bound(members, s, nbytes), s) for s in self.ina_candidates(members)
             )
@@ -143,8 +174,8 @@ class AllReducePricing(EvalContext):
                 p = self._flat_ina(members, s, nbytes)
                 if p is not None:
                     ina.append(p)
-                    best = min(best, p.time(self.ina_fabric, nbytes))
-            ina.sort(key=lambda p: (p.time(self.ina_fabric, nbytes), p.switch))
+                    best = min(best, p.time(self.ctx.ina_fabric, nbytes))
+            ina.sort(key=lambda p: (p.time(self.ctx.ina_fabric, nbytes), p.switch))
             if not ina and hier is None and not note:
                 note = "no INA switch reachable"
         ev = GroupEval(tuple(members), ring, ina, note, hier)
@@ -159,10 +190,10 @@ class AllReducePricing(EvalContext):
         if ge.ina_all is None:
             if (
                 len(members) < 2
-                or self.policy.ina == "none"
+                or self.ctx.policy.ina == "none"
                 or (
-                    self.policy.ina_cross_server_only
-                    and len({self.g.nodes[m].get("server") for m in members}) == 1
+                    self.ctx.policy.ina_cross_server_only
+                    and len({self.ctx.g.nodes[m].get("server") for m in members}) == 1
                 )
             ):
                 ge.ina_all = []
@@ -173,18 +204,21 @@ class AllReducePricing(EvalContext):
                     p = have.get(s) or self._flat_ina(members, s, nbytes)
                     if p is not None:
                         out.append(p)
-                ge.ina_all = sorted(out, key=lambda p: (p.time(self.ina_fabric, nbytes), p.switch))
+                ge.ina_all = sorted(
+                    out, key=lambda p: (p.time(self.ctx.ina_fabric, nbytes), p.switch)
+                )
         return ge.ina_all
 
     def _flat_ina(self, members: Sequence[str], switch: str, nbytes: float) -> CommPattern | None:
         """Flat INA at ``switch``: with NVLink relays allowed, the Ethernet-only routes are
         tried too and the cheaper kept (the greedy route choice with more options is not
         always better), so HeroServe's options contain the homogeneous baselines'."""
-        p = ina_pattern(self.ina_fabric, members, switch, nbytes, self.net)
-        if self.policy.ina_relay:
-            q = ina_pattern(self.eth_fabric, members, switch, nbytes, self.net)
+        p = ina_pattern(self.ctx.ina_fabric, members, switch, nbytes, self.ctx.net)
+        if self.ctx.policy.ina_relay:
+            q = ina_pattern(self.ctx.eth_fabric, members, switch, nbytes, self.ctx.net)
             if q is not None and (
-                p is None or q.time(self.ina_fabric, nbytes) < p.time(self.ina_fabric, nbytes)
+                p is None
+                or q.time(self.ctx.ina_fabric, nbytes) < p.time(self.ctx.ina_fabric, nbytes)
             ):
                 p = q
         return p
@@ -193,14 +227,14 @@ class AllReducePricing(EvalContext):
         """A lower bound on flat INA at ``switch``: the slowest member's cheapest route alone
         (its own bytes, no sharing, one way) plus the aggregation and host overhead. Sharing
         links and the way back only add time, in either cost mode. Inf if unreachable."""
-        wire = nbytes * self.net.ina_wire_ratio
+        wire = nbytes * self.ctx.net.ina_wire_ratio
         worst = 0.0
         for m in members:
             best = self._cheapest_to_switch(m, switch, wire)
             if best is None:
                 return math.inf
             worst = max(worst, best)
-        return worst + T_AGG_S + self.net.ina_host_s
+        return worst + T_AGG_S + self.ctx.net.ina_host_s
 
     def _cheapest_to_switch(self, gpu: str, switch: str, nbytes: float) -> float | None:
         """The cheapest route of ``gpu`` to ``switch`` alone (None if none), kept per
@@ -208,7 +242,7 @@ class AllReducePricing(EvalContext):
         the plan prices the deployed groups again at the same sizes."""
         key = (gpu, switch, nbytes)
         if key not in self._to_switch:
-            fab = self.ina_fabric
+            fab = self.ctx.ina_fabric
             if fab.pipelined and nbytes >= 0:
                 self._to_switch[key] = self._cheapest_summed(gpu, switch, nbytes)
             else:
@@ -223,7 +257,7 @@ class AllReducePricing(EvalContext):
         without building the routes: each exit's ``Fabric.hop_sums`` (kept per GPU) carried
         on over the switch path's hops (kept per switch pair), priced by
         ``Fabric.pipelined_time``: ``path_time``'s floats."""
-        fab = self.ina_fabric
+        fab = self.ctx.ina_fabric
         sums = self._exit_sums.get(gpu)
         if sums is None:
             sums = self._exit_sums[gpu] = [
@@ -253,24 +287,24 @@ class AllReducePricing(EvalContext):
         """The all-reduce times of ``members``' schemes as functions of the message size,
         shared by every group of the same shape (``shape_signature``): a group's routes are
         chosen once per shape, at the first size asked."""
-        key = self.shape(members)
+        key = self.ctx.shape(members)
         hit = self._times.get(key)
         if hit is None:
             ge = self.group(members, nbytes)
-            others = [p.compiled(f) for p, f in ge.options(self)[1:]]
-            if self.problem.options.free_ina and self.ina_allowed(members):
+            others = [p.compiled(f) for p, f in ge.options(self.ctx)[1:]]
+            if self.ctx.problem.options.free_ina and self.ina_allowed(members):
                 others.append([])  # free INA: an all-reduce of no time
             hit = self._times[key] = GroupTimes(
-                [c for p, f in ge.options(self, allow_ina=False) for c in p.compiled(f)], others
+                [c for p, f in ge.options(self.ctx, allow_ina=False) for c in p.compiled(f)], others
             )
         return hit
 
     def ina_allowed(self, members: Sequence[str]) -> bool:
         """Whether the policy may aggregate this group in the network at all."""
-        if len(members) < 2 or self.policy.ina == "none":
+        if len(members) < 2 or self.ctx.policy.ina == "none":
             return False
-        one_server = len({self.g.nodes[m].get("server") for m in members}) == 1
-        return not (self.policy.ina_cross_server_only and one_server)
+        one_server = len({self.ctx.g.nodes[m].get("server") for m in members}) == 1
+        return not (self.ctx.policy.ina_cross_server_only and one_server)
 
     def allreduce_time(self, members: Sequence[str], nbytes: float) -> float:
         """One all-reduce of ``nbytes`` on a stage's group, the best allowed scheme; the ring
@@ -297,7 +331,7 @@ class AllReducePricing(EvalContext):
         if key in self.plan_groups:
             return self._planned_phases(key)
         allow = key not in self.forced_ring
-        if allow and self.problem.options.free_ina and self.ina_allowed(members):
+        if allow and self.ctx.problem.options.free_ina and self.ina_allowed(members):
             return []
         chosen = self._own_at.get((key, allow, nbytes))
         if chosen is not None:  # a decode instance's batch search asks each size again
@@ -305,7 +339,7 @@ class AllReducePricing(EvalContext):
         opts = self._own.get((key, allow))
         if opts is None:  # routed once, at the first size asked
             opts = self._own[(key, allow)] = [
-                p.compiled(f) for p, f in self.group(members, nbytes).options(self, allow)
+                p.compiled(f) for p, f in self.group(members, nbytes).options(self.ctx, allow)
             ]
         chosen = self._own_at[(key, allow, nbytes)] = min(
             opts, key=lambda phases: sum(c.time(nbytes) for c in phases)
@@ -334,17 +368,17 @@ class AllReducePricing(EvalContext):
         ge = self.group(members, ref)
         if gr is not None and gr.scheme == "hier" and gr.rails:
             rails = [(r.switch, r.shard, r.members, r.paths) for r in gr.rails]
-            hier = hier_on_rails(self.ina_fabric, members, rails, self.net)
+            hier = hier_on_rails(self.ctx.ina_fabric, members, rails, self.ctx.net)
             if hier is None:
                 raise InputError(
                     f"plan's group {gr.instance}/{gr.stage} has rails that do not fit its GPUs "
                     "(one member per server on each rail, one rail per shard)"
                 )
-            return hier, self.ina_fabric
+            return hier, self.ctx.ina_fabric
         if gr is not None and gr.scheme == "ina" and gr.switch is not None:
             mine = next((p for p in self.all_ina(members, ref) if p.switch == gr.switch), None)
             if mine is None:  # another planner's routes
                 routes = {m: list(p) for m, p in gr.paths.items()}
-                mine = ina_on_routes(routes, gr.switch, self.net)
-            return mine, self.ina_fabric
-        return ge.ring, self.ring_fabric
+                mine = ina_on_routes(routes, gr.switch, self.ctx.net)
+            return mine, self.ctx.ina_fabric
+        return ge.ring, self.ctx.ring_fabric

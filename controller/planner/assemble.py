@@ -259,11 +259,22 @@ def _kv_note(ev: Evaluator, pre: PhaseResult, dec: PhaseResult, comb: Combinatio
     )
 
 
-def _settle_slots(
-    result: SearchResult,
-) -> tuple[
-    PhaseResult, PhaseResult, Combination, float, Callable[[], list], list[Group], list[Group]
-]:
+@dataclass
+class _SlotsSettled:
+    """One pricing whose groups all got the aggregator slots their scheme needs
+    (``_settle_slots``): the phases, the combination deployed, T_f, a function listing the
+    KV flows, and the groups of each phase's instances in use."""
+
+    prefill: PhaseResult
+    decode: PhaseResult
+    combination: Combination
+    t_f: float
+    kv_flows: Callable[[], list]
+    prefill_groups: list[Group]
+    decode_groups: list[Group]
+
+
+def _settle_slots(result: SearchResult) -> _SlotsSettled:
     """The phases, the combination, the KV transfer and the groups of one pricing.
 
     Groups that find no aggregator slots fall back to the ring (``forced_ring``), which
@@ -281,33 +292,39 @@ def _settle_slots(
     # A free-INA plan is a bound (``PlannerOptions.free_ina``): its all-reduces cost nothing
     # whatever the slots, so no group falls back and the search's pricing stands.
     bound = problem.options.free_ina
-    forced = set() if bound else ev.forced_ring
+    forced = set() if bound else set(ev.forced_ring)
     while True:
         before = len(forced)
         slots = SlotPool(ev)
         pre_groups = _decide(ev, pre, comb.n_prefill, slots, forced)
         dec_groups = _decide(ev, dec, comb.n_decode, slots, forced)
         if bound or len(forced) == before:
-            return pre, dec, comb, t_f, flows, pre_groups, dec_groups
+            return _SlotsSettled(pre, dec, comb, t_f, flows, pre_groups, dec_groups)
+        for members in forced:  # priced on the ring from now on
+            ev.force_ring(members)
         pre = ev.reevaluate(pre, 0.0)
         dec0 = ev.reevaluate(dec, 0.0)
         first = combine(pre, dec0, problem.sla.ttft_s, problem.options.max_gpus)
         settled = (
             None
             if first is None
-            else settle_kv(ev, pre, dec0, lambda t, d=dec: ev.reevaluate(d, t), first)
+            else settle_kv(
+                ev, pre, dec0, lambda t, d=dec: ev.reevaluate(d, t), first, kv_contention=True
+            )
         )
         if settled is None:
             raise InputError(
                 "no deployment meets the SLA once the groups without aggregator slots run as rings"
             )
-        comb, dec, t_f, flows = settled
+        comb, dec, t_f, flows = settled.combination, settled.decode, settled.t_f, settled.kv_flows
 
 
 def build_plan(result: SearchResult, planner: str, topology: str, workload: str) -> Plan:
     ev = result.evaluator
     problem = ev.problem
-    pre, dec, comb, t_f, flows, pre_groups, dec_groups = _settle_slots(result)
+    s = _settle_slots(result)
+    pre, dec, comb, t_f, flows = s.prefill, s.decode, s.combination, s.t_f, s.kv_flows
+    pre_groups, dec_groups = s.prefill_groups, s.decode_groups
     notes = []
     # the TTFT at H as the engines serve it, and H lowered where that misses the SLA
     checked = checked_ttft(ev, pre, comb)

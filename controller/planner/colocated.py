@@ -133,10 +133,17 @@ def colocated_search(ev: Evaluator) -> SearchResult | None:
             comb0 = combine(pre, dec, problem.sla.ttft_s, problem.options.max_gpus)
             if comb0 is None:
                 continue
-            settled = settle_kv(ev, pre, dec, lambda t_f, dec=dec: ev.reevaluate(dec, t_f), comb0)
+            settled = settle_kv(
+                ev,
+                pre,
+                dec,
+                lambda t_f, dec=dec: ev.reevaluate(dec, t_f),
+                comb0,
+                kv_contention=True,
+            )
             if settled is None:
                 continue
-            comb, rd, t_f, flows = settled
+            comb = settled.combination
             if not comb.better_than(stated):
                 continue  # the check below only lowers H
             # ranked by the H the plan will state: the engines' admission (``checked_ttft``)
@@ -146,7 +153,10 @@ def colocated_search(ev: Evaluator) -> SearchResult | None:
             # the closed form's combination: the plan checks it again and says what it lowered
             checked = checked_ttft(ev, pre, comb)
             if checked.better_than(stated):
-                best, stated = SearchResult(ev, pre, rd, comb, t_f, flows, tried), checked
+                best = SearchResult(
+                    ev, pre, settled.decode, comb, settled.t_f, settled.kv_flows, tried
+                )
+                stated = checked
     if best is not None:
         best.candidates_tried = tried
     return best

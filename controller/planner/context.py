@@ -1,64 +1,114 @@
-"""The state every part of the evaluator shares, for one problem and one policy.
+"""What every pricer of the evaluator reads, for one problem and one policy, fixed at its start.
 
-``EvalContext`` holds the problem, the policy, the cluster and its fabrics (the ring's, which
-may relay over NVLink; the Ethernet-only one; the one INA uses under the policy), the
-workload's mean lengths, the groups forced onto the ring when the plan was assembled and, for
-a plan already made, its groups with the schemes it chose; and
-the small lookups every part uses, each memoised here: message sizes (docs/design.md §5),
-compute coefficients per GPU type, the slowest GPU type of a set, ``shape_signature`` of
-groups, and the grouping's pod caches.
+``PricingContext`` (frozen) holds the problem, the policy, the cluster and its fabrics (the
+ring's, which may relay over NVLink; the Ethernet-only one; the one INA uses under the
+policy), the model, the workload's means and its prompt lengths, the server maps; and the
+small lookups every pricer uses, each memoised here because no pricer's choices change them:
+message sizes (docs/design.md §5), compute coefficients per GPU type, the slowest GPU type of
+a set, ``shape_signature`` of groups, a pool's (memory, GPU type) counts, the GPUs of a pool
+that fit a weight shard, and the grouping's pod caches.
 
-The parts of the evaluator build on it (``allreduce``, ``pipeline``, ``instances``,
-``kvtransfer``); ``evaluate.Evaluator`` joins them.
+Nothing here changes a price once built: state that does (the groups forced onto the ring,
+a made plan's chosen schemes) belongs to ``allreduce.AllReducePricer``. The pricers built on
+it are in ``allreduce``, ``pipeline``, ``instances``, ``kvtransfer`` and ``phases``;
+``evaluate.Evaluator`` joins them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+import numpy as np
 
 from controller.costmodel.compute import ComputeCoefficients, default_coefficients
+from controller.costmodel.netparams import NetParams
+from controller.models import ModelSpec
 from controller.models.gpus import gpu_spec
-from controller.plan import Group
 from controller.planner.grouping import shape_signature
 from controller.planner.options import Policy, Problem
+from controller.topology.fabric import Fabric
 from controller.topology.graph import servers
+from controller.units import GB
 
 
-class EvalContext:
-    """One problem and one policy, with the lookups shared by the evaluator's parts."""
+@dataclass(frozen=True, eq=False)
+class PricingContext:
+    """One problem and one policy, with the lookups shared by the evaluator's pricers
+    (module docstring). Build it with ``PricingContext.of``."""
 
-    def __init__(self, problem: Problem, policy: Policy) -> None:
-        self.problem = problem
-        self.policy = policy
+    problem: Problem
+    policy: Policy
+    g: nx.Graph
+    net: NetParams
+    ring_fabric: Fabric  # NCCL's PXN may relay over NVLink
+    eth_fabric: Fabric  # Ethernet-only routes
+    ina_fabric: Fabric  # the one INA is routed on under the policy
+    model: ModelSpec
+    mean_in: float
+    mean_in2: float
+    decode_steps: float  # tokens a decode instance makes per request
+    kv_tokens: float  # the prompt a KV transfer carries (mean over the requests that make one)
+    kv_share: float  # the share of requests that make a KV transfer
+    mean_kv_tokens: float  # a decode step's mean context
+    # the workload's prompt lengths and the share of requests of each
+    input_lengths: tuple[np.ndarray, np.ndarray]
+    server_gpus: dict[str, list[str]]
+    # node -> its server (None: not a server's), read in the hot loops as a plain dict
+    # (networkx's node views cost a call per lookup)
+    server_of: dict[str, str | None]
+    # memo: one entry per GPU type asked: at most the cluster's GPU types
+    _coeffs: dict[str, ComputeCoefficients] = field(default_factory=dict, repr=False)
+    # memo: one entry per distinct tuple of parts asked (a group, a hop's two stages, an
+    # instance's stages): at most the groups, stage pairs and instances one search prices
+    _shapes: dict[tuple, tuple] = field(default_factory=dict, repr=False)
+    # memo: one dict per grouping tag (grouping, TP, message size), each one entry per
+    # distinct pod signature: at most tags x the cluster's pod classes
+    _grouping_caches: dict[tuple, dict] = field(default_factory=dict, repr=False)
+    # memo: one entry per distinct pool asked: at most the role splits' pools of one search
+    _pool_summaries: dict[frozenset, dict[tuple[float, str], int]] = field(
+        default_factory=dict, repr=False
+    )
+
+    @classmethod
+    def of(cls, problem: Problem, policy: Policy) -> PricingContext:
+        """The context of ``problem`` under ``policy``: its fabrics built, its workload's
+        means read once."""
         g = problem.cluster
-        self.g = g
-        self.net = problem.options.net
-        self.ring_fabric = self.net.fabric(g, relay=True)  # NCCL's PXN may relay over NVLink
-        self.eth_fabric = self.net.fabric(g, relay=False)  # Ethernet-only routes
-        self.ina_fabric = self.ring_fabric if policy.ina_relay else self.eth_fabric
-        self.model = problem.model
-        # groups that lost INA to the aggregator-slot limit when the plan was assembled
-        self.forced_ring: set[tuple[str, ...]] = set()
-        # a made plan's groups, each priced with the scheme the plan chose for it (set by
-        # ``reprice.evaluator_for_plan``): members -> (group, the message it was decided at)
-        self.plan_groups: dict[tuple[str, ...], tuple[Group, float]] = {}
+        net = problem.options.net
+        ring = net.fabric(g, relay=True)
+        eth = net.fabric(g, relay=False)
         w = problem.workload
-        self.mean_in, self.mean_in2 = w.mean_input, w.mean_input_sq
-        self.decode_steps = w.mean_decode_steps  # tokens a decode instance makes per request
-        # the KV transfer: the prompt it carries, and the share of requests that make one
-        self.kv_tokens, self.kv_share = w.mean_kv_transfer_tokens, w.decode_share
-        self._coeffs: dict[str, ComputeCoefficients] = {}
-        self._shapes: dict[tuple, tuple] = {}
-        self._server_gpus = servers(g)
-        # node -> its server (None: not a server's), read in the hot loops as a plain dict
-        # (networkx's node views cost a call per lookup)
-        self.server_of: dict[str, str | None] = dict(g.nodes(data="server"))
-        self._grouping_caches: dict[tuple, dict] = {}
+        lengths, counts = np.unique(np.asarray(w.inputs, dtype=float), return_counts=True)
+        return cls(
+            problem=problem,
+            policy=policy,
+            g=g,
+            net=net,
+            ring_fabric=ring,
+            eth_fabric=eth,
+            ina_fabric=ring if policy.ina_relay else eth,
+            model=problem.model,
+            mean_in=w.mean_input,
+            mean_in2=w.mean_input_sq,
+            decode_steps=w.mean_decode_steps,
+            kv_tokens=w.mean_kv_transfer_tokens,
+            kv_share=w.decode_share,
+            mean_kv_tokens=w.mean_kv_tokens,
+            input_lengths=(lengths, counts / counts.sum()),
+            server_gpus=servers(g),
+            server_of=dict(g.nodes(data="server")),
+        )
 
     def grouping_cache(self, key: tuple) -> dict:
         """A pod-signature cache for one way of grouping (``grouping.by_pods``), kept for the
         evaluator's life so the role splits of one search group each distinct pod once."""
         return self._grouping_caches.setdefault(key, {})
+
+    def server_node(self, x: str) -> str:
+        """``x``'s server, or ``x`` itself for a node outside servers."""
+        return self.server_of.get(x) or x
 
     # -- sizes ---------------------------------------------------------------------------
     def activation_bytes(self, tokens: float) -> float:
@@ -88,5 +138,25 @@ class EvalContext:
         key = tuple(tuple(p) for p in parts)
         hit = self._shapes.get(key)
         if hit is None:
-            hit = self._shapes[key] = shape_signature(self.g, parts, self._server_gpus)
+            hit = self._shapes[key] = shape_signature(self.g, parts, self.server_gpus)
         return hit
+
+    # -- pools ---------------------------------------------------------------------------
+    def pool_summary(self, pool: Sequence[str]) -> dict[tuple[float, str], int]:
+        """(memory GB, GPU type) -> how many GPUs of ``pool`` have them; memoised per pool."""
+        key = frozenset(pool)
+        hit = self._pool_summaries.get(key)
+        if hit is None:
+            hit = {}
+            for x in pool:
+                d = self.g.nodes[x]
+                k = (d["memory_gb"], d["gpu_type"])
+                hit[k] = hit.get(k, 0) + 1
+            self._pool_summaries[key] = hit
+        return hit
+
+    def fit(self, pool: Sequence[str], tp: int, pp: int) -> list[str]:
+        """The GPUs of ``pool`` with enough memory for a 1/(TP*PP) weight shard (Alg. 1
+        lines 5-6)."""
+        need = self.model.param_bytes / (tp * pp * self.problem.options.r_frac)
+        return [x for x in pool if self.g.nodes[x]["memory_gb"] * GB >= need]

@@ -4,6 +4,8 @@
   it deploys (Eqs. 14-15), re-price decode at that T_f and combine again (Eq. 1) until the
   counts repeat; then bound H where the decode phase, priced at T_f stretched by the links'
   KV load at H (``kvtransfer.KVLoad``), still serves H (bisection).
+- ``Settled``: what ``settle_kv`` returns: the combination deployed, decode priced at its
+  KV transfer, T_f and the flows.
 - ``SearchResult``: the settled deployment a planner's search returns, which
   ``assemble.build_plan`` turns into a plan.
 
@@ -44,9 +46,28 @@ class SearchResult:
     pair: tuple[int, int] | None = None  # the split's (prefill, decode) candidates, numbered
 
 
-# what ``settle_kv``'s bisection prices at one rate: the deployment (None if it does not
-# serve that rate), decode, T_f, and a function listing the flows timed at that rate
-_At = tuple[Combination | None, PhaseResult, float, Callable[[], list]]
+@dataclass
+class Settled:
+    """A deployment settled on its KV transfer (``settle_kv``): the combination deployed
+    (Eq. 1), its decode phase priced at T_f, T_f, and a function listing the KV flows of
+    exactly the instances it deploys."""
+
+    combination: Combination
+    decode: PhaseResult
+    t_f: float
+    kv_flows: Callable[[], list]
+
+
+@dataclass
+class _At:
+    """What ``settle_kv``'s bisection prices at one rate: the deployment (None if it does not
+    serve that rate), decode, T_f, and a function listing the flows timed at that rate."""
+
+    combination: Combination | None
+    decode: PhaseResult
+    t_f: float
+    kv_flows: Callable[[], list]
+
 
 KV_BISECT_STEPS = 12  # the KV-bound rate to 1/4096 of the first bracket
 
@@ -58,18 +79,22 @@ def settle_kv(
     price_decode: Callable[[float], PhaseResult],
     comb: Combination,
     beat: float = 0.0,
-) -> tuple[Combination, PhaseResult, float, Callable[[], list]] | None:
+    *,
+    kv_contention: bool,
+) -> Settled | None:
     """The decode phase priced at the KV transfer of the instances it deploys: from the
     deployment at T_f = 0 (``comb`` of ``pre`` and ``dec``; ``price_decode(T_f)`` prices the
     same decode instances at another T_f), price T_f between the deployed instances (re-ordering
-    decode stages next to their layers, ``Evaluator.kv_transfer``), price decode at that T_f,
+    decode stages next to their layers, ``KVPricer.kv_transfer``), price decode at that T_f,
     combine again, until the numbers deployed repeat (three rounds at most). The flows
     returned (as a function that lists them) are those of exactly the instances deployed, in
     their final stage order, so the plan's KV transfers name its own GPUs.
 
     H is then bounded by the links' capacity for KV (see below). ``beat``: an H the caller
     already has; None as soon as this deployment cannot exceed it (its KV capacity is
-    judged on the instances deployed at T_f = 0, before re-pricing)."""
+    judged on the instances deployed at T_f = 0, before re-pricing). ``kv_contention``:
+    whether the decode groups are priced under the KV load too (``contend_decode``), which is
+    costly and only lowers H: the search's first pass leaves it out."""
     problem = ev.problem
     cap = problem.options.max_gpus
     reorder: dict[tuple, list[list[str]]] = {}
@@ -99,7 +124,7 @@ def settle_kv(
     load = ev.kv_load(pre, rd, comb.n_prefill, comb.n_decode)
     service = load.service_s
     if service <= 0.0:
-        return comb, rd, t_f, lambda: load.flows
+        return Settled(comb, rd, t_f, lambda: load.flows)
 
     def at(rate: float) -> _At:
         # decode priced at T_f(rate) of the pairs deployed so far, its deployed instances'
@@ -113,20 +138,22 @@ def settle_kv(
         for _ in range(3):
             t = cur.t_f(rate)
             if not math.isfinite(t):
-                return None, d, t, list
+                return _At(None, d, t, list)
             d = ev.reprice_decode(price_decode(t), t, reorder)
-            d, contended = ev.contend_decode(d, t, cur, rate, lost)
+            contended = False
+            if kv_contention:
+                d, contended = ev.contend_decode(d, t, cur, rate, lost)
             c = combine(pre, d, problem.sla.ttft_s, cap)
             if c is None:
-                return None, d, t, list
+                return _At(None, d, t, list)
             nxt = ev.kv_load(pre, d, c.n_prefill, c.n_decode)
             # the instances deployed are the ones priced under this load, or no KV crossed
             # a deployed decode group's links
             priced = not contended or nxt.pairs == cur.pairs
             cur = nxt
             if priced and cur.t_f(rate) <= t * (1 + 1e-9):
-                return c, d, t, partial(cur.flows_at, rate)
-        return None, d, t, list
+                return _At(c, d, t, partial(cur.flows_at, rate))
+        return _At(None, d, t, list)
 
     hi = min(comb.rate, (1.0 - 1e-9) / service)
     if hi <= beat * (1 + 1e-9):
@@ -137,11 +164,11 @@ def settle_kv(
         # before the top: most deployments the search settles cannot beat the best so far
         # (202 of 214 planning 2tracks-96 summarization), and they fail here
         got = at(beat * (1 + 1e-9))
-        if got[0] is None or got[0].rate < beat * (1 + 1e-9):
+        if got.combination is None or got.combination.rate < beat * (1 + 1e-9):
             return None
         served, best = beat * (1 + 1e-9), got
     top = at(hi)
-    if top[0] is not None and top[0].rate >= hi * (1 - 1e-6):
+    if top.combination is not None and top.combination.rate >= hi * (1 - 1e-6):
         return _kv_bound(top, hi, pre, problem.sla.ttft_s)
     # the bisection's points are the same whatever ``beat`` is (rates up to ``served`` are
     # served without pricing them), so a deployment's H does not depend on the order the
@@ -152,29 +179,27 @@ def settle_kv(
             lo = mid
             continue
         got = at(mid)
-        if got[0] is not None and got[0].rate >= mid:
+        if got.combination is not None and got.combination.rate >= mid:
             lo, best = mid, got
         else:
             hi = mid
-    if best is None or best[0] is None:
+    if best is None or best.combination is None:
         return None
     return _kv_bound(best, lo, pre, problem.sla.ttft_s)
 
 
-def _kv_bound(
-    got: _At, rate: float, pre: PhaseResult, sla_ttft: float
-) -> tuple[Combination, PhaseResult, float, Callable[[], list]]:
+def _kv_bound(got: _At, rate: float, pre: PhaseResult, sla_ttft: float) -> Settled:
     """The deployment ``at`` priced, at the KV-bound ``rate``, with (a function listing) the
     flows of exactly the instances it deploys timed at the rate ``at`` priced them, and its
     TTFT at ``rate`` (the combination's was priced at the rate its phases serve, which the KV
     bound lowers: on 8tracks-96 summarization the SLA's 25 s at 98.1 req/s, against 1.73 s at
     H = 81.7)."""
-    comb, dec, t, flows = got
+    comb = got.combination
     assert comb is not None
     ttft = deployed_ttft(best_prefill(pre, comb.n_prefill), rate, sla_ttft)
-    return (
+    return Settled(
         replace(comb, rate=rate, rate_per_gpu=rate / comb.gpus_used, ttft_s=ttft),
-        dec,
-        t,
-        flows,
+        got.decode,
+        got.t_f,
+        got.kv_flows,
     )

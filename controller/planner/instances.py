@@ -1,18 +1,22 @@
 """Instances (Eqs. 2-5, 12-13): one prefill or decode instance priced from its stages.
 
-``InstancePricing`` is the evaluator's part that prices an instance: per stage, its compute
-(Eqs. 12-13, at the slowest GPU's pace), its all-reduces (``allreduce``) and the hop to the
-next stage (Eq. 6, ``pipeline``); then prefill's rate within the TTFT bound (the FIFO
-pipeline's TTFT percentile over the workload's lengths, ``prefill_times``) and decode's
-largest batch within the TPOT bound and the KV memory. Its cache: instances per shape of
-their stages. ``tpot_quantile`` sets how much of the KV transfer a TPOT carries.
+``InstancePricer`` is the evaluator's pricer of an instance, built on the all-reduce and
+pipeline pricers it is given: per stage, its compute (Eqs. 12-13, at the slowest GPU's
+pace), its all-reduces (``allreduce.AllReducePricer``) and the hop to the next stage (Eq. 6,
+``pipeline.PipelinePricer``); then prefill's rate within the TTFT bound (the FIFO pipeline's
+TTFT percentile over the workload's lengths, ``prefill_times``) and decode's largest batch
+within the TPOT bound and the KV memory, alone or with its all-reduces sharing links with
+KV transfers (``shares_kv_links``, ``shared_allreduce``). Its caches (each bound where it is
+declared): instances per shape of their stages, saturated prefill capacities, ideal prefill
+rates, and each group's link traffic. ``DecodeStep`` is one decode step's times;
+``tpot_quantile`` sets how much of the KV transfer a TPOT carries.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -21,9 +25,9 @@ from controller.costmodel.prefill_pool import saturated_rate
 from controller.costmodel.queueing import PrefillTimes, pipeline_max_rate
 from controller.costmodel.sharing import SharedTraffic, allreduce_stretches
 from controller.models.engines import engine_profile, prefill_admission
-from controller.planner.allreduce import AllReducePricing
-from controller.planner.options import Policy, Problem
-from controller.planner.pipeline import PipelinePricing
+from controller.planner.allreduce import AllReducePricer
+from controller.planner.context import PricingContext
+from controller.planner.pipeline import PipelinePricer
 from controller.planner.results import InstanceEval
 from controller.topology.fabric import Edge
 from controller.units import GB
@@ -34,23 +38,43 @@ from controller.units import GB
 PROMPT_SAMPLE = 4000
 
 
-class InstancePricing(AllReducePricing, PipelinePricing):
-    """Prices prefill and decode instances from their stages."""
+@dataclass(frozen=True)
+class DecodeStep:
+    """One decode micro-batch's step (``InstancePricer.decode_step``), in seconds: over all
+    stages, at the busiest stage, its compute and its communication."""
 
-    def __init__(self, problem: Problem, policy: Policy) -> None:
-        super().__init__(problem, policy)
+    step_s: float
+    busiest_s: float
+    compute_s: float
+    comm_s: float
+
+
+class InstancePricer:
+    """Prices prefill and decode instances from their stages, on ``ctx``, with ``allreduce``'s
+    all-reduces and ``pipeline``'s hops."""
+
+    def __init__(
+        self, ctx: PricingContext, allreduce: AllReducePricer, pipeline: PipelinePricer
+    ) -> None:
+        self.ctx = ctx
+        self.allreduce = allreduce
+        self.pipeline = pipeline
+        # one entry per (role, shape of the stages, T_f, which groups run forced or planned
+        # schemes): capped at 100,000 entries (later ones are priced, not kept)
         self._instances: dict[tuple, InstanceEval] = {}
-        w = problem.workload
-        self._tpot_quantile = tpot_quantile(w.outputs, problem.sla.attainment)
-        lengths, counts = np.unique(np.asarray(w.inputs, dtype=float), return_counts=True)
-        self.input_lengths = (lengths, counts / counts.sum())
+        self._tpot_quantile = tpot_quantile(
+            ctx.problem.workload.outputs, ctx.problem.sla.attainment
+        )
+        # one entry per (GPU type, TP, PP): at most the cluster's GPU types x the candidates
         self._ideal_prefill: dict[tuple[str, int, int], float] = {}
-        self._traffic: dict[int, tuple[list, SharedTraffic]] = {}  # per own_phases list
-        self.mean_kv_tokens = w.mean_kv_tokens  # a workload's property, summed per call
+        # per ``own_phases`` list, by id (the list held beside so its id stays its own): at
+        # most the phase lists the all-reduce pricer keeps (``_own``'s and ``_planned``'s)
+        self._traffic: dict[int, tuple[list, SharedTraffic]] = {}
         self._prompt_sample: list[float] | None = None  # prompts drawn for prefill_capacity
         # prefill_capacity per (stage count, their cost rows): a plan's groups key instances by
         # their GPUs (``_memo_instance``), so a simulator pricing 612 prefill instances of
-        # one shape ran 612 identical admission loops (a quarter of its tables' time, profiled)
+        # one shape ran 612 identical admission loops (a quarter of its tables' time,
+        # profiled). Capped at 100,000 entries (later ones are priced, not kept)
         self._capacity: dict[tuple[int, bytes], float] = {}
 
     def stage_parts(
@@ -58,9 +82,10 @@ class InstancePricing(AllReducePricing, PipelinePricing):
     ) -> tuple[list[float], list[float]]:
         """Per stage, one all-reduce of ``nbytes``; per pair of consecutive stages, the
         pipeline hop (Eq. 6)."""
-        ar = [self.allreduce_time(s, nbytes) for s in stages]
+        ar = [self.allreduce.allreduce_time(s, nbytes) for s in stages]
         hops = [
-            self.pipeline_hop_time(stages[i], stages[i + 1], nbytes) for i in range(len(stages) - 1)
+            self.pipeline.pipeline_hop_time(stages[i], stages[i + 1], nbytes)
+            for i in range(len(stages) - 1)
         ]
         return ar, hops
 
@@ -71,10 +96,12 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         the same: the first is priced, its twins get a copy with their own GPU names. A made
         plan's group (``plan_groups``) is priced with its own scheme, so it keys by its GPUs."""
         forced = tuple(
-            tuple(s) if tuple(s) in self.plan_groups else tuple(s) in self.forced_ring
+            tuple(s)
+            if tuple(s) in self.allreduce.plan_groups
+            else tuple(s) in self.allreduce.forced_ring
             for s in stages
         )
-        key = (kind, self.shape(*stages), t_f, forced)
+        key = (kind, self.ctx.shape(*stages), t_f, forced)
         hit = self._instances.get(key)
         if hit is None:
             hit = price()
@@ -90,12 +117,14 @@ class InstancePricing(AllReducePricing, PipelinePricing):
     def decode_instance(self, stages: list[list[str]], t_f: float) -> InstanceEval:
         """A decode instance priced at KV transfer time ``t_f`` (``_decode_instance``), once
         per shape."""
-        return self._memo_instance("d", stages, t_f, lambda: self._decode_instance(stages, t_f))
+        return self._memo_instance(
+            "d", stages, t_f, lambda: self.priced_decode_instance(stages, t_f)
+        )
 
     def servers_with_kv_inside(self, util: Mapping[Edge, float]) -> set[str]:
         """The servers where a link that ``util`` loads joins two of their own nodes (a KV
         route relayed over NVLink): the only servers whose inside groups KV can slow."""
-        srv = self.server_of
+        srv = self.ctx.server_of
         return {sa for a, b in util if (sa := srv.get(a)) is not None and sa == srv.get(b)}
 
     def shares_kv_links(
@@ -105,14 +134,14 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         loads (the group's own routes, chosen at ``nbytes`` if not yet: ``own_phases``). A
         group inside one server keeps its traffic inside it, so it is checked only where
         ``inside`` (``servers_with_kv_inside``) holds that server."""
-        srv = self.server_of
+        srv = self.ctx.server_of
         for s in stages:
             if len(s) < 2:
                 continue
             servers = {srv.get(x) for x in s}
             if len(servers) == 1 and not servers & inside:
                 continue
-            for c in self.own_phases(s, nbytes):
+            for c in self.allreduce.own_phases(s, nbytes):
                 if any(util.get(e, 0.0) > 0.0 for terms, _ in c.flows for e, _ in terms):
                     return True
         return False
@@ -121,17 +150,17 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         """TTFT side (Eqs. 3, 5-12): a mean-length request's figures (serve time, busiest
         stage), and the rate at which the SLA's share of requests meets the TTFT bound in
         a FIFO pipeline (``prefill_times``, ``queueing.pipeline_max_rate``)."""
-        m = self.model
+        m = self.ctx.model
         tp, pp = len(stages[0]), len(stages)
-        co = self.coeffs(self.slowest_type([g for s in stages for g in s]))
-        layer = prefill_layer_time(co, m, tp, self.mean_in, self.mean_in2)
+        co = self.ctx.coeffs(self.ctx.slowest_type([g for s in stages for g in s]))
+        layer = prefill_layer_time(co, m, tp, self.ctx.mean_in, self.ctx.mean_in2)
         lps = m.layers / pp
-        ar, hops = self.stage_parts(stages, self.prefill_bytes())
+        ar, hops = self.stage_parts(stages, self.ctx.prefill_bytes())
         stage_s = [lps * (layer + 2 * a) for a in ar]
         busy = [s + (hops[i] if i < len(hops) else 0.0) for i, s in enumerate(stage_s)]
         serve = sum(stage_s) + sum(hops)
         times = self.prefill_times(stages)
-        rate = pipeline_max_rate(self.problem.sla.ttft_s, times)
+        rate = pipeline_max_rate(self.ctx.problem.sla.ttft_s, times)
         comm = sum(2 * lps * a for a in ar) + sum(hops)
         return InstanceEval(
             stages, ar, hops, m.layers * layer, comm, serve, max(busy), rate, 1, ttft=times
@@ -142,11 +171,11 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         and at its busiest stage (one request a batch: ``queueing.pipeline_ttft_cdf``'s
         model), and the instance's saturated throughput when it holds at most PP batches
         in flight, as vLLM and SGLang run a pipeline (``prefill_capacity``)."""
-        x, share = self.input_lengths
+        x, share = self.ctx.input_lengths
         times = self.prefill_stage_times(stages)
         per_stage = times(x, x * x)
         return PrefillTimes(
-            per_stage.sum(axis=0), per_stage.max(axis=0), share, self.problem.sla.attainment,
+            per_stage.sum(axis=0), per_stage.max(axis=0), share, self.ctx.problem.sla.attainment,
             self.prefill_capacity(len(stages), times),
         )  # fmt: skip
 
@@ -158,18 +187,18 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         Compute is Eq. 12 at k; an all-reduce or a hop is affine in its bytes along its
         fixed route (a latency plus bytes over a bandwidth), so each is priced at the mean
         prompt and at twice it and taken on that line."""
-        m = self.model
+        m = self.ctx.model
         tp, pp = len(stages[0]), len(stages)
-        co = self.coeffs(self.slowest_type([g for s in stages for g in s]))
+        co = self.ctx.coeffs(self.ctx.slowest_type([g for s in stages for g in s]))
         lps = m.layers / pp
-        ar1, hop1 = self.stage_parts(stages, self.activation_bytes(self.mean_in))
-        ar2, hop2 = self.stage_parts(stages, self.activation_bytes(2 * self.mean_in))
+        ar1, hop1 = self.stage_parts(stages, self.ctx.activation_bytes(self.ctx.mean_in))
+        ar2, hop2 = self.stage_parts(stages, self.ctx.activation_bytes(2 * self.ctx.mean_in))
         a1, a2 = np.asarray(ar1, dtype=float)[:, None], np.asarray(ar2, dtype=float)[:, None]
         h1 = np.append(np.asarray(hop1, dtype=float), 0.0)[:, None]
         h2 = np.append(np.asarray(hop2, dtype=float), 0.0)[:, None]
 
         def times(k: np.ndarray, k2: np.ndarray) -> np.ndarray:
-            u = (np.asarray(k, dtype=float) / self.mean_in)[None, :] - 1.0  # 0 at the mean
+            u = (np.asarray(k, dtype=float) / self.ctx.mean_in)[None, :] - 1.0  # 0 at the mean
             layer = prefill_layer_time(co, m, tp, k, k2)[None, :]
             ar = np.maximum(a1 + (a2 - a1) * u, 0.0)
             return lps * (layer + 2 * ar) + np.maximum(h1 + (h2 - h1) * u, 0.0)
@@ -190,10 +219,10 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         where one batch at a time is the open pipeline."""
         if pp == 1:
             return math.inf
-        profile = engine_profile(self.problem.options.engine or "vllm")
+        profile = engine_profile(self.ctx.problem.options.engine or "vllm")
         if self._prompt_sample is None:
-            x, share = self.input_lengths
-            rng = np.random.default_rng(self.problem.options.seed)
+            x, share = self.ctx.input_lengths
+            rng = np.random.default_rng(self.ctx.problem.options.seed)
             self._prompt_sample = x[rng.choice(len(x), size=PROMPT_SAMPLE, p=share)].tolist()
         cost = self.stage_cost(times)
         key = (pp, np.ascontiguousarray(cost, dtype=float).tobytes())
@@ -209,7 +238,7 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         a + b k + c k2 s there (``times``, ``prefill_stage_times``: Eq. 12, and the
         all-reduce and hop lines through the mean prompt and twice it, are affine in k and
         k2), read off three batches."""
-        m = self.mean_in
+        m = self.ctx.mean_in
         at = times(np.array([m, 2 * m, m]), np.array([m * m, m * m, 2 * m * m]))
         b, c = (at[:, 1] - at[:, 0]) / m, (at[:, 2] - at[:, 0]) / (m * m)
         return np.column_stack([at[:, 0] - b * m - c * m * m, b, c])
@@ -224,8 +253,8 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         key = (gpu_type, tp, pp)
         hit = self._ideal_prefill.get(key)
         if hit is None:
-            m, co = self.model, self.coeffs(gpu_type)
-            x, share = self.input_lengths
+            m, co = self.ctx.model, self.ctx.coeffs(gpu_type)
+            x, share = self.ctx.input_lengths
             lps = m.layers / pp
 
             def compute(k: np.ndarray, k2: np.ndarray) -> np.ndarray:
@@ -233,32 +262,32 @@ class InstancePricing(AllReducePricing, PipelinePricing):
 
             serve = m.layers * prefill_layer_time(co, m, tp, x, x * x)
             times = PrefillTimes(
-                serve, serve / pp, share, self.problem.sla.attainment,
+                serve, serve / pp, share, self.ctx.problem.sla.attainment,
                 self.prefill_capacity(pp, compute),
             )  # fmt: skip
-            hit = self._ideal_prefill[key] = pipeline_max_rate(self.problem.sla.ttft_s, times)
+            hit = self._ideal_prefill[key] = pipeline_max_rate(self.ctx.problem.sla.ttft_s, times)
         return hit
 
     def kv_room_bytes(self, members: Sequence[str], tp: int, pp: int) -> float:
         """Memory left per GPU for KV cache: r_frac of its memory minus its weight shard."""
-        r = self.problem.options.r_frac
-        weights = self.model.param_bytes / (tp * pp)
-        return min(self.g.nodes[x]["memory_gb"] * GB * r for x in members) - weights
+        r = self.ctx.problem.options.r_frac
+        weights = self.ctx.model.param_bytes / (tp * pp)
+        return min(self.ctx.g.nodes[x]["memory_gb"] * GB * r for x in members) - weights
 
     def decode_step(
         self, stages: list[list[str]], batch: int, util: Mapping[Edge, float] | None = None
-    ) -> tuple[float, float, float, float]:
-        """(step time over all stages, busiest stage, compute, comm) for a micro-batch.
+    ) -> DecodeStep:
+        """The step (over all stages, busiest stage, compute, comm) of a micro-batch.
         ``util``: the share of time the KV transfers alone keep each link busy (none: no
         KV traffic); a stage's all-reduces over such links are stretched as the fluid
         network shares them (``shared_allreduce``)."""
-        m = self.model
+        m = self.ctx.model
         tp, pp = len(stages[0]), len(stages)
-        co = self.coeffs(self.slowest_type([g for s in stages for g in s]))
-        ctx = self.mean_kv_tokens
+        co = self.ctx.coeffs(self.ctx.slowest_type([g for s in stages for g in s]))
+        ctx = self.ctx.mean_kv_tokens
         layer = decode_layer_time(co, m, tp, batch, batch * ctx)
         lps = m.layers / pp
-        nbytes = self.activation_bytes(batch)
+        nbytes = self.ctx.activation_bytes(batch)
         ar, hops = self.stage_parts(stages, nbytes)
         if util:
             ar = [
@@ -268,7 +297,7 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         stage_s = [lps * (layer + 2 * a) for a in ar]
         busy = [s + (hops[i] if i < len(hops) else 0.0) for i, s in enumerate(stage_s)]
         comm = sum(2 * lps * a for a in ar) + sum(hops)
-        return sum(stage_s) + sum(hops), max(busy), m.layers * layer, comm
+        return DecodeStep(sum(stage_s) + sum(hops), max(busy), m.layers * layer, comm)
 
     def shared_allreduce(
         self,
@@ -284,7 +313,7 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         keep busy ``util[e]`` of the time: each link's seconds per byte stretched by
         ``sharing.allreduce_stretch`` of that load and of the stage's own share of its
         iteration on the link. The group's own routes (``own_phases``)."""
-        phases = self.own_phases(members, nbytes)
+        phases = self.allreduce.own_phases(members, nbytes)
         if not phases:
             return alone
         hit = self._traffic.get(id(phases))
@@ -307,11 +336,11 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         ``tpot_mode="eq4"`` charges T_f to every token, as the paper's Eq. 4 is written."""
         if t_f <= 0:
             return 0.0
-        if self.problem.options.tpot_mode == "eq4":
+        if self.ctx.problem.options.tpot_mode == "eq4":
             return t_f
         return t_f / self._tpot_quantile
 
-    def _decode_instance(
+    def priced_decode_instance(
         self,
         stages: list[list[str]],
         t_f: float,
@@ -326,31 +355,33 @@ class InstancePricing(AllReducePricing, PipelinePricing):
         transfers' load on each link (``decode_step``). ``alone``: the batch the instance
         takes at the same ``t_f`` without ``util``; shared links only lengthen a step, so the
         batch under ``util`` is at most that, and is that whenever it still meets the bound
-        (one step priced instead of a search: ``Evaluator.contend_decode`` prices every
+        (one step priced instead of a search: ``PhasePricer.contend_decode`` prices every
         deployed instance again at every rate ``deployment.settle_kv`` tries)."""
         tp, pp = len(stages[0]), len(stages)
-        ctx = self.mean_kv_tokens
+        ctx = self.ctx.mean_kv_tokens
         room = self.kv_room_bytes([g for s in stages for g in s], tp, pp)
-        b_mem = int(room * tp / (ctx * self.model.kv_bytes_per_token())) if room > 0 else 0
-        b_max = min(b_mem, self.problem.options.max_batch)
-        bound = self.problem.sla.tpot_s
+        b_mem = int(room * tp / (ctx * self.ctx.model.kv_bytes_per_token())) if room > 0 else 0
+        b_max = min(b_mem, self.ctx.problem.options.max_batch)
+        bound = self.ctx.problem.sla.tpot_s
         kv = self.tpot_kv_share(t_f)
 
-        steps: dict[int, tuple[float, float, float, float]] = {}  # batch -> decode_step
+        steps: dict[int, DecodeStep] = {}  # batch -> decode_step
 
-        def step_of(b: int) -> tuple[float, float, float, float]:
+        def step_of(b: int) -> DecodeStep:
             if b not in steps:
                 steps[b] = self.decode_step(stages, b, util)
             return steps[b]
 
         def ok(b: int) -> bool:
-            return step_of(b)[0] + kv <= bound
+            return step_of(b).step_s + kv <= bound
 
         if alone is not None and 1 <= alone <= b_max and ok(alone):
             lo = hi = alone
         elif b_max < 1 or not ok(1):
-            step, busy, comp, comm = step_of(1)
-            return InstanceEval(stages, [], [], comp, comm, step, busy, 0.0, 0, step + kv)
+            s = step_of(1)
+            return InstanceEval(
+                stages, [], [], s.compute_s, s.comm_s, s.step_s, s.busiest_s, 0.0, 0, s.step_s + kv
+            )
         else:
             lo, hi = 1, b_max if alone is None else min(b_max, max(1, alone - 1))
         while lo < hi:  # largest b with ok(b): step time grows with b
@@ -359,10 +390,12 @@ class InstancePricing(AllReducePricing, PipelinePricing):
                 lo = mid
             else:
                 hi = mid - 1
-        step, busy, comp, comm = step_of(lo)
-        ar, hops = self.stage_parts(stages, self.activation_bytes(lo))
-        rate = lo / (busy * self.decode_steps)
-        return InstanceEval(stages, ar, hops, comp, comm, step, busy, rate, lo, step + kv)
+        s = step_of(lo)
+        ar, hops = self.stage_parts(stages, self.ctx.activation_bytes(lo))
+        rate = lo / (s.busiest_s * self.ctx.decode_steps)
+        return InstanceEval(
+            stages, ar, hops, s.compute_s, s.comm_s, s.step_s, s.busiest_s, rate, lo, s.step_s + kv
+        )
 
 
 def tpot_quantile(outputs: Sequence[int], attainment: float) -> float:

@@ -1,15 +1,17 @@
 """The KV transfer between prefill and decode instances (Eqs. 14-15).
 
-- ``KVPricing``: the evaluator's part that pairs every deployed prefill and decode instance
+- ``KVPricer``: the evaluator's pricer that pairs every deployed prefill and decode instance
   (round robin), routes each pair's KV shares, prices one request's transfer alone, and
   re-orders a decode instance's stages so that each sits near the prefill GPUs holding its
-  layers when that is faster. Its caches: prices per pair (``PairFlows``), which the search
-  asks again for every split that deploys them, and each share's hops per route key
-  (``_share_hops``: source, destination class, size), so that a route is turned into link
-  numbers once (0.9 GB more at 8tracks-1,200 summarization; 1.4x faster on 2tracks-96).
+  layers when that is faster. Its caches (each bound where it is declared): prices per pair
+  (``PairFlows``), which the search asks again for every split that deploys them, and each
+  share's hops per route key (``_share_hops``: source, destination class, size), so that a
+  route is turned into link numbers once (0.9 GB more at 8tracks-1,200 summarization; 1.4x
+  faster on 2tracks-96); the links numbered, kept routes' hops, destination classes.
 - ``PairFlows``: one pair's priced shares as the hop arrays their link loads are summed
   from (the flows are listed on demand); ``_pipelined_times``: ``flow_times`` on those
   arrays, float for float.
+- ``ShareHops``: one share's route as ``_share_hops`` keeps it.
 - ``KVLoad``: the load every pair puts on each link at a rate (one numpy ``bincount`` over
   every pair's hops), and T_f stretched by it.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import linear_sum_assignment
@@ -32,8 +35,7 @@ from controller.costmodel.kvcache import (
     stage_kv_shares,
 )
 from controller.costmodel.network import path_time
-from controller.planner.context import EvalContext
-from controller.planner.options import Policy, Problem
+from controller.planner.context import PricingContext
 from controller.planner.results import PhaseResult, stage_key
 from controller.topology.fabric import Path
 
@@ -42,13 +44,13 @@ Edge = tuple[str, str]
 
 @dataclass
 class PairFlows:
-    """One (prefill, decode) pair's KV shares priced alone (``KVPricing.kv_price``), laid
+    """One (prefill, decode) pair's KV shares priced alone (``KVPricer.kv_price``), laid
     out for summing link loads with numpy: per hop of every flow, in flow then hop order, the
-    link's number (``KVPricing.pair_flows``), the flow's bytes and the link's 1/B; per flow
+    link's number (``KVPricer.pair_flows``), the flow's bytes and the link's 1/B; per flow
     its hop count, its time alone and its prefill GPU's number in the pair (first seen
     first). Arrays only: the search prices every pair it meets (tens of thousands on a
     large cluster) and lists the flows of the few it deploys again from their routes
-    (``KVPricing.flows_of``); a flow object per share of every pair, with a memo of whole
+    (``KVPricer.flows_of``); a flow object per share of every pair, with a memo of whole
     routes, took 7 GB planning 2tracks-600 summarization."""
 
     eids: np.ndarray
@@ -59,6 +61,18 @@ class PairFlows:
     senders: np.ndarray
     n_senders: int
     t_f: float  # the pair's T_f alone (Eq. 14)
+
+
+class ShareHops(NamedTuple):
+    """One share's route (``KVPricer._share_hops``): the fabric's kept list, its hops' link
+    numbers, 1/B and latencies, and the switch before the destination (None: the list is
+    the whole route). A named tuple, unpacked once per share in ``_kv_price``'s loop."""
+
+    head: Path
+    ids: list[int]
+    inv: list[float]
+    lat: list[float]
+    last: str | None
 
 
 def _pipelined_times(
@@ -119,7 +133,7 @@ class KVLoad:
         | None = None,
     ) -> None:
         """``share``: the fraction of requests that transfer KV at all (``kv_share``);
-        ``listed``: the flows of pairs, priced alone (``KVPricing.flows_of``), for ``flows``."""
+        ``listed``: the flows of pairs, priced alone (``KVPricer.flows_of``), for ``flows``."""
         self.pairs = pairs
         self._listed = listed
         self.weights = weights
@@ -203,21 +217,28 @@ class KVLoad:
         ]
 
 
-class KVPricing(EvalContext):
-    """Prices the KV transfer of deployed prefill/decode instance pairs."""
+class KVPricer:
+    """Prices the KV transfer of deployed prefill/decode instance pairs on ``ctx``."""
 
-    def __init__(self, problem: Problem, policy: Policy) -> None:
-        super().__init__(problem, policy)
-        servers = self.server_of
-        self._server_node = lambda x: servers.get(x) or x  # a node outside servers: itself
+    def __init__(self, ctx: PricingContext) -> None:
+        self.ctx = ctx
+        self._server_node = ctx.server_node
+        # one entry per list of pairs priced together (one pair, from ``kv_load``; two stage
+        # orders of one pair, from ``kv_stage_order``): at most the pairs one search deploys
+        # in some settled deployment, with their re-orderings
         self._kv_prices: dict[tuple, PairFlows] = {}
-        # a link's (number in ``PairFlows``, 1/B, latency)
+        # a link's (number in ``PairFlows``, 1/B, latency): one entry per link a KV route
+        # crosses, at most the fabric's links; ``_edges`` lists them by number
         self._edge_ids: dict[Edge, tuple[int, float, float]] = {}
         self._edges: list[Edge] = []
-        # per kept route list (``kv_route_parts``), by id: (the list, its ``_link`` columns)
+        # per kept route list (``kv_route_parts``), by id: (the list, its ``_link`` columns);
+        # at most the routes the fabric keeps
         self._route_hops: dict[int, tuple[Path, list[int], list[float], list[float]]] = {}
-        self._share_memo: dict[tuple, tuple] = {}  # ``_share_hops``' routes, per route key
-        self._dst_class: dict[str, int] = {}  # ``kv_destination_class`` per decode GPU
+        # ``_share_hops``' routes, per route key (source, destination or its class, size): at
+        # most prefill GPUs x (destination classes + GPUs of their server) x share sizes
+        self._share_memo: dict[tuple, ShareHops] = {}
+        # ``kv_destination_class`` per decode GPU: at most the cluster's GPUs
+        self._dst_class: dict[str, int] = {}
 
     def kv_transfer(
         self, pre: PhaseResult, dec: PhaseResult, n_pre: int | None = None, n_dec: int | None = None
@@ -288,7 +309,7 @@ class KVPricing(EvalContext):
         parts = [self.pair_flows(p) for p in pairs]
         # requests that end at their first token transfer nothing
         return KVLoad(
-            pairs, weights, parts, self._edges, self.ring_fabric.pipelined, self.kv_share,
+            pairs, weights, parts, self._edges, self.ctx.ring_fabric.pipelined, self.ctx.kv_share,
             self.flows_of,
         )  # fmt: skip
 
@@ -328,12 +349,12 @@ class KVPricing(EvalContext):
         self, pairs: list[tuple[list[list[str]], list[list[str]]]]
     ) -> list[tuple[str, str, float, list[str]]]:
         """``kv_routed``'s (source, destination, bytes, route), not yet flows."""
-        total = self.kv_tokens * self.model.kv_bytes_per_token()
+        total = self.ctx.kv_tokens * self.ctx.model.kv_bytes_per_token()
         route = self.kv_route
         return [
             (s, dst, f * total, route(s, dst, f * total))
             for p, d in pairs
-            for s, dst, f in kv_shares(self.model, p, d)
+            for s, dst, f in kv_shares(self.ctx.model, p, d)
         ]
 
     def _kv_price(self, pairs: list[tuple[list[list[str]], list[list[str]]]]) -> PairFlows:
@@ -342,8 +363,8 @@ class KVPricing(EvalContext):
         calls ``kv_time``. A share's hops up to its last come from ``_share_hops``, kept per
         route key: a route is converted into link numbers once, not for every share that
         takes it (a 1,200-server summarization search prices tens of millions of shares)."""
-        fab = self.ring_fabric
-        total = self.kv_tokens * self.model.kv_bytes_per_token()
+        fab = self.ctx.ring_fabric
+        total = self.ctx.kv_tokens * self.ctx.model.kv_bytes_per_token()
         share_hops, edge_ids, link = self._share_hops, self._edge_ids, self._link
         eids: list[int] = []
         inv: list[float] = []
@@ -354,7 +375,7 @@ class KVPricing(EvalContext):
         local: dict[str, int] = {}  # prefill GPU -> its number in the pairs, first seen first
         senders: list[int] = []
         for p, d in pairs:
-            for src, dst, f in kv_shares(self.model, p, d):
+            for src, dst, f in kv_shares(self.ctx.model, p, d):
                 nb = f * total
                 head, h_ids, h_inv, h_lat, last = share_hops(src, dst, nb)
                 eids += h_ids
@@ -386,22 +407,18 @@ class KVPricing(EvalContext):
             np.array(senders, dtype=np.intp), len(local), t_f,
         )  # fmt: skip
 
-    def _share_hops(
-        self, src: str, dst: str, nbytes: float
-    ) -> tuple[Path, list[int], list[float], list[float], str | None]:
-        """One share's route as (the fabric's kept list, its hops' link numbers, 1/B and
-        latencies, the switch before ``dst`` or None when the list is the whole route):
-        ``kv_route_parts``, kept per (source, ``kv_destination_class``, size) for a rail
-        route, which every destination of that class shares up to its switch, and per
-        (source, destination, size) inside a server."""
+    def _share_hops(self, src: str, dst: str, nbytes: float) -> ShareHops:
+        """One share's route (``ShareHops``) from ``kv_route_parts``, kept per (source,
+        ``kv_destination_class``, size) for a rail route, which every destination of that
+        class shares up to its switch, and per (source, destination, size) inside a server."""
         srv = self._server_node
         same = srv(src) == srv(dst)
         key = (src, dst if same else self._classes(dst), nbytes)
         hit = self._share_memo.get(key)
         if hit is None:
-            head, last = kv_route_parts(self.ring_fabric, src, dst, nbytes)
+            head, last = kv_route_parts(self.ctx.ring_fabric, src, dst, nbytes)
             ids, inv, lat = self._hops_of(head)
-            hit = (head, ids, inv, lat, head[-1] if last is not None else None)
+            hit = ShareHops(head, ids, inv, lat, head[-1] if last is not None else None)
             if same or last is not None:  # a whole rail route is the destination's own
                 self._share_memo[key] = hit
         return hit
@@ -409,14 +426,17 @@ class KVPricing(EvalContext):
     def _classes(self, dst: str) -> int:
         hit = self._dst_class.get(dst)
         if hit is None:
-            hit = self._dst_class[dst] = kv_destination_class(self.ring_fabric, dst)
+            hit = self._dst_class[dst] = kv_destination_class(self.ctx.ring_fabric, dst)
         return hit
 
     def _link(self, a: str, b: str) -> tuple[int, float, float]:
         """Link (a, b)'s number in ``PairFlows``, 1/B and latency, numbered at first sight."""
         hit = self._edge_ids.get((a, b))
         if hit is None:
-            hit = self._edge_ids[(a, b)] = (len(self._edges), *self.ring_fabric.link_table[(a, b)])
+            hit = self._edge_ids[(a, b)] = (
+                len(self._edges),
+                *self.ctx.ring_fabric.link_table[(a, b)],
+            )
             self._edges.append((a, b))
         return hit
 
@@ -436,7 +456,7 @@ class KVPricing(EvalContext):
         meets most GPU pairs once at each size (1.36 M of 1.71 M calls on 2tracks-192
         summarization), and ``kv_route`` keeps its own choice per source, destination switch
         and size, so a memo of whole routes cost 0.28 GB there and saved little."""
-        return kv_route(self.ring_fabric, src, dst, nbytes)
+        return kv_route(self.ctx.ring_fabric, src, dst, nbytes)
 
     def kv_stage_order(
         self, pre_stages: list[list[str]], dec_stages: list[list[str]]
@@ -455,14 +475,14 @@ class KVPricing(EvalContext):
         srv = self._server_node
         if not {srv(x) for s in pre_stages for x in s} & {srv(x) for s in dec_stages for x in s}:
             return dec_stages
-        total = self.kv_tokens * self.model.kv_bytes_per_token()
-        fab = self.ring_fabric
+        total = self.ctx.kv_tokens * self.ctx.model.kv_bytes_per_token()
+        fab = self.ctx.ring_fabric
         cost = np.zeros((pp, pp))
         tp = len(dec_stages[0])
         for j in range(pp):
             # the shares stage j receives, by member position q: the same for every group that
             # would hold it (groups of one instance have one size), so worked out once per stage
-            shares = stage_kv_shares(self.model, pre_stages, pp, j, tp)
+            shares = stage_kv_shares(self.ctx.model, pre_stages, pp, j, tp)
             for k, grp in enumerate(dec_stages):
                 for src, q, f in shares:
                     nb = f * total

@@ -1,9 +1,10 @@
 """Pipeline stages (Eq. 6): the hop between two stages, and chaining groups into instances.
 
-``PipelinePricing`` is the evaluator's part that prices a hop at any message size from two
+``PipelinePricer`` is the evaluator's pricer that prices a hop at any message size from two
 latency matrices per stage pair (shared by stage pairs of the same shape), and chains a
-pool's groups into instances of PP stages, cheapest hop first. Its caches: the hop matrices
-per stage pair and per shape, and the chains per set of groups.
+pool's groups into instances of PP stages, cheapest hop first. Its caches (each bound where
+it is declared): the hop matrices per stage pair and per shape, and the chains per set of
+groups.
 """
 
 from __future__ import annotations
@@ -12,19 +13,23 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from controller.planner.context import EvalContext
+from controller.planner.context import PricingContext
 from controller.planner.grouping import latency_matrix
-from controller.planner.options import Policy, Problem
 
 
-class PipelinePricing(EvalContext):
-    """Prices pipeline hops and orders groups into pipeline stages."""
+class PipelinePricer:
+    """Prices pipeline hops on ``ctx`` and orders groups into pipeline stages."""
 
-    def __init__(self, problem: Problem, policy: Policy) -> None:
-        super().__init__(problem, policy)
+    def __init__(self, ctx: PricingContext) -> None:
+        self.ctx = ctx
+        # one entry per (stage, next stage) priced: at most the stage pairs of one search's
+        # instances (and a made plan's)
         self._hops: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        # one entry per stage-pair shape: at most the entries of ``_hops``
         self._hop_by_shape: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-        self._chains: dict[tuple, tuple] = {}  # order_stages, which no T_f changes
+        # ``order_stages``, which no T_f changes: one entry per (PP, groups to chain), at most
+        # the (pod or window of left-over groups, PP) pairs of one search
+        self._chains: dict[tuple, tuple] = {}
 
     def pipeline_hop_time(self, a: Sequence[str], b: Sequence[str], nbytes: float) -> float:
         """Eq. 6: T_pp(i) = min over receivers r in stage i+1 of max over senders k in stage i
@@ -48,13 +53,13 @@ class PipelinePricing(EvalContext):
         key = (tuple(a), tuple(b))
         hit = self._hops.get(key)
         if hit is None:
-            shape = self.shape(a, b)
+            shape = self.ctx.shape(a, b)
             hit = self._hop_by_shape.get(shape)
             if hit is None:
-                ref = self.prefill_bytes()
+                ref = self.ctx.prefill_bytes()
                 members = [*a, *b]
-                d0 = latency_matrix(self.ring_fabric, members, 0.0)
-                d1 = latency_matrix(self.ring_fabric, members, ref)
+                d0 = latency_matrix(self.ctx.ring_fabric, members, 0.0)
+                d1 = latency_matrix(self.ctx.ring_fabric, members, ref)
                 na = len(a)
                 lat = d0[:na, na:]
                 hit = self._hop_by_shape[shape] = (lat, (d1[:na, na:] - lat) / ref)
@@ -82,7 +87,7 @@ class PipelinePricing(EvalContext):
     ) -> tuple[list[list[list[str]]], list[list[str]]]:
         n, size = len(groups), len(groups[0])
         members = [x for grp in groups for x in grp]
-        d = latency_matrix(self.ring_fabric, members, self.prefill_bytes())
+        d = latency_matrix(self.ctx.ring_fabric, members, self.ctx.prefill_bytes())
         # hop[a, b] = min over receivers r in b of max over senders k in a of d[k, r]
         hop = d.reshape(n, size, n, size).max(axis=1).min(axis=2)
         free = list(range(n))

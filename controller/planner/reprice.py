@@ -34,7 +34,7 @@ def policy_of(planner: str) -> Policy:
 def evaluator_for_plan(plan: Plan, cluster: nx.Graph, workload: Workload) -> Evaluator:
     """The evaluator that prices ``plan`` on ``cluster`` under ``workload`` exactly as the
     plan was priced: its model, SLA and the cost-model options recorded in the plan, and each
-    of its groups with the all-reduce scheme the plan chose for it (``plan_groups``).
+    of its groups with the all-reduce scheme the plan chose for it (``price_as_planned``).
 
     Raises :class:`controller.errors.InputError` when the plan's model is unknown."""
     net = NetParams.from_plan_options(plan.options)
@@ -45,7 +45,7 @@ def evaluator_for_plan(plan: Plan, cluster: nx.Graph, workload: Workload) -> Eva
     for phase in (plan.prefill, plan.decode):
         ref = decided_bytes(ev, plan, phase.role)
         for gr in phase.groups:
-            ev.plan_groups[tuple(gr.gpus)] = (gr, ref)
+            ev.price_as_planned(gr, ref)
     return ev
 
 

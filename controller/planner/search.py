@@ -18,8 +18,9 @@ style of DistServe's: list candidates, evaluate each, pick.
 The result is the split, the pair of phases and the combination with the highest H.
 
 Here: ``search`` (the loop over splits), ``PhaseSearch`` and ``PhaseOption`` (phases per
-role, pool and candidate, cached), ``candidates_for`` (step 2's list), ``decode_ref_bytes``
-(decode's reference all-reduce size for grouping), ``split_bound`` and the ``Grouper`` type.
+role, pool and candidate, cached), ``PairFound`` (a split's best pair), ``candidates_for``
+(step 2's list), ``decode_ref_bytes`` (decode's reference all-reduce size for grouping),
+``split_bound`` and the ``Grouper`` type.
 Shared with DistServe's low-affinity layouts, and so in their own modules: the capacity
 bound (``bounds``), the KV settling of a pair and the ``SearchResult`` (``deployment``), and
 those layouts themselves (``colocated``), which HeroServe's search prices too. Why a search
@@ -37,8 +38,8 @@ from controller.models.engines import pair_problem, parallelism_problem
 from controller.planner.bounds import capacity_bound
 from controller.planner.candidates import check_forced, tp_pp_candidates
 from controller.planner.colocated import colocated_search
-from controller.planner.combine import Combination, combine
-from controller.planner.deployment import SearchResult, settle_kv
+from controller.planner.combine import combine
+from controller.planner.deployment import SearchResult, Settled, settle_kv
 from controller.planner.evaluate import Evaluator
 from controller.planner.grouping import PodGroups
 from controller.planner.infeasible import explain_infeasible
@@ -66,6 +67,18 @@ class PhaseOption:
     pp: int
     groups: list[PodGroups]
     result: PhaseResult
+
+
+@dataclass
+class PairFound:
+    """The best prefill/decode pair of one split (``_best_pair``): its prefill phase, the
+    deployment settled on its KV transfer, how many pairs were priced with their KV transfer
+    to find it, and its (prefill, decode) candidate numbers in the split's bounds."""
+
+    prefill: PhaseResult
+    settled: Settled
+    tried: int
+    pair: tuple[int, int]
 
 
 def decode_ref_bytes(ev: Evaluator, pool: Sequence[str], tp: int, pp: int) -> float:
@@ -126,8 +139,13 @@ class PhaseSearch:
         self.policy = policy
         self.groupers = tuple(groupers)
         self.problem = ev.problem
+        # one entry per (role, pool, TP, PP) priced: at most the pools of the role splits x
+        # their candidates
         self._cache: dict[tuple, PhaseOption | None] = {}
+        # one entry per (role, pool): at most 2 x the role splits' pools
         self._bounds: dict[tuple, list[tuple[float, int, int]]] = {}
+        # one entry per (grouping, role, fitting GPUs, TP, PP, message): at most the groupings
+        # x the entries of ``_cache``
         self._groupings: dict[tuple, list[PodGroups]] = {}
         self.n_priced = 0  # candidates grouped and priced
 
@@ -211,18 +229,20 @@ def split_bound(ps: PhaseSearch, split: Split) -> float:
 
 
 def _best_pair(
-    ps: PhaseSearch, split: Split, floor: float, first: tuple[int, int] | None = None
-) -> (
-    tuple[Combination, PhaseResult, PhaseResult, float, Callable[[], list], int, tuple[int, int]]
-    | None
-):
+    ps: PhaseSearch,
+    split: Split,
+    floor: float,
+    first: tuple[int, int] | None = None,
+    *,
+    kv_contention: bool,
+) -> PairFound | None:
     """The best prefill/decode pair of one split, with its KV transfer priced. Pairs are
     visited in decreasing order of min(prefill bound, decode bound) and priced on demand;
     the visit stops at the first pair whose bound cannot beat ``floor`` (the best H of
     earlier splits) or the best pair found (branch and bound: every bound is an upper bound
     on the H the pair can reach, its KV transfer included). ``first``: a pair (prefill,
     decode candidate numbers) to price before the others, whose H then prunes them; the
-    pair found is returned last."""
+    pair found is returned last. ``kv_contention``: ``settle_kv``'s."""
     ev, problem = ps.ev, ps.problem
     cap = problem.options.max_gpus
     engine = problem.engine
@@ -234,10 +254,10 @@ def _best_pair(
     )
     if first is not None:
         pairs.sort(key=lambda x: (x[1], x[2]) != first)  # stable: the rest keep their order
-    best = None
+    best: PairFound | None = None
     tried = 0
     for bound, i, j in pairs:
-        beat = max(floor, best[0].rate if best is not None else 0.0)
+        beat = max(floor, best.settled.combination.rate if best is not None else 0.0)
         if bound <= beat * (1 + 1e-9):
             if (i, j) == first:
                 continue
@@ -262,16 +282,15 @@ def _best_pair(
             lambda t_f, d0=d0: ev.decode_phase(d0.tp, d0.pp, d0.groups, t_f),
             comb0,
             beat,
+            kv_contention=kv_contention,
         )
         if settled is None:
             continue
-        comb, rd, t_f, flows = settled
-        if best is None or comb.better_than(best[0]):
-            best = (comb, pre, rd, t_f, flows, (i, j))
-    if best is None:
-        return None
-    comb, pre, rd, t_f, flows, ij = best
-    return comb, pre, rd, t_f, flows, tried, ij
+        if best is None or settled.combination.better_than(best.settled.combination):
+            best = PairFound(pre, settled, 0, (i, j))
+    if best is not None:
+        best.tried = tried
+    return best
 
 
 def _class_rates(
@@ -361,15 +380,13 @@ def search(
     # costly to price and only lowers H, so the splits are searched without it first; the
     # split that won is then searched with it, and its H is the floor that prunes every
     # other split and pair from the search with it (most of them at one KV load).
-    ev.kv_contention = False
-    first = _search_splits(ps, bounded, quiet=True)
-    ev.kv_contention = True
+    first = _search_splits(ps, bounded, quiet=True, kv_contention=False)
     best = None
     tried = 0
     if first is not None:
         order = [x for x in bounded if x[2] is first.split]
         order += [x for x in bounded if x[2] is not first.split]
-        best = _search_splits(ps, order, quiet=False, first=first.pair)
+        best = _search_splits(ps, order, quiet=False, first=first.pair, kv_contention=True)
         tried = first.candidates_tried
     if best is not None:
         tried += best.candidates_tried
@@ -401,12 +418,15 @@ def _search_splits(
     bounded: list[tuple[float, int, Split]],
     quiet: bool,
     first: tuple[int, int] | None = None,
+    *,
+    kv_contention: bool,
 ) -> SearchResult | None:
     """The best deployment over ``bounded``'s splits ((bound, number, split), visited in
     that order), each split's best pair (``_best_pair``) beating the best so far; the
     visit skips a split whose bound cannot beat it. The result holds its split and ``pair``
     its pair (``_best_pair``); ``candidates_tried`` counts the pairs priced. ``first``: the
-    pair of the first split to price first."""
+    pair of the first split to price first. ``kv_contention``: whether deployments are
+    settled with decode priced under the KV load (``settle_kv``)."""
     problem = ps.problem
     best: SearchResult | None = None
     tried = 0
@@ -418,13 +438,18 @@ def _search_splits(
             continue  # this split cannot beat the best plan
         if problem.out_of_time(best is not None):
             break
-        found = _best_pair(ps, split, floor, first if k == bounded[0][1] else None)
+        found = _best_pair(
+            ps, split, floor, first if k == bounded[0][1] else None, kv_contention=kv_contention
+        )
         if found is None:
             continue
-        comb, pre, rd, t_f, flows, n, ij = found
-        tried += n
+        tried += found.tried
+        s = found.settled
+        comb = s.combination
         if best is None or comb.better_than(best.combination):
-            best = SearchResult(ps.ev, pre, rd, comb, t_f, flows, tried, split, k, ij)
+            best = SearchResult(
+                ps.ev, found.prefill, s.decode, comb, s.t_f, s.kv_flows, tried, split, k, found.pair
+            )
             if not quiet:
                 problem.say(
                     f"  split {k}/{len(bounded)} ({split.label}): H {comb.rate:.3f} req/s "

@@ -24,7 +24,7 @@ from dataclasses import replace
 from controller.costmodel.prefill_pool import PoolSample, pool_max_rate, pool_ttft_quantile
 from controller.models.engines import engine_profile, prefill_admission
 from controller.planner.combine import Combination, best_prefill
-from controller.planner.instances import InstancePricing
+from controller.planner.evaluate import Evaluator
 from controller.planner.results import PhaseResult
 
 # requests of the pool's sample: at least this many, and this many per instance, so that
@@ -35,7 +35,7 @@ POOL_REQUESTS = 20_000
 POOL_REQUESTS_PER_INSTANCE = 400
 
 
-def pool_ttft(ev: InstancePricing, stages: list[list[list[str]]], rate: float) -> float:
+def pool_ttft(ev: Evaluator, stages: list[list[list[str]]], rate: float) -> float:
     """The SLA's percentile of TTFT (s) at ``rate`` requests/s into the prefill instances
     ``stages`` (one list of stages each) as the engines run them; inf where they fall
     behind. O(requests x (stages + log batches)); tens of milliseconds on the testbed."""
@@ -43,7 +43,7 @@ def pool_ttft(ev: InstancePricing, stages: list[list[list[str]]], rate: float) -
     return pool_ttft_quantile(rate, ev.problem.sla.attainment, sample, costs, admission)
 
 
-def checked_ttft(ev: InstancePricing, pre: PhaseResult, comb: Combination) -> Combination:
+def checked_ttft(ev: Evaluator, pre: PhaseResult, comb: Combination) -> Combination:
     """``comb`` with its TTFT at H from the pool of its deployed prefill instances; where
     that misses the SLA's TTFT, with H lowered to the largest rate at which it meets it
     (the decode side keeps its counts: it serves the lower rate too)."""
@@ -58,7 +58,7 @@ def checked_ttft(ev: InstancePricing, pre: PhaseResult, comb: Combination) -> Co
     return replace(comb, rate=rate, rate_per_gpu=rate / comb.gpus_used, ttft_s=ttft)
 
 
-def _pool(ev: InstancePricing, stages: list[list[list[str]]]) -> tuple:
+def _pool(ev: Evaluator, stages: list[list[list[str]]]) -> tuple:
     profile = engine_profile(ev.problem.options.engine or "vllm")
     costs = [ev.stage_cost(ev.prefill_stage_times(s)) for s in stages]
     admission = prefill_admission(profile, len(stages[0]))

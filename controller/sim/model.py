@@ -11,7 +11,7 @@ and routes, a lone request in the simulator takes exactly the time the cost mode
 Holds :class:`CommOption` and :func:`comm_option` (a group's candidate all-reduce policy as
 link terms), :class:`StageModel`, :class:`InstanceModel`, :class:`KVModel`,
 :class:`PlanModel` (the plan priced: compute, hops, KV transfers) and :func:`build_model`
-(price and check a plan). A group's planned scheme is ``Evaluator.planned``.
+(price and check a plan). A group's planned scheme is ``AllReducePricer.planned``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The layout rules of docs/design.md ("Layout") that `lint-imports` does not check: no import
 circle between modules, modules under 500 lines (the exceptions named, with why), nothing
-that points outside the repository, and the one interface Mininet's scripts take from the
-controller. The layering itself is the import-linter contracts in pyproject.toml."""
+that points outside the repository, the one interface Mininet's scripts take from the
+controller, and the planner's classes composed rather than inherited from several bases.
+The layering itself is the import-linter contracts in pyproject.toml."""
 
 from __future__ import annotations
 
@@ -102,6 +103,28 @@ def _generated(p: Path) -> bool:
     """Build outputs inside the tree (gRPC stubs, caches), which copy their sources' text."""
     rel = p.relative_to(ROOT).parts
     return rel[:2] == ("agents", "proto") or "__pycache__" in rel or "_gen" in rel
+
+
+def wide_classes(source: str) -> list[str]:
+    """The classes of a module's ``source`` that have more than one base class."""
+    return [
+        n.name
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.ClassDef) and len(n.bases) > 1
+    ]
+
+
+def test_planner_classes_have_at_most_one_base() -> None:
+    """The planner's evaluator is built from pricers it is given (docs/planner.md, "The
+    evaluator"), not a diamond of mixins over shared state: no class in controller/planner
+    has two bases. The reader itself sees a two-base class."""
+    assert wide_classes("class A(B, C):\n    pass\n\nclass D(E):\n    pass\n") == ["A"]
+    wide = {
+        f"{p.relative_to(ROOT)}: {name}"
+        for p in sorted((ROOT / "controller" / "planner").rglob("*.py"))
+        for name in wide_classes(p.read_text())
+    }
+    assert wide == set(), f"classes with more than one base: {sorted(wide)}"
 
 
 def test_nothing_points_outside_the_repository() -> None:

@@ -1,4 +1,4 @@
-"""``AllReducePricing.ina_bound`` from kept route sums is the bound as written, float for
+"""``AllReducePricer.ina_bound`` from kept route sums is the bound as written, float for
 float: the slowest member's cheapest route alone to the switch (``routes_to_switch``,
 ``path_time``) plus the aggregation and host overhead, for every group of a small 2tracks
 cluster and each of its candidate switches, in both cost modes."""

@@ -46,7 +46,7 @@ def test_prediction_within_10_percent_of_the_simulator_at_low_load(kind, decode_
     # every group runs the scheme the plan chose for it (the chatbot decode group: the ring
     # chosen at its batch of 146, though hierarchical INA would be faster at a batch of 1)
     ttft = np.mean([ev.prefill_instance([s.gpus for s in i.stages]).serve_s for i in m.prefill])
-    step = np.mean([ev.decode_step([s.gpus for s in i.stages], 1)[0] for i in m.decode])
+    step = np.mean([ev.decode_step([s.gpus for s in i.stages], 1).step_s for i in m.decode])
     t_f = p.predicted.kv_transfer_s
     sim_ttft = float(np.mean(pr["ttft_s"]))
     many = np.array(pr["tpot_s"]) > 0  # requests of one token have no TPOT

@@ -1,5 +1,5 @@
 """The planner's prefill side on the FIFO pipeline model: a prefill instance's times per
-request length (``InstancePricing.prefill_times``) against its mean-length figures, its rate
+request length (``InstancePricer.prefill_times``) against its mean-length figures, its rate
 at the TTFT bound's percentile; and the plan's predicted TTFT, the prefill pool's percentile
 as the engines admit prompts (``planner.ttft``)."""
 

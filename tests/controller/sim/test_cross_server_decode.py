@@ -92,10 +92,10 @@ def test_a_cross_server_decode_step_is_the_planned_ring_in_planner_and_simulator
     assert load.mean_kv_tokens == pytest.approx(ctx)
     compute = 40 * decode_layer_time(ev.coeffs("A100-40GB"), model, 4, 1, ctx)
     want = compute + 80 * ring
-    step, busy, comp, comm = ev.decode_step([DECODE], 1)
-    assert comp == pytest.approx(compute, rel=1e-12)
-    assert comm == pytest.approx(80 * ring, rel=1e-9)
-    assert step == busy == pytest.approx(want, rel=1e-9)
+    one = ev.decode_step([DECODE], 1)
+    assert one.compute_s == pytest.approx(compute, rel=1e-12)
+    assert one.comm_s == pytest.approx(80 * ring, rel=1e-9)
+    assert one.step_s == one.busiest_s == pytest.approx(want, rel=1e-9)
     # the simulator: one request alone, (last token - KV arrival) / decode steps
     st = m.decode[0].stages[0]
     assert st.options[0].scheme == "ring" and st.allreduces == 80
@@ -125,16 +125,18 @@ def test_a_cross_server_decode_step_under_kv_load_is_stretched_by_hand():
     s = allreduce_stretch(0.4, w)
     assert s > 1.3  # material: a third more time on the network
     util = {("s", x): 0.4 for x in DECODE}
-    step, _, comp, comm = ev.decode_step([DECODE], batch, util)
+    loaded = ev.decode_step([DECODE], batch, util)
+    step = loaded.step_s
     stretched = alone + (s - 1) * bandwidth
-    assert comp == pytest.approx(40 * layer, rel=1e-12)
-    assert comm == pytest.approx(80 * stretched, rel=1e-9)
+    assert loaded.compute_s == pytest.approx(40 * layer, rel=1e-12)
+    assert loaded.comm_s == pytest.approx(80 * stretched, rel=1e-9)
     assert step == pytest.approx(40 * (layer + 2 * stretched), rel=1e-9)
     # the uplinks carry the same bytes at the same bandwidth: loaded instead, the same step
     up = {(x, "s"): 0.4 for x in DECODE}
-    assert ev.decode_step([DECODE], batch, up)[0] == pytest.approx(step, rel=1e-12)
+    assert ev.decode_step([DECODE], batch, up).step_s == pytest.approx(step, rel=1e-12)
     # KV on a link the ring does not cross (the prefill GPU's) leaves the step alone
     other = {("s", PREFILL): 0.4, (PREFILL, "s"): 0.4}
-    assert ev.decode_step([DECODE], batch, other)[0] == pytest.approx(40 * (layer + 2 * alone))
+    unloaded = 40 * (layer + 2 * alone)
+    assert ev.decode_step([DECODE], batch, other).step_s == pytest.approx(unloaded)
     # and no KV at all is the step of the unloaded group
-    assert ev.decode_step([DECODE], batch, {})[0] == ev.decode_step([DECODE], batch)[0]
+    assert ev.decode_step([DECODE], batch, {}) == ev.decode_step([DECODE], batch)

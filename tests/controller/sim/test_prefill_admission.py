@@ -2,7 +2,7 @@
 engine core (the default), at most PP batches in flight and at most ``--max-num-seqs``
 requests; a request that arrives while a batch slot is free goes alone. ``"stage"``: when the
 first stage is free, everything waiting up to the token budget. Saturated, the engine's rule
-serves what the planner prices (``InstancePricing.prefill_capacity``).
+serves what the planner prices (``InstancePricer.prefill_capacity``).
 
 Worked by hand: identical requests through stages of times s_0..s_{P-1} (a proportionate flow
 shop, every request alone in its batch) leave at sum(s) + k max(s), k = 0, 1, ...; with a

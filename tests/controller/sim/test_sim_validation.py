@@ -64,7 +64,7 @@ def test_low_load_matches_the_cost_model(mode, kind, n_in, n_out):
     pre = ev.prefill_phase(p.prefill.tp, p.prefill.pp, _one_pod([pre_stages]))
     dec = ev.decode_phase(p.decode.tp, p.decode.pp, _one_pod([dec_stages]), 0.0)
     want_tf, _ = ev.kv_transfer(pre, dec, 1, 1)
-    want_step = ev.decode_step(dec_stages, 1)[0]
+    want_step = ev.decode_step(dec_stages, 1).step_s
     pr = r.per_request
     ttft = np.array(pr["ttft_s"])
     tf = np.array(pr["kv_done_s"]) - np.array(pr["first_token_s"])
@@ -156,7 +156,7 @@ def test_low_load_hier_plan_matches_the_cost_model(mode):
     assert st.options[0].scheme == "hier" and len(st.options[0].phases) == 3
     r = Simulator(m).run([Request(1000.0 * i, IN, OUT) for i in range(3)])
     assert r.finished == 3 and set(r.policy_use) >= {"hier"}
-    want_step = m.evaluator.decode_step([HIER_DECODE], 1)[0]
+    want_step = m.evaluator.decode_step([HIER_DECODE], 1).step_s
     pr = r.per_request
     step = (np.array(pr["finish_s"]) - np.array(pr["kv_done_s"])) / (OUT - 1)
     print(f"{mode}: hier decode step sim {step.mean() * 1e3:.3f} vs model {want_step * 1e3:.3f} ms")
