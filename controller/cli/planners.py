@@ -113,12 +113,14 @@ def planner(name: str) -> Planner:
 
 
 def planner_list(family: Family | None = None) -> Callable[[str], list[str]]:
-    """An argparse type: comma-separated planner names (of ``family``), each known (none
-    at all is an empty list)."""
+    """An argparse type: comma-separated planner names (of ``family``), each known, at
+    least one."""
     known = names(family)
 
     def parse(s: str) -> list[str]:
         out = [x.strip() for x in s.split(",") if x.strip()]
+        if not out:
+            raise argparse.ArgumentTypeError("name at least one planner")
         for n in out:
             if n not in known:
                 raise argparse.ArgumentTypeError(

@@ -26,7 +26,13 @@ def test_the_registry_holds_each_family_exactly() -> None:
 
 def test_planner_lists_are_checked_when_parsed() -> None:
     assert planner_list()("heroserve, helix") == ["heroserve", "helix"]
-    assert planner_list()("") == []
+    for empty in ("", " , "):  # an empty list would run nothing and say nothing
+        try:
+            planner_list()(empty)
+        except Exception as e:
+            assert "name at least one planner" in str(e)
+        else:
+            raise AssertionError(f"{empty!r} passed as a list of planners")
     try:
         planner_list("heroserve")("helix")
     except Exception as e:  # argparse.ArgumentTypeError: one line naming the known ones
