@@ -76,7 +76,7 @@ assert set(_SLA_KEYS) == {f.name for f in dataclasses.fields(SLA)}
 # default of its annotation (see ``_spec_of``).
 _FIELD_RULES: dict[str, Spec | Callable[[Any], Spec]] = {
     "Plan.sla": Record(_SLA_KEYS, build=lambda d: SLA(**d), what="a mapping (SLA)"),
-    "Plan.options": PlainData(MAX_OPTION_ITEMS),
+    "Plan.options": PlainData(MAX_OPTION_ITEMS, mapping=True),
     "PhasePlan.tp": Number(low=1, high=MAX_PARALLEL, integer=True),
     "PhasePlan.pp": Number(low=1, high=MAX_PARALLEL, integer=True),
     "PhasePlan.batch_size": Number(low=1, high=MAX_BATCH, integer=True),

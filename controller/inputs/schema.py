@@ -327,8 +327,11 @@ class PlainData(Spec):
 
     max_items: int
     max_depth: int = 8
+    mapping: bool = False  # the value itself must be a string-keyed mapping (a plan's options)
 
     def check(self, value: Any) -> Any:
+        if self.mapping and value.__class__ is not dict:
+            raise SchemaError(f"must be a mapping, got {shown(value)}")
         stack: list[tuple[Any, str, int]] = [(value, "", 0)]
         count = 0
         while stack:

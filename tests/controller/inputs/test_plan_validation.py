@@ -134,6 +134,7 @@ def _set(d: dict, path: str, value: Any) -> None:
         ("decode/groups/1/paths/srv3-gpu0", [], "paths.srv3-gpu0: needs at least 1 item"),
         ("kv_transfer/0/src", "srv2-gpu0", "kv_transfer[0].src: 'srv2-gpu0' is not a prefill GPU"),
         ("options", {"a": [[[[[[[[[1]]]]]]]]]}, "[0][0][0][0]: nested deeper than 8 levels"),
+        ("options", [1], "options: must be a mapping, got a list"),
         ("notes", "a note", "notes: must be a list, got a string"),
     ],
 )

@@ -213,9 +213,18 @@ def test_kv_stage_order_puts_each_decode_stage_next_to_its_layers():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--ina-lanes", "int8"], "--ina-lanes: INA lanes must be one of int32, int16, fp16"),
-        (["--cost-mode", "exact"], "--cost-mode: cost mode must be one of pipelined, paper"),
-        (["--tpot-mode", "mean"], "--tpot-mode must be amortized or eq4"),
+        (
+            ["--ina-lanes", "int8"],
+            "argument --ina-lanes: invalid choice: 'int8' (choose from 'int32', 'int16', 'fp16')",
+        ),
+        (
+            ["--cost-mode", "exact"],
+            "argument --cost-mode: invalid choice: 'exact' (choose from 'pipelined', 'paper')",
+        ),
+        (
+            ["--tpot-mode", "mean"],
+            "argument --tpot-mode: invalid choice: 'mean' (choose from 'amortized', 'eq4')",
+        ),
         (["--gpus", "3"], "--gpus 3 is below the 8 GPUs OPT-66B needs"),
         (["--gpus", "0"], "argument --gpus"),
     ],
