@@ -79,4 +79,24 @@ bool FirstNic(Nic* out, in_addr_t* ip) {
   return found;
 }
 
+std::vector<NicAddr> AllNics(bool loopback) {
+  std::vector<NicAddr> out;
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) return out;
+  for (ifaddrs* i = all; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    if ((i->ifa_flags & IFF_UP) == 0) continue;
+    if (((i->ifa_flags & IFF_LOOPBACK) != 0) != loopback) continue;
+    bool seen = false;
+    for (const auto& n : out) seen |= n.nic.name == i->ifa_name;
+    if (seen) continue;
+    NicAddr n;
+    n.ip = reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
+    Describe(i->ifa_name, &n.nic);
+    out.push_back(n);
+  }
+  freeifaddrs(all);
+  return out;
+}
+
 }  // namespace heroserve::netplugin

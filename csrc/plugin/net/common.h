@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "nccl_net_abi.h"
 
@@ -28,6 +29,13 @@ struct Nic {
 bool FindNic(in_addr_t ip, Nic* out);
 // The first interface that is up, not loopback, with an IPv4 address (INADDR_ANY binds).
 bool FirstNic(Nic* out, in_addr_t* ip);
+// Every interface that is up with an IPv4 address (the first address of each), loopback
+// interfaces only when `loopback`.
+struct NicAddr {
+  Nic nic;
+  in_addr_t ip;
+};
+std::vector<NicAddr> AllNics(bool loopback);
 
 // Fills the fields every properties version shares.
 template <typename P>
