@@ -143,6 +143,13 @@ struct Engine::Op {
   size_t next_chunk = 0;  // next chunk to send
   size_t done_chunks = 0;
   State state = State::kPending;
+  // Floats (lanes.h): the exponent agreement op that must finish before this op's lanes
+  // can be encoded, and its vectors; scale_exp once agreed.
+  Op* agreement = nullptr;
+  bool prepared = true;
+  int scale_exp = 0;
+  std::vector<uint32_t> agree_send, agree_recv;
+  std::string error;  // this op alone failed (the session did not)
 };
 
 std::unique_ptr<Engine> Engine::Create(const GroupSpec& g, const Timeouts& t,
@@ -195,8 +202,33 @@ void Engine::Deliver(const uint8_t* data, size_t n, const sockaddr_in& from) {
 
 Engine::Op* Engine::Submit(const void* send, void* recv, size_t count, ElemType type) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!error_.empty() || !Exact(g_.lanes, type)) return nullptr;
+  if (!error_.empty() || !(Exact(g_.lanes, type) || Quantized(g_.lanes, type))) return nullptr;
+  Op* agreement = nullptr;
+  if (Quantized(g_.lanes, type) && count > 0) {
+    // One aggregation of one-hot exponent lanes first (lanes.py agree_exponent), queued
+    // right before the data so every member numbers its rounds alike.
+    auto a = std::make_unique<Op>();
+    a->agree_send.assign(kAgreementLanes, 0);
+    a->agree_recv.assign(kAgreementLanes, 0);
+    double m = 0;
+    int e = 0;
+    if (MaxAbs(type, send, count, &m) && ExponentOf(m, &e)) {
+      a->agree_send[e - kEMin] = 1;
+    } else {
+      a->agree_send[kBadDataLane] = 1;
+    }
+    a->send = reinterpret_cast<const uint8_t*>(a->agree_send.data());
+    a->recv = reinterpret_cast<uint8_t*>(a->agree_recv.data());
+    a->count = kAgreementLanes;
+    a->type = ElemType::kUint32;
+    uint32_t per = ElemsPerPacket(g_.lanes);
+    a->chunks = (a->count + per - 1) / per;
+    agreement = a.get();
+    ops_.push_back(std::move(a));
+  }
   auto op = std::make_unique<Op>();
+  op->agreement = agreement;
+  op->prepared = agreement == nullptr;
   op->send = static_cast<const uint8_t*>(send);
   op->recv = static_cast<uint8_t*>(recv);
   op->count = count;
@@ -232,7 +264,8 @@ void Engine::Start(uint32_t index, Op* op, size_t chunk, double now) {
   size_t first = chunk * per;
   size_t n = std::min<size_t>(per, op->count - first);
   size_t esz = ElemBits(op->type) / 8;
-  EncodeLanes(f, op->type, op->send + first * esz, n, s.payload.data() + HEADER_LEN);
+  EncodeLanes(f, op->type, op->send + first * esz, n, s.payload.data() + HEADER_LEN,
+              op->scale_exp);
   if (in_flight_ == 0) last_progress_ = now;  // an idle session's silence is not a failure
   in_flight_++;
   stats_.sent++;
@@ -264,7 +297,7 @@ void Engine::Accept(const Datagram& d, double now) {
   size_t first = s.chunk * per;
   size_t n = std::min<size_t>(per, op->count - first);
   size_t esz = ElemBits(op->type) / 8;
-  DecodeLanes(f, op->type, d.buf + HEADER_LEN, n, op->recv + first * esz);
+  DecodeLanes(f, op->type, d.buf + HEADER_LEN, n, op->recv + first * esz, op->scale_exp);
   if (s.retries == 0) {  // Karn: only unambiguous samples
     double r = now - s.sent_at;
     if (!have_rtt_) {
@@ -334,6 +367,7 @@ void Engine::Progress(double wait_s) {
     size_t missing = 0;
     for (auto& op : ops_) {
       if (op->state == State::kPending) missing += op->chunks - op->done_chunks;
+      // (an op still waiting for its agreement counts its chunks too)
     }
     char msg[256];
     snprintf(msg, sizeof msg,
@@ -348,6 +382,8 @@ void Engine::Progress(double wait_s) {
   for (auto& up : ops_) {
     Op* op = up.get();
     if (op->state != State::kPending) continue;
+    if (!op->prepared && !Prepare(op)) return;  // in order: wait for its agreement
+    if (op->state != State::kPending) continue;
     while (op->next_chunk < op->chunks) {
       uint32_t index = static_cast<uint32_t>(op->next_chunk % g_.window);
       if (slots_[index].op != nullptr ||
@@ -357,6 +393,54 @@ void Engine::Progress(double wait_s) {
       op->next_chunk++;
     }
   }
+}
+
+bool Engine::Prepare(Op* op) {
+  Op* a = op->agreement;
+  if (a->state == State::kPending) return false;
+  if (a->state == State::kFailed) {
+    op->state = State::kFailed;
+    return true;
+  }
+  const std::vector<uint32_t>& sum = a->agree_recv;
+  int top = -1;
+  for (int k = 0; k < kExponentLanes; k++) {
+    if (sum[k] != 0) top = k;
+  }
+  op->agreement = nullptr;
+  uint32_t bad = sum[kBadDataLane];
+  for (auto it = ops_.begin(); it != ops_.end(); ++it) {
+    if (it->get() == a) {
+      ops_.erase(it);
+      break;
+    }
+  }
+  // Every member sees the same sums, so every member skips (or runs) the data alike and
+  // the rounds stay numbered alike.
+  if (bad != 0) {
+    op->state = State::kFailed;
+    op->error = std::to_string(bad) + " member(s) of the group hold data that is not finite "
+                "or beyond 2^" + std::to_string(kEMax) + ": the sum cannot travel as fixed point";
+    return true;
+  }
+  if (top < 0) {
+    Fail("exponent agreement returned no member's exponent (a member without this "
+         "plugin's float support?)");
+    return true;
+  }
+  op->scale_exp = ScaleExponent(g_.num_workers, top + kEMin);
+  op->prepared = true;
+  return true;
+}
+
+std::string Engine::ErrorOf(const Op* op) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return op->error.empty() ? error_ : op->error;
+}
+
+int Engine::ScaleOf(const Op* op) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return op->prepared ? op->scale_exp : INT32_MIN;
 }
 
 Engine::State Engine::StateOf(const Op* op) const {
@@ -370,7 +454,18 @@ void Engine::Release(Op* op) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = ops_.begin(); it != ops_.end(); ++it) {
     if (it->get() == op) {
-      if (op->state != State::kPending) ops_.erase(it);
+      if (op->state != State::kPending) {
+        Op* a = op->agreement;  // still queued when the session failed first
+        ops_.erase(it);
+        if (a != nullptr) {
+          for (auto jt = ops_.begin(); jt != ops_.end(); ++jt) {
+            if (jt->get() == a) {
+              ops_.erase(jt);
+              break;
+            }
+          }
+        }
+      }
       return;
     }
   }

@@ -122,15 +122,23 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Queues the sum of every member's `count` elements of `type` (which must be Exact in the
-  // group's lane format) from `send` into `recv` (may be the same buffer). Both must stay
-  // valid until the op is no longer pending. nullptr when the session has failed.
+  // Queues the sum of every member's `count` elements of `type` (Exact in the group's lane
+  // format, or Quantized: floats, preceded by an exponent agreement round, lanes.h) from
+  // `send` into `recv` (may be the same buffer). Both must stay valid until the op is no
+  // longer pending. nullptr when the session has failed. The caller decides whether the
+  // group may use Quantized types (the CollNet: the group's float_sums).
   Op* Submit(const void* send, void* recv, size_t count, ElemType type);
   // Takes what arrived, retransmits what timed out, sends what the window allows; waits up
   // to `wait_s` for a datagram first when something is outstanding.
   void Progress(double wait_s);
   State StateOf(const Op* op) const;
   size_t BytesOf(const Op* op) const;
+  // Why a failed op failed: its own reason (a float op whose data some member could not
+  // quantize; the session goes on), else the session's error.
+  std::string ErrorOf(const Op* op) const;
+  // The agreed 2^s scale exponent of a float op once its agreement finished (tests), else
+  // INT32_MIN.
+  int ScaleOf(const Op* op) const;
   // Forgets an op that is no longer pending.
   void Release(Op* op);
   // Progresses until `op` is no longer pending (bounded by give_up_s of no progress).
@@ -169,6 +177,7 @@ class Engine {
   void Start(uint32_t index, Op* op, size_t chunk, double now);
   void Send(Slot& s, double now);
   void Fail(const std::string& why);
+  bool Prepare(Op* op);  // false: its agreement is still pending
   double Rto() const;
   uint64_t Key() const { return static_cast<uint64_t>(g_.group_id) << 32 | g_.session; }
 

@@ -94,6 +94,13 @@ bool ParseEntry(const json::Value& o, GroupEntry* e, std::string* err) {
       !Seconds(o, "min_rto_s", &p.timeouts.min_rto_s, err) ||
       !Seconds(o, "max_rto_s", &p.timeouts.max_rto_s, err))
     return false;
+  if (const json::Value* f = o.find("float_sums")) {
+    if (!f->is_bool()) {
+      *err = "float_sums must be true or false";
+      return false;
+    }
+    p.float_sums = f->as_bool();
+  }
   if (const json::Value* c = o.find("comm_id")) {
     char* end = nullptr;
     if (!c->is_string() || c->as_string().empty()) {

@@ -15,12 +15,19 @@
 //                "bind_ip": "10.77.0.1", "bind_port": 48879,
 //                "comm_id": "0x1234abcd",            (optional)
 //                "give_up_s": 10, "initial_rto_s": 0.2, "min_rto_s": 0.02,
-//                "max_rto_s": 2}]}                   (optional timeouts)
+//                "max_rto_s": 2,                     (optional timeouts)
+//                "float_sums": false}]}              (optional, default false)
 //
 // A communicator takes the entry whose comm_id equals NCCL's communicator hash (CollNet v11+
 // passes it to init) when one does, else the first entry without comm_id that no open
 // communicator of this process holds. switch_port and bind_port default to 48879 (results
 // come back to 48879, docs/dataplane.md), bind_ip to 0.0.0.0.
+//
+// float_sums: true lets the CollNet sum float32, float16 and bfloat16 as fixed point with
+// an agreed exponent (lanes.h; not bit-identical to NCCL's float sum, error in
+// csrc/README.md). Off by default: exact integer sums only. The plugin offers floats to
+// NCCL only when every entry of the file opts in (reduceSupport is per process), and every
+// member of a group must agree (connect checks).
 #pragma once
 
 #include <netinet/in.h>
@@ -44,6 +51,7 @@ struct GroupPolicy {
   in_addr_t bind_ip = 0;  // network order
   uint16_t bind_port = INA_UDP_PORT;
   Timeouts timeouts;
+  bool float_sums = false;
   int entry = -1;  // which entry of the source (for Release)
 };
 

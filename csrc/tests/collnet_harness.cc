@@ -14,7 +14,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -26,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "lanes.h"  // ToDouble / FromDouble only: the quantized reference below is the harness's own
 #include "nccl_net_abi.h"
 
 namespace {
@@ -61,11 +64,101 @@ const TypeInfo* FindType(const std::string& n) {
   return nullptr;
 }
 
+namespace ina = heroserve::ina;
+
+bool IsFloat(const TypeInfo& t) {
+  return t.type == ncclFloat32 || t.type == ncclFloat16 || t.type == ncclBfloat16;
+}
+ina::ElemType ElemOf(const TypeInfo& t) {
+  return t.type == ncclFloat32   ? ina::ElemType::kFloat32
+         : t.type == ncclFloat16 ? ina::ElemType::kFloat16
+                                 : ina::ElemType::kBfloat16;
+}
+
+// Float data as an engine's activations: normal(0, scale), and every element whose hash
+// hits `outlier_rate` times `outlier_mag` (a few large outliers).
+struct FloatData {
+  double scale = 1.0;
+  double outlier_rate = 0.001;
+  double outlier_mag = 50.0;
+};
+FloatData g_float;
+
+double Uniform(uint64_t h) { return (static_cast<double>(h >> 11) + 0.5) * 0x1.0p-53; }
+
 // Member `rank`'s bytes for one (type, size) case: reproducible at every rank.
 void MemberData(uint64_t seed, int rank, const TypeInfo& t, size_t bytes, uint8_t* out) {
   uint64_t base = Mix(seed ^ (static_cast<uint64_t>(rank) << 40) ^
                       (static_cast<uint64_t>(t.type) << 56) ^ bytes);
+  if (IsFloat(t)) {
+    for (size_t i = 0; i < bytes / t.size; i++) {
+      double u1 = Uniform(Mix(base + 3 * i)), u2 = Uniform(Mix(base + 3 * i + 1));
+      double x = std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2) * g_float.scale;
+      if (Uniform(Mix(base + 3 * i + 2)) < g_float.outlier_rate) x *= g_float.outlier_mag;
+      ina::FromDouble(ElemOf(t), x, out, i);
+    }
+    return;
+  }
   for (size_t i = 0; i < bytes; i++) out[i] = static_cast<uint8_t>(Mix(base + i / 8) >> (8 * (i % 8)));
+}
+
+// Errors of a float result against the float64 sum of the members' values.
+struct FloatErr {
+  double max_err = 0, rms_err = 0, best_max = 0, best_rms = 0, max_abs = 0;
+  int scale_exp = 0;
+};
+
+// The float sum every rank must get, computed here on its own: the agreed exponent (the
+// largest of any member, lanes.py), each member's values rounded half to even at 2^s, the
+// int64 sum of those (it must fit int32), scaled back and rounded to the type once.
+void FloatReference(uint64_t seed, int nranks, const TypeInfo& t, size_t bytes, uint8_t* out,
+                    FloatErr* err) {
+  size_t n = bytes / t.size;
+  std::vector<std::vector<uint8_t>> m(nranks, std::vector<uint8_t>(bytes));
+  int e = -32;
+  for (int r = 0; r < nranks; r++) {
+    MemberData(seed, r, t, bytes, m[r].data());
+    for (size_t i = 0; i < n; i++) {
+      int x = -32;
+      double a = std::fabs(ina::ToDouble(ElemOf(t), m[r].data(), i));
+      if (!std::isfinite(a)) {  // (--outlier-mag inf) no reference: the plugin must refuse
+        err->scale_exp = -1000;
+        return;
+      }
+      if (a > 0) std::frexp(a, &x);
+      e = std::max(e, x);
+    }
+  }
+  int lw = 0;
+  while ((1 << lw) < nranks) lw++;
+  int s = 30 - lw - e;
+  err->scale_exp = s;
+  double se = 0, sb = 0;
+  std::vector<uint8_t> best(t.size);
+  for (size_t i = 0; i < n; i++) {
+    int64_t q = 0;
+    double exact = 0;
+    for (int r = 0; r < nranks; r++) {
+      double x = ina::ToDouble(ElemOf(t), m[r].data(), i);
+      q += static_cast<int64_t>(std::nearbyint(std::ldexp(x, s)));
+      exact += x;  // float64: exact enough as the reference (errors are far larger)
+    }
+    if (q >= (int64_t{1} << 31) || q < -(int64_t{1} << 31)) {
+      fprintf(stderr, "reference: a sum overflows int32 (the exponent rule is broken)\n");
+      std::abort();
+    }
+    ina::FromDouble(ElemOf(t), std::ldexp(static_cast<double>(q), -s), out, i);
+    double got = ina::ToDouble(ElemOf(t), out, i);
+    ina::FromDouble(ElemOf(t), exact, best.data(), 0);
+    double b = ina::ToDouble(ElemOf(t), best.data(), 0);
+    err->max_err = std::max(err->max_err, std::fabs(got - exact));
+    err->best_max = std::max(err->best_max, std::fabs(b - exact));
+    err->max_abs = std::max(err->max_abs, std::fabs(exact));
+    se += (got - exact) * (got - exact);
+    sb += (b - exact) * (b - exact);
+  }
+  err->rms_err = n ? std::sqrt(se / n) : 0;
+  err->best_rms = n ? std::sqrt(sb / n) : 0;
 }
 
 // The sum every rank must get: integer sums wrap in the type's width (as NCCL's do).
@@ -146,6 +239,9 @@ bool Parse(int argc, char** argv, Args* a) {
     else if (k == "--exchange-timeout") a->exchange_timeout_s = std::atof(val().c_str());
     else if (k == "--leave-after-listen") a->leave_after_listen = true;
     else if (k == "--pause-before-data") a->pause_before_data_s = std::atof(val().c_str());
+    else if (k == "--float-scale") g_float.scale = std::atof(val().c_str());
+    else if (k == "--outlier-rate") g_float.outlier_rate = std::atof(val().c_str());
+    else if (k == "--outlier-mag") g_float.outlier_mag = std::atof(val().c_str());
     else return false;
   }
   return !a->lib.empty() && !a->dir.empty() && a->rank >= 0 && a->nranks > 0 &&
@@ -260,7 +356,7 @@ int main(int argc, char** argv) {
             "usage: collnet_harness --lib SO --dir DIR --rank R --nranks N [--version 12|8] "
             "[--types int32,...] [--sizes BYTES,...] [--seed S] [--comm-id ID] [--slice B] "
             "[--outstanding K] [--exchange-timeout S] [--leave-after-listen] "
-            "[--pause-before-data S]\n");
+            "[--pause-before-data S] [--float-scale X] [--outlier-rate P] [--outlier-mag M]\n");
     return 2;
   }
   void* lib = dlopen(a.lib.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -355,7 +451,9 @@ int main(int argc, char** argv) {
       bytes -= bytes % t->size;
       std::vector<uint8_t> send(bytes), recv(bytes, 0xA5), want(bytes);
       MemberData(a.seed, a.rank, *t, bytes, send.data());
-      Reference(a.seed, a.nranks, *t, bytes, want.data());
+      FloatErr ferr;
+      if (IsFloat(*t)) FloatReference(a.seed, a.nranks, *t, bytes, want.data(), &ferr);
+      else Reference(a.seed, a.nranks, *t, bytes, want.data());
       void *smh = nullptr, *rmh = nullptr;
       if ((rc = api.RegMr(coll, send.data(), bytes ? bytes : 1, &smh)) != ncclSuccess ||
           (rc = api.RegMr(coll, recv.data(), bytes ? bytes : 1, &rmh)) != ncclSuccess)
@@ -403,9 +501,16 @@ int main(int argc, char** argv) {
       api.DeregMr(coll, rmh);
       bool exact = recv == want;
       if (!exact) status = 1;
+      char extra[512] = "";
+      if (IsFloat(*t))
+        snprintf(extra, sizeof extra,
+                 ", \"max_err\": %.6g, \"rms_err\": %.6g, \"best_max_err\": %.6g, "
+                 "\"best_rms_err\": %.6g, \"max_abs_sum\": %.6g, \"scale_exp\": %d",
+                 ferr.max_err, ferr.rms_err, ferr.best_max, ferr.best_rms, ferr.max_abs,
+                 ferr.scale_exp);
       printf("{\"event\": \"result\", \"type\": \"%s\", \"bytes\": %zu, \"posted\": %zu, "
-             "\"exact\": %s, \"seconds\": %.4f}\n",
-             t->name, bytes, posted, exact ? "true" : "false", secs);
+             "\"exact\": %s, \"seconds\": %.4f%s}\n",
+             t->name, bytes, posted, exact ? "true" : "false", secs, extra);
       fflush(stdout);
     }
   }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <random>
@@ -79,6 +80,75 @@ TEST(InaLanes, ExactTypesAndRoundTrip) {
   EXPECT_EQ(out[0], static_cast<int8_t>(-3));
   EXPECT_EQ(out[1], static_cast<int8_t>(127 * 3));
   EXPECT_EQ(out[2], static_cast<int8_t>(-128 * 3));
+}
+
+// The float conversions against independent references: the compiler's _Float16 for
+// binary16 and the usual round-to-nearest-even bit trick for bfloat16 (both exact for
+// values that are floats), on random and edge values.
+TEST(InaLanes, FloatConversionsRoundToNearestEven) {
+  using heroserve::ina::ElemType;
+  std::mt19937_64 rng(3);
+  std::vector<float> vals = {0.0f, -0.0f, 1.0f, -1.5f, 65504.0f, 65519.0f, 65520.0f, 1e-8f,
+                             5.96e-8f, 2.98e-8f, 6.1e-5f, 3.4e38f, 1.0f + 1.0f / 256,
+                             1.0f + 3.0f / 256};
+  std::uniform_real_distribution<double> ex(-30, 30);
+  for (int i = 0; i < 200000; i++) {
+    uint32_t b = static_cast<uint32_t>(rng());
+    float f;
+    std::memcpy(&f, &b, 4);
+    if (std::isfinite(f)) vals.push_back(f);
+    vals.push_back(static_cast<float>(std::ldexp(static_cast<double>(rng() % 1000000) - 5e5, static_cast<int>(ex(rng)))));
+  }
+  for (float f : vals) {
+    uint16_t got;
+    heroserve::ina::FromDouble(ElemType::kFloat16, f, &got, 0);
+    _Float16 h = static_cast<_Float16>(f);
+    uint16_t want;
+    std::memcpy(&want, &h, 2);
+    ASSERT_EQ(got, want) << f;
+    ASSERT_EQ(heroserve::ina::ToDouble(ElemType::kFloat16, &got, 0), static_cast<double>(h)) << f;
+    uint32_t fb;
+    std::memcpy(&fb, &f, 4);
+    uint16_t wb = static_cast<uint16_t>((fb + 0x7fff + ((fb >> 16) & 1)) >> 16);
+    heroserve::ina::FromDouble(ElemType::kBfloat16, f, &got, 0);
+    if ((wb & 0x7f80) == 0x7f80) continue;  // the trick's overflow (to inf) is ours too
+    ASSERT_EQ(got, wb) << f;
+    uint32_t back = static_cast<uint32_t>(wb) << 16;
+    float bf;
+    std::memcpy(&bf, &back, 4);
+    ASSERT_EQ(heroserve::ina::ToDouble(ElemType::kBfloat16, &got, 0), static_cast<double>(bf));
+  }
+}
+
+// lanes.py's rule: E from frexp, s = 30 - ceil(log2 w) - E, half-even rounding.
+TEST(InaLanes, FixedPointFollowsLanesPy) {
+  using namespace heroserve::ina;
+  int e = 0;
+  ASSERT_TRUE(ExponentOf(0.75, &e));
+  EXPECT_EQ(e, 0);
+  ASSERT_TRUE(ExponentOf(1.0, &e));
+  EXPECT_EQ(e, 1);
+  ASSERT_TRUE(ExponentOf(0.0, &e));
+  EXPECT_EQ(e, kEMin);
+  EXPECT_FALSE(ExponentOf(std::ldexp(1.0, kEMax), &e));
+  EXPECT_FALSE(ExponentOf(INFINITY, &e));
+  EXPECT_EQ(ScaleExponent(4, 1), 27);
+  EXPECT_EQ(ScaleExponent(5, 1), 26);
+  float x[3] = {0.5f, -2.5f, 2.5f};
+  uint8_t lanes[4 * VECTOR_LEN];
+  EncodeLanes(kInt32Lanes, ElemType::kFloat32, x, 3, lanes, 0);  // rint: ties to even
+  auto lane = [&](int i) {
+    return static_cast<int32_t>(static_cast<uint32_t>(lanes[4 * i]) << 24 | lanes[4 * i + 1] << 16 |
+                                lanes[4 * i + 2] << 8 | lanes[4 * i + 3]);
+  };
+  EXPECT_EQ(lane(0), 0);
+  EXPECT_EQ(lane(1), -2);
+  EXPECT_EQ(lane(2), 2);
+  float y[3];
+  EncodeLanes(kInt32Lanes, ElemType::kFloat32, x, 3, lanes, 3);
+  DecodeLanes(kInt32Lanes, ElemType::kFloat32, lanes, 3, y, 3);
+  EXPECT_EQ(y[0], 0.5f);
+  EXPECT_EQ(y[1], -2.5f);
 }
 
 TEST(InaConfig, ParsesAndRefuses) {

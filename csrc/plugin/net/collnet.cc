@@ -25,7 +25,7 @@ namespace {
 constexpr const char* kLog = "heroserve.collnet";
 constexpr const char* kName = "HeroServe-INA";
 constexpr uint32_t kHandleMagic = 0x48534e41;  // "HSNA"
-constexpr uint32_t kHandleVersion = 1;
+constexpr uint32_t kHandleVersion = 2;
 // At most this many all-reduces queued per communicator; more answer request == NULL
 // (NCCL posts again later).
 constexpr size_t kMaxPending = 64;
@@ -42,6 +42,7 @@ struct Handle {  // exchanged by NCCL among the CollNet ranks (<= NCCL_NET_HANDL
   uint32_t session;
   uint32_t first_generation;
   uint32_t lane_kind;
+  uint32_t float_sums;
 };
 static_assert(sizeof(Handle) <= NCCL_NET_HANDLE_MAXSIZE, "handle too large");
 
@@ -74,6 +75,7 @@ std::mutex g_mu;
 std::unique_ptr<hs::GroupConfigSource> g_source;  // guarded by g_mu
 heroserve::netplugin::Nic g_nic;
 bool g_have_nic = false;
+bool g_float_sums = false;  // every entry of the config opts in (reduceSupport is global)
 
 hs::ElemType ElemOf(ncclDataType_t t) {
   switch (t) {
@@ -85,6 +87,12 @@ hs::ElemType ElemOf(ncclDataType_t t) {
       return hs::ElemType::kInt32;
     case ncclUint32:
       return hs::ElemType::kUint32;
+    case ncclFloat32:
+      return hs::ElemType::kFloat32;
+    case ncclFloat16:
+      return hs::ElemType::kFloat16;
+    case ncclBfloat16:
+      return hs::ElemType::kBfloat16;
     default:
       return hs::ElemType::kOther;
   }
@@ -100,7 +108,11 @@ void DiscoverNic() {
     ss << f.rdbuf();
     std::vector<hs::GroupEntry> e;
     std::string err;
-    if (hs::ParseGroupConfig(ss.str(), &e, &err) && !e.empty()) ip = e[0].policy.bind_ip;
+    if (hs::ParseGroupConfig(ss.str(), &e, &err) && !e.empty()) {
+      ip = e[0].policy.bind_ip;
+      g_float_sums = true;
+      for (const auto& x : e) g_float_sums = g_float_sums && x.policy.float_sums;
+    }
   }
   if (ip != INADDR_ANY && heroserve::netplugin::FindNic(ip, &g_nic)) {
     g_have_nic = true;
@@ -168,7 +180,8 @@ ncclResult_t Listen(void* ctx, int dev, void* handle, void** listen_comm) {
   const hs::GroupSpec& g = l->policy.spec;
   Handle h{kHandleMagic,   kHandleVersion, g.group_id,   g.worker_id,
            g.num_workers,  g.window,       g.switch_ip,  g.switch_port,
-           g.session,      g.first_generation, static_cast<uint32_t>(g.lanes.kind)};
+           g.session,      g.first_generation, static_cast<uint32_t>(g.lanes.kind),
+           l->policy.float_sums ? 1u : 0u};
   std::memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
   std::memcpy(handle, &h, sizeof h);
   *listen_comm = l.release();
@@ -208,7 +221,8 @@ ncclResult_t Connect(void* handles[], int nranks, int rank, void* listen_comm,
     if (h.group_id != g.group_id || h.num_workers != g.num_workers || h.window != g.window ||
         h.switch_ip != g.switch_ip || h.switch_port != g.switch_port ||
         h.session != g.session || h.first_generation != g.first_generation ||
-        h.lane_kind != static_cast<uint32_t>(g.lanes.kind))
+        h.lane_kind != static_cast<uint32_t>(g.lanes.kind) ||
+        h.float_sums != (l->policy.float_sums ? 1u : 0u))
       return fail("rank " + std::to_string(r) + " holds another group or session (group " +
                       std::to_string(h.group_id) + ", session " + std::to_string(h.session) +
                       "): the members' policies disagree",
@@ -238,9 +252,20 @@ ncclResult_t Connect(void* handles[], int nranks, int rank, void* listen_comm,
   return ncclSuccess;
 }
 
+// Whether this communicator's all-reduce of `t` goes through the switch.
+bool Carries(const hs::LaneFormat& f, bool float_sums, hs::ElemType t) {
+  return hs::Exact(f, t) || (float_sums && hs::Quantized(f, t));
+}
+
 ncclResult_t ReduceSupport(ncclDataType_t type, ncclRedOp_t op, int* supported) {
-  // The lane format carries these sums exactly (csrc/ina/lanes.h); NCCL serves the rest.
-  *supported = op == ncclSum && hs::Exact(hs::kInt32Lanes, ElemOf(type)) ? 1 : 0;
+  // The lane format carries integer sums exactly (csrc/ina/lanes.h); float sums as fixed
+  // point only when the config opts in (float_sums); NCCL serves the rest.
+  bool fs;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    fs = g_float_sums;
+  }
+  *supported = op == ncclSum && Carries(hs::kInt32Lanes, fs, ElemOf(type)) ? 1 : 0;
   return ncclSuccess;
 }
 
@@ -270,7 +295,7 @@ ncclResult_t Iallreduce(void* coll_comm, void* send, void* recv, size_t count,
   *request = nullptr;
   auto* c = static_cast<CollComm*>(coll_comm);
   hs::ElemType t = ElemOf(type);
-  if (op != ncclSum || !hs::Exact(c->policy.spec.lanes, t)) {
+  if (op != ncclSum || !Carries(c->policy.spec.lanes, c->policy.float_sums, t)) {
     Warn(kLog, "iallreduce: type " + std::to_string(type) + " op " + std::to_string(op) +
                    " is not supported (reduceSupport said so)");
     return ncclInvalidArgument;
@@ -333,10 +358,12 @@ ncclResult_t Test(void* request, int* done, int* size) {
     case hs::Engine::State::kFailed:
       break;
   }
-  Warn(kLog, "all-reduce failed: " + e.error());
+  std::string why = e.ErrorOf(r->op);
+  bool session_ok = e.error().empty();  // only this all-reduce failed (float data)
+  Warn(kLog, "all-reduce failed: " + why);
   e.Release(r->op);
   delete r;
-  return ncclRemoteError;
+  return session_ok ? ncclInvalidArgument : ncclRemoteError;
 }
 
 ncclResult_t CloseColl(void* coll_comm) {

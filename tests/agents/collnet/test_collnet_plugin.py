@@ -67,6 +67,7 @@ class Group:
     first_generation: int = 0xFFFFFFF0  # crosses the 32-bit generation wrap
     give_up_s: float = 3.0
     ports: list[int] = field(default_factory=list)
+    config: dict = field(default_factory=dict)  # more fields of each entry (float_sums)
 
 
 def start_group(
@@ -105,6 +106,7 @@ def start_group(
             "initial_rto_s": 0.05,
             "min_rto_s": 0.01,
             "max_rto_s": 0.4,
+            **g.config,
         }
         cfg.write_text(json.dumps({"groups": [entry]}))
         env = dict(os.environ, HEROSERVE_INA_CONFIG=str(cfg))
@@ -313,3 +315,98 @@ def test_no_config_disables_collnet_only(tmp_path: Path) -> None:
     err = [json.loads(x) for x in p.stdout.splitlines() if x.startswith("{")][-1]
     assert err["stage"] == "init" and err["rc"] == 5  # ncclInvalidUsage: NCCL disables CollNet
     assert "HEROSERVE_INA_CONFIG is not set" in p.stderr
+
+
+FLOAT_TYPES = ["float32", "float16", "bfloat16"]
+
+
+def float_table(title: str, n: int, ranks: list[Rank]) -> list[dict]:
+    rows = [e for e in ranks[0].of("result") if e["type"] in FLOAT_TYPES]
+    print(f"\n{title}: {n} ranks, normal(0,1) data with 0.1% outliers x50")
+    print(
+        f"{'type':>9} {'bytes':>8} {'exact':>6} {'max|sum|':>9} {'max err':>10} {'rms err':>10}"
+        f" {'type max':>10} {'type rms':>10} {'s':>3} {'seconds':>8}"
+    )
+    for e in rows:
+        same = [
+            x
+            for rk in ranks
+            for x in rk.of("result")
+            if (x["type"], x["bytes"]) == (e["type"], e["bytes"])
+        ]
+        print(
+            f"{e['type']:>9} {e['bytes']:>8} {all(x['exact'] for x in same)!s:>6}"
+            f" {e['max_abs_sum']:>9.4g} {e['max_err']:>10.3g} {e['rms_err']:>10.3g}"
+            f" {e['best_max_err']:>10.3g} {e['best_rms_err']:>10.3g} {e['scale_exp']:>3}"
+            f" {max(x['seconds'] for x in same):>8.3f}"
+        )
+    return rows
+
+
+@pytest.mark.parametrize("n", [4, 8])
+def test_float_sums_when_the_group_opts_in(tmp_path: Path, n: int) -> None:
+    """float32/float16/bfloat16 through int32 lanes with an agreed exponent: the plugin's
+    result equals the harness's own quantized reference bit for bit, and the error against
+    the float64 sum is what csrc/README.md's table says."""
+    sizes = [4, 1000, 65536] if n == 4 else [65536]
+    with LoopbackSwitch() as sw:
+        g = Group(group_id=41 + n, n=n, window=32, give_up_s=10.0, config={"float_sums": True})
+        ranks = finish(
+            start_group(
+                sw,
+                g,
+                tmp_path,
+                ["--types", ",".join(FLOAT_TYPES + ["int32"]), "--sizes", ",".join(map(str, sizes))],
+            ),
+            timeout_s=240,
+        )
+    for rk in ranks:
+        assert rk.rc == 0, rk.stderr[-3000:]
+        support = rk.of("support")[0]["supported"]
+        assert support == [f"{t}/sum" for t in EXACT_TYPES[:4]] + [
+            "float16/sum",
+            "float32/sum",
+            "bfloat16/sum",
+        ], support
+        assert all(e["exact"] for e in rk.of("result"))
+    rows = float_table("CollNet v12 float sums", n, ranks)
+    assert len(rows) == len(FLOAT_TYPES) * len(sizes)
+    for e in rows:
+        # lanes.py's bound on the fixed point (w / 2^(s+1)) plus the final rounding to the
+        # type, which the best possible result in that type also pays.
+        assert e["max_err"] <= n * 2.0 ** (-e["scale_exp"] - 1) + 2 * e["best_max_err"] + 1e-12
+
+
+def test_float_data_that_cannot_travel_fails_that_all_reduce_on_every_member(
+    tmp_path: Path,
+) -> None:
+    """One member's data holds infinity: the agreement round tells every member, all of them
+    skip the data (their rounds stay numbered alike) and fail that all-reduce with
+    ncclInvalidArgument, not the session's ncclRemoteError, and without waiting."""
+    with LoopbackSwitch() as sw:
+        g = Group(group_id=51, n=3, window=8, config={"float_sums": True})
+        ranks = finish(
+            start_group(
+                sw,
+                g,
+                tmp_path,
+                ["--types", "float32", "--sizes", "65536", "--outlier-rate", "0.01"],
+                per_rank={1: ["--outlier-mag", "inf"]},
+            ),
+            timeout_s=60,
+        )
+    for rk in ranks:
+        assert rk.rc == 3, rk.stderr[-3000:]
+        err = rk.of("error")[0]
+        assert err["stage"] == "allreduce" and err["rc"] == 4, err  # ncclInvalidArgument
+        assert err["seconds"] < 2.0
+        assert "not finite" in rk.stderr
+
+
+def test_float_sums_stay_off_unless_every_entry_opts_in(tmp_path: Path) -> None:
+    with LoopbackSwitch() as sw:
+        g = Group(group_id=52, n=2, window=4, config={"float_sums": False})
+        ranks = finish(start_group(sw, g, tmp_path, ["--types", "int32", "--sizes", "4"]))
+    for rk in ranks:
+        assert rk.rc == 0, rk.stderr[-3000:]
+        assert rk.of("support")[0]["supported"] == [f"{t}/sum" for t in EXACT_TYPES]
