@@ -393,6 +393,11 @@ int main(int argc, char** argv) {
   printf("{\"event\": \"props\", \"name\": \"%s\", \"pciPath\": \"%s\", \"speed\": %d, "
          "\"ptrSupport\": %d, \"ndev\": %d}\n",
          pname.c_str(), pci.c_str(), speed, ptr, ndev);
+  // NULL iallgather / ireducescatter keep NCCL from picking CollNet for those collectives.
+  bool ag = api.v12 ? api.v12->iallgather != nullptr : api.v8->iallgather != nullptr;
+  bool rs = api.v12 ? api.v12->ireducescatter != nullptr : api.v8->ireducescatter != nullptr;
+  printf("{\"event\": \"optional\", \"iallgather\": %s, \"ireducescatter\": %s}\n",
+         ag ? "true" : "false", rs ? "true" : "false");
   std::string support;
   for (const auto& t : kTypes) {
     for (int o = 0; o < 5; o++) {

@@ -315,20 +315,6 @@ ncclResult_t Iallreduce(void* coll_comm, void* send, void* recv, size_t count,
   return ncclSuccess;
 }
 
-ncclResult_t Iallgather(void*, void*, int, ncclNetSGE_v12_t*, size_t, size_t, size_t, void*,
-                        void** request) {
-  *request = nullptr;
-  Warn(kLog, "iallgather is not supported (the switch only sums)");
-  return ncclInternalError;
-}
-
-ncclResult_t Ireducescatter(void*, int, ncclNetSGE_v12_t*, void*, size_t, size_t, size_t,
-                            ncclDataType_t, ncclRedOp_t, void*, void** request) {
-  *request = nullptr;
-  Warn(kLog, "ireducescatter is not supported");
-  return ncclInternalError;
-}
-
 ncclResult_t Iflush(void* coll_comm, void*, int, void*, void** request) {
   // Host memory: results are in place when test() reports them; nothing to flush.
   *request = new Request{static_cast<CollComm*>(coll_comm), nullptr, 0};
@@ -381,11 +367,6 @@ ncclResult_t CloseListen(void* listen_comm) {
   return ncclSuccess;
 }
 
-ncclResult_t MakeVDevice(int* d, void*) {
-  *d = -1;
-  return ncclInvalidUsage;  // one physical device, no virtual ones
-}
-
 ncclResult_t Finalize(void* ctx) {
   delete static_cast<Context*>(ctx);
   return ncclSuccess;
@@ -434,56 +415,48 @@ ncclResult_t IallreduceV8(void* c, void* s, void* r, int count, ncclDataType_t t
   if (count < 0) return ncclInvalidArgument;
   return Iallreduce(c, s, r, static_cast<size_t>(count), t, op, sm, rm, req);
 }
-template <typename SGE>
-ncclResult_t IallgatherAny(void* c, void* s, int n, SGE*, size_t a, size_t b, size_t w,
-                           void* m, void** req) {
-  return Iallgather(c, s, n, nullptr, a, b, w, m, req);
-}
-template <typename SGE>
-ncclResult_t IreducescatterAny(void* c, int n, SGE*, void* r, size_t a, size_t b, size_t w,
-                               ncclDataType_t t, ncclRedOp_t op, void* m, void** req) {
-  return Ireducescatter(c, n, nullptr, r, a, b, w, t, op, m, req);
-}
-template <typename V>
-ncclResult_t MakeVDeviceAny(int* d, V* props) {
-  return MakeVDevice(d, props);
-}
-
 }  // namespace
 
+// iallgather and ireducescatter are NULL: NCCL then never picks CollNet for AllGather or
+// ReduceScatter (src/graph/tuning.cc, ncclTopoTuneModel: busBw = 0 when
+// `!comm->ncclCollNet->iallgather` / `->ireducescatter`, since 2.20.3), whereas a function
+// that returns an error would be picked and fail the collective. NCCL uses the newest
+// version a library exports as its own ncclCollNet_t (2.20-2.23: v8, 2.24: v9, 2.26: v10,
+// 2.28: v11, 2.30: v12), so the NULL reaches that check in each release. makeVDevice is
+// NULL: NCCL then uses the physical device (src/graph/topo.cc), as with its socket net.
 extern "C" {
 
 __attribute__((visibility("default"))) ncclCollNet_v12_t ncclCollNetPlugin_v12 = {
     kName,        Init,         Devices,    GetProperties, Listen,
     Connect,      ReduceSupport, RegMr,     RegMrDmaBuf,   DeregMr,
-    Iallreduce,   Iallgather,   Ireducescatter, Iflush,    Test,
-    CloseColl,    CloseListen,  MakeVDeviceAny<ncclNetVDeviceProps_v12_t>, Finalize};
+    Iallreduce,   nullptr,      nullptr,    Iflush,        Test,
+    CloseColl,    CloseListen,  nullptr, Finalize};
 
 __attribute__((visibility("default"))) ncclCollNet_v11_t ncclCollNetPlugin_v11 = {
     kName,       Init,          Devices,  GetPropertiesV11, Listen,
     Connect,     ReduceSupport, RegMr,    RegMrDmaBuf,      DeregMr,
-    Iallreduce,  IallgatherAny<ncclNetSGE_v11_t>, IreducescatterAny<ncclNetSGE_v11_t>,
+    Iallreduce,  nullptr, nullptr,
     Iflush,      Test,          CloseColl, CloseListen,
-    MakeVDeviceAny<ncclNetVDeviceProps_v11_t>, Finalize};
+    nullptr, Finalize};
 
 __attribute__((visibility("default"))) ncclCollNet_v10_t ncclCollNetPlugin_v10 = {
     kName,       InitNoCtx,     Devices,  GetPropertiesV9To11<ncclNetProperties_v10_t>,
     ListenNoCtx, Connect,       ReduceSupport, RegMr, RegMrDmaBuf, DeregMr,
-    Iallreduce,  IallgatherAny<ncclNetSGE_v10_t>, IreducescatterAny<ncclNetSGE_v10_t>,
+    Iallreduce,  nullptr, nullptr,
     Iflush,      Test,          CloseColl, CloseListen,
-    MakeVDeviceAny<ncclNetVDeviceProps_v10_t>};
+    nullptr};
 
 __attribute__((visibility("default"))) ncclCollNet_v9_t ncclCollNetPlugin_v9 = {
     kName,       InitNoCtx,     Devices,  GetPropertiesV9To11<ncclNetProperties_v9_t>,
     ListenNoCtx, Connect,       ReduceSupport, RegMr, RegMrDmaBuf, DeregMr,
-    Iallreduce,  IallgatherAny<ncclNetSGE_v9_t>, IreducescatterAny<ncclNetSGE_v9_t>,
+    Iallreduce,  nullptr, nullptr,
     Iflush,      Test,          CloseColl, CloseListen,
-    MakeVDeviceAny<ncclNetVDeviceProps_v9_t>};
+    nullptr};
 
 __attribute__((visibility("default"))) ncclCollNet_v8_t ncclCollNetPlugin_v8 = {
     kName,       InitNoCtx,     Devices,  GetPropertiesV8,
     ListenNoCtx, Connect,       ReduceSupport, RegMr, RegMrDmaBuf, DeregMr,
-    IallreduceV8, IallgatherAny<ncclNetSGE_v8_t>, IreducescatterAny<ncclNetSGE_v8_t>,
+    IallreduceV8, nullptr, nullptr,
     Iflush,      Test,          CloseColl, CloseListen};
 
 }  // extern "C"

@@ -172,6 +172,12 @@ def test_exact_sums_for_every_accepted_type_and_size(tmp_path: Path) -> None:
         assert rk.of("refuses_device_memory") == [{"event": "refuses_device_memory", "ok": True}]
         support = rk.of("support")[0]["supported"]
         assert support == [f"{t}/sum" for t in EXACT_TYPES], support
+        # NULL: NCCL never picks CollNet for AllGather / ReduceScatter (csrc/README.md)
+        assert rk.of("optional")[0] == {
+            "event": "optional",
+            "iallgather": False,
+            "ireducescatter": False,
+        }
     rows = results_table(ranks)
     print_table("CollNet v12 over the switch model", g.n, "0", rows)
     assert len(rows) == len(EXACT_TYPES) * len(sizes)
