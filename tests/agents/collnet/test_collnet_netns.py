@@ -58,8 +58,12 @@ def netem_unavailable() -> str | None:
     except subprocess.CalledProcessError as e:
         return f"cannot create a veth pair: {e.stderr!r}"
     try:
-        p = subprocess.run(["tc", "qdisc", "add", "dev", a, "root", "netem", *NETEM],
-                           capture_output=True, text=True, timeout=30)
+        p = subprocess.run(
+            ["tc", "qdisc", "add", "dev", a, "root", "netem", *NETEM],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         if p.returncode != 0:
             return f"`tc qdisc add ... netem` fails here ({p.stderr.strip()}): no sch_netem"
         return None
@@ -110,8 +114,9 @@ def test_collnet_exact_through_namespaces(testbed: NetnsBed, tmp_path: Path, net
     cmd = [sys.executable, "-m", "agents.softswitch", "--p4runtime", "127.0.0.1:0"]
     for i, p in enumerate(testbed.ports):
         cmd += ["-i", f"{i + 1}@{p}"]
-    sw = subprocess.Popen(cmd, env=ENV, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
+    sw = subprocess.Popen(
+        cmd, env=ENV, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert sw.stdout is not None
         line = sw.stdout.readline()
@@ -120,8 +125,20 @@ def test_collnet_exact_through_namespaces(testbed: NetnsBed, tmp_path: Path, net
         assert _child("program", port)["ok"]
         for w in range(N) if netem else []:  # loss and reordering both ways
             run_checked("tc", "qdisc", "add", "dev", testbed.ports[w], "root", "netem", *NETEM)
-            run_checked("ip", "netns", "exec", testbed.ns[w], "tc", "qdisc", "add", "dev", "eth0",
-                        "root", "netem", *NETEM)
+            run_checked(
+                "ip",
+                "netns",
+                "exec",
+                testbed.ns[w],
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "eth0",
+                "root",
+                "netem",
+                *NETEM,
+            )
         types = {"int32": 4, "int8": 1, "float32": 4}
         sizes = [4, 4096, 32768]
         procs = []
@@ -129,17 +146,56 @@ def test_collnet_exact_through_namespaces(testbed: NetnsBed, tmp_path: Path, net
         d.mkdir()
         for w in range(N):
             cfg = tmp_path / f"ina{w}.json"
-            cfg.write_text(json.dumps({"groups": [{
-                "group_id": GROUP, "num_workers": N, "worker_id": w, "window": WINDOW,
-                "switch_ip": SWITCH_IP, "session": 77, "first_generation": 5,
-                "bind_ip": worker_ip(w), "give_up_s": 10, "initial_rto_s": 0.05,
-                "min_rto_s": 0.02, "max_rto_s": 0.5, "float_sums": True}]}))
-            procs.append(subprocess.Popen(
-                ["ip", "netns", "exec", testbed.ns[w], str(HARNESS), "--lib", str(LIB),
-                 "--dir", str(d), "--rank", str(w), "--nranks", str(N),
-                 "--types", ",".join(types), "--sizes", ",".join(map(str, sizes))],
-                env=dict(ENV, HEROSERVE_INA_CONFIG=str(cfg)),
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            cfg.write_text(
+                json.dumps(
+                    {
+                        "groups": [
+                            {
+                                "group_id": GROUP,
+                                "num_workers": N,
+                                "worker_id": w,
+                                "window": WINDOW,
+                                "switch_ip": SWITCH_IP,
+                                "session": 77,
+                                "first_generation": 5,
+                                "bind_ip": worker_ip(w),
+                                "give_up_s": 10,
+                                "initial_rto_s": 0.05,
+                                "min_rto_s": 0.02,
+                                "max_rto_s": 0.5,
+                                "float_sums": True,
+                            }
+                        ]
+                    }
+                )
+            )
+            procs.append(
+                subprocess.Popen(
+                    [
+                        "ip",
+                        "netns",
+                        "exec",
+                        testbed.ns[w],
+                        str(HARNESS),
+                        "--lib",
+                        str(LIB),
+                        "--dir",
+                        str(d),
+                        "--rank",
+                        str(w),
+                        "--nranks",
+                        str(N),
+                        "--types",
+                        ",".join(types),
+                        "--sizes",
+                        ",".join(map(str, sizes)),
+                    ],
+                    env=dict(ENV, HEROSERVE_INA_CONFIG=str(cfg)),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
         outs = []
         t0 = time.monotonic()
         for p in procs:
@@ -148,7 +204,9 @@ def test_collnet_exact_through_namespaces(testbed: NetnsBed, tmp_path: Path, net
             except subprocess.TimeoutExpired:
                 p.kill()
                 o, e = p.communicate()
-            outs.append((p.returncode, [json.loads(x) for x in o.splitlines() if x.startswith("{")], e))
+            outs.append(
+                (p.returncode, [json.loads(x) for x in o.splitlines() if x.startswith("{")], e)
+            )
         counters = _child("counters", port)
     finally:
         sw.terminate()
@@ -156,11 +214,15 @@ def test_collnet_exact_through_namespaces(testbed: NetnsBed, tmp_path: Path, net
     how = f"netem {' '.join(NETEM)} on every veth, both ways" if netem else "no netem"
     print(f"\nCollNet v12 through {N} namespaces, {how}")
     print(f"{'type':>8} {'bytes':>6} {'exact':>6} {'seconds':>8}")
-    for rc, events, err in outs:
+    for rc, _events, err in outs:
         assert rc == 0, err[-3000:]
     for e in [x for x in outs[0][1] if x.get("event") == "result"]:
-        same = [x for _, ev, _ in outs for x in ev
-                if x.get("event") == "result" and (x["type"], x["bytes"]) == (e["type"], e["bytes"])]
+        same = [
+            x
+            for _, ev, _ in outs
+            for x in ev
+            if x.get("event") == "result" and (x["type"], x["bytes"]) == (e["type"], e["bytes"])
+        ]
         assert all(x["exact"] for x in same), same
         print(f"{e['type']:>8} {e['bytes']:>6} {True!s:>6} {max(x['seconds'] for x in same):>8.3f}")
     stats = [next(x for x in ev if x.get("event") == "stats") for _, ev, _ in outs]
@@ -185,9 +247,13 @@ def _client(port: int):
     deadline = time.monotonic() + 30
     while True:
         try:
-            sh.setup(device_id=1, grpc_addr=f"127.0.0.1:{port}", election_id=(0, 1),
-                     config=sh.FwdPipeConfig(str(P4INFO), "/dev/null") if _client.push else None,
-                     verbose=False)
+            sh.setup(
+                device_id=1,
+                grpc_addr=f"127.0.0.1:{port}",
+                election_id=(0, 1),
+                config=sh.FwdPipeConfig(str(P4INFO), "/dev/null") if _client.push else None,
+                verbose=False,
+            )
             return sh
         except BaseException:
             if time.monotonic() > deadline:
@@ -234,8 +300,10 @@ def _counters(port: int) -> dict:
         return {c.index: c.data.packet_count for c in sh.CounterEntry(name).read()}
 
     drops, events = cells("InaIngress.ina_drops"), cells("InaIngress.ina_events")
-    res = {"ina_drops": [drops.get(i, 0) for i in range(16)],
-           "ina_events": [events.get(i, 0) for i in range(8)]}
+    res = {
+        "ina_drops": [drops.get(i, 0) for i in range(16)],
+        "ina_events": [events.get(i, 0) for i in range(8)],
+    }
     sh.teardown()
     return res
 

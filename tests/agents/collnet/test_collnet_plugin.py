@@ -362,7 +362,12 @@ def test_float_sums_when_the_group_opts_in(tmp_path: Path, n: int) -> None:
                 sw,
                 g,
                 tmp_path,
-                ["--types", ",".join(FLOAT_TYPES + ["int32"]), "--sizes", ",".join(map(str, sizes))],
+                [
+                    "--types",
+                    ",".join(FLOAT_TYPES + ["int32"]),
+                    "--sizes",
+                    ",".join(map(str, sizes)),
+                ],
             ),
             timeout_s=240,
         )

@@ -94,9 +94,7 @@ def test_ring_is_exact_for_every_version(tmp_path: Path, version: int) -> None:
     sizes = [0, 1, 4095, 65536, 1 << 20]
     if version == 12:
         sizes.append(4 << 20)
-    res = run_ring(
-        tmp_path, 3, ["--version", str(version), "--sizes", ",".join(map(str, sizes))]
-    )
+    res = run_ring(tmp_path, 3, ["--version", str(version), "--sizes", ",".join(map(str, sizes))])
     print(f"\nnet v{version}: 3 ranks in a ring, 4 messages per size, receive buffers +4096 B")
     print(f"{'bytes':>9} {'exact':>6} {'seconds':>8} {'MiB/s':>8}")
     for rc, events, err in res:
@@ -163,7 +161,7 @@ def test_a_peer_that_closes_is_an_error_not_a_hang(tmp_path: Path) -> None:
 def test_accept_and_connect_without_a_peer_give_up_within_the_timeout(tmp_path: Path) -> None:
     env = {"HEROSERVE_NET_CONNECT_TIMEOUT_S": "1.5"}
     # Rank 1 listens and accepts, nobody connects: accept gives up.
-    (rc, ev, err), = run_ring(
+    ((rc, ev, err),) = run_ring(
         tmp_path, 2, ["--accept-only"], env=env, per_rank={}, timeout_s=30, ranks=[1]
     )
     assert rc == 3, err[-3000:]
@@ -171,7 +169,7 @@ def test_accept_and_connect_without_a_peer_give_up_within_the_timeout(tmp_path: 
     assert e["stage"] == "accept" and e["rc"] == 6
     assert 1.5 <= e["seconds"] < 4.0, e
     # Its listener is closed now; rank 0 connects to that handle: refused until the timeout.
-    (rc, ev, err), = run_ring(tmp_path, 2, ["--sizes", "4"], env=env, timeout_s=30, ranks=[0])
+    ((rc, ev, err),) = run_ring(tmp_path, 2, ["--sizes", "4"], env=env, timeout_s=30, ranks=[0])
     assert rc == 3, err[-3000:]
     e = of(ev, "error")[0]
     assert e["stage"] == "connect" and e["rc"] == 6
