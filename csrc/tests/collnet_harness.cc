@@ -205,7 +205,9 @@ struct Args {
   int outstanding = 4;
   double exchange_timeout_s = 60;
   bool leave_after_listen = false;  // publish a handle and never connect (a rank that never joins)
-  double pause_before_data_s = 0;   // after connect, before the first all-reduce
+  // after connect: write DIR/connected.RANK and wait (at most exchange_timeout_s) for DIR/go
+  // before the first all-reduce, so a test can act between the two on a condition, not a clock
+  bool wait_for_go = false;
 };
 
 std::vector<std::string> Split(const std::string& s) {
@@ -238,7 +240,7 @@ bool Parse(int argc, char** argv, Args* a) {
     else if (k == "--outstanding") a->outstanding = std::atoi(val().c_str());
     else if (k == "--exchange-timeout") a->exchange_timeout_s = std::atof(val().c_str());
     else if (k == "--leave-after-listen") a->leave_after_listen = true;
-    else if (k == "--pause-before-data") a->pause_before_data_s = std::atof(val().c_str());
+    else if (k == "--wait-for-go") a->wait_for_go = true;
     else if (k == "--float-scale") g_float.scale = std::atof(val().c_str());
     else if (k == "--outlier-rate") g_float.outlier_rate = std::atof(val().c_str());
     else if (k == "--outlier-mag") g_float.outlier_mag = std::atof(val().c_str());
@@ -356,7 +358,7 @@ int main(int argc, char** argv) {
             "usage: collnet_harness --lib SO --dir DIR --rank R --nranks N [--version 12|8] "
             "[--types int32,...] [--sizes BYTES,...] [--seed S] [--comm-id ID] [--slice B] "
             "[--outstanding K] [--exchange-timeout S] [--leave-after-listen] "
-            "[--pause-before-data S] [--float-scale X] [--outlier-rate P] [--outlier-mag M]\n");
+            "[--wait-for-go] [--float-scale X] [--outlier-rate P] [--outlier-mag M]\n");
     return 2;
   }
   void* lib = dlopen(a.lib.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -435,8 +437,17 @@ int main(int argc, char** argv) {
   api.CloseListen(lcomm);
   printf("{\"event\": \"connected\", \"seconds\": %.3f}\n", Now() - t0);
   fflush(stdout);
-  if (a.pause_before_data_s > 0)
-    std::this_thread::sleep_for(std::chrono::duration<double>(a.pause_before_data_s));
+  if (a.wait_for_go) {
+    std::ofstream(a.dir + "/connected." + std::to_string(a.rank)) << "1";
+    const std::string go = a.dir + "/go";
+    for (double start = Now(); access(go.c_str(), F_OK) != 0;) {
+      if (Now() - start > a.exchange_timeout_s) {
+        fprintf(stderr, "no go file within %.0f s\n", a.exchange_timeout_s);
+        return 2;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
 
   // Device memory and DMA-BUF are refused (host memory only).
   void* mh = nullptr;

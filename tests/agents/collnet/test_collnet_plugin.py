@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from support.waiting import wait_for
 
 from agents.ina.impairments import Impairments
 from agents.ina.loopback import LoopbackSwitch
@@ -264,25 +265,33 @@ def test_two_communicators_at_once_are_isolated(tmp_path: Path) -> None:
 
 
 def test_stopped_switch_fails_cleanly_within_the_timeout(tmp_path: Path) -> None:
+    """Every rank connects (one join round through the switch), then the switch stops, then
+    the ranks all-reduce: each fails with ncclRemoteError after its give-up time, no hang.
+    The steps follow each other on conditions (files the ranks write), never on a clock."""
     g = Group(group_id=31, n=2, window=8, give_up_s=1.5)
+    d = tmp_path / f"group{g.group_id}"
     with LoopbackSwitch() as sw:
         ranks = start_group(
-            sw, g, tmp_path, ["--types", "int32", "--sizes", "65536", "--pause-before-data", "1.0"]
+            sw, g, tmp_path, ["--types", "int32", "--sizes", "65536", "--wait-for-go"]
         )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not all(
-            (tmp_path / f"group{g.group_id}" / f"handle.{r}").exists() for r in range(g.n)
-        ):
-            time.sleep(0.05)
-        time.sleep(0.6)  # connected (one join round), then the switch stops
-    ranks = finish(ranks, timeout_s=30)
+        wait_for(
+            "every rank connected",
+            lambda: (
+                all((d / f"connected.{r}").exists() for r in range(g.n))
+                or any(rk.proc.poll() is not None for rk in ranks)
+            ),
+        )
+    (d / "go").write_text("1")  # the switch has stopped
+    ranks = finish(ranks, timeout_s=60)
     for rk in ranks:
         assert rk.rc == 3, rk.stderr[-3000:]
         assert rk.of("connected"), "the switch stopped before the ranks connected"
         err = rk.of("error")[0]
         assert err["stage"] == "allreduce"
         assert err["rc"] == 6  # ncclRemoteError
-        assert g.give_up_s <= err["seconds"] + 1.0 < g.give_up_s + 3.0, err
+        # bounded: not before the give-up time, and far from a hang (the slack is for a
+        # loaded machine, not a measurement)
+        assert g.give_up_s <= err["seconds"] + 1.0 < g.give_up_s + 20.0, err
         assert "no result from the switch" in rk.stderr
 
 
@@ -297,7 +306,7 @@ def test_a_rank_that_never_joins_fails_connect_within_the_timeout(tmp_path: Path
                 ["--types", "int32", "--sizes", "4"],
                 per_rank={2: ["--leave-after-listen"]},
             ),
-            timeout_s=30,
+            timeout_s=120,
         )
     assert ranks[2].rc == 0 and ranks[2].of("left")
     for rk in ranks[:2]:
@@ -305,7 +314,7 @@ def test_a_rank_that_never_joins_fails_connect_within_the_timeout(tmp_path: Path
         err = rk.of("error")[0]
         assert err["stage"] == "connect"
         assert err["rc"] == 6
-        assert g.give_up_s <= err["seconds"] < g.give_up_s + 2.0, err
+        assert g.give_up_s <= err["seconds"] < g.give_up_s + 20.0, err  # bounded, not measured
 
 
 def test_no_config_disables_collnet_only(tmp_path: Path) -> None:
