@@ -131,9 +131,9 @@ class SimulateCommand:
     """``heroserve simulate``'s options."""
 
     plan: str = option(help="a plan JSON file (heroserve plan --json)")
-    rate: float = option(
-        help=f"requests offered (at most {MAX_RATE:g} in all)", unit="req/s", low=0,
-        high=MAX_RATE, low_open=True,
+    rate: float | None = option(
+        None, help=f"requests offered (at most {MAX_RATE:g} in all)", unit="req/s", low=0,
+        high=MAX_RATE, low_open=True, default_help="the rate the plan predicts",
     )  # fmt: skip
     per_gpu: bool = option(False, help="--rate is per GPU used by the plan")
     requests: int = option(

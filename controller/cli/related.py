@@ -109,16 +109,15 @@ def colocated_summary(plan: Plan, limit: int = 40) -> str:
 def run_colocated(a: argparse.Namespace, plan: Plan) -> int:
     """``heroserve simulate`` of a colocated plan (the flags of controller/cli/simulate.py)."""
     from controller.cli.common import plan_cluster, workload_for_plan
+    from controller.cli.simulate import offered_work
     from controller.related.clusters import CLUSTERS, resolve_cluster
     from controller.related.colocated import ColocatedOptions, ColocatedSim, build_colocated
-    from controller.sim import make_requests
     from controller.topology import BUILTIN
 
     g = plan_cluster(plan, a.topology, a.plan, resolve_cluster, {**BUILTIN, **CLUSTERS})
     w = workload_for_plan(plan, a.workload, a.plan)
     model = build_colocated(plan, g, w)
-    rate = a.rate * model.gpus_used if a.per_gpu else a.rate
-    reqs = make_requests(w, rate, a.requests, a.seed, a.cv)
+    rate, reqs = offered_work(a, plan, w, model.gpus_used)
     print(
         f"simulating {a.requests} {w.name} requests at {rate:.4g} req/s "
         f"({rate / model.gpus_used:.4g} per GPU, {model.gpus_used} GPUs) on {g.name}, "

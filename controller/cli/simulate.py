@@ -37,20 +37,39 @@ def check_work(reqs, rate: float) -> None:
         )
 
 
+def offered_work(a: argparse.Namespace, plan, w, gpus_used: int) -> tuple[float, list]:
+    """The offered rate (req/s, the whole deployment) and its requests, within the bounds.
+
+    Without ``--rate`` the plan's own predicted rate is offered, and a line on stderr says so:
+    the rate the planner claims the deployment sustains is the one worth checking first."""
+    from controller.sim import make_requests
+
+    if a.rate is None:
+        if a.per_gpu:
+            raise InputError("--per-gpu scales --rate: pass --rate too")
+        rate = plan.predicted.rate
+        if not rate > 0:
+            raise InputError(f"the plan predicts no rate ({rate:g} req/s): pass --rate")
+        print(f"no --rate: offering the plan's predicted rate, {rate:.4g} req/s", file=sys.stderr)
+    else:
+        rate = a.rate * gpus_used if a.per_gpu else a.rate
+    reqs = make_requests(w, rate, a.requests, a.seed, a.cv)
+    check_work(reqs, rate)
+    return rate, reqs
+
+
 def run(a: argparse.Namespace) -> int:
     from controller.cli.common import plan_and_workload
     from controller.cli.related import run_colocated
     from controller.inputs.plan_checks import load_plan
-    from controller.sim import SimOptions, build_model, make_requests, simulator_for
+    from controller.sim import SimOptions, build_model, simulator_for
 
     plan = load_plan(a.plan)
     if plan.layout == "colocated":  # the seed planners' plans (controller/related/colocated/)
         return run_colocated(a, plan)
     g, w = plan_and_workload(plan, a.topology, a.workload, a.plan)
     model = build_model(plan, g, w)
-    rate = a.rate * model.gpus_used if a.per_gpu else a.rate
-    reqs = make_requests(w, rate, a.requests, a.seed, a.cv)
-    check_work(reqs, rate)
+    rate, reqs = offered_work(a, plan, w, model.gpus_used)
     print(
         f"simulating {a.requests} {w.name} requests at {rate:.4g} req/s "
         f"({rate / model.gpus_used:.4g} per GPU, {model.gpus_used} GPUs) on {g.name}, "

@@ -54,6 +54,30 @@ def test_simulate_bounds_its_arguments(plan_file, capsys, args, message):
     _one_line_2(capsys, ["simulate", "--plan", str(plan_file), *args], message)
 
 
+def test_simulate_without_rate_offers_the_plans_predicted_rate(
+    plan_doc, plan_file, tmp_path, capsys
+):
+    out = tmp_path / "r.json"
+    assert main(["simulate", "--plan", str(plan_file), "--requests", "50", "--json", str(out)]) == 0
+    predicted = plan_doc["predicted"]["rate"]
+    assert predicted > 0
+    assert f"offering the plan's predicted rate, {predicted:.4g} req/s" in capsys.readouterr().err
+    # the offered rate the simulator reports is that of the requests made at the plan's rate:
+    # 50 Poisson arrivals at rate H span about 50 / H seconds
+    d = json.loads(out.read_text())
+    assert 0.5 * predicted < d["offered_rate"] < 2 * predicted
+
+
+def test_simulate_refuses_per_gpu_without_rate_and_a_plan_without_a_rate(
+    plan_doc, tmp_path, capsys
+):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan_doc))
+    _one_line_2(capsys, ["simulate", "--plan", str(path), "--per-gpu"], "pass --rate too")
+    path.write_text(json.dumps({**plan_doc, "predicted": {**plan_doc["predicted"], "rate": 0}}))
+    _one_line_2(capsys, ["simulate", "--plan", str(path)], "the plan predicts no rate")
+
+
 def test_simulate_one_request_does_a_few_thousand_events(plan_file, tmp_path):
     """One request used to sample the KV timeline 1.57 M times (a period set by the arrivals'
     span, which one request does not have); all at once at the top rate likewise."""
