@@ -180,3 +180,12 @@ def test_evaluate_bounds_its_arguments(tmp_path, capsys, args, message):
         ["evaluate", "--scenario", "testbed-chatbot", "--quiet", *args],
         message.replace("{file}", str(f)),
     )
+
+
+def test_fidelity_defaults_write_beside_the_user_at_the_reports_size():
+    """The report's own size (1,200 servers, docs/fidelity.md) and a file in the working
+    directory: a bare `heroserve fidelity` must not overwrite the repository's docs/."""
+    from controller.cli import build_parser
+
+    a = build_parser(["fidelity"]).parse_args(["fidelity"])
+    assert (a.out, a.servers) == ("fidelity.md", 1200)
