@@ -39,6 +39,19 @@ def default_model(topology: str) -> str:
     return "OPT-175B" if topology in LARGE_CLUSTERS else "OPT-66B"
 
 
+def sized_topology(topology: str, servers: int | None) -> str:
+    """The topology name ``--topology`` and ``--servers`` give together: a track cluster of
+    ``servers`` servers is ``KIND-N`` (``controller.topology.resolve_topology`` builds it);
+    ``--servers`` with any other topology is refused."""
+    if servers is None:
+        return topology
+    if topology not in LARGE_CLUSTERS:
+        raise InputError(
+            f"--servers sizes the track clusters ({', '.join(LARGE_CLUSTERS)}), not {topology!r}"
+        )
+    return f"{topology}-{servers}"
+
+
 def resolve_inputs(
     a: argparse.Namespace, resolve_cluster: Callable[[str], nx.Graph]
 ) -> tuple[nx.Graph, ModelSpec, Workload, SLA]:
@@ -48,7 +61,7 @@ def resolve_inputs(
     from controller.models import model_spec
     from controller.workload import default_sla, resolve_workload
 
-    g = resolve_cluster(a.topology)
+    g = resolve_cluster(sized_topology(a.topology, getattr(a, "servers", None)))
     model = model_spec(a.model or default_model(a.topology))
     workload = resolve_workload(a.workload, seed=a.seed)
     scale = "large" if a.topology in LARGE_CLUSTERS else "testbed"

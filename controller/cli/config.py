@@ -53,6 +53,11 @@ class PlanInputs:
         default_help="OPT-66B on the testbed, OPT-175B on the track clusters, LLaMA-2-70B on "
         "helix24",
     )
+    servers: int | None = option(
+        None, help="2tracks | 8tracks: servers in the cluster (whole units of 6 and 16), the "
+        "paper's core switches scaled to the size", low=1, high=MAX_SERVERS,
+        default_help="the paper's 1200",
+    )  # fmt: skip
     workload: str = option("chatbot", help="chatbot | summarization | a .csv/.json trace file")
     sla_ttft: float | None = option(
         None, help="TTFT bound", unit="s", low=0, high=MAX_SLA_S, low_open=True,

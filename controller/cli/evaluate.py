@@ -27,11 +27,12 @@ def run(a: argparse.Namespace) -> int:
     from controller.evaluation.run import evaluate
     from controller.evaluation.scenarios import scenario
     from controller.evaluation.sweep import Runner
+    from controller.topology.generators import TRACK_CLUSTERS
 
     planners = tuple(a.planners) if a.planners else None
     s = scenario(a.scenario, requests=a.requests, servers=a.servers, planners=planners)
-    if s.topology != "testbed" and s.servers:
-        unit = 6 if s.topology == "2tracks" else 16
+    if s.topology in TRACK_CLUSTERS and s.servers:
+        unit = TRACK_CLUSTERS[s.topology][0]
         if s.servers % unit:
             raise InputError(f"--servers must be a multiple of {unit} for {s.topology}")
     if a.fast and a.online_scheduler:

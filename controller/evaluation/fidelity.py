@@ -37,12 +37,12 @@ from controller.costmodel.network import flow_times
 from controller.errors import InputError
 from controller.evaluation.ablation_report import replace_section, section, section_span
 from controller.evaluation.deployment import simulated_together
-from controller.evaluation.scenarios import Scenario, paper_cores, scenario
+from controller.evaluation.scenarios import Scenario, scenario
 from controller.evaluation.sweep import Runner
 from controller.plan import Plan
 from controller.planner import BASELINES, PlannerOptions, plan
 from controller.planner.options import DEFAULT_TIME_LIMIT_S
-from controller.topology.generators import fig2
+from controller.topology.generators import fig2, paper_cores
 from controller.units import MB
 
 SIM_REQUESTS = 20_000  # the ablation's budget: most requests a simulation point may run
@@ -79,7 +79,7 @@ def _track_servers(servers: int, unit: int) -> int:
 def cases(servers: int) -> list[Case]:
     """The testbed's two scenarios, then each track cluster's, ``servers`` rounded down to
     whole units of 6 (2tracks) and 16 servers (8tracks), with the paper's core switches
-    scaled to that size (``scenarios.paper_cores``: 27 and 280 at 1,200 servers) but at
+    scaled to that size (``topology.generators.paper_cores``: 27 and 280 at 1,200 servers) but at
     least 4 (2tracks) and 16 (8tracks), so that a small 8tracks keeps its 1:1 core."""
     out = [Case("testbed-chatbot"), Case("testbed-summarization")]
     for topo, (unit, least) in (("2tracks", (6, 4)), ("8tracks", (16, 16))):

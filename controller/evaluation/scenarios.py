@@ -18,7 +18,7 @@ from controller.errors import InputError
 from controller.models import model_spec
 from controller.models.specs import ModelSpec
 from controller.topology import testbed
-from controller.topology.generators import tracks
+from controller.topology.generators import PAPER_SERVERS, TRACK_CLUSTERS, track_cluster
 from controller.workload import SLA, Workload, chatbot, default_sla, summarization
 
 PLANNERS = ["heroserve", "distserve", "ds-atp", "ds-switchml", "distserve-paper"]
@@ -34,17 +34,6 @@ PAPER_CLAIMS = {
     "tpot": "18.6%-49.2% lower TPOT (testbed chatbot)",
     "ina": "2tracks INA throughput +71.7%, +26%, +20.1% over DistServe, DS-ATP, DS-SwitchML",
 }
-
-
-# the paper's core switches at 1,200 servers, and the fewest a smaller cluster keeps
-PAPER_CORES = {"2tracks": (27, 2), "8tracks": (280, 4)}
-
-
-def paper_cores(topology: str, servers: int) -> int:
-    """The paper's core-switch count of a track cluster scaled to ``servers`` (its own at
-    1,200), at least a few."""
-    full, least = PAPER_CORES[topology]
-    return full if servers == 1200 else max(least, round(full * servers / 1200))
 
 
 @dataclass(frozen=True)
@@ -67,13 +56,8 @@ class Scenario:
     def cluster(self) -> nx.Graph:
         if self.topology == "testbed":
             return testbed(fixed_roles=self.fixed_roles)
-        n = self.servers or 1200
-        if self.topology == "2tracks":
-            name = "2tracks" if n == 1200 else f"2tracks-{n}"
-            return tracks(n, 8, 2, 6, self.cores or paper_cores("2tracks", n), name=name)
-        if self.topology == "8tracks":
-            name = "8tracks" if n == 1200 else f"8tracks-{n}"
-            return tracks(n, 8, 8, 16, self.cores or paper_cores("8tracks", n), name=name)
+        if self.topology in TRACK_CLUSTERS:
+            return track_cluster(self.topology, self.servers or PAPER_SERVERS, self.cores)
         raise InputError(f"unknown scenario topology {self.topology!r}")
 
     def model_spec(self) -> ModelSpec:

@@ -51,9 +51,22 @@ def resolve_topology(spec: str):
 
     if spec in BUILTIN:
         return BUILTIN[spec]()
+    if (sized := _sized_track_cluster(spec)) is not None:
+        return sized
     if spec.endswith((".yaml", ".yml", ".json")) or "/" in spec:
         return load_topology(spec)
     raise InputError(f"unknown topology {spec!r}: use {', '.join(BUILTIN)} or a .yaml/.json file")
+
+
+def _sized_track_cluster(spec: str) -> nx.Graph | None:
+    """``2tracks-N`` / ``8tracks-N``: the track cluster of N servers (what ``--servers`` plans
+    and what such a plan names), else None."""
+    from controller.topology.generators import TRACK_CLUSTERS, track_cluster
+
+    kind, _, servers = spec.partition("-")
+    if kind not in TRACK_CLUSTERS or not servers.isdecimal() or len(servers) > 7:
+        return None
+    return track_cluster(kind, int(servers))
 
 
 def plan_topology(
@@ -70,6 +83,8 @@ def plan_topology(
         from controller.topology.generators import BUILTIN as builtins
     if spec in builtins:
         return builtins[spec]()
+    if (sized := _sized_track_cluster(spec)) is not None:
+        return sized
     known = ", ".join(builtins)
     if _names_file(spec):  # a malformed plan
         raise InputError(

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import networkx as nx
 
+from controller.errors import InputError
+from controller.inputs.limits import MAX_SERVERS
 from controller.models.boards import MESH, NVSWITCH, board_for
 from controller.models.gpus import gpu_spec, pcie_per_direction
 from controller.topology.graph import add_gpu, add_link, add_nvswitch, add_switch
@@ -157,12 +159,41 @@ def tracks(
 
 def two_tracks(servers: int = 1200) -> nx.Graph:
     """§V's 2tracks: units of 6 servers on 2 access switches (400 access, 27 core at 1200)."""
-    return tracks(servers, 8, 2, 6, 27, name="2tracks")
+    return track_cluster("2tracks", servers)
 
 
 def eight_tracks(servers: int = 1200) -> nx.Graph:
     """§V's 8tracks: units of 16 servers on 8 access switches (600 access, 280 core at 1200)."""
-    return tracks(servers, 8, 8, 16, 280, name="8tracks")
+    return track_cluster("8tracks", servers)
+
+
+# §V's track clusters: servers per unit, access switches per unit (tracks), the paper's core
+# switches at its 1,200 servers, and the fewest cores a smaller cluster keeps.
+TRACK_CLUSTERS = {"2tracks": (6, 2, 27, 2), "8tracks": (16, 8, 280, 4)}
+PAPER_SERVERS = 1200
+
+
+def paper_cores(kind: str, servers: int) -> int:
+    """The paper's core-switch count of a track cluster scaled to ``servers`` (its own at
+    1,200), at least a few."""
+    *_, full, least = TRACK_CLUSTERS[kind]
+    return full if servers == PAPER_SERVERS else max(least, round(full * servers / PAPER_SERVERS))
+
+
+def track_cluster(kind: str, servers: int = PAPER_SERVERS, cores: int = 0) -> nx.Graph:
+    """A track cluster (``2tracks`` or ``8tracks``) of ``servers`` 8-GPU A100 servers, a
+    multiple of its unit, with ``cores`` core switches (0: the paper's count scaled to the
+    size, :func:`paper_cores`). Named ``KIND`` at the paper's size, ``KIND-N`` otherwise,
+    which :func:`controller.topology.resolve_topology` reads back."""
+    if kind not in TRACK_CLUSTERS:
+        raise InputError(f"unknown track cluster {kind!r}: one of {', '.join(TRACK_CLUSTERS)}")
+    unit, n_tracks, _, _ = TRACK_CLUSTERS[kind]
+    if servers > MAX_SERVERS:
+        raise InputError(f"{kind} of {servers} servers: at most {MAX_SERVERS} (docs/inputs.md)")
+    if servers < unit or servers % unit:
+        raise InputError(f"{kind} has whole units of {unit} servers: {servers} is not a multiple")
+    name = kind if servers == PAPER_SERVERS else f"{kind}-{servers}"
+    return tracks(servers, 8, n_tracks, unit, cores or paper_cores(kind, servers), name=name)
 
 
 def fig2() -> nx.Graph:

@@ -16,7 +16,11 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 
-HANG_S = 10  # no command may take longer to answer bad input
+HANG_S = 10  # no command may spend more CPU time than this answering bad input
+# ... nor wait longer than this for anything (a read from a FIFO that nobody writes): a wall
+# clock bound of its own, wide, because on a loaded machine 10 s of wall time is less than
+# 1 s of CPU time (a case of 1.9 CPU-s took 24.7 s at load 18)
+HANG_WALL_S = 120
 # A log record (agents/logs.py, text format) may precede the error line of a server command.
 _LOG_LINE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
 
@@ -26,17 +30,26 @@ class Hang(Exception):
 
 
 @contextlib.contextmanager
-def deadline(seconds: float) -> Iterator[None]:
-    def fire(*_: object) -> None:
-        raise Hang(f"no answer within {seconds} s")
+def deadline(cpu_s: float, wall_s: float = HANG_WALL_S) -> Iterator[None]:
+    """Raises Hang in the body after ``cpu_s`` seconds of this process's CPU time (a loop)
+    or ``wall_s`` seconds of wall time (a wait), whichever comes first."""
 
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    def on_cpu(*_: object) -> None:
+        raise Hang(f"no answer within {cpu_s} CPU-s")
+
+    def on_wall(*_: object) -> None:
+        raise Hang(f"no answer within {wall_s} s of waiting")
+
+    old = signal.signal(signal.SIGPROF, on_cpu), signal.signal(signal.SIGALRM, on_wall)
+    signal.setitimer(signal.ITIMER_PROF, cpu_s)
+    signal.setitimer(signal.ITIMER_REAL, wall_s)
     try:
         yield
     finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+        signal.signal(signal.SIGPROF, old[0])
+        signal.signal(signal.SIGALRM, old[1])
 
 
 def run_captured(main: Callable[[list[str]], int], argv: list[str]) -> tuple[int | str, str]:

@@ -4,8 +4,9 @@ cluster, the testbed's fixed role split, and the combinations refused."""
 import pytest
 
 from controller.errors import InputError
-from controller.evaluation.scenarios import paper_cores, scenario
+from controller.evaluation.scenarios import scenario
 from controller.topology import testbed as make_testbed
+from controller.topology.generators import paper_cores
 
 
 def _cores(g):
