@@ -61,16 +61,21 @@ def _instance(v: InstanceView) -> dict[str, Any]:
 
 def _gpu_agents(views: list[InstanceView], opts: Options) -> list[dict[str, Any]]:
     by_server: dict[str, dict[str, Any]] = {}
+    ina: set[str] = set()  # servers whose engines name the CollNet plugin
     for v in views:
         for part in v.servers:
             a = by_server.setdefault(part.server, {"server": part.server, "gpus": [], "groups": []})
             a["gpus"] += [f"{gid}:{idx}" for gid, idx in zip(part.gpu_ids, part.cuda, strict=True)]
             a["groups"] += part.groups
+            if "HEROSERVE_INA_CONFIG" in part.env:
+                ina.add(part.server)
     out = []
     for a in by_server.values():
         argv = ["heroserve-gpu-agent", "--controller", opts.controller, "--node-id", a["server"]]
         for gpu in a["gpus"]:
             argv += ["--gpu", gpu]
+        if a["server"] in ina:  # its engines' CollNet plugin reads the groups written there
+            argv += ["--ina-config", opts.ina_config]
         out.append(
             {
                 **a,

@@ -134,8 +134,13 @@ def _env(part: ServerPart, inst: InstanceView, opts: Options) -> dict[str, str]:
             "chooses for those all-reduces"
         )
     if any(g.scheme in ("ina", "hier") and g.name in part.groups for g in inst.groups):
-        # NCCL offers its CollNet algorithms (the tuner's INA mapping) only when enabled.
+        # NCCL offers its CollNet algorithms (the tuner's INA mapping) only when enabled, and
+        # only from a net plugin with a CollNet: ours, which aggregates in the switch with the
+        # groups the GPU agent writes. Naming it moves this server's point-to-point traffic
+        # to the plugin's TCP net too (csrc/README.md), so only servers with INA groups get it.
         env["NCCL_COLLNET_ENABLE"] = "1"
+        env["NCCL_NET_PLUGIN"] = opts.net_plugin
+        env["HEROSERVE_INA_CONFIG"] = opts.ina_config
     return env
 
 

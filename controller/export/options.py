@@ -16,6 +16,16 @@ Format = Literal["deployment", "vllm", "sglang", "k8s"]
 FORMATS: tuple[str, ...] = ("deployment", "vllm", "sglang", "k8s")
 # NCCL reads NCCL_TUNER_PLUGIN and dlopen()s it: a full path or a library on the loader's path.
 DEFAULT_TUNER = "libnccl-tuner-heroserve.so"
+# NCCL_NET_PLUGIN: NCCL dlopen()s a bare name X as libnccl-net-X.so (every release with
+# CollNet v8, 2.20 on; newer ones also try the value as given), or a path (csrc/README.md,
+# "What NCCL's loader requires").
+DEFAULT_NET_PLUGIN = "heroserve"
+# Where each server's GPU agent writes its INA groups (its --ina-config) and the engines'
+# CollNet plugin reads them (HEROSERVE_INA_CONFIG, csrc/ina/group_config.h).
+DEFAULT_INA_CONFIG = "/run/heroserve/ina-config.json"
+# A plugin or file path that goes unquoted into environments: letters, digits, '.', '_',
+# '+', '-' and '/', no '..' component, 255 at most (PATH_MAX is far above; NAME_MAX 255).
+SAFE_PATH = re.compile(r"[A-Za-z0-9._+/-]{1,255}")
 # HEROSERVE_SHM_PREFIX goes into a /dev/shm name: letters, digits, '.', '_', '-' (no path
 # separator, no '..'), 64 at most, so segment names stay far below NAME_MAX (255).
 SHM_PREFIX = re.compile(r"[A-Za-z0-9._-]{0,64}")
@@ -25,6 +35,16 @@ SHM_PREFIX = re.compile(r"[A-Za-z0-9._-]{0,64}")
 class Options:
     tuner_plugin: str = option(
         DEFAULT_TUNER, help="NCCL_TUNER_PLUGIN value: the plugin's path on the servers"
+    )
+    net_plugin: str = option(
+        DEFAULT_NET_PLUGIN,
+        help="NCCL_NET_PLUGIN value on servers with INA groups: the CollNet plugin (a name X "
+        "for libnccl-net-X.so on the loader's path, or the library's path)",
+    )
+    ina_config: str = option(
+        DEFAULT_INA_CONFIG,
+        help="HEROSERVE_INA_CONFIG on servers with INA groups: the absolute path where that "
+        "server's GPU agent writes them (its --ina-config)",
     )
     controller: str = option(
         "127.0.0.1:50051", help="controller address the GPU agents dial (their --controller)"
@@ -64,5 +84,13 @@ class Options:
         ):
             if not value.isprintable():
                 raise InputError(f"{flag} {value!r}: control characters")
+        for flag, value in (("--net-plugin", self.net_plugin), ("--ina-config", self.ina_config)):
+            if not SAFE_PATH.fullmatch(value) or ".." in value.split("/"):
+                raise InputError(
+                    f"{flag} {value[:80]!r}: up to 255 letters, digits, '.', '_', '+', '-' or "
+                    "'/', without a '..' component"
+                )
+        if not self.ina_config.startswith("/"):
+            raise InputError(f"--ina-config {self.ina_config!r}: an absolute path")
         if not 1 <= self.base_port <= 65535 - 1024:
             raise InputError(f"--base-port {self.base_port} is not in 1..64511")

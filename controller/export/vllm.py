@@ -49,9 +49,16 @@ RAY_WORKER_PORTS = (100, RAY_BLOCK - 1)
 
 # What vLLM's Ray executor must not copy from the head's environment to workers on other
 # servers (it copies all but a few, vllm/ray/ray_env.py): each server binds its own side
-# channel, and the tuner reads that server's group. vLLM reads the list from
+# channel, the tuner reads that server's group, and only servers with INA groups name the
+# CollNet plugin (and its configuration). vLLM reads the list from
 # $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json on the head.
-NON_CARRY_OVER = [VLLM.side_channel_host_env, "HEROSERVE_GROUP", "NCCL_COLLNET_ENABLE"]
+NON_CARRY_OVER = [
+    VLLM.side_channel_host_env,
+    "HEROSERVE_GROUP",
+    "NCCL_COLLNET_ENABLE",
+    "NCCL_NET_PLUGIN",
+    "HEROSERVE_INA_CONFIG",
+]
 
 
 def _ray(

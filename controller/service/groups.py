@@ -16,7 +16,9 @@ Holds:
   range (from :class:`~controller.service.slots.SlotPool`, honouring the planner's range
   when free) for each, in one store transaction;
 * the switch messages (:func:`install`): one :class:`InaAssignment` per allocated group,
-  worker ids by index in its member list and a multicast group numbered like the group.
+  worker ids by index in its member list and a multicast group numbered like the group;
+  its session and first generation (:class:`SessionSource`) and lane format, which the GPU
+  agents write into their CollNet plugin's group configuration.
 
 The second stage of applying a plan (:func:`controller.service.state.derive`): it takes the
 plan the admission stage passed and hands the installed groups to the tables stage.
@@ -24,11 +26,13 @@ plan the admission stage passed and hands the installed groups to the tables sta
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from agents.ina.packet import LANE_FORMAT
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from controller.plan import Group, Plan, SlotRange
 from controller.service.slots import SlotError, SlotPool
@@ -166,9 +170,14 @@ class Installed:
     specs: dict[str, AggSpec]  # aggregation group name -> its spec
 
 
-def install(specs: list[AggSpec], slots: dict[str, tuple[int, int, int]]) -> Installed:
+def install(
+    specs: list[AggSpec],
+    slots: dict[str, tuple[int, int, int]],
+    session: SessionSource | None = None,
+) -> Installed:
     """The :class:`InaAssignment` of every group of ``specs`` that :func:`allocate` gave
-    ``slots`` (an alternative whose slots did not fit has none and is left out)."""
+    ``slots`` (an alternative whose slots did not fit has none and is left out), each with
+    its session from ``session`` (none: session 0, as before sessions were handed out)."""
     assignments: list[pb.InaAssignment] = []
     installed: dict[str, AggSpec] = {}
     for spec in specs:
@@ -182,9 +191,49 @@ def install(specs: list[AggSpec], slots: dict[str, tuple[int, int, int]]) -> Ins
             slots=pb.SlotRange(start=start, count=count),
             worker_count=len(spec.members),
             multicast_group_id=gid,
+            lane_format=LANE_FORMAT,
         )
         for w, gpu in enumerate(spec.members):
             a.members.add(worker_id=w, gpu=gpu)
+        if session is not None:
+            session.assign(a)
         assignments.append(a)
         installed[spec.name] = spec
     return Installed(assignments, installed)
+
+
+@dataclass
+class SessionSource:
+    """Sessions of the aggregation groups (docs/dataplane.md, "Known limits", Sessions).
+
+    Every member of a group must use the same session and first generation, and a group
+    installed again needs a session newer (RFC 1982) than its last one, or the switch takes
+    its packets as late. A group's session is the epoch at which its content (id, switch,
+    slots, members) was first installed: unchanged content keeps it (running jobs and new
+    communicators agree), changed content gets the current ``epoch`` (epochs only grow, and
+    are global, so a group id reclaimed by another group also gets a newer session). The
+    store keeps it, in the counter it keeps for table versions (a row ``ina-session:<name>``
+    whose digest is the content's and whose apply_from_seq is that epoch), so a restarted
+    controller hands out the same. The first generation is a hash of the store's
+    generation (a random name of the database), the session and the group's name: the
+    same after a restart, unknown off the control plane (docs/dataplane.md, forgery)."""
+
+    epoch: int
+    store: Store
+
+    def assign(self, a: pb.InaAssignment) -> None:
+        key = f"ina-session:{a.group_name}"
+        digest = hashlib.sha256(_content(a)).hexdigest()
+        self.store.table_version(key, digest, self.epoch)
+        a.session = self.store.table_apply_from(key) % (1 << 32)
+        seed = f"{self.store.generation}/{a.session}/{a.group_name}".encode()
+        a.first_generation = int.from_bytes(hashlib.blake2b(seed, digest_size=4).digest(), "big")
+
+
+def _content(a: pb.InaAssignment) -> bytes:
+    """What a session is bound to: the assignment without its session fields."""
+    m = pb.InaAssignment()
+    m.CopyFrom(a)
+    m.ClearField("session")
+    m.ClearField("first_generation")
+    return m.SerializeToString(deterministic=True)

@@ -28,7 +28,7 @@ from controller.inputs.plan_checks import check_plan_on_topology
 from controller.plan import Plan
 from controller.service.admission import resolve_cluster
 from controller.service.binding import ClusterIndex
-from controller.service.groups import aggregation_groups, allocate, install
+from controller.service.groups import SessionSource, aggregation_groups, allocate, install
 from controller.service.pricing import Alternatives, PolicyTimer
 from controller.service.slots import SlotPool
 from controller.service.store import Store
@@ -115,7 +115,7 @@ def derive(
     # Groups and slots.
     specs = aggregation_groups(plan, alternatives)
     slots = allocate(specs, store, pool, default_slots, slots_per_group)
-    installed = install(specs, slots)
+    installed = install(specs, slots, SessionSource(epoch, store))
     # Tables, priced.
     tables, members = build_tables(
         plan,

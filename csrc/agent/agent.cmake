@@ -30,11 +30,12 @@ if(GRPCPP_FOUND AND PROTOBUF_FOUND AND PROTOC AND GRPC_CPP_PLUGIN AND EXISTS ${H
   target_compile_options(heroserve_proto PRIVATE -Wno-error -w)
 
   add_executable(heroserve-gpu-agent agent/main.cc agent/daemon.cc agent/address.cc
-                 agent/selections.cc agent/table_json.cc)
+                 agent/selections.cc agent/table_json.cc agent/ina_config.cc)
   target_include_directories(heroserve-gpu-agent PRIVATE agent)
   target_compile_definitions(heroserve-gpu-agent PRIVATE
     HEROSERVE_VERSION="${HEROSERVE_VERSION}")
-  target_link_libraries(heroserve-gpu-agent PRIVATE heroserve_core heroserve_nvml heroserve_proto)
+  target_link_libraries(heroserve-gpu-agent PRIVATE heroserve_core heroserve_nvml heroserve_proto
+                        heroserve_ina)
   set(HEROSERVE_HAVE_AGENT ON)
 else()
   message(WARNING "heroserve-gpu-agent not built: needs grpc++ and protobuf (pkg-config), "

@@ -82,8 +82,18 @@ std::shared_ptr<grpc::ChannelCredentials> Credentials(const Options& o, std::str
 
 }  // namespace
 
+namespace {
+std::vector<std::string> GpuIds(const Options& o) {
+  std::vector<std::string> ids;
+  for (const auto& g : o.gpus) ids.push_back(g.gpu_id);
+  return ids;
+}
+}  // namespace
+
 Daemon::Daemon(Options opts)
-    : opts_(std::move(opts)), writer_generation_(NewWriterGeneration()) {}
+    : opts_(std::move(opts)),
+      writer_generation_(NewWriterGeneration()),
+      ina_(opts_.ina, GpuIds(opts_)) {}
 Daemon::~Daemon() = default;
 
 void Daemon::Stop() {
@@ -184,6 +194,9 @@ Daemon::Outcome Daemon::ApplyUpdate(const pb::PolicyUpdate& u, std::string* erro
     last_epoch_ = 0;
   }
   if (!u.has_gpu_policy()) {
+    std::vector<std::string> ina_errors;  // a full update without a body: no INA groups
+    if (u.full()) ina_.Apply(pb::GpuPolicy(), true, &ina_errors);
+    for (const auto& e : ina_errors) Log("ERROR", e);
     last_epoch_ = u.epoch();
     return Outcome::kApplied;  // nothing for a GPU agent (an empty full update carries no body)
   }
@@ -232,6 +245,7 @@ Daemon::Outcome Daemon::ApplyUpdate(const pb::PolicyUpdate& u, std::string* erro
                       std::to_string(g.tables.back()->apply_from_seq) + ")");
     }
   }
+  ina_.Apply(gp, u.full(), &errors);
   for (auto it = groups_.begin(); it != groups_.end();) {
     if (it->second.tables.empty()) {
       Drop(it++);

@@ -5,7 +5,8 @@
 // ones acknowledged; a new controller generation, i.e. a controller that lost its database,
 // restarts the epoch count, docs/control-plane.md),
 // publishes each group's tables into its shm segment for the tuner plugin, and reports the
-// plugin's selections and bytes plus NVLink utilisation (NVML, when present) as telemetry.
+// plugin's selections and bytes plus NVLink utilisation (NVML, when present) as telemetry,
+// and writes its GPUs' INA groups for the CollNet plugin (ina_config.h).
 // Failures (controller unreachable, TLS files or handshake bad, malformed tables) are logged
 // and retried with backoff; the last good tables stay published meanwhile.
 #pragma once
@@ -21,6 +22,7 @@
 
 #include "heroserve/policy.h"
 #include "heroserve/shm.h"
+#include "ina_config.h"
 #include "nvml.h"
 #include "selections.h"
 
@@ -57,6 +59,7 @@ struct Options {
   double telemetry_interval_s = 0; // 0: the controller's value
   size_t shm_capacity = shm::kDefaultCapacity;
   double max_backoff_s = 10.0;
+  InaConfigOptions ina;  // --ina-config, --ina-switch, --ina-bind
 };
 
 void Log(const char* level, const std::string& msg);
@@ -101,6 +104,7 @@ class Daemon {
   double telemetry_interval_s_ = 1.0;
   void* stub_ = nullptr;  // heroserve::v1::Control::Stub*, valid while session_ is set
   Nvml nvml_;
+  InaConfigWriter ina_;  // guarded by mu_
 };
 
 }  // namespace heroserve::agent

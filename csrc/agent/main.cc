@@ -12,6 +12,7 @@
 
 #include "address.h"
 #include "daemon.h"
+#include "heroserve/ina_wire.h"
 #include "heroserve/log.h"
 
 #ifndef HEROSERVE_VERSION
@@ -27,6 +28,7 @@ constexpr const char* kProg = "heroserve-gpu-agent";
 constexpr double kMaxTelemetryIntervalS = 3600.0;
 constexpr unsigned long long kMinShmCapacity = 4096;
 constexpr int kMaxCudaIndex = 1024;
+constexpr uint16_t kInaPort = static_cast<uint16_t>(heroserve::ina::INA_UDP_PORT);
 
 void PrintHelp() {
   std::printf(
@@ -53,6 +55,11 @@ void PrintHelp() {
       "                             (default: the controller's, 1 s if it names none)\n"
       "  --shm-capacity BYTES       payload bytes per group segment, %llu..%llu\n"
       "                             (default: %zu)\n"
+      "  --ina-config PATH          write this server's INA groups there for the CollNet\n"
+      "                             plugin (the engines' HEROSERVE_INA_CONFIG; default: none)\n"
+      "  --ina-switch NAME=IPV4[:PORT]  where INA traffic to switch NAME is sent from this\n"
+      "                             server, repeatable (port default 48879)\n"
+      "  --ina-bind IPV4[:PORT]     local address the plugin binds (default 0.0.0.0:48879)\n"
       "  --log-format FORMAT        text or json (default: text)\n"
       "  --log-level LEVEL          DEBUG, INFO, WARNING or ERROR (default: INFO)\n"
       "  --version                  print the version and exit\n"
@@ -98,6 +105,9 @@ enum OptionId {
   kLogFormat,
   kLogLevel,
   kVersion,
+  kInaConfig,
+  kInaSwitch,
+  kInaBind,
 };
 
 const struct option kOptions[] = {
@@ -115,6 +125,9 @@ const struct option kOptions[] = {
     {"log-format", required_argument, nullptr, kLogFormat},
     {"log-level", required_argument, nullptr, kLogLevel},
     {"version", no_argument, nullptr, kVersion},
+    {"ina-config", required_argument, nullptr, kInaConfig},
+    {"ina-switch", required_argument, nullptr, kInaSwitch},
+    {"ina-bind", required_argument, nullptr, kInaBind},
     {"help", no_argument, nullptr, 'h'},
     {nullptr, 0, nullptr, 0},
 };
@@ -129,6 +142,7 @@ std::string Spelled(char** argv, int index) {
 
 int main(int argc, char** argv) {
   agent::Options o;
+  o.ina.bind.port = kInaPort;
   hlog::Level level = hlog::Level::kInfo;
   hlog::Format format = hlog::Format::kText;
   opterr = 0;  // our own one-line messages
@@ -183,6 +197,25 @@ int main(int argc, char** argv) {
         o.shm_capacity = static_cast<size_t>(cap);
         break;
       }
+      case kInaConfig:
+        if (v.empty()) return Usage("--ina-config needs a file path");
+        o.ina.path = v;
+        break;
+      case kInaSwitch: {
+        auto eq = v.find('=');
+        agent::InaEndpoint ep;
+        if (eq == 0 || eq == std::string::npos ||
+            !agent::ParseInaEndpoint(v.substr(eq + 1), kInaPort, &ep)) {
+          return Usage("--ina-switch '" + v + "' must be NAME=IPV4 or NAME=IPV4:PORT");
+        }
+        o.ina.switches[v.substr(0, eq)] = ep;
+        break;
+      }
+      case kInaBind:
+        if (!agent::ParseInaEndpoint(v, kInaPort, &o.ina.bind)) {
+          return Usage("--ina-bind '" + v + "' must be IPV4 or IPV4:PORT");
+        }
+        break;
       case kLogFormat:
         if (!hlog::ParseFormat(v, &format)) {
           return Usage("--log-format '" + v + "' must be text or json");

@@ -1,13 +1,16 @@
 #include "group_config.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <mutex>
 #include <set>
-#include <sstream>
 
 #include "heroserve/json.h"
 
@@ -101,6 +104,22 @@ bool ParseEntry(const json::Value& o, GroupEntry* e, std::string* err) {
     }
     p.float_sums = f->as_bool();
   }
+  if (const json::Value* f = o.find("lane_format")) {
+    if (!f->is_string() || f->as_string() != kInt32Lanes.name) {
+      *err = std::string("lane_format must be \"") + kInt32Lanes.name +
+             "\" (the switch program's lane format)";
+      return false;
+    }
+    p.spec.lanes = kInt32Lanes;
+  }
+  for (const char* key : {"gpu", "group_name"}) {
+    const json::Value* v = o.find(key);
+    if (v != nullptr && (!v->is_string() || v->as_string().size() > kMaxConfigNameChars)) {
+      *err = std::string(key) + " must be a string of at most " +
+             std::to_string(kMaxConfigNameChars) + " characters";
+      return false;
+    }
+  }
   if (const json::Value* c = o.find("comm_id")) {
     char* end = nullptr;
     if (!c->is_string() || c->as_string().empty()) {
@@ -127,15 +146,13 @@ class FileSource : public GroupConfigSource {
   explicit FileSource(std::string path) : path_(std::move(path)) {}
 
   bool Claim(const GroupRequest& req, GroupPolicy* out, std::string* err) override {
-    std::ifstream f(path_);
-    if (!f) {
-      *err = "cannot read HEROSERVE_INA_CONFIG " + path_;
+    std::string text;
+    if (!ReadConfigFile(path_, &text, err)) {
+      *err = "HEROSERVE_INA_CONFIG " + path_ + ": " + *err;
       return false;
     }
-    std::stringstream ss;
-    ss << f.rdbuf();
     std::vector<GroupEntry> entries;
-    if (!ParseGroupConfig(ss.str(), &entries, err)) {
+    if (!ParseGroupConfig(text, &entries, err)) {
       *err = path_ + ": " + *err;
       return false;
     }
@@ -172,6 +189,41 @@ class FileSource : public GroupConfigSource {
 };
 
 }  // namespace
+
+bool ReadConfigFile(const std::string& path, std::string* out, std::string* err) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    *err = std::string("cannot open: ") + std::strerror(errno);
+    return false;
+  }
+  struct stat st{};
+  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  if (!ok) {
+    *err = "not a regular file";
+  } else if (static_cast<uint64_t>(st.st_size) > kMaxConfigBytes) {
+    *err = "larger than " + std::to_string(kMaxConfigBytes) + " bytes";
+    ok = false;
+  }
+  out->clear();
+  char buf[65536];
+  while (ok) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *err = std::string("read: ") + std::strerror(errno);
+      ok = false;
+    } else if (n == 0) {
+      break;
+    } else if (out->size() + static_cast<size_t>(n) > kMaxConfigBytes) {
+      *err = "larger than " + std::to_string(kMaxConfigBytes) + " bytes";  // grew meanwhile
+      ok = false;
+    } else {
+      out->append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  return ok;
+}
 
 bool ParseGroupConfig(const std::string& text, std::vector<GroupEntry>* out, std::string* err) {
   json::Value doc;

@@ -16,7 +16,17 @@
 //                "comm_id": "0x1234abcd",            (optional)
 //                "give_up_s": 10, "initial_rto_s": 0.2, "min_rto_s": 0.02,
 //                "max_rto_s": 2,                     (optional timeouts)
-//                "float_sums": false}]}              (optional, default false)
+//                "float_sums": false,                (optional, default false)
+//                "lane_format": "int32",             (optional, default int32; lanes.h)
+//                "gpu": "srv0-gpu0",                 (optional, informational:
+//                "group_name": "prefill/0/0/rail0"}]}  which GPU and group an entry is)
+//
+// The GPU agent writes this file from the controller's InaAssignment (csrc/agent/
+// ina_config.h; csrc/README.md, "INA group configuration"), replacing it by rename, so a
+// reader sees the old or the new document whole. The plugin treats it as hostile: only a
+// regular file of at most kMaxConfigBytes is read (a FIFO or device named by the variable
+// is refused, never waited on), every field is checked against the wire's limits, and an
+// error names the entry and field, never the file's content.
 //
 // A communicator takes the entry whose comm_id equals NCCL's communicator hash (CollNet v11+
 // passes it to init) when one does, else the first entry without comm_id that no open
@@ -40,6 +50,10 @@
 #include "client.h"
 
 namespace heroserve::ina {
+
+// The largest document read or written: 4096 entries (the parser's bound) of ~420 bytes.
+inline constexpr size_t kMaxConfigBytes = 2u << 20;
+inline constexpr size_t kMaxConfigNameChars = 256;  // "gpu", "group_name"
 
 struct GroupRequest {
   uint64_t comm_id = 0;  // NCCL's communicator hash (0: not known, CollNet before v11)
@@ -69,13 +83,18 @@ class GroupConfigSource {
 std::unique_ptr<GroupConfigSource> MakeGroupConfigSource(std::string* err);
 std::unique_ptr<GroupConfigSource> MakeFileGroupConfigSource(const std::string& path);
 
+// Reads `path` as the plugin does: a regular file of at most kMaxConfigBytes (opened
+// without blocking, so a FIFO is refused rather than waited on). false and *err otherwise.
+bool ReadConfigFile(const std::string& path, std::string* out, std::string* err);
+
 struct GroupEntry {
   GroupPolicy policy;
   uint64_t comm_id = 0;
   bool has_comm_id = false;
 };
-// Parses a document of the format above (exposed for tests); false and *err naming the entry
-// and field when any entry is invalid.
+// Parses a document of the format above (exposed for tests and for the GPU agent, which
+// checks what it writes with it); false and *err naming the entry and field when any entry
+// is invalid.
 bool ParseGroupConfig(const std::string& json_text, std::vector<GroupEntry>* out,
                       std::string* err);
 

@@ -6,10 +6,8 @@
 
 #include <climits>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 
 #include "client.h"
@@ -103,12 +101,9 @@ void DiscoverNic() {
   if (g_have_nic) return;
   in_addr_t ip = INADDR_ANY;
   if (const char* path = std::getenv("HEROSERVE_INA_CONFIG")) {
-    std::ifstream f(path);
-    std::stringstream ss;
-    ss << f.rdbuf();
     std::vector<hs::GroupEntry> e;
-    std::string err;
-    if (hs::ParseGroupConfig(ss.str(), &e, &err) && !e.empty()) {
+    std::string text, err;
+    if (hs::ReadConfigFile(path, &text, &err) && hs::ParseGroupConfig(text, &e, &err) && !e.empty()) {
       ip = e[0].policy.bind_ip;
       g_float_sums = true;
       for (const auto& x : e) g_float_sums = g_float_sums && x.policy.float_sums;

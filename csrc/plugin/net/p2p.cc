@@ -34,10 +34,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <mutex>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -93,12 +91,9 @@ void DiscoverDevs() {
   if (g_devs_done) return;
   g_devs_done = true;
   if (const char* path = std::getenv("HEROSERVE_INA_CONFIG")) {
-    std::ifstream f(path);
-    std::stringstream ss;
-    ss << f.rdbuf();
     std::vector<hs::GroupEntry> entries;
-    std::string err;
-    if (hs::ParseGroupConfig(ss.str(), &entries, &err)) {
+    std::string text, err;
+    if (hs::ReadConfigFile(path, &text, &err) && hs::ParseGroupConfig(text, &entries, &err)) {
       for (const auto& e : entries) {
         in_addr_t ip = e.policy.bind_ip;
         bool seen = false;
