@@ -59,7 +59,7 @@ def _instance(v: InstanceView) -> dict[str, Any]:
     }
 
 
-def _gpu_agents(views: list[InstanceView], opts: Options) -> list[dict[str, Any]]:
+def gpu_agents(views: list[InstanceView], opts: Options) -> list[dict[str, Any]]:
     by_server: dict[str, dict[str, Any]] = {}
     for v in views:
         for part in v.servers:
@@ -117,6 +117,6 @@ def render(plan: Plan, views: list[InstanceView], opts: Options) -> str:
         "nccl_tuner_plugin": opts.tuner_plugin,
         "controller": opts.controller,
         "instances": [_instance(v) for v in views],
-        "gpu_agents": _gpu_agents(views, opts),
+        "gpu_agents": gpu_agents(views, opts),
     }
     return HEADER + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=100)
