@@ -36,8 +36,8 @@ def check(docs: list[dict], instances: dict[str, int]) -> None:
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
         assert problems(d) == []
-    named = {d["metadata"]["name"]: d for d in docs}
-    workloads = {n: d for n, d in named.items() if d["kind"] not in ("Service", "ConfigMap")}
+    kept = [d for d in docs if d["kind"] not in ("Service", "ConfigMap")]
+    workloads = {d["metadata"]["name"]: d for d in kept}
     services = {d["metadata"]["name"]: d for d in by_kind["Service"]}
     for inst, n in instances.items():
         w = workloads[f"heroserve-{inst}"]
