@@ -58,7 +58,7 @@ def export(
     make = vllm_commands if engine == "vllm" else sglang_commands
     cmds = make(views, plan.model, opts)
     if fmt == "k8s":
-        return {"k8s.yaml": render_k8s(profile, cmds, views, opts)}
+        return {"k8s.yaml": render_k8s(profile, cmds, views, opts, plan, g)}
     return {
         f"{fmt}.sh": render_shell(fmt, profile, cmds, views, opts),
         f"{fmt}.json": render_json(fmt, profile, cmds, views, opts),

@@ -59,7 +59,7 @@ def _instance(v: InstanceView) -> dict[str, Any]:
     }
 
 
-def _gpu_agents(views: list[InstanceView], opts: Options) -> list[dict[str, Any]]:
+def gpu_agents(views: list[InstanceView], opts: Options) -> list[dict[str, Any]]:
     by_server: dict[str, dict[str, Any]] = {}
     ina: set[str] = set()  # servers whose engines name the CollNet plugin
     for v in views:
@@ -122,6 +122,6 @@ def render(plan: Plan, views: list[InstanceView], opts: Options) -> str:
         "nccl_tuner_plugin": opts.tuner_plugin,
         "controller": opts.controller,
         "instances": [_instance(v) for v in views],
-        "gpu_agents": _gpu_agents(views, opts),
+        "gpu_agents": gpu_agents(views, opts),
     }
     return HEADER + yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=100)

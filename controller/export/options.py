@@ -60,11 +60,44 @@ class Options:
     # server -> the address its processes bind and others reach it at (--address); a server
     # not named here resolves its own name when its start script runs
     addresses: dict[str, str] = field(default_factory=dict)
+    # --format k8s (controller/export/k8s_names.py checks these; docs/export.md, "k8s.yaml")
     image: str = option(
-        "", help="--format k8s: the engines' container image", default_help="the engine's own"
+        "", help="--format k8s: the engines' image", default_help="the engine's pinned release"
     )
     router_image: str = option(
-        "", help="--format k8s: the routers' image", default_help="the engine's default"
+        "", help="--format k8s: the router's image", default_help="the router's pinned release"
+    )
+    heroserve_image: str = option(
+        "",
+        help="--format k8s: the image with the controller, the agents and the NCCL plugins "
+        "(required: HeroServe publishes none; docs/export.md says what it holds)",
+        default_help="none",
+    )
+    dev_shm: str = option(
+        "host",
+        help="--format k8s: engine pods' /dev/shm: 'host' (the node's, where the GPU agent "
+        "publishes the tuner's tables) or a size for a memory-backed emptyDir (e.g. 64Gi)",
+    )
+    model_volume: str = option(
+        "",
+        help="--format k8s: weights mounted read-only at /models: pvc:CLAIM or hostpath:/DIR",
+        default_help="none: the engines download --model-path",
+    )
+    hf_token_secret: str = option(
+        "heroserve-hf-token",
+        help="--format k8s: Secret whose key 'token' becomes HF_TOKEN (optional: absent is no "
+        "token)",
+    )
+    rdma_resource: str = option(
+        "",
+        help="--format k8s: device-plugin resource of an RDMA NIC (e.g. rdma/hca), one per "
+        "engine pod, with IPC_LOCK for NIXL's registered memory",
+        default_help="none: KV over the pod network",
+    )
+    plugin_dir: str = option(
+        "/opt/heroserve/lib",
+        help="--format k8s: node directory where the GPU agent's DaemonSet puts the NCCL "
+        "plugins, mounted read-only at the same path in engine pods",
     )
 
     def check(self) -> None:

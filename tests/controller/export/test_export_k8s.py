@@ -1,8 +1,9 @@
-"""`heroserve export --format k8s`: the same deployment as Kubernetes manifests, validated
-offline against the Kubernetes schemas (kubernetes-validate): a Deployment or a
-LeaderWorkerSet per instance (whose pod templates are validated as PodTemplates: the
-schemas hold no CRDs), a Service per instance and per router, the router's Deployment with
-its pool's Service URLs, GPUs asked of the device plugin, side channel on the pod's IP."""
+"""`heroserve export --format k8s`: the deployment and its control plane as Kubernetes manifests,
+validated offline (``k8s_validate``: kubernetes-validate --strict, and LeaderWorkerSets against
+the LeaderWorkerSet project's own CRD): a Deployment or a LeaderWorkerSet per instance, a
+Service per instance and per router, the router's Deployment with its pool's Service URLs, the
+controller, a GPU agent DaemonSet per server and a switch agent per INA switch; GPUs asked of
+the device plugin, side channel on the pod's IP, pods placed by node label."""
 
 from __future__ import annotations
 
@@ -14,26 +15,17 @@ import yaml
 from controller.cli import main
 from tests.controller.export.test_export import hand_plan
 
-kv = pytest.importorskip("kubernetes_validate")
-K8S = "1.30.0"
+pytest.importorskip("kubernetes_validate")
+pytest.importorskip("jsonschema")
+from tests.controller.export.k8s_validate import pod_templates, problems  # noqa: E402
 
-
-def _validate(doc: dict) -> None:
-    kv.validate(doc, K8S, strict=True)
-
-
-def _pod_templates(doc: dict) -> list[dict]:
-    if doc["kind"] == "Deployment":
-        return [doc["spec"]["template"]]
-    if doc["kind"] == "LeaderWorkerSet":
-        t = doc["spec"]["leaderWorkerTemplate"]
-        return [t["leaderTemplate"], t["workerTemplate"]]
-    return []
+IMAGE = "registry.example/heroserve:0.1.0"
 
 
 def _manifests(plan: Path, tmp: Path, *extra: str) -> list[dict]:
     out = tmp / "k8s"
-    argv = ["export", "--plan", str(plan), "--format", "k8s", "--out", str(out), *extra]
+    argv = ["export", "--plan", str(plan), "--format", "k8s", "--out", str(out),
+            "--heroserve-image", IMAGE, *extra]  # fmt: skip
     assert main(argv) == 0
     return [d for d in yaml.safe_load_all((out / "k8s.yaml").read_text()) if d]
 
@@ -43,14 +35,9 @@ def check(docs: list[dict], instances: dict[str, int]) -> None:
     by_kind: dict[str, list[dict]] = {}
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
-        if d["kind"] == "LeaderWorkerSet":
-            for i, t in enumerate(_pod_templates(d)):
-                name = f"{d['metadata']['name']}-{i}"
-                _validate({"apiVersion": "v1", "kind": "PodTemplate",
-                           "metadata": {"name": name}, "template": t})  # fmt: skip
-        else:
-            _validate(d)
-    workloads = {d["metadata"]["name"]: d for d in docs if d["kind"] != "Service"}
+        assert problems(d) == []
+    kept = [d for d in docs if d["kind"] not in ("Service", "ConfigMap")]
+    workloads = {d["metadata"]["name"]: d for d in kept}
     services = {d["metadata"]["name"]: d for d in by_kind["Service"]}
     for inst, n in instances.items():
         w = workloads[f"heroserve-{inst}"]
@@ -58,13 +45,14 @@ def check(docs: list[dict], instances: dict[str, int]) -> None:
         if n > 1:
             assert w["spec"]["leaderWorkerTemplate"]["size"] == n
         assert f"heroserve-{inst}" in services  # a Service per instance
-        for t in _pod_templates(w):
+        for t in pod_templates(w):
             (c,) = t["spec"]["containers"]
             env = {e["name"]: e.get("value") for e in c["env"]}
             assert "CUDA_VISIBLE_DEVICES" not in env and c["resources"]["limits"]["nvidia.com/gpu"]
             host = env.get("VLLM_NIXL_SIDE_CHANNEL_HOST") or env.get("SGLANG_HOST_IP")
             assert host == "$(POD_IP)"
     routers = [d for n, d in workloads.items() if n.startswith("heroserve-pool-")]
+    assert "kubernetes.io/hostname" not in yaml.safe_dump_all(docs)  # placed by label only
     assert routers and all(f"heroserve-pool-{k}" in services for k in range(len(routers)))
     for r in routers:
         args = r["spec"]["template"]["spec"]["containers"][0]["command"]
