@@ -79,6 +79,7 @@ def gpu_agents(views: list[InstanceView], opts: Options) -> list[dict[str, Any]]
         out.append(
             {
                 **a,
+                "ina_config": a["server"] in ina,
                 "command": shlex.join(argv),
                 "shm": [shm_segment(gr, opts.shm_prefix) for gr in a["groups"]],
             }

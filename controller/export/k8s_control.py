@@ -133,18 +133,24 @@ def gpu_agent_daemonsets(views: list[InstanceView], opts: Options) -> list[dict[
             "command": ["sh", "-c", f"set -e; {copy}"],
             "volumeMounts": [{"name": "heroserve-lib", "mountPath": host_lib}],
         }
-        agent = {
-            "name": "gpu-agent",
-            "image": opts.heroserve_image,
-            "command": argv + TLS_FLAGS,
-            "env": env,
-            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, TLS_MOUNT],
-        }
+        mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, TLS_MOUNT]
         volumes = [
             host_dir("heroserve-lib", opts.plugin_dir, create=True),
             host_dir("dshm", "/dev/shm"),
             tls_volume(tls_secret(server)),
         ]
+        if a["ina_config"]:  # the CollNet plugin of this node's engines reads the groups there
+            argv += ["--ina-config", opts.ina_config]
+            ina_dir = posixpath.dirname(opts.ina_config)
+            mounts.append({"name": "ina-config", "mountPath": ina_dir})
+            volumes.append(host_dir("ina-config", ina_dir, create=True))
+        agent = {
+            "name": "gpu-agent",
+            "image": opts.heroserve_image,
+            "command": argv + TLS_FLAGS,
+            "env": env,
+            "volumeMounts": mounts,
+        }
         spec = {
             "nodeSelector": {SERVER_LABEL: server},
             "initContainers": [init],

@@ -24,7 +24,9 @@ from controller.export.options import Options
 POD_IP = "$(POD_IP)"
 # NCCL variables naming a plugin library: a bare file name there is found on the loader's
 # path in a start script; in a pod it becomes the file in --plugin-dir, which is mounted
-PLUGIN_ENV = ("NCCL_TUNER_PLUGIN", "NCCL_NET_PLUGIN")
+# NCCL's plugin variables and the library file NCCL makes of a bare name (NCCL's
+# plugin_open.cc: NCCL_NET_PLUGIN=heroserve loads libnccl-net-heroserve.so)
+PLUGIN_ENV = {"NCCL_TUNER_PLUGIN": "libnccl-tuner-{}.so", "NCCL_NET_PLUGIN": "libnccl-net-{}.so"}
 # How long an engine pod waits for the GPU agent's DaemonSet to put the plugins on its node
 # before it fails (and is restarted): image pulls of a few GB take minutes.
 PLUGIN_WAIT_S = 900
@@ -70,9 +72,12 @@ def host_dir(name: str, path: str, create: bool = False) -> dict[str, Any]:
     }  # noqa: E501
 
 
-def _plugin_env(value: str, opts: Options) -> str:
-    if value in PLUGIN_LIBS:
-        return posixpath.join(opts.plugin_dir, value)
+def _plugin_env(name: str, value: str, opts: Options) -> str:
+    """The plugin's path in the pod where it is one of the libraries the GPU agent's DaemonSet
+    puts in ``--plugin-dir`` (named by file or by NCCL's short name); else as given."""
+    for file in (value, PLUGIN_ENV[name].format(value)):
+        if file in PLUGIN_LIBS:
+            return posixpath.join(opts.plugin_dir, file)
     return value
 
 
@@ -94,7 +99,8 @@ def engine_pod(
         ref = {"name": opts.hf_token_secret, "key": "token", "optional": True}
         env_list.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}})
     env_list += [
-        {"name": k, "value": _plugin_env(v, opts) if k in PLUGIN_ENV else v} for k, v in env.items()
+        {"name": k, "value": _plugin_env(k, v, opts) if k in PLUGIN_ENV else v}
+        for k, v in env.items()
     ]
     limits: dict[str, Any] = {"nvidia.com/gpu": gpus}
     container: dict[str, Any] = {"name": "engine", "image": image, "command": argv, "env": env_list}
@@ -111,6 +117,10 @@ def engine_pod(
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "heroserve-lib", "mountPath": opts.plugin_dir, "readOnly": True},
     ]
+    if "HEROSERVE_INA_CONFIG" in env:  # written on the node by the GPU agent's DaemonSet
+        ina_dir = posixpath.dirname(env["HEROSERVE_INA_CONFIG"])
+        volumes.append(host_dir("ina-config", ina_dir, create=True))
+        mounts.append({"name": "ina-config", "mountPath": ina_dir, "readOnly": True})
     if (mv := model_volume(opts)) is not None:
         kind, where = mv
         src = {"persistentVolumeClaim": {"claimName": where, "readOnly": True}} if kind == "pvc" \

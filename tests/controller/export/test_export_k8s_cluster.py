@@ -231,3 +231,43 @@ def test_a_broken_manifest_fails_the_check(tmp_path: Path) -> None:
     dep = copy.deepcopy(next(d for d in docs if d["kind"] == "DaemonSet"))
     dep["spec"]["template"]["spec"]["volumes"][0]["hostPath"]["typo"] = "x"
     assert problems(dep)
+
+
+def test_ina_servers_get_the_net_plugin_and_the_agents_group_file(tmp_path: Path) -> None:
+    """hand_plan's prefill/0 (flat INA on srv0) and decode/0 (hierarchical, srv2) name the
+    CollNet plugin by its path in --plugin-dir and read the file their node's GPU agent
+    writes; the ring instances name neither, and their nodes' agents write no file."""
+    docs = _export(tmp_path)
+    by_server = {}
+    for spec in _engines(docs):
+        (c,) = spec["containers"]
+        (expr,) = spec["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"][0]["matchExpressions"]
+        by_server[expr["values"][0]] = (c, {v["name"]: v for v in spec["volumes"]})
+    for server in ("srv0", "srv2"):
+        c, vols = by_server[server]
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["NCCL_NET_PLUGIN"] == "/opt/heroserve/lib/libnccl-net-heroserve.so"
+        assert env["HEROSERVE_INA_CONFIG"] == "/run/heroserve/ina-config.json"
+        assert vols["ina-config"]["hostPath"]["path"] == "/run/heroserve"
+        assert {"name": "ina-config", "mountPath": "/run/heroserve", "readOnly": True} in c[
+            "volumeMounts"
+        ]
+    for server in ("srv1", "srv3"):
+        c, vols = by_server[server]
+        assert "ina-config" not in vols
+        assert "NCCL_NET_PLUGIN" not in {e["name"] for e in c["env"]}
+    agents = {
+        d["spec"]["template"]["spec"]["nodeSelector"][SERVER_LABEL]: d["spec"]["template"]["spec"]
+        for d in docs
+        if d["kind"] == "DaemonSet"
+    }
+    for server, writes in (("srv0", True), ("srv1", False), ("srv2", True), ("srv3", False)):
+        (agent,) = agents[server]["containers"]
+        argv = agent["command"]
+        assert ("--ina-config" in argv) == writes
+        if writes:
+            assert argv[argv.index("--ina-config") + 1] == "/run/heroserve/ina-config.json"
+            assert {"name": "ina-config", "mountPath": "/run/heroserve"} in agent["volumeMounts"]
+    assert all(problems(d) == [] for d in docs)
