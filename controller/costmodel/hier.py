@@ -17,13 +17,17 @@ collectives in ``src/graph/tuning.cc``), with NCCL's per-hop NVLink latency; pip
 NCCL's tuning model does, m - 1 times the step's bytes over bandwidth plus the latency of
 m - 1 hops. (NCCL's CollNet Direct latency model is the same sum: ``2 (nRanks/nNodes - 1)``
 intra-node hops plus one network all-reduce.)
+
+The paper has no hierarchical scheme; its mode prices this one with its own equations: the
+NVLink rings as Eq. 11 (m - 1 steps of D/m at the slowest link, ``ring.written_ring``) and
+each rail as Eqs. 8-10 on its shard (each member's route alone, FP16 bytes, no latency).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from controller.costmodel.ina import T_AGG_S
+from controller.costmodel.ina import ina_fixed_s
 from controller.costmodel.netparams import NetParams
 from controller.costmodel.network import (
     CommPattern,
@@ -31,8 +35,9 @@ from controller.costmodel.network import (
     RailPattern,
     choose_routes,
     compile_phase,
+    written_route,
 )
-from controller.costmodel.ring import server_blocks, server_ring
+from controller.costmodel.ring import server_blocks, server_ring, written_ring
 from controller.topology.fabric import Fabric, Path
 from controller.topology.graph import SWITCH
 
@@ -56,7 +61,12 @@ def _intra_ring(fabric: Fabric, blocks: list[list[str]], params: NetParams) -> P
     for b in blocks:
         if any(fabric.nvlink_path(u, b[(i + 1) % m]) is None for i, u in enumerate(b)):
             return None
-        flows += server_ring(fabric, b, 1.0 / m)  # spread over a mesh board's links
+        if params.as_written:
+            flows += written_ring(fabric, b, m - 1, 1.0 / m).flows
+        else:
+            flows += server_ring(fabric, b, 1.0 / m)  # spread over a mesh board's links
+    if params.as_written:
+        return Phase(flows, m - 1, 0.0, bottleneck=True, alone=True)
     step = params.ring_step_nvlink_s
     chain = ((float(m - 1), tuple(range(len(flows))), step),)
     return Phase(flows, m - 1, step, chain=chain, bottleneck=True)
@@ -67,7 +77,7 @@ def _ina_phase(
 ) -> Phase:
     """All rails' INA at once: each member's shard (D/m in the lane format) up its route and
     the sum back down it; each rail finishes as one aggregation (``Phase.groups``)."""
-    share = params.ina_wire_ratio / shards
+    share = params.ina_bytes_ratio / shards
     flows: list[tuple[Path, float]] = []
     groups = []
     for members, paths in rails:
@@ -77,10 +87,11 @@ def _ina_phase(
         flows,
         1.0,
         0.0,
-        T_AGG_S + params.ina_host_s,
+        ina_fixed_s(params),
         duplex=True,
         groups=tuple(groups),
         packet_bytes=params.ina_frame_bytes,
+        alone=params.as_written,
     )
 
 
@@ -122,14 +133,14 @@ def hier_pattern(
     """Hierarchical INA of ``members`` (module docstring), routes chosen for a message of
     ``nbytes``: rail by rail, each rail at the candidate switch (``rail_switches``, filtered by
     ``allowed``) where the INA phase with the rails already placed is cheapest, its members'
-    routes chosen given those rails' flows (they share links). None when the group sits in one
-    server, servers hold different numbers of members, one member each (flat INA), or a rail
-    has no switch all its members reach."""
+    routes chosen given those rails' flows (they share links; as written, each alone). None
+    when the group sits in one server, servers hold different numbers of members, one member
+    each (flat INA), or a rail has no switch all its members reach."""
     blocks = hier_blocks(fabric, members)
     if blocks is None:
         return None
     m = len(blocks[0])
-    share = nbytes * params.ina_wire_ratio / m
+    share = nbytes * params.ina_bytes_ratio / m
     frame = params.ina_frame_bytes
     placed: list[RailPattern] = []
     for k in range(m):
@@ -142,9 +153,12 @@ def hier_pattern(
             options = [fabric.routes_to_switch(x, sw) for x in rail]
             if any(not o for o in options):
                 continue
-            routes, _ = choose_routes(
-                fabric, options, [share] * len(rail), 1, background, packet_bytes=frame
-            )
+            if params.as_written:  # each member's route alone (Eq. 10)
+                routes = [written_route(fabric, o) for o in options]
+            else:
+                routes, _ = choose_routes(
+                    fabric, options, [share] * len(rail), 1, background, packet_bytes=frame
+                )
             paths = {x: list(r) for x, r in zip(rail, routes, strict=True)}
             cand = RailPattern(sw, k, m, rail, paths)
             phase = _ina_phase([(r.members, r.paths) for r in [*placed, cand]], m, params)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from agents.ina.packet import HEADER_LEN, LANE_FORMAT, VECTOR_BYTES
 from controller.errors import InputError
 from controller.inputs.flags import option
-from controller.topology.costmodes import COST_MODES, PIPELINED, ROCE_MTU_BYTES, CostMode
+from controller.topology.costmodes import COST_MODES, PAPER, PIPELINED, ROCE_MTU_BYTES, CostMode
 
 if TYPE_CHECKING:  # the routes (networkx, scipy) are imported when a fabric is made
     import networkx as nx
@@ -66,8 +66,8 @@ class NetParams:
 
     cost_mode: CostMode = option(
         PIPELINED,
-        help="network pricing: pipelined (packet by packet) or paper (the paper's "
-        "store-and-forward sums, as in its Fig. 2, Eq. 10); docs/costmodel.md",
+        help="network pricing: pipelined (packet by packet) or paper (the paper's Eqs. 7-11 "
+        "as written: FP16 bytes, each path alone, no latencies); docs/costmodel.md",
     )
     ina_lanes: InaLanes = option(
         DEFAULT_INA_LANES,
@@ -117,6 +117,19 @@ class NetParams:
         lane = self.lane
         per_element = (lane.element_bytes + lane.scale_bytes) / self.dtype_bytes
         return per_element * self.ina_frame_bytes / self.ina_payload_bytes
+
+    @property
+    def as_written(self) -> bool:
+        """The paper's mode: collectives priced by Eqs. 7-11 as written (docs/costmodel.md
+        "Cost modes"): FP16 message bytes, each member's path alone, no latency terms."""
+        return self.cost_mode == PAPER
+
+    @property
+    def ina_bytes_ratio(self) -> float:
+        """Bytes INA moves per byte of message as this cost mode counts them: the paper counts
+        the FP16 message itself (Eq. 10's D_col: no lanes wider than 16 bits, no headers);
+        pipelined, the wire's bytes (``ina_wire_ratio``)."""
+        return 1.0 if self.as_written else self.ina_wire_ratio
 
     def fabric(self, g: nx.Graph, *, relay: bool = True) -> Fabric:
         """The routes and prices of ``g`` in this cost mode."""

@@ -58,6 +58,22 @@ def path_time(fabric: Fabric, path: Path, nbytes: float) -> float:
     return fabric.path_time(path, nbytes)
 
 
+def written_time(fabric: Fabric, path: Path, nbytes: float, bottleneck: bool = False) -> float:
+    """One flow alone as the paper writes it, no latency: ``sum_e D / B(e)`` over its route
+    (Eq. 10), or ``D / min_e B(e)`` with ``bottleneck`` (Eq. 11)."""
+    inv = [fabric.link_table[e][0] for e in _edges(path)]
+    return nbytes * ((max(inv) if bottleneck else sum(inv)) if inv else 0.0)
+
+
+def written_route(fabric: Fabric, options: Sequence[Path], bottleneck: bool = False) -> Path:
+    """The route among ``options`` that is cheapest alone as the paper writes it
+    (``written_time``); ties to the sum over hops, then to the first listed."""
+    if not options:
+        raise ValueError("a flow has no route")
+    return min(options, key=lambda p: (written_time(fabric, p, 1.0, bottleneck),
+                                       written_time(fabric, p, 1.0)))  # fmt: skip
+
+
 class _Loads:
     """Link loads of a set of flows with each flow's time kept current, so that trying one
     more route costs O(its hops + the flows sharing them) instead of re-pricing every flow.
@@ -263,7 +279,10 @@ class Phase:
     ``fixed_s`` is paid once (T_agg and the host overhead for INA); ``packet_bytes`` is the
     packet a pipelined hop serialises (None: the fabric's). ``bottleneck``: a flow moves its
     bytes at its most loaded hop's rate in either mode (a ring step, Eq. 11's ``D / min B``);
-    otherwise the fabric's mode combines the hops (paper: their sum, Eq. 10)."""
+    otherwise the fabric's mode combines the hops (paper: their sum, Eq. 10). ``alone``
+    (the paper's mode as written, Eqs. 9-11): each flow is priced over its own route with its
+    own bytes, as if the collective's other flows were absent, and without latency, packet or
+    per-hop terms (the phase's ``per_round_s`` and ``fixed_s`` still count)."""
 
     flows: list[tuple[Path, float]]
     rounds: float = 1.0
@@ -274,6 +293,7 @@ class Phase:
     packet_bytes: float | None = None
     chain: Chain = ()
     bottleneck: bool = False
+    alone: bool = False
 
 
 @dataclass(frozen=True)
@@ -290,6 +310,7 @@ class CompiledPhase:
     loads: tuple[tuple[Edge, float], ...]  # bytes on each link per byte of message, per round
     bottleneck: bool = False  # its flows combine their links by max in either mode (Phase)
     by_max: bool = True  # its flows' terms combine by max (pipelined or bottleneck), else sum
+    alone: bool = False  # each flow's terms are its own bytes, not the link's load (Phase)
 
     def time(self, nbytes: float) -> float:
         worst = 0.0
@@ -331,7 +352,12 @@ def compile_phase(fabric: Fabric, phase: Phase) -> CompiledPhase:
     def terms(es: list[Edge]) -> tuple[tuple[Edge, float], ...]:
         return tuple((e, load[e] * table[e][0]) for e in es)
 
-    if phase.duplex and fabric.pipelined:
+    if phase.alone:  # each flow's own share on each of its links, no latency (Phase)
+        out = [
+            (tuple((e, share * table[e][0]) for e in es), 0.0)
+            for es, (_, share) in zip(edges, phase.flows, strict=True)
+        ]
+    elif phase.duplex and fabric.pipelined:
         groups = phase.groups or (tuple(range(len(edges))),)
         for grp in groups:
             links: dict[Edge, None] = {}
@@ -354,7 +380,7 @@ def compile_phase(fabric: Fabric, phase: Phase) -> CompiledPhase:
         slopes = tuple(fabric.combine([k for _, k in t]) for t, _ in out)
     return CompiledPhase(
         float(phase.rounds), tuple(out), const, slopes, tuple(load.items()), phase.bottleneck,
-        phase.bottleneck or fabric.pipelined,
+        phase.bottleneck or fabric.pipelined, phase.alone,
     )  # fmt: skip
 
 

@@ -4,8 +4,9 @@ rings in and the routes its channels take between servers.
 Holds :func:`ring_order` (servers in turn, GPUs by index: the one definition, which the
 emulation and the controller's policies use too), :func:`rail_routes` (one inter-server
 channel's routes, PXN included), :func:`local_path` (a hop inside a server),
-:func:`server_ring` (a ring step inside one server, spread over a mesh board's links) and
-:func:`ring_pattern` (the priced collective).
+:func:`server_ring` (a ring step inside one server, spread over a mesh board's links),
+:func:`written_ring` (Eq. 11 as the paper writes it) and :func:`ring_pattern` (the priced
+collective).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Sequence
 import networkx as nx
 
 from controller.costmodel.netparams import NetParams
-from controller.costmodel.network import CommPattern, Phase, choose_routes
+from controller.costmodel.network import CommPattern, Phase, choose_routes, written_route
 from controller.topology.fabric import Fabric, Path
 
 
@@ -91,6 +92,25 @@ def server_ring(fabric: Fabric, block: Sequence[str], share: float) -> list[tupl
     return [(local_path(fabric, u, block[(i + 1) % m]), share) for i, u in enumerate(block)]
 
 
+def written_route_between(fabric: Fabric, u: str, v: str) -> Path:
+    """A ring edge's route as Eq. 11 prices it: NVLink (or PCIe) inside a server, else the
+    route between the two GPUs with the widest bottleneck (``network.written_route``)."""
+    local = fabric.nvlink_path(u, v)
+    return local if local is not None else written_route(fabric, fabric.routes_between(u, v), True)
+
+
+def written_ring(fabric: Fabric, order: Sequence[str], steps: int, share: float) -> Phase:
+    """Eq. 11 as written over the GPUs of ``order`` (a ring, each sending to the next):
+    ``steps`` steps of ``share`` of the message per GPU, each step as long as the slowest
+    GPU's share at its route's slowest link, D_rg / min B; one route per GPU, priced alone,
+    no latency, per-hop or channel terms."""
+    flows = [
+        (written_route_between(fabric, u, order[(i + 1) % len(order)]), share)
+        for i, u in enumerate(order)
+    ]
+    return Phase(flows, steps, 0.0, bottleneck=True, alone=True)
+
+
 def ring_pattern(
     fabric: Fabric, members: Sequence[str], nbytes: float, params: NetParams
 ) -> CommPattern:
@@ -99,9 +119,9 @@ def ring_pattern(
     has members), each over its cheapest route (PXN may relay over NVLink), so the D/P bytes
     crossing from one server to the next are spread over those NICs.
 
-    Paper mode (Eq. 11 as written): each step lasts as long as its slowest flow, each flow
-    its bytes over its route's bottleneck bandwidth (not the sum over hops that Eq. 10 charges
-    INA), plus its route's latency and the per-step latency.
+    Paper mode (Eq. 11 as written, ``written_ring``): 2(P-1) steps of D/P at the slowest
+    link of the ring's routes, each GPU's route to its successor priced alone, no latency,
+    no channels and no spreading over a mesh board's links.
     Pipelined (NCCL's own tuning model): 2(P-1) times the slowest flow's bytes over bandwidth,
     plus the latency a chunk accumulates going round: 2(N-1) network hops and 2(P-N) NVLink
     hops for N servers, each hop its route's latency plus NCCL's per-hop overhead."""
@@ -109,6 +129,10 @@ def ring_pattern(
     p = len(order)
     if p == 1:
         return CommPattern("ring", [], None, {})
+    if params.as_written:
+        phase = written_ring(fabric, order, 2 * (p - 1), 1.0 / p)
+        paths = {u: r for u, (r, _) in zip(order, phase.flows, strict=True)}
+        return CommPattern("ring", [phase], None, paths)
     blocks = server_blocks(fabric, order)
     share = 1.0 / p
     intra: list[tuple[Path, float]] = []

@@ -79,9 +79,15 @@ class SharedTraffic:
                         per_byte.append(0.0)
                     k[i, j], idx[i, j] = ke, n
             # a link's seconds per byte counted once per phase (every flow's term on it is
-            # the link's whole load), times the phase's rounds
-            for e, ke in {e: ke for terms, _ in c.flows for e, ke in terms}.items():
-                per_byte[index[e]] += c.rounds * ke
+            # the link's whole load; priced alone, each flow's term is its own bytes, which
+            # add up to the load), times the phase's rounds
+            if c.alone:
+                for terms, _ in c.flows:
+                    for e, ke in terms:
+                        per_byte[index[e]] += c.rounds * ke
+            else:
+                for e, ke in {e: ke for terms, _ in c.flows for e, ke in terms}.items():
+                    per_byte[index[e]] += c.rounds * ke
             lat = np.array([lat for _, lat in c.flows], dtype=float)
             self.phases.append((c.rounds, c.const_s, k, idx, lat, c.by_max))
         self.links = list(index)

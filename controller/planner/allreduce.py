@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controller.costmodel.hier import hier_on_rails, hier_pattern
-from controller.costmodel.ina import T_AGG_S, ina_on_routes, ina_pattern
-from controller.costmodel.network import CommPattern, CompiledPhase
+from controller.costmodel.ina import ina_from_one_way, ina_on_routes, ina_pattern
+from controller.costmodel.network import CommPattern, CompiledPhase, written_time
 from controller.costmodel.ring import ring_pattern
 from controller.errors import InputError
 from controller.plan import Group
@@ -224,17 +224,19 @@ class AllReducePricer:
         return p
 
     def ina_bound(self, members: Sequence[str], switch: str, nbytes: float) -> float:
-        """A lower bound on flat INA at ``switch``: the slowest member's cheapest route alone
-        (its own bytes, no sharing, one way) plus the aggregation and host overhead. Sharing
-        links and the way back only add time, in either cost mode. Inf if unreachable."""
-        wire = nbytes * self.ctx.net.ina_wire_ratio
+        """A lower bound on flat INA at ``switch`` from the slowest member's cheapest route
+        alone (its own bytes, no sharing, one way; ``ina.ina_from_one_way``): pipelined, plus
+        the aggregation and host overhead (sharing links and the way back only add time); in
+        the paper's mode, Eq. 8 as written on those routes, which is exact. Inf if
+        unreachable."""
+        wire = nbytes * self.ctx.net.ina_bytes_ratio
         worst = 0.0
         for m in members:
             best = self._cheapest_to_switch(m, switch, wire)
             if best is None:
                 return math.inf
             worst = max(worst, best)
-        return worst + T_AGG_S + self.ctx.net.ina_host_s
+        return ina_from_one_way(worst, self.ctx.net)
 
     def _cheapest_to_switch(self, gpu: str, switch: str, nbytes: float) -> float | None:
         """The cheapest route of ``gpu`` to ``switch`` alone (None if none), kept per
@@ -246,9 +248,9 @@ class AllReducePricer:
             if fab.pipelined and nbytes >= 0:
                 self._to_switch[key] = self._cheapest_summed(gpu, switch, nbytes)
             else:
-                routes = fab.routes_to_switch(gpu, switch)
+                routes = fab.routes_to_switch(gpu, switch)  # the paper's mode: Eq. 10
                 self._to_switch[key] = (
-                    min(fab.path_time(r, nbytes) for r in routes) if routes else None
+                    min(written_time(fab, r, nbytes) for r in routes) if routes else None
                 )
         return self._to_switch[key]
 

@@ -27,31 +27,7 @@ ETH = 12.5e9  # 100 Gb/s in bytes/s
 
 NV = 300e9  # A100 NVLink per direction (600 GB/s is the total over both directions)
 PAPER = NetParams(cost_mode="paper")
-# the paper counts the message's own bytes: 16-bit lanes, no packet headers
-PAPER_BYTES = NetParams(cost_mode="paper", ina_lanes="fp16", ina_overhead_bytes=0)
 PIPE_BYTES = NetParams(ina_lanes="fp16", ina_overhead_bytes=0)
-
-
-def test_fig2_paper_mode_160_and_90_us():
-    """Paper Fig. 2 in its own (store-and-forward) mode: 1 MB collected over two Ethernet
-    hops ~160 us; over NVLink and one Ethernet hop ~90 us."""
-    g = fig2()
-    homo_f, het_f = PAPER.fabric(g, relay=False), PAPER.fabric(g)
-    homo = ina_pattern(homo_f, ["gn2", "gn3"], "S1", MB, PAPER_BYTES)
-    het = ina_pattern(het_f, ["gn2", "gn3"], "S2", MB, PAPER_BYTES)
-    t_homo = max(flow_times(homo_f, [(p, MB) for p in homo.paths.values()]))
-    t_het = max(flow_times(het_f, [(p, MB) for p in het.paths.values()]))
-    assert t_homo == pytest.approx(160e-6, rel=0.15)
-    assert t_het == pytest.approx(90e-6, rel=0.15)
-    # hand-worked: 2 x (1 MB / 12.5 GB/s + 2 us) = 164 us; gn2 relays through gn1's NIC:
-    # 2 x (1 MB / 300 GB/s + 0.5 us) + 80 + 2 us = 89.667 us
-    assert t_homo == pytest.approx(164e-6)
-    assert t_het == pytest.approx(2 * (MB / NV + 0.5e-6) + MB / ETH + 2e-6)
-    assert t_het == pytest.approx(89.6667e-6, rel=1e-5)
-    assert het.paths["gn2"] == ["gn2", "A-nvsw", "gn1", "S2"]
-    # Eq. 8 as written: T_ina = T_col + T_agg + T_dis (+ one host round), T_dis = T_col
-    assert het.time(het_f, MB) == pytest.approx(2 * t_het + T_AGG_S + PAPER_BYTES.ina_host_s)
-    assert het.time(het_f, MB) == pytest.approx(184.3333e-6, rel=1e-5)
 
 
 def test_fig2_pipelined_mode():
@@ -120,10 +96,11 @@ def test_overlapped_ina_hand_worked():
     rtt = 6e-6 + 128 * (4 / NV + 1 / ETH)
     assert het.time(f, MB) == pytest.approx(MB / ETH + rtt + T_AGG_S + 4e-6, rel=1e-12)
     assert het.time(f, MB) == pytest.approx(91.011947e-6, rel=1e-7)
-    # the same routes in paper mode: each round trip store and forward, 2 x 89.667 + 5 us
-    assert ina_pattern(PAPER.fabric(g), ["gn2", "gn3"], "S2", MB, PAPER_BYTES).time(
+    # the same routes in paper mode (Eq. 8 as written): each round trip alone, no latency,
+    # T_agg and no host term: 2 x (3.333 + 3.333 + 80) + 1 us
+    assert ina_pattern(PAPER.fabric(g), ["gn2", "gn3"], "S2", MB, PAPER).time(
         PAPER.fabric(g), MB
-    ) == pytest.approx(184.3333e-6, rel=1e-5)
+    ) == pytest.approx(174.3333e-6, rel=1e-5)
     # the project's default lanes: int32 (4 bytes per FP16 element) in 210-byte frames of 128
     # payload bytes: 1 MB of FP16 is 2 x 210 / 128 = 3.28125 MB on the wire, 262.5 us; the
     # round trip's packet terms use 210 bytes: 6 us + 210 B x (4 / 300 + 1 / 12.5) GB/s^-1
@@ -158,13 +135,10 @@ def test_ring_inside_a_server_hand_worked():
     g = make_testbed()
     members = [f"srv0-gpu{i}" for i in range(4)]
     d = 4 * MB
-    pair = 100e9
-    # paper (Eq. 11): each step D/12 = 0.3333 MB at 100 GB/s = 3.3333 us, + one 0.5 us NVLink
-    # hop (direct link, no NVSwitch hop) + NCCL's 1.9 us: 6 x 5.7333 = 34.4 us
+    # paper (Eq. 11 as written): each step D/4 = 1 MB on the one link to the successor at
+    # 100 GB/s = 10 us, no latency: 6 x 10 = 60 us (test_paper_mode.py has the V100 ring)
     f = PAPER.fabric(g)
-    step = d / 12 / pair + 0.5e-6 + 1.9e-6
-    assert ring_pattern(f, members, d, PAPER).time(f, d) == pytest.approx(6 * step, rel=1e-12)
-    assert ring_pattern(f, members, d, PAPER).time(f, d) == pytest.approx(34.4e-6, rel=1e-9)
+    assert ring_pattern(f, members, d, PAPER).time(f, d) == pytest.approx(60e-6, rel=1e-12)
     # pipelined (NCCL's model): 6 x D/12 / 100 GB/s = 20 us of bandwidth, plus the chain of
     # 6 one-link hops, each 0.5 us + NCCL's 1.9 us (one hop: no packet serialised before the
     # slowest): 20 + 14.4 = 34.4 us
@@ -182,12 +156,10 @@ def test_ring_across_servers_uses_one_channel_per_nic_pair():
     d = 8 * MB
     f = PAPER.fabric(g)
     r = ring_pattern(f, members, d, PAPER)
-    # Eq. 11: gpu -> switch -> gpu, D/8 at the bottleneck (12.5 GB/s) once, plus the two
-    # hops' 2 us latencies and the network step's 4 us: 6 x (80 + 4 + 4) = 528 us (the
-    # store-and-forward sum over hops would charge the 80 us twice: 1,008 us)
-    cross = d / 4 / 2 / ETH + 2 * 2e-6
-    assert r.time(f, d) == pytest.approx(6 * (cross + 4e-6), rel=1e-12)
-    assert r.time(f, d) == pytest.approx(528e-6, rel=1e-9)
+    # Eq. 11 as written: no channels, D/4 = 2 MB per step at the ring's slowest link (a 12.5
+    # GB/s port), no latency: 6 x 160 = 960 us
+    assert r.time(f, d) == pytest.approx(6 * d / 4 / ETH, rel=1e-12)
+    assert r.time(f, d) == pytest.approx(960e-6, rel=1e-9)
     # pipelined: 6 x 1 MB / 12.5 GB/s = 480 us (the NVLink hop's D/4 = 2 MB at the V100
     # pair's 50 GB/s is 40 us); chain of 2(N-1) = 2 network hops (4 us + 4096 B / 12.5 GB/s +
     # NCCL's 4 us) and 2(P-N) = 4 NVLink hops over the pair's direct link (0.5 us + NCCL's
@@ -322,17 +294,15 @@ def test_hier_ina_two_servers_of_two_gpus_hand_worked():
     assert ina == pytest.approx(49.01024e-6, rel=1e-9)
     assert ag == rs
     assert h.time(f, MB) == pytest.approx(58.17088e-6, rel=1e-6)
-    # the paper's mode, same routes: (a) one ring step, D/2 at the NVLink bottleneck once
-    # (Eq. 11) + two 0.5 us hops + 1.9 us = 1.6667 + 1 + 1.9 = 4.5667 us; (b) each member's
-    # round trip store and forward (Eq. 10) 2 x (40 + 2) us + 5 us = 89 us; (c) 4.5667 us:
-    # 98.1333 us
-    fp = PAPER_BYTES.fabric(g)
-    hp = hier_pattern(fp, FIG2_ALL, MB, PAPER_BYTES)
+    # the paper's mode (its equations as written, no latency): (a) one ring step, D/2 at
+    # the NVLink bottleneck once (Eq. 11): 1.6667 us; (b) each member's round trip alone
+    # (Eqs. 8-10) 2 x 40 us + T_agg 1 us = 81 us; (c) 1.6667 us: 84.3333 us
+    fp = PAPER.fabric(g)
+    hp = hier_pattern(fp, FIG2_ALL, MB, PAPER)
     assert [c.time(MB) for c in hp.compiled(fp)] == pytest.approx(
-        [MB / 2 / NV + 1e-6 + 1.9e-6, 2 * (MB / 2 / ETH + 2e-6) + 5e-6,
-         MB / 2 / NV + 1e-6 + 1.9e-6], rel=1e-12,
-    )  # fmt: skip
-    assert hp.time(fp, MB) == pytest.approx(98.1333e-6, rel=1e-5)
+        [MB / 2 / NV, 2 * MB / 2 / ETH + 1e-6, MB / 2 / NV], rel=1e-12
+    )
+    assert hp.time(fp, MB) == pytest.approx(84.3333e-6, rel=1e-5)
 
 
 def test_hier_rails_share_links_when_they_share_a_switch():
