@@ -1,5 +1,6 @@
 """Built-in clusters (docs/design.md §3): the paper's testbed (Fig. 6), the track clusters of its
-simulations (§V) and the Fig. 2 example. Each returns a cluster graph (``graph.py``). Also
+simulations (§V), the Fig. 2 example and ``l40s-rack``, a PCIe-only rack where INA pays
+(docs/ina-map.md). Each returns a cluster graph (``graph.py``). Also
 :func:`add_server`, one server wired as its board is, which topology files use too."""
 
 from __future__ import annotations
