@@ -19,7 +19,8 @@ Holds ``INTRA`` (the server links, each from ``controller/models``), ``map_clust
 own ``AllReducePricer``, printed beside the map's figure) and the figure. Prints the table;
 writes the figure (PNG at 150 dpi and SVG beside it) to ``--out``.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/ina_map.py [--model OPT-175B] [--tokens 160] [--out ina_map.png]
+    PYTHONPATH=. .venv/bin/python benchmarks/ina_map.py [--model OPT-175B] [--tokens 160]
+        [--out ina_map.png] [--all]
 """
 
 from __future__ import annotations
