@@ -44,7 +44,7 @@ class PlanInputs:
 
     topology: str = option(
         "testbed",
-        help="testbed | 2tracks | 8tracks | fig2 (the seed planners also helix24 | "
+        help="testbed | 2tracks | 8tracks | fig2 | l40s-rack (the seed planners also helix24 | "
         "hetero-v100) | a .yaml/.json topology file",
     )
     model: str | None = option(

@@ -218,6 +218,11 @@ def report(
         "gives the reading of D_rg). H is Eq. 1's total SLA-meeting rate; ratios are "
         "HeroServe's H over the baseline's on the same cluster.\n"
     )
+    lines.append(
+        "Where INA pays at all (NCCL's ring against flat and hierarchical INA over NIC rate, "
+        "server link, group size and lane format) and `l40s-rack`, a built-in PCIe-only "
+        "cluster in that region, with its plans and simulated gain: docs/ina-map.md.\n"
+    )
     # -- Fig. 2 ---------------------------------------------------------------------------
     lines.append("## Fig. 2: aggregation delay of 1 MB, Ethernet-only against NVLink-assisted\n")
     lines.append("| | paper | project, paper mode | project, pipelined |")

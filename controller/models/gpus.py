@@ -45,6 +45,9 @@ GPU_SPECS: dict[str, GpuSpec] = {
         # Ada and Turing PCIe cards: no NVLink. L40 and L4 are PCIe 4.0 x16 cards, T4 is
         # PCIe 3.0 x16 (NVIDIA's datasheets).
         GpuSpec("L40", 181e12, 48 * GB, 864 * GB, 0.0),
+        # L40S (NVIDIA L40S datasheet): 362.05 TFLOP/s dense FP16 tensor (733 with
+        # sparsity), 48 GB GDDR6 at 864 GB/s, PCIe 4.0 x16, no NVLink
+        GpuSpec("L40S", 362.05e12, 48 * GB, 864 * GB, 0.0),
         GpuSpec("L4", 121e12, 24 * GB, 300 * GB, 0.0),
         GpuSpec("T4", 65e12, 16 * GB, 320 * GB, 0.0, pcie_gen=3),
     ]

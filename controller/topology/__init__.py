@@ -45,7 +45,7 @@ def __getattr__(name: str) -> Any:
 
 
 def resolve_topology(spec: str):
-    """A built-in name (testbed, 2tracks, 8tracks, fig2) or a topology file path."""
+    """A built-in name (``generators.BUILTIN``) or a topology file path."""
     from controller.topology.generators import BUILTIN
     from controller.topology.io import load_topology
 

@@ -1,5 +1,6 @@
 """Built-in clusters (docs/design.md §3): the paper's testbed (Fig. 6), the track clusters of its
-simulations (§V) and the Fig. 2 example. Each returns a cluster graph (``graph.py``). Also
+simulations (§V), the Fig. 2 example and ``l40s-rack``, a PCIe-only rack where INA pays
+(docs/ina-map.md). Each returns a cluster graph (``graph.py``). Also
 :func:`add_server`, one server wired as its board is, which topology files use too."""
 
 from __future__ import annotations
@@ -221,10 +222,38 @@ def fig2() -> nx.Graph:
     return g
 
 
+# A PCIe-optimised rack (docs/topology.md "Built-in clusters", docs/ina-map.md): NVIDIA's
+# "PCIe Optimized 2-8-5" Enterprise Reference Architecture server (2 CPU sockets, 8 GPUs,
+# 5 network adapters: 4 east-west, 1 north-south; NVIDIA AI Enterprise Reference Architecture,
+# "Compute Node Hardware", which names the L40S among its GPUs) with 8 L40S (PCIe 4.0 x16,
+# no NVLink: models.gpus) and, east-west, 4 BlueField-3 B3140 SuperNICs of one 400 GbE port
+# each (NVIDIA BlueField-3 user manual): one NIC per 2 GPUs, 200 Gb/s per GPU; 4 servers (the
+# architecture's smallest cluster, 32 GPUs) on one Tofino 2 switch (Intel: 12.8 Tb/s, 32 x 400
+# GbE ports; the rack uses 16).
+L40S_RACK_SERVERS = 4
+L40S_RACK_GPUS = 8
+L40S_RACK_GPU_GBPS = 4 * 400 / L40S_RACK_GPUS  # the 4 east-west NICs shared by the 8 GPUs
+
+
+def l40s_rack(servers: int = L40S_RACK_SERVERS) -> nx.Graph:
+    """A rack of PCIe-only servers where INA pays (docs/ina-map.md): ``servers`` servers of 8
+    L40S on their PCIe 4.0 fabric, every GPU one Ethernet port of 200 Gb/s (its half of a 400
+    GbE NIC shared with one peer: exact when both send at once, as in a collective) on one
+    INA-capable top-of-rack switch ``tor``. Every GPU's role is ``any``."""
+    g = nx.Graph(name="l40s-rack")
+    add_switch(g, "tor", tier="access")
+    for s in range(servers):
+        gids = add_server(g, f"srv{s}", gpu_type="L40S", n_gpus=L40S_RACK_GPUS, role="any")
+        for gid in gids:
+            add_link(g, gid, "tor", link="ethernet", capacity=gbps(L40S_RACK_GPU_GBPS))
+    return g
+
+
 BUILTIN = {
     "testbed": testbed,
     "testbed-paper": lambda: testbed(fixed_roles=True),
     "2tracks": two_tracks,
     "8tracks": eight_tracks,
     "fig2": fig2,
+    "l40s-rack": l40s_rack,
 }
