@@ -1,14 +1,16 @@
 """The ablation's simulated column: each step's plan (``evaluation.ablation``) simulated at
-rising rates until its SLA attainment falls below the SLA's share, with the search
-``heroserve evaluate`` uses for its maximum rates (``sweep.max_rates``, the scenario's
-requests per point), so a step's simulated H stands beside its predicted one.
+rising rates until its SLA attainment falls below the SLA's share, by the rule of
+``evaluation.maxrate`` (a verdict per point only when the second half of the run clears the
+target with 95% confidence and without drift, more requests until it does; three seeds),
+so a step's simulated H stands beside its predicted one with its spread over seeds, and each
+simulated ratio with its interval and verdict (a gain only when the interval excludes 1).
 
 Steps whose plans are the same deployment (``deployment.deployment_key``) share one search,
 so a step that changes nothing the simulator runs has a simulated ratio of exactly 1. A step
 is not simulated, and its cell says why, when it has no plan, when its plan does not load in the
 simulator, or when a point at its predicted H would run more requests than the budget.
 
-Holds ``SEED``, ``REL_TOL``, ``SimCell``, ``Job`` and ``simulate``.
+Holds ``SEEDS``, ``REL_TOL``, ``SimCell``, ``Job`` and ``simulate``.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from controller.errors import InputError
-from controller.evaluation.ablation import Row, ratios
+from controller.evaluation import maxrate
+from controller.evaluation.ablation import Row, _reference
 from controller.evaluation.deployment import deployment_key
 from controller.evaluation.scenarios import scenario
-from controller.evaluation.sweep import Point, Runner, _model_for, max_rates
+from controller.evaluation.sweep import Point, Runner, _model_for
 from controller.inputs.limits import MAX_LIST, MAX_OPTION_ITEMS
 from controller.inputs.plan_checks import dataclass_spec, validate_plan_dict
 from controller.inputs.schema import (
@@ -38,19 +41,29 @@ from controller.inputs.schema import (
 )
 from controller.plan import Plan
 
-SEED = 0  # `heroserve evaluate`'s default seed
-REL_TOL = 0.02  # the max-rate search's resolution (``max_rates``' default, as evaluate runs it)
+SEEDS = maxrate.SEEDS
+REL_TOL = 0.02  # the bisection's stopping width; each seed's [lo, hi] enters the ratio intervals
+SAME = "same deployment"  # a ratio of one search to itself: exactly 1
 
 
 @dataclass(frozen=True)
 class SimCell:
-    """One row's simulated H (the largest total rate meeting the SLA's attainment, req/s), or
-    why it was not simulated; the ratios as the predicted ones are taken (``ratios``)."""
+    """One row's simulated H (the largest total rate meeting the SLA's attainment, req/s: the
+    mean over seeds, with their minimum and maximum), or why it was not simulated; the
+    ratios as the predicted ones are taken (``ablation.ratios``), each with its interval and
+    verdict (``maxrate.compare``; ``SAME`` for two rows of one deployment)."""
 
     rate: float | None
     why: str = ""
     vs_previous: float | None = None
     vs_distserve: float | None = None
+    rate_min: float | None = None
+    rate_max: float | None = None
+    previous_ci: tuple[float, float] | None = None
+    distserve_ci: tuple[float, float] | None = None
+    previous_verdict: str = ""
+    distserve_verdict: str = ""
+    capped: int = 0  # points undecided at the request cap, counted as misses
 
 
 @dataclass(frozen=True)
@@ -150,24 +163,52 @@ def simulate(
                 continue
             owner[j, i] = key
             todo[key] = (job.scenario, over, d, p.predicted.rate, s.sla().attainment)
-    rates: dict[str, float] = {}
+    found: dict[str, maxrate.Rates] = {}
     for target in sorted({t[4] for t in todo.values()}):
         keys = [k for k, t in todo.items() if t[4] == target]
-        say(f"ablation: max rates of {len(keys)} deployment(s) at {target:.0%} attainment")
+        say(f"ablation: max rates of {len(keys)} deployment(s) at {target:.0%} attainment, "
+            f"seeds {', '.join(map(str, SEEDS))}")  # fmt: skip
 
-        def point(key: str, rate: float) -> Point:
+        def point(key: str, rate: float, n: int, seed: int) -> Point:
             name, over, d, _, _ = todo[key]
-            n = scenario(name, **over).requests_at(rate)
-            return (name, over, key, d, rate, n, SEED, {"online_scheduler": False})
+            return (name, over, key, d, rate, n, seed, {"online_scheduler": False})
 
-        br = max_rates(runner, point, {k: todo[k][3] for k in keys}, target, REL_TOL)
-        rates.update({k: b.lo for k, b in br.items()})
+        def base(key: str, rate: float) -> int:
+            name, over = todo[key][0], todo[key][1]
+            return scenario(name, **over).requests_at(rate)
+
+        guesses = {k: todo[k][3] for k in keys}
+        found.update(maxrate.search(runner, point, base, guesses, target, REL_TOL, SEEDS))
+    return [_cell(owner, found, why, j, len(job.rows)) for j, job in enumerate(jobs)]
+
+
+def _cell(
+    owner: dict[tuple[int, int], str],
+    found: dict[str, maxrate.Rates],
+    why: dict[tuple[int, int], str],
+    j: int,
+    rows: int,
+) -> list[SimCell]:
+    """Job ``j``'s cells: each row's spread and its ratios to its reference row and to
+    DistServe's (row 0), with intervals and verdicts."""
+
+    def ratio(i: int, ref: int | None):
+        if ref is None or (j, i) not in owner or (j, ref) not in owner:
+            return None, None, ""
+        if owner[j, i] == owner[j, ref]:
+            return 1.0, (1.0, 1.0), SAME
+        c = maxrate.compare(found[owner[j, i]], found[owner[j, ref]])
+        return c["ratio"], (c["low"], c["high"]), c["verdict"]
+
     out = []
-    for j, job in enumerate(jobs):
-        vals = [rates[owner[j, i]] if (j, i) in owner else None for i in range(len(job.rows))]
-        cells = [
-            SimCell(v, why.get((j, i), ""), *r)
-            for i, (v, r) in enumerate(zip(vals, ratios(vals), strict=True))
-        ]
-        out.append(cells)
+    for i in range(rows):
+        if (j, i) not in owner:
+            out.append(SimCell(None, why.get((j, i), "")))
+            continue
+        r = found[owner[j, i]]
+        sp = maxrate.spread(r)
+        pv, pci, pverdict = ratio(i, _reference(i))
+        dv, dci, dverdict = ratio(i, 0)
+        out.append(SimCell(sp["mean"], "", pv, dv, sp["min"], sp["max"], pci, dci,
+                           pverdict, dverdict, r.capped))  # fmt: skip
     return out

@@ -56,7 +56,9 @@ def _model_for(scen_name: str, overrides: dict, planner: str, plan_d: dict):
 
 
 def run_point(point: Point) -> dict[str, Any]:
-    """Simulate one point; return the figures a sweep keeps (no per-request arrays)."""
+    """Simulate one point; return the figures a sweep keeps (no per-request arrays; the
+    attainment of the run's halves for ``maxrate.judge``)."""
+    from controller.evaluation.maxrate import halves
     from controller.sim import SimOptions, run_at
 
     scen_name, overrides, planner, plan_d, rate, n, seed, opts = point
@@ -65,6 +67,7 @@ def run_point(point: Point) -> dict[str, Any]:
     o = SimOptions(seed=seed, **{k: v for k, v in opts.items() if k != "keep_timeline"})
     res = run_at(model, w, rate, n, seed, options=o)
     d = res.to_dict()
+    d["halves"] = halves(res.per_request, res.sla)  # the stable rule's (evaluation.maxrate)
     if not keep_timeline:
         d.pop("kv_timeline", None)
     d["planner"] = planner

@@ -41,8 +41,9 @@ def test_the_command_refuses_before_any_work(tmp_path, capsys):
 
 
 def test_the_summary_claims_only_what_the_ratios_show():
-    """Rows that move H (1.006x predicted; 1.021x simulated only), rows within both
-    tolerances, one never simulated, one without a plan, then the rows after the ladder."""
+    """Rows that move H (1.006x predicted; 1.021x simulated with an interval above 1), rows
+    within the tolerance whose simulated interval holds 1, one never simulated, one without
+    a plan, then the rows after the ladder."""
     from controller.evaluation.ablation import Row
     from controller.evaluation.ablation_report import _summary
     from controller.evaluation.ablation_sim import SimCell
@@ -51,11 +52,18 @@ def test_the_summary_claims_only_what_the_ratios_show():
     sim = [None, 1.0, 1.021, 0.99, None, None, 1.0, 0.5]
     names = ["distserve", "a", "b", "c", "d", "e", "lanes", "roles"]
     rows = [Row(n, 1.0, 1, p, 1.2) for n, p in zip(names, pred, strict=True)]
-    cells = [SimCell(1.0, "", q, 1.3) for q in sim]
+    verdict = {1.0: "same deployment", 1.021: "gain", 0.99: "no difference", 0.5: "loss"}
+    ci = {1.0: (1.0, 1.0), 1.021: (1.005, 1.04), 0.99: (0.97, 1.01), 0.5: (0.45, 0.55)}
+    cells = [
+        SimCell(1.0, "", q, 1.3, 1.0, 1.0, ci.get(q), (1.2, 1.4), verdict.get(q, ""), "gain")
+        for q in sim
+    ]
     assert _summary("x", rows, cells) == (
-        "- **x**: DistServe to HeroServe 1.200x predicted, 1.300x simulated. Moves H: "
-        "a: 1.006x predicted, 1.000x simulated; b: 1.000x predicted, 1.021x simulated; "
-        "roles (against the full planner): 0.500x predicted, 0.500x simulated. "
-        "Within the tolerances, predicted and simulated: c, lanes (against the full planner). "
+        "- **x**: DistServe to HeroServe 1.200x predicted, 1.300x [1.200, 1.400] gain "
+        "simulated. Moves H: a: 1.006x predicted, 1.000x (same deployment) simulated; "
+        "b: 1.000x predicted, 1.021x [1.005, 1.040] gain simulated; "
+        "roles (against the full planner): 0.500x predicted, 0.500x [0.450, 0.550] loss "
+        "simulated. No change, predicted (within the tolerance) and simulated (no difference "
+        "or the same deployment): c, lanes (against the full planner). "
         "Within 0.5% predicted, not simulated: d. No ratio (a side without a plan): e."
     )

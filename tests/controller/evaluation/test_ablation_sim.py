@@ -1,16 +1,17 @@
 """The ablation's simulated column (``evaluation.ablation_sim``): one max-rate search per
-deployment, the same figures as ``sweep.max_rates`` run alone, exactly 1.000x for a step
+deployment, the same figures as ``maxrate.search`` run alone, exactly 1.000x for a step
 that changes nothing the simulator runs, and a reason in every cell it cannot simulate."""
 
 from dataclasses import replace
 
 import pytest
 
+from controller.evaluation import maxrate
 from controller.evaluation.ablation import Row
-from controller.evaluation.ablation_sim import REL_TOL, SEED, Job, simulate
+from controller.evaluation.ablation_sim import REL_TOL, SAME, Job, simulate
 from controller.evaluation.deployment import deployment_key
 from controller.evaluation.scenarios import scenario
-from controller.evaluation.sweep import Runner, max_rates
+from controller.evaluation.sweep import Runner
 from controller.planner import plan
 
 NAME = "testbed-summarization"
@@ -58,7 +59,8 @@ def test_an_ina_plan_is_keyed_by_the_policy_it_is_priced_with(ds_plan):
 
 def test_an_unchanged_step_is_exactly_one_and_shares_the_search(ds_plan):
     """Two rows of the same deployment (the second relabelled): one search, whose H is what
-    ``max_rates`` finds for the plan alone; the second row's simulated ratio is exactly 1."""
+    ``maxrate.search`` finds for the plan alone (the mean over seeds, with their spread);
+    the second row's simulated ratio is exactly 1, and says it is one deployment."""
     twin = replace(ds_plan, planner="ds-switchml", notes=["relabelled"])
     job = Job(NAME, [_row("distserve", ds_plan), _row("+ cross-server TP", twin)], [CHEAP] * 2)
     with Runner(1) as runner:
@@ -67,15 +69,20 @@ def test_an_unchanged_step_is_exactly_one_and_shares_the_search(ds_plan):
     s = scenario(NAME, **CHEAP)
     d = ds_plan.to_dict()
 
-    def point(key, rate):
-        return (NAME, CHEAP, key, d, rate, s.requests_at(rate), SEED, {"online_scheduler": False})
+    def point(key, rate, n, seed):
+        return (NAME, CHEAP, key, d, rate, n, seed, {"online_scheduler": False})
 
     with Runner(1) as alone:
-        want = max_rates(alone, point, {"alone": ds_plan.predicted.rate}, 0.9, REL_TOL)
+        guess = {"alone": ds_plan.predicted.rate}
+        found = maxrate.search(alone, point, lambda k, r: s.requests_at(r), guess, 0.9, REL_TOL)
+        want = found["alone"]
         assert searched == alone.done  # one search, not two
-    assert cells[0].rate == want["alone"].lo > 0
+    sp = maxrate.spread(want)
+    assert cells[0].rate == sp["mean"] > 0
+    assert (cells[0].rate_min, cells[0].rate_max) == (sp["min"], sp["max"])
     assert cells[1].rate == cells[0].rate
     assert cells[1].vs_previous == 1.0 and cells[1].vs_distserve == 1.0
+    assert cells[1].previous_verdict == cells[1].distserve_verdict == SAME
     assert cells[0].vs_previous is None and cells[0].vs_distserve == 1.0
     assert cells[0].why == cells[1].why == ""
 

@@ -31,8 +31,10 @@ def test_a_plan_stopped_by_the_time_limit_marks_its_ratios(testbed_plans):
 def test_a_scenarios_rows_in_both_modes():
     rows, tpots = _case_rows(Case("testbed-chatbot"))
     assert [r.split(" | ")[1] for r in rows] == ["pipelined", "paper"]
-    # TPOT rows: HeroServe against the paper's three baselines, pipelined mode only
-    assert [t[1] for t in tpots] == ["distserve", "ds-atp", "ds-switchml"]
+    # TPOT rows: HeroServe against the paper's three baselines, pipelined mode only; on the
+    # testbed they make one plan, so one row and one ratio column say so
+    assert [t[1] for t in tpots] == ["distserve / ds-atp / ds-switchml (one plan)"]
+    assert all(r.split(" | ")[4].endswith("x (one plan)") for r in rows)
     for _, _, t_base, t_hero, red in tpots:
         assert red == pytest.approx(1 - t_hero / t_base)
 
@@ -72,4 +74,21 @@ def test_the_simulated_row_takes_total_rates_as_the_predicted_rows_take_h():
 
     row = _simulated_row("x", {"heroserve": (0.5, 8.0), "distserve": (0.5, 8.0),
                                "distserve-paper": (0.25, 2.0)})  # fmt: skip
-    assert row == "| x | simulated | max 0.5 req/s/GPU | | 1.00x | - | - | 4.00x | | |"
+    assert row == "| x | simulated | max 0.5 req/s/GPU | | 1.00x / - / - | 4.00x | | |"
+    three = {"heroserve": (0.5, 8.0), "distserve-paper": (0.25, 2.0),
+             **{b: (0.25, 4.0) for b in ("distserve", "ds-atp", "ds-switchml")}}  # fmt: skip
+    assert "| | 2.00x (one plan) | 4.00x |" in _simulated_row("x", three)
+
+
+def test_the_paper_baselines_offer_ina_to_every_group_and_plan_as_distserve(testbed_plans):
+    """The paper integrates ATP and SwitchML into DistServe with no limit to groups spanning
+    servers: inside a server INA is priced, and loses to the NVLink ring, so on the testbed
+    the three baselines are one deployment and the report shows one column."""
+    from controller.evaluation.fidelity import one_plan
+
+    for b in ("ds-atp", "ds-switchml"):
+        reasons = [g.reason for g in testbed_plans[b].decode.groups]
+        assert all(r.startswith(("flat INA cannot beat", "ring ")) for r in reasons), reasons
+    assert one_plan(testbed_plans)
+    moved = dict(testbed_plans, **{"ds-atp": testbed_plans["heroserve"]})
+    assert not one_plan(moved)
