@@ -65,6 +65,8 @@ def one_plan(ps: dict[str, Plan | None]) -> bool:
 def _baseline_cell(cells: list[str], one: bool) -> str:
     """The three baselines' ratios as one cell: one figure when they are one plan."""
     return cells[0] + ONE_PLAN if one else " / ".join(cells)
+
+
 PAPER_RATIOS = {
     "testbed-chatbot": {"distserve": 1.53, "ds-atp": 1.42, "ds-switchml": 1.33},
     "testbed-summarization": {"distserve": 1.68, "ds-atp": 1.58, "ds-switchml": 1.35},

@@ -8,22 +8,27 @@ requests called its maximum met 94.5 / 90.4 / 62.2% attainment with 2,000 reques
 0 / 1 / 2) and 7.3 / 7.1 / 2.6% with 26,400 (issue 39): a short run's verdict said nothing.
 
 The rule (``judge``), per seed and rate: split the run's requests, in arrival order, into
-halves; the first half is the warm-up from an empty cluster. The rate
+halves; the first half is the warm-up from an empty cluster. A point may run up to
+``2**MAX_DOUBLINGS`` times the scenario's requests (its request lives, 30 at least, so 240);
+the rate must hold for that whole horizon. It
 
 - *misses* when the 95% Wilson interval of the second half's attainment lies below the target;
-- *meets* when that interval lies above the target and the run does not drift toward it: a
-  second half worse than the first by more than the two-proportion 95% margin, and worse by
-  enough that one more run length at the same slope would fall below the target, is drift;
-- else is *undecided*, and runs again with twice the requests (more request lives), up to
-  ``MAX_DOUBLINGS`` times; undecided at that cap, it counts as a miss (the reported maximum
-  is a rate shown to meet the target, never one merely not refuted).
+- *meets* when that interval lies above the target and the run does not drift toward it
+  before the cap: carried on at the slope between the halves to the cap's length, neither
+  the attainment (when the second half is worse than the first beyond the two-proportion
+  95% margin) falls below the target nor the slack (the larger of TTFT and TPOT over their
+  bounds, at the attainment percentile; ``sweep.halves``) rises above 1: a queue that grows
+  slowly shows in its latency long before its attainment falls;
+- else is *undecided*, and runs again with twice the requests; at the cap the interval alone
+  decides, and one still straddling the target counts as a miss (the reported maximum is a
+  rate shown to meet the target, never one merely not refuted).
 
 ``search`` bisects each (plan, seed) on its own, so each plan's maximum comes as one rate per
 seed (``SEEDS``: three); ``spread`` gives their mean, minimum and maximum, and ``compare`` the
 interval of a ratio of two plans' maxima (each seed's bracket [lo, hi] included) and its
 verdict: a gain or a loss only when the interval excludes 1, else no difference.
 
-Holds ``Z95``, ``SEEDS``, ``MAX_DOUBLINGS``, ``wilson``, ``judge``, ``halves``, ``Rates``,
+Holds ``Z95``, ``SEEDS``, ``MAX_DOUBLINGS``, ``wilson``, ``judge``, ``Rates``,
 ``search``, ``spread`` and ``compare``.
 """
 
@@ -55,34 +60,28 @@ def wilson(ok: int, n: int, z: float = Z95) -> tuple[float, float]:
     return max(0.0, mid - half), min(1.0, mid + half)
 
 
-def judge(first: tuple[int, int], second: tuple[int, int], target: float) -> Verdict:
-    """The verdict of one run from its halves' (met, requests), as the module states it."""
-    (k1, n1), (k2, n2) = first, second
+def judge(first: Sequence[float], second: Sequence[float], target: float,
+          remaining: float = 0.0) -> Verdict:  # fmt: skip
+    """The verdict of one run from its halves' [met, requests, slack] (``sweep.halves``), as
+    the module states it; ``remaining``: how many more half-runs the point may still run
+    (0 at the cap, where the verdict is the second half's interval alone)."""
+    k1, n1, s1 = int(first[0]), int(first[1]), float(first[2])
+    k2, n2, s2 = int(second[0]), int(second[1]), float(second[2])
     lo, hi = wilson(k2, n2)
     if hi < target:
         return "misses"
+    if remaining <= 0:
+        return "meets" if lo >= target else "misses"
     if n1 <= 0 or n2 <= 0:
         return "undecided"
     p1, p2 = k1 / n1, k2 / n2
     p = (k1 + k2) / (n1 + n2)
     margin = Z95 * math.sqrt(p * (1 - p) * (1 / n1 + 1 / n2))
-    drifting = p1 - p2 > margin and 2 * p2 - p1 < target
-    return "meets" if lo >= target and not drifting else "undecided"
-
-
-def halves(per_request: dict[str, list[float]], sla: dict[str, float]) -> list[list[int]]:
-    """[[met, requests] of the first half, [met, requests] of the second] of a run's requests
-    in arrival order (a simulator's ``per_request``; a request meets the SLA when it finished
-    within the TTFT and TPOT bounds, as ``SimResult.attainment`` counts it)."""
-    order = sorted(range(len(per_request["arrival_s"])), key=per_request["arrival_s"].__getitem__)
-    ttft, tpot, fin = per_request["ttft_s"], per_request["tpot_s"], per_request["finish_s"]
-
-    def met(i: int) -> bool:  # NaN (never finished) compares False
-        return fin[i] == fin[i] and ttft[i] <= sla["ttft_s"] and tpot[i] <= sla["tpot_s"]
-
-    cut = len(order) // 2
-    parts = (order[:cut], order[cut:])
-    return [[sum(met(i) for i in part), len(part)] for part in parts]
+    # the share meeting the SLA, and the slack at the attainment percentile, carried on at
+    # the slope between the halves to the cap: a queue still growing would cross the target
+    falling = p1 - p2 > margin and p2 - (p1 - p2) * remaining < target
+    growing = s2 + max(0.0, s2 - s1) * remaining > 1.0
+    return "meets" if lo >= target and not (falling or growing) else "undecided"
 
 
 @dataclass
@@ -118,12 +117,13 @@ def _verdicts(
         res = runner.map(pts, "max rate (stable rule)")
         for i, r in zip(todo, res, strict=True):
             out[asks[i][0]].runs += 1
-            v = judge(tuple(r["halves"][0]), tuple(r["halves"][1]), target)
+            left = 2 * (2 ** (MAX_DOUBLINGS - doubling) - 1)  # half-runs of this length to go
+            v = judge(r["halves"][0], r["halves"][1], target, left)
             if v != "undecided":
                 got[i] = (v == "meets", n[i])
-            elif doubling == MAX_DOUBLINGS:
-                got[i] = (False, n[i])
-                out[asks[i][0]].capped += 1
+                second = r["halves"][1]
+                edge = wilson(int(second[0]), int(second[1]))[1] >= target  # not a clear miss
+                out[asks[i][0]].capped += doubling == MAX_DOUBLINGS and v == "misses" and edge
             else:
                 n[i] *= 2
     return [g for g in got if g is not None]
@@ -142,7 +142,7 @@ def search(
     """Per key of ``guesses`` (a plan; its value the predicted rate) and seed, the bracket
     of its maximum rate by ``judge``'s rule: from the guess, doubled until a miss, then
     bisected until hi - lo <= ``rel_tol`` x hi. ``make_point(key, rate, requests, seed)``
-    builds a sweep point whose worker adds ``halves`` (``sweep.run_point`` does);
+    builds a sweep point whose result has ``halves`` (``sweep.run_point``'s);
     ``base_requests(key, rate)`` is a point's first request count."""
     out = {k: Rates() for k in guesses}
     probe = {(k, s): g for k, g in guesses.items() for s in seeds}

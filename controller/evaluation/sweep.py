@@ -58,7 +58,6 @@ def _model_for(scen_name: str, overrides: dict, planner: str, plan_d: dict):
 def run_point(point: Point) -> dict[str, Any]:
     """Simulate one point; return the figures a sweep keeps (no per-request arrays; the
     attainment of the run's halves for ``maxrate.judge``)."""
-    from controller.evaluation.maxrate import halves
     from controller.sim import SimOptions, run_at
 
     scen_name, overrides, planner, plan_d, rate, n, seed, opts = point
@@ -74,6 +73,32 @@ def run_point(point: Point) -> dict[str, Any]:
     d["rate"] = rate
     d["rate_per_gpu"] = rate / model.gpus_used
     return d
+
+
+def halves(per_request: dict[str, list[float]], sla: dict[str, float]) -> list[list[float]]:
+    """[met, requests, slack] of the first half and of the second half of a run's requests
+    in arrival order (a simulator's ``per_request``): what ``maxrate.judge`` decides on. A
+    request meets the SLA when it finished within the TTFT and TPOT bounds (as
+    ``SimResult.attainment`` counts it); its slack is the larger of TTFT and TPOT over their
+    bounds (infinite if it never finished), and a half's slack is that ratio at the SLA's
+    attainment percentile: at most 1 exactly when the half meets the attainment."""
+    import numpy as np
+
+    arr = np.asarray(per_request["arrival_s"], dtype=float)
+    ttft = np.asarray(per_request["ttft_s"], dtype=float)
+    tpot = np.asarray(per_request["tpot_s"], dtype=float)
+    fin = np.asarray(per_request["finish_s"], dtype=float)
+    ratio = np.maximum(ttft / sla["ttft_s"], tpot / sla["tpot_s"])
+    ratio = np.where(np.isnan(fin) | np.isnan(ratio), np.inf, ratio)
+    order = np.argsort(arr, kind="stable")
+    cut = len(order) // 2
+    out = []
+    for part in (order[:cut], order[cut:]):
+        r = ratio[part]
+        met = int(np.sum(r <= 1.0))
+        q = float(np.quantile(r, sla.get("attainment", 0.9), method="higher")) if r.size else 0.0
+        out.append([met, int(r.size), q])
+    return out
 
 
 class Runner:
