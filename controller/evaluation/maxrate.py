@@ -5,7 +5,8 @@ is a gain only when its interval excludes 1.
 Why: near saturation a queue grows for the whole run, so attainment falls with the run's
 length. On testbed summarization, HeroServe's plan at the rate a one-seed search of 2,000
 requests called its maximum met 94.5 / 90.4 / 62.2% attainment with 2,000 requests (seeds
-0 / 1 / 2) and 7.3 / 7.1 / 2.6% with 26,400 (issue 39): a short run's verdict said nothing.
+0 / 1 / 2) and 7.3 / 7.1 / 2.6% with 26,400 (an audit of the ablation): a short run's
+verdict said nothing.
 
 The rule (``judge``), per seed and rate: split the run's requests, in arrival order, into
 halves; the first half is the warm-up from an empty cluster. A point may run up to

@@ -1,6 +1,6 @@
 """The maximum-rate rule (``evaluation.maxrate``): Wilson intervals against their published
 values, the verdicts of a run's halves, the rule refusing the too-short verdict that misled
-the ablation near saturation (issue 39, on the project's simulator), the search over seeds on
+the ablation near saturation (on the project's simulator), the search over seeds on
 a queue whose attainment falls with the run's length, and the ratio's verdict."""
 
 import pytest
@@ -21,7 +21,7 @@ def test_wilson_matches_its_published_values():
 
 def test_verdicts_of_a_runs_halves():
     """[met, requests, slack] per half; 14 half-runs to the cap (a first run of 1/8 of it)."""
-    # the seed-0 run of issue 39: 94.5% over 2,000 requests, 89.0% in its second half
+    # the seed-0 run the audit found: 94.5% over 2,000 requests, 89.0% in its second half
     assert judge((1000, 1000, 0.5), (890, 1000, 1.1), 0.9, 14) == "undecided"
     assert judge((999, 1000, 0.5), (805, 1000, 1.4), 0.9, 14) == "misses"
     assert judge((985, 1000, 0.5), (980, 1000, 0.5), 0.9, 14) == "meets"
@@ -117,10 +117,10 @@ def test_a_ratio_is_a_gain_only_when_its_interval_excludes_one():
 
 
 def test_the_rule_refuses_the_short_verdict_that_misled_the_ablation():
-    """Issue 39 on the project's simulator: testbed summarization, HeroServe's plan at 6.516
-    req/s (the maximum a one-seed search of 2,000-request points reported in docs/fidelity.md
-    at 43c8f87). One run of 2,000 requests (seed 0) meets 90% attainment; the rule calls it
-    undecided, runs it longer, and it misses."""
+    """The audit's case on the project's simulator: testbed summarization, HeroServe's plan
+    at 6.516 req/s (the maximum a one-seed search of 2,000-request points reported in
+    docs/fidelity.md at 43c8f87). One run of 2,000 requests (seed 0) meets 90% attainment;
+    the rule calls it undecided, runs it longer, and it misses."""
     from controller.evaluation.scenarios import scenario
     from controller.evaluation.sweep import Runner
     from controller.planner import plan
