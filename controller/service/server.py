@@ -430,32 +430,35 @@ def main(argv: list[str] | None = None) -> int:
             store = Store(args.db)
         except (sqlite3.Error, OSError) as exc:
             raise UsageError(f"cannot open state database {args.db}: {exc}") from exc
-        if plan_text is None and store.current_plan() is None:
-            raise UsageError(
-                f"no plan: give --plan PLAN.json ({args.db} holds none yet); "
-                "`heroserve plan --json PATH` writes one"
+        try:  # the store holds the database's lock (storedb.hold) until it is closed
+            if plan_text is None and store.current_plan() is None:
+                raise UsageError(
+                    f"no plan: give --plan PLAN.json ({args.db} holds none yet); "
+                    "`heroserve plan --json PATH` writes one"
+                )
+            opts = Options(
+                default_slots=args.default_slots,
+                slots_per_group=args.slots_per_group,
+                window_s=args.window_s,
+                gamma=args.gamma,
             )
-        opts = Options(
-            default_slots=args.default_slots,
-            slots_per_group=args.slots_per_group,
-            window_s=args.window_s,
-            gamma=args.gamma,
-        )
-        cluster = load_cluster(args.topology) if args.topology else None
-        server = ControllerServer(
-            store,
-            args.listen,
-            tls,
-            args.insecure_listen_any,
-            opts,
-            args.admin_name,
-            args.metrics_port,
-            args.metrics_addr,
-            cluster,
-        )
-        if plan_text is not None:
-            log.info("%s", server.core.apply_startup_plan(plan_text, args.plan))
-        asyncio.run(_serve(server, args.port_file))
+            cluster = load_cluster(args.topology) if args.topology else None
+            server = ControllerServer(
+                store,
+                args.listen,
+                tls,
+                args.insecure_listen_any,
+                opts,
+                args.admin_name,
+                args.metrics_port,
+                args.metrics_addr,
+                cluster,
+            )
+            if plan_text is not None:
+                log.info("%s", server.core.apply_startup_plan(plan_text, args.plan))
+            asyncio.run(_serve(server, args.port_file))
+        finally:
+            store.close()
     except (UsageError, InputError, SlotError) as exc:
         print(f"heroserve controller: {exc}", file=sys.stderr)
         return 2

@@ -116,8 +116,10 @@ def test_vllm_scripts_start_in_dependency_order(vllm_plan: Path, tmp_path: Path)
                     x for x in doc["commands"]
                     if x["what"] == "vllm config" and x["instance"] == c["instance"]
                 )  # fmt: skip
-                assert c["env"]["VLLM_CONFIG_ROOT"] in non_carry["argv"][2]
-                assert "VLLM_NIXL_SIDE_CHANNEL_HOST" in non_carry["argv"][2]
+                # written into the run's own new folder, never a fixed name in /tmp
+                assert c["env"]["VLLM_CONFIG_ROOT"] == non_carry["argv"][4]
+                assert c["env"]["VLLM_CONFIG_ROOT"].startswith("${RUN}/")
+                assert "VLLM_NIXL_SIDE_CHANNEL_HOST" in non_carry["argv"][5]
         if c["what"] in ("engine", "ray head", "ray worker"):  # each binds its own address
             assert c["env"]["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "${ADDR}"
     for name, body in fns.items():
