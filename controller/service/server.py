@@ -36,6 +36,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from agents.client import MAX_PEM_BYTES, ClientTls
 from agents.cliutil import DefaultsHelpFormatter, UsageError, read_regular, split_address
 from agents.logs import add_log_args, setup_logging
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
@@ -98,17 +99,17 @@ def load_tls(cert: str | None, key: str | None, ca: str | None) -> Tls | None:
         return None
     if len(given) != 3:
         raise UsageError("mutual TLS needs all of --tls-cert, --tls-key and --tls-ca")
-    try:
-        tls = Tls(Path(cert).read_bytes(), Path(key).read_bytes(), Path(ca).read_bytes())  # type: ignore[arg-type]
-    except OSError as exc:
-        raise UsageError(f"cannot read TLS file: {exc}") from exc
-    _check_pem(tls)
+    # regular files only (a folder, a FIFO refused in one line), bounded like the agents'
+    files = ((cert, "--tls-cert"), (key, "--tls-key"), (ca, "--tls-ca"))
+    tls = Tls(*(read_regular(f, flag, MAX_PEM_BYTES) for f, flag in files))  # type: ignore[arg-type]
+    check_pem(tls)
     return tls
 
 
-def _check_pem(tls: Tls) -> None:
+def check_pem(tls: Tls | ClientTls) -> None:
     """Refuse TLS files that are not PEM certificates / a private key before gRPC sees them
-    (gRPC only fails at the first handshake, far from the cause)."""
+    (gRPC only fails at the first handshake, far from the cause: a client would call the
+    controller unreachable)."""
     from cryptography import x509
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
