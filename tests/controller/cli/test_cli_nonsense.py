@@ -1,4 +1,4 @@
-"""Command lines that used to exit 0 (or 1) with nonsense (issue 42): each is refused in one
+"""Command lines that used to exit 0 (or 1) with nonsense: each is refused in one
 line, exit 2, naming the problem, and writes nothing. The CLI fuzz draws the same values at
 random (test_cli_fuzz.py); here every one runs."""
 

@@ -1,4 +1,4 @@
-"""The vLLM and SGLang start scripts treat every value as data (issue 42, "What to build" 1-3).
+"""The vLLM and SGLang start scripts treat every value as data: hostile values run nothing.
 
 Each script is rendered with hostile values in every field a command line can put into it
 (the model path, the tuner plugin, the addresses) and then run for every server and the
@@ -186,7 +186,7 @@ def test_scripts_run_only_the_intended_commands(
 
 
 def test_ipv6_is_bracketed_where_it_meets_a_port(plans: dict[str, Path], tmp_path: Path) -> None:
-    """Issue 42: ``http://fd00::2:8101`` and ``RAY_ADDRESS=fd00::2:21000`` could not be
+    """Before: ``http://fd00::2:8101`` and ``RAY_ADDRESS=fd00::2:21000`` could not be
     parsed; a bare IPv6 address stays bare where no port follows (--node-ip-address)."""
     out = tmp_path / "out"
     flags = ["--address", "srv0=fd00::2", "--address", "srv2=fd00::4"]

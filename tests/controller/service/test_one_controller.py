@@ -1,4 +1,4 @@
-"""One controller per database (issue 42, split brain): a second ``heroserve controller`` on
+"""One controller per database (no split brain): a second ``heroserve controller`` on
 the same ``--db`` refused in one line, exit 2, while the first runs; the lock freed when the
 first stops any way (closed, killed), so a restart is never locked out."""
 
