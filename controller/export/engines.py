@@ -130,8 +130,8 @@ def checked_port(port: int, what: str) -> int:
     """``port`` when it is one (1..65535); InputError naming ``what`` otherwise."""
     if not 1 <= port <= 65535:
         raise InputError(
-            f"{what}: port {port} is past 65535 (the plan has too many instances "
-            "for this port layout; lower --base-port or split the export)"
+            f"{what}: port {port} is not in 1..65535 (too many instances for the port "
+            "layout of docs/export.md)"
         )
     return port
 
