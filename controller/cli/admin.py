@@ -29,6 +29,7 @@ from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.cli.report import text_table
 from controller.errors import InputError
+from controller.inputs.args import bounded
 
 KIND = {pb.NODE_KIND_SWITCH: "switch", pb.NODE_KIND_GPU: "gpu"}
 TIMEOUT_S = 30.0  # one RPC; ApplyPlan derives every policy table of the plan
@@ -49,7 +50,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     a.add_argument("plan", help="plan JSON (heroserve plan --json PATH)")
     a.add_argument(
         "--wait",
-        type=float,
+        # a day: far past any agent's acknowledgement (seconds); inf or NaN would never end
+        type=bounded(float, 0, 86400),
         default=0.0,
         metavar="S",
         help="wait up to S seconds for every connected agent to acknowledge (0: do not wait)",
@@ -140,10 +142,13 @@ def apply(admin: pb_grpc.AdminStub, plan_json: str, wait_s: float) -> int:
 
 def run(a: argparse.Namespace) -> int:
     from controller.inputs.plan_checks import load_plan
+    from controller.service.server import check_pem
 
     try:
         split_address(a.controller, "--controller")  # 99999 must not dial 34463
         tls = tls_from_args(a)
+        if tls is not None:  # empty or binary files: said here, not as "unreachable"
+            check_pem(tls)
     except (ValueError, UsageError) as exc:
         raise InputError(str(exc)) from None
     plan_json = ""

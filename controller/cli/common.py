@@ -62,7 +62,7 @@ def resolve_inputs(
     from controller.workload import default_sla, resolve_workload
 
     g = resolve_cluster(sized_topology(a.topology, getattr(a, "servers", None)))
-    model = model_spec(a.model or default_model(a.topology))
+    model = model_spec(default_model(a.topology) if a.model is None else a.model)
     workload = resolve_workload(a.workload, seed=a.seed)
     scale = "large" if a.topology in LARGE_CLUSTERS else "testbed"
     base = default_sla(

@@ -252,7 +252,7 @@ class ExportCommand:
 
     plan: str = option(help="plan JSON (heroserve plan --json PATH)")
     format: Format = option(help="what to write")
-    out: str = option(".", help="folder to write into (created if missing)")
+    out: str = option(".", help="folder to write into (created if missing)", parse=output_dir)
     topology: str | None = option(
         None,
         help="cluster the plan runs on (built-in name or topology file)",

@@ -124,9 +124,17 @@ def _writable_dir(d: Path, missing: str) -> None:
         raise argparse.ArgumentTypeError(f"directory {str(d)!r} is not writable")
 
 
+def _named(s: str) -> None:
+    """``s`` names a path: '' would be the current folder (``Path('')`` is ``.``), which no
+    one asks for by giving nothing."""
+    if not s:
+        raise argparse.ArgumentTypeError("an empty path")
+
+
 def output_file(s: str) -> str:
     """A file the command will write: its folder exists and is writable, and the path is not
     a folder. Checked when the command line is read, not after minutes of work."""
+    _named(s)
     p = Path(s)
     if p.is_dir():
         raise argparse.ArgumentTypeError(f"{s!r} is a directory, not a file")
@@ -139,6 +147,7 @@ def output_file(s: str) -> str:
 def output_dir(s: str) -> str:
     """A folder the command will create (with its parents) or write into: the nearest
     existing ancestor is a writable folder."""
+    _named(s)
     p = Path(s)
     if p.exists() and not p.is_dir():
         raise argparse.ArgumentTypeError(f"{s!r} exists and is not a directory")
