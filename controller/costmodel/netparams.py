@@ -40,6 +40,10 @@ class LaneFormat:
     element_bytes: int
     scale_bytes: float
     source: str
+    # Relative L2 error of a 4-member all-reduce of FP16 activations with outliers
+    # (benchmarks/lane_error.py, docs/dataplane.md "Lane formats"): no format is offered
+    # without it.
+    error: str
 
 
 INA_LANES: dict[str, LaneFormat] = {
@@ -52,6 +56,7 @@ INA_LANES: dict[str, LaneFormat] = {
             LANE_FORMATS["int32"].lane_bits // 8,
             0.0,
             "SwitchML fixed point; p4/heroserve_ina.p4",
+            "4.7e-9",
         ),
         # Block floating point, as the switch runs it (agents/ina/packet.py LANE_FORMATS):
         # int16 lanes, 64 per packet, the block's exponent in the header's exp byte (so no
@@ -61,9 +66,10 @@ INA_LANES: dict[str, LaneFormat] = {
             LANE_FORMATS["bfp16"].lane_bits // 8,
             0.0,
             "int16 lanes, per-packet exponent; p4/heroserve_ina.p4",
+            "1.0e-3",
         ),
         # FPISA (NSDI'22): floating-point addition in a Tofino pipeline, 16-bit lanes.
-        LaneFormat("fp16", 2, 0.0, "FPISA 16-bit floating-point lanes"),
+        LaneFormat("fp16", 2, 0.0, "FPISA 16-bit floating-point lanes (not run here)", "3.3e-4"),
     )
 }
 InaLanes = Literal["int32", "bfp16", "fp16"]  # the names of INA_LANES
@@ -82,7 +88,10 @@ class NetParams:
     )
     ina_lanes: InaLanes = option(
         DEFAULT_INA_LANES,
-        help="INA lane format on the wire: how the switch adds an FP16 element",
+        help="INA lane format on the wire: how the switch adds an FP16 element; relative L2 "
+        "error of a 4-member FP16 all-reduce: "
+        + ", ".join(f"{v.name} {v.error}" for v in INA_LANES.values())
+        + " (docs/dataplane.md, Lane formats)",
         default_help=f"{DEFAULT_INA_LANES}, what p4/heroserve_ina.p4 aggregates",
     )
     # NCCL's per-hop latency of a ring step, LL128 protocol (src/graph/tuning.cc, hwLat):
