@@ -286,7 +286,7 @@ class InaIngress:
         """``lane_result``: a result carries the round's format, and for bfp16 the agreed
         exponent (the maximum of the proposals) and the overflow flag."""
         ina.bfp16 = state & STATE_BFP16
-        ina.exp = self.exp_max.read(copy) if ina.bfp16 else 0
+        ina.exp = self.exp_max.read(copy)  # an int32 round's: its first exp byte, 0
         ina.overflow = 1 if state & STATE_OVERFLOW else 0
 
     @staticmethod
