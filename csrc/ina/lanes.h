@@ -1,7 +1,8 @@
 // Lane formats: how the elements of an all-reduce travel in the switch's lanes. One struct
-// per format (the switch's program adds one format; agents/ina/packet.py LANE_FORMAT names
-// it); the packetizer takes the format as a parameter, so another format (16-bit lanes) is
-// one more constant here and a case in Encode/Decode.
+// per format (agents/ina/packet.py LANE_FORMATS defines them; the plugin implements int32,
+// DEFAULT_LANE_FORMAT, so far: bfp16's per-packet exponent protocol is in the Python host
+// library and the switches, docs/dataplane.md "Lane formats"); the packetizer takes the
+// format as a parameter.
 //
 // Exactness: the switch adds lanes with two's-complement wrap-around modulo 2^lane_bits.
 // An integer element of b <= lane_bits bits, sign- or zero-extended into its lane, sums to
@@ -29,7 +30,7 @@ enum class LaneKind : uint8_t { kInt32 };
 
 struct LaneFormat {
   LaneKind kind;
-  const char* name;     // agents/ina/packet.py LANE_FORMAT for the switch's format
+  const char* name;     // a name of agents/ina/packet.py LANE_FORMATS
   uint32_t lane_bits;   // width of one lane
   uint32_t lanes;       // lanes per packet
   uint32_t payload_len() const { return HEADER_LEN + lanes * (lane_bits / 8); }
