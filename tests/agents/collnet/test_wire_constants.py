@@ -36,7 +36,8 @@ def test_lane_format_table_matches_the_scalar_constants() -> None:
     bits = [packet.FLAG_VERSION, packet.FLAG_RETX, packet.FLAG_RESULT, packet.FLAG_BFP16,
             packet.FLAG_OVERFLOW, packet.FLAG_RESERVED]  # fmt: skip
     assert sum(bits) == 0xFF and all(a & b == 0 for a in bits for b in bits if a is not b)
-    assert packet.EXP_BIAS + packet.EXP_MAX < packet.EXP_BAD and packet.EXP_BIAS + packet.EXP_MIN == 0
+    assert packet.EXP_BIAS + packet.EXP_MAX < packet.EXP_BAD
+    assert packet.EXP_BIAS + packet.EXP_MIN == 0
 
 
 def test_every_cxx_wire_constant_equals_packet_py() -> None:

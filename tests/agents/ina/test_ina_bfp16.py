@@ -95,7 +95,9 @@ def test_bfp16_allreduce_exact_with_different_exponents() -> None:
         ms = members(sw, 9, 3, window=4)
         for _trial in range(2):
             data = [rng.standard_normal(n) * 8.0**w * scales for w in range(3)]
-            got = in_threads([lambda s=s, d=d: s.allreduce_bfp16(d) for s, d in zip(ms, data)])
+            got = in_threads(
+                [lambda s=s, d=d: s.allreduce_bfp16(d) for s, d in zip(ms, data, strict=True)]
+            )
             want = reference(data)
             exact = np.sum(data, axis=0)
             for g in got:
@@ -115,7 +117,10 @@ def test_a_bad_block_is_refused_by_every_member_and_the_session_goes_on() -> Non
         data = [np.ones(300), np.ones(300)]
         data[1][200] = np.nan  # block 3 of member 1
         errors = in_threads(
-            [lambda s=s, d=d: _error_of(lambda: s.allreduce_bfp16(d)) for s, d in zip(ms, data)]
+            [
+                lambda s=s, d=d: _error_of(lambda: s.allreduce_bfp16(d))
+                for s, d in zip(ms, data, strict=True)
+            ]
         )
         assert all("block 3" in e for e in errors), errors
         ok = in_threads([lambda s=s: s.allreduce_bfp16(np.full(100, 0.5)) for s in ms])
@@ -129,7 +134,10 @@ def test_int32_agreement_bad_data_lane_reaches_every_member() -> None:
         ms = members(sw, 5, 3, window=2)
         proposals = [3, None, 1]  # member 1 holds NaN
         errors = in_threads(
-            [lambda s=s, e=e: _error_of(lambda: s.agree_exponent(e)) for s, e in zip(ms, proposals)]
+            [
+                lambda s=s, e=e: _error_of(lambda: s.agree_exponent(e))
+                for s, e in zip(ms, proposals, strict=True)
+            ]
         )
         assert all("1 member(s) hold data that cannot travel" in e for e in errors), errors
         for s in ms:
