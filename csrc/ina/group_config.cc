@@ -101,6 +101,18 @@ bool ParseEntry(const json::Value& o, GroupEntry* e, std::string* err) {
     }
     p.float_sums = f->as_bool();
   }
+  if (const json::Value* l = o.find("lanes")) {
+    const LaneFormat* f = l->is_string() ? LaneFormatByName(l->as_string().c_str()) : nullptr;
+    if (f == nullptr) {
+      *err = "lanes must be \"int32\" or \"bfp16\"";
+      return false;
+    }
+    p.spec.lanes = *f;
+  }
+  if (p.spec.lanes.kind == LaneKind::kBfp16 && !p.float_sums) {
+    *err = "lanes \"bfp16\" carries float sums only: it needs float_sums true";
+    return false;
+  }
   if (const json::Value* c = o.find("comm_id")) {
     char* end = nullptr;
     if (!c->is_string() || c->as_string().empty()) {

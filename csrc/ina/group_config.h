@@ -16,7 +16,8 @@
 //                "comm_id": "0x1234abcd",            (optional)
 //                "give_up_s": 10, "initial_rto_s": 0.2, "min_rto_s": 0.02,
 //                "max_rto_s": 2,                     (optional timeouts)
-//                "float_sums": false}]}              (optional, default false)
+//                "float_sums": false,                (optional, default false)
+//                "lanes": "int32"}]}                 (optional: int32 | bfp16)
 //
 // A communicator takes the entry whose comm_id equals NCCL's communicator hash (CollNet v11+
 // passes it to init) when one does, else the first entry without comm_id that no open
@@ -27,7 +28,9 @@
 // an agreed exponent (lanes.h; not bit-identical to NCCL's float sum, error in
 // csrc/README.md). Off by default: exact integer sums only. The plugin offers floats to
 // NCCL only when every entry of the file opts in (reduceSupport is per process), and every
-// member of a group must agree (connect checks).
+// member of a group must agree (connect checks). lanes: the group's lane format
+// (docs/dataplane.md, "Lane formats"); bfp16 carries floats only, so it needs float_sums,
+// and with one bfp16 entry the plugin offers NCCL float sums only.
 #pragma once
 
 #include <netinet/in.h>
