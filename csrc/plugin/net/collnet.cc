@@ -74,6 +74,8 @@ std::unique_ptr<hs::GroupConfigSource> g_source;  // guarded by g_mu
 heroserve::netplugin::Nic g_nic;
 bool g_have_nic = false;
 bool g_float_sums = false;  // every entry of the config opts in (reduceSupport is global)
+// What reduceSupport offers: int32's types, or only bfp16's (floats) when an entry is bfp16.
+const hs::LaneFormat* g_reduce_lanes = &hs::kInt32Lanes;
 
 hs::ElemType ElemOf(ncclDataType_t t) {
   switch (t) {
@@ -107,6 +109,8 @@ void DiscoverNic() {
       ip = e[0].policy.bind_ip;
       g_float_sums = true;
       for (const auto& x : e) g_float_sums = g_float_sums && x.policy.float_sums;
+      for (const auto& x : e)
+        if (x.policy.spec.lanes.kind == hs::LaneKind::kBfp16) g_reduce_lanes = &hs::kBfp16Lanes;
     }
   }
   if (ip != INADDR_ANY && heroserve::netplugin::FindNic(ip, &g_nic)) {
@@ -256,11 +260,13 @@ ncclResult_t ReduceSupport(ncclDataType_t type, ncclRedOp_t op, int* supported) 
   // The lane format carries integer sums exactly (csrc/ina/lanes.h); float sums as fixed
   // point only when the config opts in (float_sums); NCCL serves the rest.
   bool fs;
+  const hs::LaneFormat* lanes;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     fs = g_float_sums;
+    lanes = g_reduce_lanes;
   }
-  *supported = op == ncclSum && Carries(hs::kInt32Lanes, fs, ElemOf(type)) ? 1 : 0;
+  *supported = op == ncclSum && Carries(*lanes, fs, ElemOf(type)) ? 1 : 0;
   return ncclSuccess;
 }
 

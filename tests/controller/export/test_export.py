@@ -282,7 +282,7 @@ def _swap(p: Plan, a: tuple[str, int, int], b: tuple[str, int, int]) -> None:
         (
             lambda p: p.options.__setitem__("ina_lanes", "fp16"),
             "plan priced for 'fp16' INA lanes, but the switches' program "
-            "(p4/heroserve_ina.p4) aggregates int32 lanes",
+            "(p4/heroserve_ina.p4) aggregates int32 or bfp16 lanes",
         ),
     ],
 )
