@@ -121,10 +121,16 @@ def read_counters(sh, cells: dict[str, int]) -> dict[str, list[int]]:  # noqa: A
 
 
 def run_child(
-    kind: str, port: int, setup: dict | None = None, ns: str | None = None, timeout_s: float = 120
+    kind: str,
+    port: int,
+    setup: dict | None = None,
+    ns: str | None = None,
+    bmv2_json: str | None = None,
+    timeout_s: float = 120,
 ) -> dict:
     """Runs this file as a child (``program`` with ``setup``, or ``counters``), inside
-    namespace ``ns`` when given (where the switch's P4Runtime server listens); its JSON."""
+    namespace ``ns`` when given (where the switch's P4Runtime server listens), pushing
+    ``bmv2_json`` as the device config (BMv2) where given; its JSON."""
     import subprocess
 
     cmd = [sys.executable, __file__, kind, str(port)]
@@ -133,7 +139,7 @@ def run_child(
     p = subprocess.run(
         cmd,
         input=json.dumps(setup or {}),
-        env=CHILD_ENV,
+        env=dict(CHILD_ENV, HEROSERVE_BMV2_JSON=bmv2_json or ""),
         cwd=ROOT,
         capture_output=True,
         text=True,

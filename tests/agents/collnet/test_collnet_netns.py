@@ -30,7 +30,7 @@ from support.netns import (  # noqa: E402
     NetnsBed,
     netns_unavailable,
     run_checked,
-    worker_ip,
+    start_collnet_rank,
 )
 
 pytestmark = [pytest.mark.needs_root]
@@ -126,57 +126,13 @@ def test_collnet_exact_through_namespaces(testbed: NetnsBed, tmp_path: Path, net
         procs = []
         d = tmp_path / "handles"
         d.mkdir()
+        group = {"group_id": GROUP, "window": WINDOW, "switch_ip": SWITCH_IP, "session": 77,
+                 "first_generation": 5, "give_up_s": 10, "initial_rto_s": 0.05,
+                 "min_rto_s": 0.02, "max_rto_s": 0.5, "float_sums": True}  # fmt: skip
+        args = ["--types", ",".join(types), "--sizes", ",".join(map(str, sizes))]
         for w in range(N):
-            cfg = tmp_path / f"ina{w}.json"
-            cfg.write_text(
-                json.dumps(
-                    {
-                        "groups": [
-                            {
-                                "group_id": GROUP,
-                                "num_workers": N,
-                                "worker_id": w,
-                                "window": WINDOW,
-                                "switch_ip": SWITCH_IP,
-                                "session": 77,
-                                "first_generation": 5,
-                                "bind_ip": worker_ip(w),
-                                "give_up_s": 10,
-                                "initial_rto_s": 0.05,
-                                "min_rto_s": 0.02,
-                                "max_rto_s": 0.5,
-                                "float_sums": True,
-                            }
-                        ]
-                    }
-                )
-            )
             procs.append(
-                subprocess.Popen(
-                    [
-                        "ip",
-                        "netns",
-                        "exec",
-                        testbed.ns[w],
-                        str(HARNESS),
-                        "--lib",
-                        str(LIB),
-                        "--dir",
-                        str(d),
-                        "--rank",
-                        str(w),
-                        "--nranks",
-                        str(N),
-                        "--types",
-                        ",".join(types),
-                        "--sizes",
-                        ",".join(map(str, sizes)),
-                    ],
-                    env=dict(ENV, HEROSERVE_INA_CONFIG=str(cfg)),
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
+                start_collnet_rank(testbed, w, str(HARNESS), str(LIB), str(d), group, args, ENV)
             )
         outs = []
         t0 = time.monotonic()
