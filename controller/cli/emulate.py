@@ -92,6 +92,14 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--repeat", type=bounded(int, 1, 100), default=1, help="all-reduces per measurement"
     )
+    p.add_argument(
+        "--ina-client",
+        choices=("python", "plugin"),
+        default="python",
+        help="who runs the hosts' INA all-reduces: python: the host library "
+        "(agents/ina); plugin: collnet_harness driving the C++ CollNet plugin "
+        "libnccl-net-heroserve.so (make cxx); hier stays on the host library (default: python)",
+    )
     p.add_argument("--seed", type=bounded(int, 0, 2**31), default=1, help="data and impairments")
     p.add_argument(
         "--json",
@@ -215,9 +223,12 @@ def _emulate(a: argparse.Namespace) -> int:
     from controller.emulate.cluster import handle_signals
     from controller.emulate.collectives import Workers, ina_groups, run_group
     from controller.emulate.plans import group_runs
+    from controller.emulate.plugin import plugin_missing, run_ina_plugin
     from controller.emulate.predict import emulated_graph, measure_hop_latency, predict
 
     setup_logging(a)
+    if a.ina_client == "plugin" and (why := plugin_missing()):
+        raise InputError(f"--ina-client plugin: {why}")
     g, spec, plan, notes = prepare(a, a.slowdown)
     impair = Impairments(a.loss, a.duplicate, a.reorder) or None
     eth = min((d["capacity"] for *_, d in g.edges(data=True) if d["link"] == "ethernet"), default=0)
@@ -234,6 +245,11 @@ def _emulate(a: argparse.Namespace) -> int:
     if impair:
         print(f"impairments on every host NIC link, each way: loss {a.loss:g}, duplicate "
               f"{a.duplicate:g}, reorder {a.reorder:g} (user-space link emulator)")  # fmt: skip
+    if a.ina_client == "plugin":
+        print(
+            "INA client: the C++ CollNet plugin (collnet_harness driving "
+            "libnccl-net-heroserve.so) for scheme ina; hier on the Python host library"
+        )
     for n in notes:
         print(n)
     runs = group_runs(plan)
@@ -255,7 +271,10 @@ def _emulate(a: argparse.Namespace) -> int:
                 ratio: dict[str, tuple[float, float | None]] = {}
                 for scheme in run.schemes:
                     t0 = time.monotonic()
-                    m = run_group(workers, installed, run, scheme, nbytes, a.seed, a.repeat)
+                    if scheme == "ina" and a.ina_client == "plugin":
+                        m = run_ina_plugin(workers, installed, run, nbytes, a.seed, a.repeat)
+                    else:
+                        m = run_group(workers, installed, run, scheme, nbytes, a.seed, a.repeat)
                     pred = predict(h, scheme, run.group.gpus, run.group.switch, m.nbytes)
                     ratio[scheme] = (m.seconds, pred)
                     results.append((m, pred))

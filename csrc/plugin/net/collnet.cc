@@ -20,7 +20,10 @@ using heroserve::netplugin::Warn;
 
 namespace {
 
-constexpr const char* kLog = "heroserve.collnet";
+struct LogName {  // the logger name, as a type for HostMemory
+  static constexpr const char* kLog = "heroserve.collnet";
+};
+constexpr const char* kLog = LogName::kLog;
 constexpr const char* kName = "HeroServe-INA";
 constexpr uint32_t kHandleMagic = 0x48534e41;  // "HSNA"
 constexpr uint32_t kHandleVersion = 2;
@@ -56,11 +59,6 @@ struct ListenComm {
 struct CollComm {
   hs::GroupPolicy policy;
   std::unique_ptr<hs::Engine> engine;
-};
-
-struct MemHandle {
-  void* data;
-  size_t size;
 };
 
 struct Request {
@@ -270,26 +268,7 @@ ncclResult_t ReduceSupport(ncclDataType_t type, ncclRedOp_t op, int* supported) 
   return ncclSuccess;
 }
 
-ncclResult_t RegMr(void*, void* data, size_t size, int type, void** mhandle) {
-  *mhandle = nullptr;
-  if (type != NCCL_PTR_HOST) {
-    Warn(kLog, "regMr: only host memory can be registered (type " + std::to_string(type) + ")");
-    return ncclInternalError;
-  }
-  *mhandle = new MemHandle{data, size};
-  return ncclSuccess;
-}
-
-ncclResult_t RegMrDmaBuf(void*, void*, size_t, int, uint64_t, int, void** mhandle) {
-  *mhandle = nullptr;
-  Warn(kLog, "regMrDmaBuf: DMA-BUF registration is not supported (host memory only)");
-  return ncclInternalError;
-}
-
-ncclResult_t DeregMr(void*, void* mhandle) {
-  delete static_cast<MemHandle*>(mhandle);
-  return ncclSuccess;
-}
+using Memory = heroserve::netplugin::HostMemory<LogName, Warn>;  // refusals are warnings
 
 ncclResult_t Iallreduce(void* coll_comm, void* send, void* recv, size_t count,
                         ncclDataType_t type, ncclRedOp_t op, void*, void*, void** request) {
@@ -375,34 +354,7 @@ ncclResult_t Finalize(void* ctx) {
 
 // ---- version adapters ------------------------------------------------------------------
 
-template <typename P>
-ncclResult_t PropsUpTo11(int dev, P* out) {
-  ncclNetProperties_v12_t p;
-  ncclResult_t rc = GetProperties(dev, &p);
-  if (rc != ncclSuccess) return rc;
-  std::memset(out, 0, sizeof *out);
-  heroserve::netplugin::FillCommonProps(out, kName, p.pciPath, p.guid, p.speed);
-  return ncclSuccess;
-}
-
-ncclResult_t GetPropertiesV8(int dev, ncclNetProperties_v8_t* p) { return PropsUpTo11(dev, p); }
-
-template <typename P>
-ncclResult_t GetPropertiesV9To11(int dev, P* p) {
-  ncclResult_t rc = PropsUpTo11(dev, p);
-  if (rc != ncclSuccess) return rc;
-  p->vProps.ndevs = 1;
-  p->vProps.devs[0] = dev;
-  p->maxP2pBytes = 1L << 30;
-  p->maxCollBytes = 1L << 30;
-  return ncclSuccess;
-}
-
-ncclResult_t GetPropertiesV11(int dev, ncclNetProperties_v11_t* p) {
-  ncclResult_t rc = GetPropertiesV9To11(dev, p);
-  if (rc == ncclSuccess) p->maxMultiRequestSize = 1;
-  return rc;
-}
+using Older = heroserve::netplugin::OlderProps<GetProperties>;
 
 ncclResult_t InitNoCtx(ncclDebugLogger_t logger) {
   // Before v11 there is no per-communicator context: the claim has no comm id.
@@ -429,34 +381,34 @@ extern "C" {
 
 __attribute__((visibility("default"))) ncclCollNet_v12_t ncclCollNetPlugin_v12 = {
     kName,        Init,         Devices,    GetProperties, Listen,
-    Connect,      ReduceSupport, RegMr,     RegMrDmaBuf,   DeregMr,
+    Connect,      ReduceSupport, Memory::RegMr, Memory::RegMrDmaBuf, Memory::DeregMr,
     Iallreduce,   nullptr,      nullptr,    Iflush,        Test,
     CloseColl,    CloseListen,  nullptr, Finalize};
 
 __attribute__((visibility("default"))) ncclCollNet_v11_t ncclCollNetPlugin_v11 = {
-    kName,       Init,          Devices,  GetPropertiesV11, Listen,
-    Connect,     ReduceSupport, RegMr,    RegMrDmaBuf,      DeregMr,
+    kName,       Init,          Devices,  Older::V11, Listen,
+    Connect,     ReduceSupport, Memory::RegMr, Memory::RegMrDmaBuf, Memory::DeregMr,
     Iallreduce,  nullptr, nullptr,
     Iflush,      Test,          CloseColl, CloseListen,
     nullptr, Finalize};
 
 __attribute__((visibility("default"))) ncclCollNet_v10_t ncclCollNetPlugin_v10 = {
-    kName,       InitNoCtx,     Devices,  GetPropertiesV9To11<ncclNetProperties_v10_t>,
-    ListenNoCtx, Connect,       ReduceSupport, RegMr, RegMrDmaBuf, DeregMr,
+    kName,       InitNoCtx,     Devices,  Older::V9To11<ncclNetProperties_v10_t>,
+    ListenNoCtx, Connect,       ReduceSupport, Memory::RegMr, Memory::RegMrDmaBuf, Memory::DeregMr,
     Iallreduce,  nullptr, nullptr,
     Iflush,      Test,          CloseColl, CloseListen,
     nullptr};
 
 __attribute__((visibility("default"))) ncclCollNet_v9_t ncclCollNetPlugin_v9 = {
-    kName,       InitNoCtx,     Devices,  GetPropertiesV9To11<ncclNetProperties_v9_t>,
-    ListenNoCtx, Connect,       ReduceSupport, RegMr, RegMrDmaBuf, DeregMr,
+    kName,       InitNoCtx,     Devices,  Older::V9To11<ncclNetProperties_v9_t>,
+    ListenNoCtx, Connect,       ReduceSupport, Memory::RegMr, Memory::RegMrDmaBuf, Memory::DeregMr,
     Iallreduce,  nullptr, nullptr,
     Iflush,      Test,          CloseColl, CloseListen,
     nullptr};
 
 __attribute__((visibility("default"))) ncclCollNet_v8_t ncclCollNetPlugin_v8 = {
-    kName,       InitNoCtx,     Devices,  GetPropertiesV8,
-    ListenNoCtx, Connect,       ReduceSupport, RegMr, RegMrDmaBuf, DeregMr,
+    kName,       InitNoCtx,     Devices,  Older::V8,
+    ListenNoCtx, Connect,       ReduceSupport, Memory::RegMr, Memory::RegMrDmaBuf, Memory::DeregMr,
     IallreduceV8, nullptr, nullptr,
     Iflush,      Test,          CloseColl, CloseListen};
 
