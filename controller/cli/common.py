@@ -7,7 +7,9 @@
   plan names), and :func:`cluster_for_plan`: the same checked against the plan
   (``simulate``, ``export``, ``validate``), the one place that says "give --topology";
 - :func:`workload_for_plan`: ``--workload`` or the generator the plan names;
-- :func:`plan_and_workload`: both for ``simulate``.
+- :func:`plan_and_workload`: both for ``simulate``;
+- :func:`offered_work`: the rate and requests ``simulate`` offers a plan (``--rate``, else the
+  plan's predicted rate), within :func:`check_work`'s bounds, for both kinds of plan.
 
 A plan's own ``topology`` and ``workload`` fields name built-ins only; the files behind a plan
 are the command line's (``--topology``, ``--workload``): a plan never opens a file.
@@ -16,10 +18,12 @@ are the command line's (``--topology``, ``--workload``): a plan never opens a fi
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from controller.errors import InputError
+from controller.inputs.limits import MAX_RATE, MAX_SIM_TOKENS
 from controller.plan import SLA, Plan
 
 if TYPE_CHECKING:  # light: ``validate`` reads a topology without numpy or the workloads
@@ -121,3 +125,36 @@ def plan_and_workload(
 ) -> tuple[nx.Graph, Workload]:
     """The plan's cluster (checked against the plan) and workload (``simulate``)."""
     return cluster_for_plan(plan, topology, source), workload_for_plan(plan, workload, source)
+
+
+def check_work(reqs, rate: float) -> None:
+    """The bounds on one simulation's work (controller/inputs/limits.py)."""
+    if rate > MAX_RATE:
+        raise InputError(f"offered rate {rate:.4g} req/s is above the bound {MAX_RATE:g}")
+    tokens = sum(r.input_tokens + r.output_tokens for r in reqs)
+    if tokens > MAX_SIM_TOKENS:
+        raise InputError(
+            f"{len(reqs)} requests hold {tokens} tokens, more than one simulation may run "
+            f"({MAX_SIM_TOKENS:.0e}): pass fewer --requests"
+        )
+
+
+def offered_work(a: argparse.Namespace, plan, w, gpus_used: int) -> tuple[float, list]:
+    """The offered rate (req/s, the whole deployment) and its requests, within the bounds.
+
+    Without ``--rate`` the plan's own predicted rate is offered, and a line on stderr says so:
+    the rate the planner claims the deployment sustains is the one worth checking first."""
+    from controller.sim import make_requests
+
+    if a.rate is None:
+        if a.per_gpu:
+            raise InputError("--per-gpu scales --rate: pass --rate too")
+        rate = plan.predicted.rate
+        if not rate > 0:
+            raise InputError(f"the plan predicts no rate ({rate:g} req/s): pass --rate")
+        print(f"no --rate: offering the plan's predicted rate, {rate:.4g} req/s", file=sys.stderr)
+    else:
+        rate = a.rate * gpus_used if a.per_gpu else a.rate
+    reqs = make_requests(w, rate, a.requests, a.seed, a.cv)
+    check_work(reqs, rate)
+    return rate, reqs
