@@ -28,7 +28,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def run(a: argparse.Namespace) -> int:
     from controller.cli.common import resolve_inputs
     from controller.cli.planners import REGISTRY, Options
-    from controller.cli.progress import STAGE, ProgressLine
+    from controller.cli.progress import ProgressLine
     from controller.cli.related import run_related_plan
     from controller.cli.report import comparison_table, groups_table, idle_lines
     from controller.topology import resolve_topology
@@ -43,8 +43,8 @@ def run(a: argparse.Namespace) -> int:
     line = None if a.quiet else ProgressLine()  # stages and a heartbeat (cli/progress.py)
 
     def progress(msg: str) -> None:
-        if line is not None:  # a small cluster's steps only for the heartbeat to quote
-            (line if verbose or STAGE.match(msg) else line.note)(msg)
+        if line is not None:  # a small cluster's only for a heartbeat to quote (one >10 s)
+            (line if verbose else line.note)(msg)
 
     progress(
         f"cluster {g.name}: {n_gpus} GPUs, {g.number_of_nodes()} nodes, {g.number_of_edges()} links"

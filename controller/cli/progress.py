@@ -104,12 +104,9 @@ class ProgressLine:
         msg = " ".join(msg.split())  # one line, whatever the caller's indentation
         with self._lock:
             now = self._now()
-            if STAGE.match(msg):
-                self._stage, self._stage_t0 = msg, now
-                self._latest, self._count, self._frac = None, None, None
+            if self.note(msg):
                 self._emit(now, f"{msg} ({_span(now - self.t0)} into the run)")
                 return
-            self.note(msg)  # a new count's pace starts here
             frac = self._frac
             if self._bar is not None:
                 self._show(msg, frac)
@@ -122,16 +119,24 @@ class ProgressLine:
                 self._last_counted = now
             self._emit(now, msg)
 
-    def note(self, msg: str) -> None:
-        """Keep ``msg`` as the stage's latest for the heartbeat without printing it: detail
-        (a planner's steps on a small cluster) that only a stage running long should show."""
+    def note(self, msg: str) -> bool:
+        """Keep ``msg`` for the heartbeat without printing it: a stage message (``STAGE``)
+        as the stage (True), any other as the stage's latest, its count's pace starting
+        when the count does. Alone, it keeps detail (a planner's steps on a small cluster)
+        that only a stage running long should show."""
+        msg = " ".join(msg.split())
         with self._lock:
             now = self._now()
-            self._latest, self._frac = " ".join(msg.split()), fraction(msg)
+            if STAGE.match(msg):
+                self._stage, self._stage_t0 = msg, now
+                self._latest, self._count, self._frac = None, None, None
+                return True
+            self._latest, self._frac = msg, fraction(msg)
             if self._frac is not None:
                 k, n = self._frac
                 if self._count is None or self._count[1] != n or k < self._count[0]:
                     self._count = (k, n, now)
+            return False
 
     def _emit(self, now: float, text: str) -> None:
         self._last_out = now

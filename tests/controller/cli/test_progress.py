@@ -120,3 +120,20 @@ def test_a_stage_line_always_prints_and_the_heartbeat_estimates_what_is_left() -
         "last: decode: pod 6/10; about 20 s left at this pace"
     )
     assert not line.heartbeat()  # it just spoke
+
+
+def test_notes_print_nothing_until_a_heartbeat_quotes_them() -> None:
+    # a small cluster's plan: its stage and steps kept quietly, shown only past the period
+    clock, out = Clock(), io.StringIO()
+    line = ProgressLine(out, tty=False, heartbeat_s=10.0, clock=clock)
+    line._thread, line._closed = None, True  # driven by hand
+    line.note("planner 1/5: heroserve")
+    line.note("decode: TP=8 PP=1 on 16 GPUs")
+    clock.t = 9.0
+    assert not line.heartbeat() and out.getvalue() == ""
+    clock.t = 10.0
+    assert line.heartbeat()
+    assert out.getvalue() == (
+        "[   10.0s] still working: planner 1/5: heroserve running for 10 s; "
+        "last: decode: TP=8 PP=1 on 16 GPUs\n"
+    )
