@@ -82,7 +82,7 @@ class Watched(io.StringIO):
 
 def test_the_heartbeat_thread_speaks_when_a_stage_runs_past_the_period() -> None:
     clock, out = Clock(), Watched()
-    line = ProgressLine(out, tty=False, clock=clock)
+    line = ProgressLine(out, tty=False, heartbeat_s=10.0, clock=clock)
     try:
         line("planner 2/5: distserve")
         line("prefill: TP=4 PP=3 on 384 GPUs")
