@@ -27,8 +27,14 @@ import argparse
 import multiprocessing as mp
 import os
 import resource
+import sys
 import time
 from pathlib import Path
+
+# the tree this script is in, not an installed copy: run as a file, Python puts benchmarks/
+# on the path and the virtual environment's editable install would plan with another checkout
+# (spawned children run this too, so they plan with the same tree)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ALL = ("heroserve", "distserve", "ds-atp", "ds-switchml", "distserve-paper")
 SEED = ("helix", "costeff", "hetero-search")
