@@ -5,7 +5,6 @@ rewrites only the ablation section of an existing report (``evaluation/ablation_
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from controller.errors import InputError
@@ -61,14 +60,14 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    from controller.cli.progress import ProgressLine
     from controller.evaluation.ablation_report import section_span
     from controller.evaluation.fidelity import SIM_REQUESTS, ablation_only, report
     from controller.evaluation.journal import Journal
     from controller.evaluation.sweep import Runner
 
-    def say(m: str) -> None:
-        if not a.quiet:
-            print(m, file=sys.stderr, flush=True)
+    line = None if a.quiet else ProgressLine()  # stages and a heartbeat (cli/progress.py)
+    say = line or (lambda m: None)
 
     sim_requests = a.sim_requests or SIM_REQUESTS
     out = Path(a.out)
@@ -91,6 +90,8 @@ def run(a: argparse.Namespace) -> int:
                 text = report(a.servers, Path(a.eval_dir), a.quick, say, runner, sim_requests)
     finally:
         journal.close()
+        if line is not None:
+            line.close()
     write_text(out, text, "--out")
     print(f"written to {a.out}")
     return 0

@@ -40,11 +40,11 @@ def run(a: argparse.Namespace) -> int:
     g, model, workload, sla = resolve_inputs(a, resolve_topology)
     n_gpus = sum(1 for _, d in g.nodes(data=True) if d["kind"] == "gpu")
     verbose = not a.quiet and (a.verbose or n_gpus > 64)  # small clusters plan in a blink
-    line = ProgressLine() if verbose else None
+    line = None if a.quiet else ProgressLine()  # stages and a heartbeat (cli/progress.py)
 
     def progress(msg: str) -> None:
-        if line is not None:
-            line(msg)
+        if line is not None:  # a small cluster's only for a heartbeat to quote (one >10 s)
+            (line if verbose else line.note)(msg)
 
     progress(
         f"cluster {g.name}: {n_gpus} GPUs, {g.number_of_nodes()} nodes, {g.number_of_edges()} links"
@@ -52,8 +52,8 @@ def run(a: argparse.Namespace) -> int:
     opts = Options(planner=build(PlannerOptions, a, seed=a.seed))
     plans = {}
     failed: dict[str, str] = {}
-    for n in names:
-        progress(f"planning with {n}")
+    for i, n in enumerate(names, 1):
+        progress(f"planner {i}/{len(names)}: {n}")  # a stage line (cli/progress.py)
         try:
             plans[n] = REGISTRY[n].plan(g, model, workload, sla, opts, progress)
         except InputError as e:

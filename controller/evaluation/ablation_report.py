@@ -93,7 +93,10 @@ def section(
     """The section's lines for ``cases`` (scenario name, overrides that size its cluster):
     each scenario's rows planned, then every distinct deployment simulated in one sweep."""
     t0 = time.perf_counter()
-    say(f"fidelity: the ablation's plans of {len(cases)} scenarios on {runner.workers} worker(s)")
+    say(
+        f"fidelity 2/2: the ablation's plans of {len(cases)} scenarios on {runner.workers} "
+        "worker(s)"
+    )
     where = f"{runner.journal.path}" if runner.journal is not None else "an ablation job"
     docs = runner.call(_job, list(cases), "fidelity: ablations planned")
     jobs = [Job.from_dict(d, where) for d in docs]

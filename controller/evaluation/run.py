@@ -40,9 +40,10 @@ def make_plans(s: Scenario, say: Callable[[str], None]) -> tuple[dict, dict[str,
 
     g, model, w, sla = s.cluster(), s.model_spec(), s.load(), s.sla()
     plans, failed = {}, {}
-    for name in s.planners:
+    for i, name in enumerate(s.planners, 1):
         t0 = time.perf_counter()
-        say(f"planning {s.name} with {name} ({g.name})")
+        # a stage line (cli/progress.py): "planner 2/5: distserve (testbed-chatbot on testbed)"
+        say(f"planner {i}/{len(s.planners)}: {name} ({s.name} on {g.name})")
         try:
             plans[name] = plan(g, model, w, sla, PlannerOptions(), planner=name)
         except InputError as e:
@@ -88,7 +89,8 @@ def evaluate(
 
     # 1. max rate at the SLA percentile (Fig. 7a/c, 8)
     sims = [n for n in plans if twin_of[n] == n]  # the planners whose plans are simulated
-    say(f"max rate at {target:.0%} attainment: bisection for {len(sims)} deployment(s)")
+    say(f"sweep 1/3: max rate at {target:.0%} attainment, bisection for {len(sims)} "
+        "deployment(s)")  # fmt: skip
     found = max_rates(runner, point, {n: plans[n].predicted.rate for n in sims}, target)
     br = {n: found[twin_of[n]] for n in plans}
     ref = "heroserve" if "heroserve" in br else next(iter(br))
@@ -125,7 +127,7 @@ def evaluate(
         for n in sims
         for f in fr
     ]
-    say(f"attainment curves: {len(pts)} points")
+    say(f"sweep 2/3: attainment curves, {len(pts)} points")
     res = _for_twins(runner.map(pts, "attainment curve"), twin_of)
     curve_rows, curves = [], {}
     for r in res:
@@ -138,7 +140,7 @@ def evaluate(
 
     # 3. latency at fixed rates
     pts = [point(n, rpg * gpus[n]) for rpg in s.fixed_rates_per_gpu for n in sims]
-    say(f"latency at fixed rates: {len(pts)} points")
+    say(f"sweep 3/3: latency at fixed rates, {len(pts)} points")
     lat_rows = []
     for r in _for_twins(runner.map(pts, "latency at fixed rates"), twin_of):
         row = _row(r)
