@@ -102,6 +102,12 @@ def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentPars
     return parser
 
 
+def config_keys_markdown() -> str:
+    """The keys of the ``--config`` files, as docs/inputs.md lists them
+    (``python -c 'import controller.cli as c; print(c.config_keys_markdown(), end="")'``)."""
+    return configfile.schema_markdown(build_parser(configfile.COMMANDS))
+
+
 def _named(argv: Sequence[str]) -> str | None:
     """The subcommand ``argv`` names: its first word that is not an option (``heroserve``'s
     own options take no value)."""

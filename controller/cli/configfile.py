@@ -195,12 +195,10 @@ def _help(a: argparse.Action) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def schema_markdown() -> str:
+def schema_markdown(top: argparse.ArgumentParser) -> str:
     """The keys of every command's configuration file, as docs/inputs.md lists them (a test
-    checks the page holds exactly this)."""
-    from controller.cli import build_parser
-
-    top = build_parser(COMMANDS)
+    checks the page holds exactly this), from ``top``: ``heroserve``'s parser built with
+    the :data:`COMMANDS` (``controller.cli.build_parser(COMMANDS)``)."""
     subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
     out = []
     for name in COMMANDS:
@@ -209,7 +207,3 @@ def schema_markdown() -> str:
             out.append(f"| `{dest}` | `{a.option_strings[-1]}` | {_shape(a)} | {_help(a)} |")
         out.append("")
     return "\n".join(out)
-
-
-if __name__ == "__main__":  # the list docs/inputs.md holds
-    print(schema_markdown(), end="")
