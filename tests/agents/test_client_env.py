@@ -5,6 +5,9 @@ for absent flags, a flag wins, and a bad value is refused naming the variable.""
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,3 +95,29 @@ def test_admin_refuses_bad_variables_in_one_line(
     err = capsys.readouterr().err
     assert "HEROSERVE_TLS_KEY: not an unencrypted PEM private key" in err
     assert "secret" not in err and len(err.splitlines()) == 1
+
+
+def _switch_agent(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess:
+    # its own process: p4runtime-shell needs the pure-Python protobuf chosen before import
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("HEROSERVE_")}
+    args = [sys.executable, "-m", "agents.switch.main", "--switch", "127.0.0.1:9559"]
+    return subprocess.run([*args, "--device-id", "1", *argv], env={**clean, **env},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("env", "argv", "says"),
+    [
+        ({}, (), "--controller or HEROSERVE_CONTROLLER"),
+        ({"HEROSERVE_CONTROLLER": "1.2.3.4:0"}, (), "HEROSERVE_CONTROLLER '1.2.3.4:0': port 0"),
+        # the flag wins over the bad variable; then the TLS variable is checked and named
+        ({"HEROSERVE_CONTROLLER": "1.2.3.4:0", "HEROSERVE_TLS_CA": "/none.pem"},
+         ("--controller", "1.2.3.4:5"), "missing --tls-cert (or HEROSERVE_TLS_CERT)"),
+    ],
+)  # fmt: skip
+def test_switch_agent_takes_the_variables(
+    env: dict[str, str], argv: tuple[str, ...], says: str
+) -> None:
+    pytest.importorskip("p4runtime_sh", reason="p4runtime-shell is installed apart")
+    r = _switch_agent(env, *argv)
+    assert r.returncode == 2 and says in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
