@@ -293,6 +293,9 @@ class AgentClient:
         self._stub: pb_grpc.ControlStub | None = None
         self._call: grpc.Future | None = None
         self._lock = threading.Lock()
+        # a TLS mismatch found by one probe per outage (tls_mismatch), said on every retry
+        self._probed_at = -1  # self.connects when last probed
+        self._mismatch: str | None = None
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -310,12 +313,16 @@ class AgentClient:
                 if self.stop_event.is_set():
                     break
                 delay = self.backoff.next()
+                if code == grpc.StatusCode.UNAVAILABLE and self._probed_at != self.connects:
+                    self._probed_at, self._mismatch = (
+                        self.connects,
+                        tls_mismatch(self.target, self.tls),
+                    )
+                why = exc.details() if hasattr(exc, "details") else exc
+                if code == grpc.StatusCode.UNAVAILABLE and self._mismatch:
+                    code, why = "TLS mismatch", self._mismatch
                 log.warning(
-                    "controller %s: %s (%s); retrying in %.2fs",
-                    self.target,
-                    code,
-                    exc.details() if hasattr(exc, "details") else exc,
-                    delay,
+                    "controller %s: %s (%s); retrying in %.2fs", self.target, code, why, delay
                 )
                 self.stop_event.wait(delay)
             except _Reconnect as exc:

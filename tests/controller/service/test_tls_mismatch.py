@@ -145,3 +145,32 @@ def test_controller_logs_a_plaintext_client_in_its_own_format(tmp_path: Path, ca
     # one line per 10 s however often the channel retried, and no line in gRPC's own format
     assert len(said) == 1, err
     assert not [x for x in lines if "ssl_transport_security" in x], err
+
+
+def test_an_agent_without_tls_logs_the_mismatch(
+    tls_srv: ThreadedServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    import threading
+
+    from agents.client import AgentClient, Backoff
+    from agents.proto.heroserve.v1 import control_pb2 as pb
+
+    client = AgentClient(
+        f"127.0.0.1:{tls_srv.port}",
+        pb.NodeIdentity(node_id="s1", kind=pb.NODE_KIND_SWITCH),
+        lambda: pb.SwitchInventory(device_id=1, aggregator_slots=64),
+        lambda old, new, upd: None,
+        backoff=Backoff(initial=0.05, maximum=0.2),
+    )
+    t = threading.Thread(target=client.run, daemon=True)
+    with caplog.at_level(logging.WARNING, logger="heroserve.agent"):
+        t.start()
+        try:
+            deadline = time.monotonic() + 30
+            while "TLS mismatch" not in caplog.text:
+                assert time.monotonic() < deadline, caplog.text
+                time.sleep(0.02)
+        finally:
+            client.stop()
+            t.join(10)
+    assert "the controller requires TLS" in caplog.text
