@@ -80,10 +80,19 @@ class CoreLogRelay:
         )
 
 
-def route_core_logs(relay: CoreLogRelay | None = None) -> None:
+_routed = False
+
+
+def route_core_logs(relay: CoreLogRelay | None = None) -> bool:
     """Route descriptor 2 (gRPC's core logs) through ``relay``; Python's ``sys.stderr``, and
     so every handler made after this call, keeps writing to the original stderr. Call once,
-    before logging is set up, in a process that owns its stderr (the controller's ``main``)."""
+    before logging is set up, in a process that owns its stderr (the controller's ``main``).
+    Done once per process, and not when ``sys.stderr`` was replaced already (a test
+    runner capturing output, an embedding program): theirs is left alone. True if routed."""
+    global _routed
+    if _routed or sys.stderr is not sys.__stderr__:
+        return False
+    _routed = True
     relay = relay or CoreLogRelay()
     original = os.dup(2)
     sys.stderr = open(original, "w", buffering=1, encoding="utf-8", errors="replace")  # noqa: SIM115
@@ -100,3 +109,4 @@ def route_core_logs(relay: CoreLogRelay | None = None) -> None:
                     pass
 
     threading.Thread(target=pump, name="grpc-core-log", daemon=True).start()
+    return True

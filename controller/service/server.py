@@ -461,8 +461,8 @@ def main(argv: list[str] | None = None) -> int:
             if plan_text is not None:
                 log.info("%s", server.core.apply_startup_plan(plan_text, args.plan))
             # gRPC's core logs (a refused TLS handshake among them) into our log format
-            route_core_logs()
-            setup_logging(args.log_level, args.log_format)  # its handler on the new sys.stderr
+            if route_core_logs():
+                setup_logging(args.log_level, args.log_format)  # a handler on the new stderr
             asyncio.run(_serve(server, args.port_file))
         finally:
             store.close()
