@@ -42,6 +42,7 @@ from agents.logs import add_log_args, setup_logging
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.errors import InputError
 from controller.service.core import Controller, Options
+from controller.service.corelog import route_core_logs
 from controller.service.groups import DEFAULT_SLOTS_PER_GROUP
 from controller.service.metrics import Metrics
 from controller.service.paths import data_dir
@@ -113,7 +114,9 @@ def check_pem(tls: Tls | ClientTls) -> None:
     from cryptography import x509
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-    for flag, data in (("--tls-cert", tls.cert), ("--tls-ca", tls.ca)):
+    # a client's files may come from HEROSERVE_TLS_* variables: the error names what gave them
+    cert_name, key_name, ca_name = getattr(tls, "names", ("--tls-cert", "--tls-key", "--tls-ca"))
+    for flag, data in ((cert_name, tls.cert), (ca_name, tls.ca)):
         try:
             x509.load_pem_x509_certificates(data)
         except ValueError:
@@ -121,7 +124,7 @@ def check_pem(tls: Tls | ClientTls) -> None:
     try:
         load_pem_private_key(tls.key, password=None)
     except (ValueError, TypeError):
-        raise UsageError("--tls-key: not an unencrypted PEM private key") from None
+        raise UsageError(f"{key_name}: not an unencrypted PEM private key") from None
 
 
 # Methods whose handler gets the request serialised, to decode it once in a worker thread
@@ -457,6 +460,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             if plan_text is not None:
                 log.info("%s", server.core.apply_startup_plan(plan_text, args.plan))
+            # gRPC's core logs (a refused TLS handshake among them) into our log format
+            if route_core_logs():
+                setup_logging(args.log_level, args.log_format)  # a handler on the new stderr
             asyncio.run(_serve(server, args.port_file))
         finally:
             store.close()
