@@ -242,10 +242,11 @@ def ina_throughput(rows: list[dict], title: str, path: Path) -> list[Path]:
     ax.set_xscale("log", base=2)
     sizes = sorted({r["message_mb"] for r in rows})
     ax.set_xticks(sizes, [f"{x:g}" for x in sizes])
-    if not log_if_wide(ax, "y", values):
+    log = log_if_wide(ax, "y", values)
+    if not log:
         ax.set_ylim(bottom=0)
     ax.set_xlabel("all-reduce message per GPU (MB)")
-    ax.set_ylabel("aggregation throughput (GB/s)")
+    ax.set_ylabel("aggregation throughput (GB/s" + (", log scale)" if log else ")"))
     ax.set_title(title + "\nevery group all-reduces at once; one line per scheme", fontsize=9)
     _legend_below(fig, ax, ncol=1)
     fig.tight_layout()
