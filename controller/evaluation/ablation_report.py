@@ -17,6 +17,7 @@ from typing import Any
 from controller.errors import InputError
 from controller.evaluation.ablation import STEPS, Row, ablation
 from controller.evaluation.ablation_sim import REL_TOL, Job, SimCell, simulate
+from controller.evaluation.results import ablation_problem
 from controller.evaluation.scenarios import scenario
 from controller.evaluation.sweep import Runner
 
@@ -95,7 +96,7 @@ def section(
     t0 = time.perf_counter()
     say(f"fidelity: the ablation's plans of {len(cases)} scenarios on {runner.workers} worker(s)")
     where = f"{runner.journal.path}" if runner.journal is not None else "an ablation job"
-    docs = runner.call(_job, list(cases), "fidelity: ablations planned")
+    docs = runner.call(_job, list(cases), "fidelity: ablations planned", ablation_problem)
     jobs = [Job.from_dict(d, where) for d in docs]
     cells = simulate(jobs, runner, max_requests, say)
     out = [f"{HEADING}\n"]
