@@ -16,8 +16,7 @@ from typing import Any
 
 from controller.errors import InputError
 from controller.evaluation.ablation import STEPS, Row, ablation
-from controller.evaluation.ablation_sim import REL_TOL, Job, SimCell, simulate
-from controller.evaluation.results import ablation_problem
+from controller.evaluation.ablation_sim import REL_TOL, Job, SimCell, ablation_problem, simulate
 from controller.evaluation.scenarios import scenario
 from controller.evaluation.sweep import Runner
 

@@ -1,10 +1,11 @@
-"""What a journal's row must hold to be believed (issue 42, item 5): a simulation point's
-result (``sweep.run_point``) and an ablation job's document (``ablation_sim.Job``), checked
-when read back, since the journal file is hostile input (``evaluation.journal``). A row that
-fails names its first problem; the runner then runs that job again (one warning line), so a
-wrong type or an impossible value never reaches a report and never ends in a traceback.
+"""What a journal's row must hold to be believed: a simulation point's result
+(``sweep.run_point``), checked when read back, since the journal file is hostile input
+(``evaluation.journal``). A row that fails names its first problem; the runner then runs
+that job again (one warning line), so a wrong type or an impossible value never reaches a
+report and never ends in a traceback. An ablation job's document has its own check
+(``ablation_sim.ablation_problem``).
 
-Holds ``point_problem`` and ``ablation_problem``.
+Holds ``point_problem``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import math
 from dataclasses import fields
 from typing import Any
 
-from controller.errors import InputError
 from controller.sim.metrics import SimResult
 
 # Keys ``run_point`` adds to ``SimResult.to_dict`` (whose per-request lists it drops).
@@ -85,16 +85,4 @@ def point_problem(d: Any) -> str | None:
             return f"{name} is {v}, not in [0, 1]"
     if d["finished"] > d["requests"]:
         return f"finished {d['finished']} is more than the {d['requests']} requests"
-    return None
-
-
-def ablation_problem(d: Any) -> str | None:
-    """The first problem of ``d`` as an ablation job's document, or None: what
-    ``ablation_sim.Job.from_dict`` refuses (rows by their schema, plans as a plan file)."""
-    from controller.evaluation.ablation_sim import Job  # it imports sweep, which imports this
-
-    try:
-        Job.from_dict(d, "the row")
-    except InputError as e:
-        return str(e)
     return None

@@ -342,7 +342,7 @@ def check_telemetry(
         if lid not in index.links:
             # an agent's view of its board may name a link the topology does not have (the
             # GPU agent's NVSwitch link on a mesh board): that sample is left out, counted,
-            # and the rest of the report stands (issue 42: one such link refused them all)
+            # and the rest of the report stands (one such link used to refuse them all)
             dropped("unknown_link")
             continue
         if not index.link_ends_owned(is_switch, ident.node_id, lid):

@@ -57,7 +57,7 @@ MAX_SEQ_RATE = 1_000_000
 SEQ_SLACK = 1024
 # The longest gap between two reports of one agent that earns MAX_SEQ_RATE credit: twice
 # the controller's telemetry interval (core.Options.telemetry_interval_s, 1 s). Credit for
-# the whole gap let a report 5 s after the last jump 5,000,000 ahead (issue 42) and a
+# the whole gap let a report 5 s after the last jump 5,000,000 ahead and a
 # patient agent any distance; an honest agent back from a longer gap is cut at most to
 # 2,000,000 + SEQ_SLACK ahead per report (at 20,000 all-reduces a second, a gap of 100 s),
 # which makes a table apply on arrival, as a low report does, and catches up a report later.

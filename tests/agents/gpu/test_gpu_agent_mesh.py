@@ -1,4 +1,4 @@
-"""The testbed's mesh servers end to end (issue 42, item 4): their 4 GPUs are joined pairwise
+"""The testbed's mesh servers end to end: their 4 GPUs are joined pairwise
 by NVLink with no NVSwitch node, and the GPU agent reported NVLink use as ``GPU|SERVER-nvsw``,
 a link the topology does not have, so the controller refused every report of those servers
 and the online scheduler heard nothing from them. Here the controller serves the testbed's

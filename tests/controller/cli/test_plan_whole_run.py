@@ -1,4 +1,4 @@
-"""``heroserve plan``'s whole run (issue 42, item 7): its time limit counts from the
+"""``heroserve plan``'s whole run: its time limit counts from the
 command's start, not only the search's (a 65,536-GPU ``--planner-time-limit 20`` run took
 203 CPU-s), and it refuses to write a plan every other command would refuse (a 65,536-GPU
 plan is 77 MB; ``MAX_PLAN_BYTES`` is 64 MiB), in one line, exit 2, writing nothing."""

@@ -1,4 +1,4 @@
-"""Journal rows read back are checked like every other input (issue 42, item 5): a row of the
+"""Journal rows read back are checked like every other input: a row of the
 wrong type or with an impossible value (attainment outside [0, 1], a negative latency, NaN)
 makes its job run again with one warning line, never a traceback, and never reaches the
 result. The hostile values are the finding's: 7.0, null, [], 42, a missing key, a string."""
@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from controller.evaluation.ablation_sim import ablation_problem
 from controller.evaluation.journal import Journal
-from controller.evaluation.results import ablation_problem, point_problem
+from controller.evaluation.results import point_problem
 from controller.evaluation.sweep import Runner
 from controller.sim.metrics import SimResult, percentiles
 

@@ -1,4 +1,4 @@
-"""What the export tells each GPU agent about its board (issue 42, item 4): on a mesh board
+"""What the export tells each GPU agent about its board: on a mesh board
 (the testbed's 4-GPU A100 and V100 servers: GPUs joined pairwise, no NVSwitch node) the
 agent runs with ``--nvlink-mesh``, so it reports the mesh links the topology has instead of
 ``GPU|SERVER-nvsw``; on a board with a fabric node it keeps its default. The deployment

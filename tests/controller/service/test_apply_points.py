@@ -116,7 +116,7 @@ def test_a_report_runs_ahead_of_the_last_by_at_most_the_rate(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("gap_s", [2.0, 5.0, 60.0, 86400.0])
 def test_the_bound_holds_over_any_gap(tmp_path: Path, gap_s: float) -> None:
-    """Issue 42: with 5 s between two reports the apply point reached 5,006,215 while the
+    """With 5 s between two reports the apply point reached 5,006,215 while the
     members were at about 1,000. A report counts at most SEQ_GAP_S (2 s) of credit."""
     s = Store(tmp_path / "c.db")
     s.note_seq("g", "a", 1000, now=100.0)

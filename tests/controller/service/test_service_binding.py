@@ -106,7 +106,7 @@ def test_bogus_groups_leave_no_rows_and_floods_are_refused(two_groups: ThreadedS
         assert stub.ReportTelemetry(_report(ident, session, selections=some)).accepted == 0
         dropped = {"reason": "unknown_group"}
         assert reg.get_sample_value("heroserve_telemetry_records_dropped_total", dropped) == 4000
-        # ...a link the topology does not have is dropped and counted (issue 42: the GPU
+        # ...a link the topology does not have is dropped and counted (the GPU
         # agent's NVSwitch link on a mesh board refused every report of that server), and
         # the rest of the report stands...
         rep = _report(
