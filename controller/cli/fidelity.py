@@ -13,6 +13,7 @@ from controller.inputs.args import (
     add_ray,
     add_workers,
     bounded,
+    input_dir,
     output_file,
     write_text,
 )
@@ -30,7 +31,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
         help="where to write the report (the repository's is docs/fidelity.md)",
     )
     p.add_argument(
-        "--eval-dir", default="eval", help="where `heroserve evaluate` wrote its scenarios"
+        "--eval-dir",
+        type=input_dir,
+        default="eval",
+        help="where `heroserve evaluate` wrote its scenarios",
     )
     p.add_argument(
         "--servers",

@@ -15,6 +15,7 @@ from controller.cli.related import add_related_args
 from controller.errors import InputError
 from controller.inputs.args import write_text
 from controller.inputs.flags import add_flags, build
+from controller.inputs.limits import MAX_PLAN_BYTES
 from controller.planner.options import PlannerOptions
 
 
@@ -36,7 +37,7 @@ def run(a: argparse.Namespace) -> int:
     if a.planner != "all" and REGISTRY[a.planner].family == "seed":  # colocated plans
         return run_related_plan(a)  # docs/related-planners.md
     names = [n for n, p in REGISTRY.items() if p.in_all] if a.planner == "all" else [a.planner]
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()  # the time limit covers the whole run
     g, model, workload, sla = resolve_inputs(a, resolve_topology)
     n_gpus = sum(1 for _, d in g.nodes(data=True) if d["kind"] == "gpu")
     verbose = not a.quiet and (a.verbose or n_gpus > 64)  # small clusters plan in a blink
@@ -49,7 +50,7 @@ def run(a: argparse.Namespace) -> int:
     progress(
         f"cluster {g.name}: {n_gpus} GPUs, {g.number_of_nodes()} nodes, {g.number_of_edges()} links"
     )
-    opts = Options(planner=build(PlannerOptions, a, seed=a.seed))
+    opts = Options(planner=build(PlannerOptions, a, seed=a.seed), started=cpu0)
     plans = {}
     failed: dict[str, str] = {}
     for i, n in enumerate(names, 1):
@@ -63,6 +64,7 @@ def run(a: argparse.Namespace) -> int:
     if line is not None:
         line.close()
     head = names[0]
+    texts = _plan_texts(plans, names) if a.json else {}
     print(
         f"HeroServe offline plan: topology {g.name} ({n_gpus} GPUs), model {model.name}, "
         f"workload {workload.name}, SLA TTFT {sla.ttft_s} s / TPOT {sla.tpot_s} s "
@@ -78,13 +80,29 @@ def run(a: argparse.Namespace) -> int:
     print(groups_table(plans[head]))
     if a.json:
         path = Path(a.json)
-        write_text(path, plans[head].to_json() + "\n", "--json")
-        for n in names[1:]:
-            if n in plans:
-                write_text(
-                    path.with_name(f"{path.stem}.{n}.json"), plans[n].to_json() + "\n", "--json"
-                )
+        for n, text in texts.items():
+            write_text(
+                path if n == head else path.with_name(f"{path.stem}.{n}.json"), text, "--json"
+            )
         print(f"\nplan written to {path}")
     if verbose:
         print(f"planned in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return 0
+
+
+def _plan_texts(plans: dict, names: list[str]) -> dict[str, str]:
+    """Each plan's JSON, in ``names``' order; a plan larger than every other command reads
+    (``MAX_PLAN_BYTES``: validate, export, the controller) is refused before anything is
+    written (a 65,536-GPU plan is 77 MB)."""
+    out = {}
+    for n in names:
+        if n in plans:
+            text = plans[n].to_json() + "\n"
+            size = len(text.encode())
+            if size > MAX_PLAN_BYTES:
+                raise InputError(
+                    f"--json: the {n} plan is {size:,} bytes, above the {MAX_PLAN_BYTES:,} "
+                    "every other command reads (plan a smaller cluster)"
+                )
+            out[n] = text
+    return out

@@ -16,7 +16,7 @@ from typing import Any
 
 from controller.errors import InputError
 from controller.evaluation.ablation import STEPS, Row, ablation
-from controller.evaluation.ablation_sim import REL_TOL, Job, SimCell, simulate
+from controller.evaluation.ablation_sim import REL_TOL, Job, SimCell, ablation_problem, simulate
 from controller.evaluation.scenarios import scenario
 from controller.evaluation.sweep import Runner
 
@@ -98,7 +98,7 @@ def section(
         "worker(s)"
     )
     where = f"{runner.journal.path}" if runner.journal is not None else "an ablation job"
-    docs = runner.call(_job, list(cases), "fidelity: ablations planned")
+    docs = runner.call(_job, list(cases), "fidelity: ablations planned", ablation_problem)
     jobs = [Job.from_dict(d, where) for d in docs]
     cells = simulate(jobs, runner, max_requests, say)
     out = [f"{HEADING}\n"]

@@ -138,9 +138,20 @@ def output_file(s: str) -> str:
     p = Path(s)
     if p.is_dir():
         raise argparse.ArgumentTypeError(f"{s!r} is a directory, not a file")
+    if p.is_fifo() or p.is_socket():  # opening a FIFO to write waits for a reader for ever
+        raise argparse.ArgumentTypeError(f"{s!r} is a FIFO or socket, not a file")
     if p.exists() and not os.access(p, os.W_OK):
         raise argparse.ArgumentTypeError(f"{s!r} is not writable")
     _writable_dir(p.parent, f"directory {str(p.parent)!r} does not exist")
+    return s
+
+
+def input_dir(s: str) -> str:
+    """A folder the command reads if it is there (a missing one is no input): never a file,
+    a FIFO or a device, which would be read as if it were the folder's absence."""
+    p = Path(s)
+    if p.exists() and not p.is_dir():
+        raise argparse.ArgumentTypeError(f"{s!r} exists and is not a directory")
     return s
 
 

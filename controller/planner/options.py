@@ -78,7 +78,8 @@ class PlannerOptions:
     # and returns the best found, marked (``Plan.time_limit_reached``); None: no limit
     time_limit_s: float | None = option(
         DEFAULT_TIME_LIMIT_S,
-        help="CPU-time limit of each planner's search: hitting it returns the best plan found, "
+        help="CPU-time limit of the planning run (heroserve plan: from the command's start, "
+        "inputs and every planner included): hitting it returns the best plan found, "
         "marked 'time limit reached'",
         unit="s", flag="--planner-time-limit", metavar="S", low=0, high=86400, low_open=True,
     )  # fmt: skip

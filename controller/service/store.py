@@ -54,6 +54,13 @@ MAX_SEQ_RATE = 1_000_000
 # What an agent's report may run ahead of that bound: the apply margin of one table
 # (controller.service.core.DEFAULT_APPLY_MARGIN), so reports a moment apart are never cut.
 SEQ_SLACK = 1024
+# The longest gap between two reports of one agent that earns MAX_SEQ_RATE credit: twice
+# the controller's telemetry interval (core.Options.telemetry_interval_s, 1 s). Credit for
+# the whole gap let a report 5 s after the last jump 5,000,000 ahead and a
+# patient agent any distance; an honest agent back from a longer gap is cut at most to
+# 2,000,000 + SEQ_SLACK ahead per report (at 20,000 all-reduces a second, a gap of 100 s),
+# which makes a table apply on arrival, as a low report does, and catches up a report later.
+SEQ_GAP_S = 2.0
 # Plans kept: a plan body can be 64 MiB (the body limit), and every distinct plan applied
 # was kept whole. The newest PLAN_BODIES_KEPT keep their JSON (the current one always is
 # among them: it is the newest); older ones keep their id and epoch, which is what a restart
@@ -380,8 +387,9 @@ class Store:
         (the caller checked that it speaks for a member; ``seq`` <= :data:`MAX_SEQ`) and
         return what was kept. The agent's latest report replaces its previous one (a
         restarted engine counts from 0 again), but may run ahead of it by at most
-        MAX_SEQ_RATE per second since then plus SEQ_SLACK: one report cannot jump a group
-        to a number its collectives will never reach."""
+        MAX_SEQ_RATE per second since then, up to SEQ_GAP_S seconds, plus SEQ_SLACK: one
+        report, however long after the last, cannot jump a group to a number its
+        collectives will not reach."""
         if not 0 <= seq <= MAX_SEQ:
             raise ValueError(f"sequence number {seq} out of [0, {MAX_SEQ}]")
         now = time.time() if now is None else now
@@ -391,7 +399,7 @@ class Store:
                 (group_id, node_id),
             ).fetchone()
             if prev is not None:
-                elapsed = min(max(0.0, now - prev[1]), MAX_SEQ / MAX_SEQ_RATE)
+                elapsed = min(max(0.0, now - prev[1]), SEQ_GAP_S)
                 seq = min(seq, prev[0] + SEQ_SLACK + math.ceil(MAX_SEQ_RATE * elapsed), MAX_SEQ)
             db.execute(
                 "INSERT INTO member_seq(group_id, node_id, last_seq, reported) VALUES (?,?,?,?) "

@@ -53,6 +53,8 @@ void PrintHelp() {
       "                             127.0.0.0/8, ::1 and localhost without TLS)\n"
       "  --nvlink-peer NODE         far end of each GPU's NVLink in link ids\n"
       "                             (default: NODE-nvsw, the topology's NVSwitch)\n"
+      "  --nvlink-mesh              the GPUs are joined pairwise (a mesh board, no NVSwitch):\n"
+      "                             report each pair's link of the --gpu GPUs instead\n"
       "  --telemetry-interval S     seconds between reports, in (0, %.0f]\n"
       "                             (default: the controller's, 1 s if it names none)\n"
       "  --shm-capacity BYTES       payload bytes per group segment, %llu..%llu\n"
@@ -116,6 +118,7 @@ enum OptionId {
   kTlsServerName,
   kInsecure,
   kNvlinkPeer,
+  kNvlinkMesh,
   kTelemetryInterval,
   kShmCapacity,
   kLogFormat,
@@ -136,6 +139,7 @@ const struct option kOptions[] = {
     {"tls-server-name", required_argument, nullptr, kTlsServerName},
     {"insecure", no_argument, nullptr, kInsecure},
     {"nvlink-peer", required_argument, nullptr, kNvlinkPeer},
+    {"nvlink-mesh", no_argument, nullptr, kNvlinkMesh},
     {"telemetry-interval", required_argument, nullptr, kTelemetryInterval},
     {"shm-capacity", required_argument, nullptr, kShmCapacity},
     {"log-format", required_argument, nullptr, kLogFormat},
@@ -197,6 +201,7 @@ int main(int argc, char** argv) {
       case kTlsServerName: o.tls_server_name = v; break;
       case kInsecure: o.insecure = true; break;
       case kNvlinkPeer: o.nvlink_peer = v; break;
+      case kNvlinkMesh: o.nvlink_mesh = true; break;
       case kTelemetryInterval:
         if (!ParseSeconds(optarg, &o.telemetry_interval_s)) {
           return Usage("--telemetry-interval '" + v + "' must be a number of seconds in (0, " +

@@ -294,10 +294,11 @@ class Case:
         return f"seed {self.sub}-{self.seed} ({'; '.join(self.did) or 'base'}): {self.argv!r}"
 
 
-def make_case(sub: str, k: int, env: dict[str, str]) -> Case:
+def make_case(sub: str, k: int, env: dict[str, str], spec: Spec | None = None) -> Case:
     """Case ``k`` of ``sub``: the base with one to three options changed (good values only
-    for the first ``valid`` cases), or ``--help`` (case ``valid``)."""
-    spec = SPECS[sub]
+    for the first ``valid`` cases), or ``--help`` (case ``valid``). ``spec``: another set of
+    options than ``SPECS[sub]`` (test_cli_fuzz_options.py's, named ``sub``)."""
+    spec = spec or SPECS[sub]
     rng = random.Random(f"{sub}-{k}")
     argv = list(spec.base)
     case = Case(sub, k, argv, valid=k <= spec.valid)
