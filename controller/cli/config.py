@@ -102,6 +102,13 @@ class PlanCommand:
         parse=output_file,
         metavar="PATH",
     )
+    profile: str | None = option(
+        None,
+        help="an engine profile (heroserve profile): Eqs. 12-13 fitted to its measured times "
+        "price compute for its GPU type (docs/costmodel.md, Engine profiles)",
+        metavar="FILE",
+        default_help="datasheet figures",
+    )
     quiet: bool = option(False, help="no progress line on stderr")
     verbose: bool = option(
         False, help="progress line on stderr even for small clusters (shown above 64 GPUs)"
@@ -159,6 +166,12 @@ class SimulateCommand:
         default_help="the built-in the plan names",
     )
     seed: int = option(0, **_SEED)
+    profile: str | None = option(
+        None,
+        help="the engine profile the plan was made with (plan --profile)",
+        metavar="FILE",
+        default_help="none: a plan made with one needs it",
+    )
     cv: float = option(
         1.0, help=f"inter-arrival CV (1: Poisson; at most {MAX_CV:g})", low=0, high=MAX_CV,
         low_open=True,
