@@ -108,7 +108,7 @@ def test_simulate_needs_the_profile_the_plan_was_priced_with(tmp_path, capsys):
     for extra, why in (([], "pass the same --profile"), (["--profile", str(p10)], "not the one")):
         assert main([*sim, *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()  # the fit's lines, then the error
-        assert why in err[-1] and sum("error" in x for x in err) == 1
+        assert why in err[-1] and sum("error:" in x for x in err) == 1
     assert main([*sim, "--profile", str(p1)]) == 0
     assert "SLA attainment" in capsys.readouterr().out
 
