@@ -60,9 +60,9 @@ def offered_work(a: argparse.Namespace, plan, w, gpus_used: int) -> tuple[float,
 
 def run(a: argparse.Namespace) -> int:
     from controller.cli.common import plan_and_workload, profile_compute, say_extrapolated
-    from controller.models import model_spec
     from controller.cli.related import run_colocated
     from controller.inputs.plan_checks import load_plan
+    from controller.models import model_spec
     from controller.sim import SimOptions, build_model, simulator_for
 
     plan = load_plan(a.plan)
