@@ -1,4 +1,4 @@
-"""HeroServe's predictions against a real engine (docs/costmodel.md, "Checked against vLLM"):
+"""HeroServe's predictions against a real engine (docs/engine-profile.md, "Checked against vLLM"):
 plan a one-server CPU "cluster" (this machine, two engine slots) with an engine profile, start
 the exported prefill/decode pool with vLLM's CPU build (OPT-125M's shape, dummy weights) and
 ``vllm-router`` (as tools/engine_e2e.py does), drive it with Poisson arrivals at several rates,
@@ -39,6 +39,7 @@ from engine_e2e import TOPOLOGY, engine_argv, router_argv, wait_healthy  # noqa:
 
 from controller.models import model_spec  # noqa: E402
 from controller.models.hfconfig import write_model_config  # noqa: E402
+from controller.sim import request_arrays  # noqa: E402
 from controller.workload import resolve_workload  # noqa: E402
 
 MODEL = "OPT-125M"
@@ -99,7 +100,7 @@ def measured(router: str, model: str, a: argparse.Namespace, rate: float, sla: d
     """The same requests the simulator priced (the workload's arrays at ``rate``), sent at
     their arrival times."""
     w = resolve_workload(str(a.work / "trace.csv"), seed=a.seed)
-    arrivals, inputs, outputs = w.arrays(rate, a.requests, a.seed, 1.0)
+    arrivals, inputs, outputs = request_arrays(w, rate, a.requests, a.seed, 1.0)
     recs: list[dict] = [{} for _ in arrivals]
     threads = []
     start = time.perf_counter()

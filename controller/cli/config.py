@@ -105,7 +105,7 @@ class PlanCommand:
     profile: str | None = option(
         None,
         help="an engine profile (heroserve profile): Eqs. 12-13 fitted to its measured times "
-        "price compute for its GPU type (docs/costmodel.md, Engine profiles)",
+        "price compute for its GPU type (docs/engine-profile.md)",
         metavar="FILE",
         default_help="datasheet figures",
     )
@@ -313,7 +313,7 @@ _GRID = {"parse": _grid, "metavar": "N,N,..."}
 
 @dataclass(frozen=True)
 class ProfileCommand:
-    """``heroserve profile``'s options (docs/costmodel.md, "Engine profiles")."""
+    """``heroserve profile``'s options (docs/engine-profile.md)."""
 
     gpu_type: str = option(
         help="the topology's GPU type the measured hardware stands for in plans (a name of "

@@ -1,6 +1,6 @@
 """``heroserve profile``: measure a serving engine on the hardware at hand over a grid of
 batch sizes, prompt lengths and contexts for one model shape, and write an engine profile
-(docs/costmodel.md, "Engine profiles"; format in ``controller/models/profile.py``) that
+(docs/engine-profile.md; format in ``controller/models/profile.py``) that
 ``plan --profile`` and ``simulate --profile`` price compute with.
 
 The measuring runs in the engine's own Python (``profile_probe.py``, vLLM's offline engine

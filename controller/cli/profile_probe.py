@@ -1,7 +1,7 @@
 """The measuring side of ``heroserve profile``, run by the serving engine's own Python (it
 imports vLLM and the standard library only, never the controller): it starts vLLM's offline
 engine on a model folder with dummy weights and times engine steps over a grid
-(docs/costmodel.md, "Engine profiles").
+(docs/engine-profile.md).
 
     <vllm python> profile_probe.py --model-dir DIR --grid JSON [--dtype D] [--tp N]
 

@@ -1,5 +1,5 @@
 """The compute model fitted to an engine profile: Eqs. 12-13's coefficients from measured
-times instead of datasheet figures (docs/costmodel.md, "Engine profiles").
+times instead of datasheet figures (docs/engine-profile.md).
 
 Holds ``fit_profile`` (a ``ComputeProfile`` and its model to ``ComputeCoefficients``, with the
 fit's residuals and the grid's reach in a ``ProfileFit``) and ``compute_table`` (the fitted

@@ -1,5 +1,5 @@
 """Engine profiles: a serving engine's measured compute times for one model shape on one kind
-of hardware (docs/costmodel.md, "Engine profiles").
+of hardware (docs/engine-profile.md).
 
 Holds ``ComputeProfile`` (the file's content, checked), ``read_profile`` (a file, bounded and
 validated like every input: docs/inputs.md), ``profile_from_doc`` (the same checks on a parsed

@@ -1,4 +1,4 @@
-"""Engine profiles (docs/costmodel.md, "Engine profiles"): the fit of Eqs. 12-13 to measured
+"""Engine profiles (docs/engine-profile.md): the fit of Eqs. 12-13 to measured
 times, ``plan --profile`` and ``simulate --profile`` using it, and bad profile files refused in
 one line without quoting them."""
 
