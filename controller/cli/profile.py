@@ -83,7 +83,13 @@ def run(a: argparse.Namespace) -> int:
             "time_s": measured.get("decode"),
         },
     }
-    prof = profile_from_doc(doc, "the engine's measurements")  # what plan --profile accepts
+    try:  # what plan --profile accepts
+        prof = profile_from_doc(doc, "the engine's measurements")
+    except InputError as e:
+        raise InputError(
+            f"{e} (a decode step is the difference of two runs: on a busy machine raise "
+            "--decode-steps or --repeats)"
+        ) from None
     Path(a.out).write_text(profile_json(prof.to_doc()))
     print(f"profile of {spec.name} on {prof.hardware} ({prof.engine}) written to {a.out}")
     return 0
