@@ -164,3 +164,35 @@ def test_a_profile_of_another_model_or_gpu_type_is_refused(tmp_path, capsys):
         argv = ["plan", "--topology", str(topo), "--model", "OPT-125M", "--profile", str(f)]
         assert main(argv) == 2
         assert why in capsys.readouterr().err
+
+
+def _fake_engine(tmp_path: Path, decode_time: float) -> Path:
+    """An executable standing in for the engine's Python: it prints the measurements a probe
+    of the default grid's shape (4 x 4 prefill, 5 x 4 decode) would."""
+    out = {"engine": "fake 0", "hardware": "test", "prefill": [[0.01] * 4] * 4,
+           "decode": [[decode_time] * 4] * 5}  # fmt: skip
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\necho '{json.dumps(out)}'\n")
+    exe.chmod(0o755)
+    return exe
+
+
+def test_profile_writes_what_plan_reads_and_refuses_a_bad_measurement(tmp_path, capsys):
+    """``heroserve profile`` writes the probe's measurements as a profile ``read_profile``
+    accepts, with the grid it asked for; a decode step measured as no positive time is one
+    line and exit 2; a missing engine too."""
+    from controller.models.profile import read_profile
+
+    out = tmp_path / "p.json"
+    argv = ["profile", "--gpu-type", "H100", "--out", str(out), "--model-dir", str(tmp_path)]
+    assert main([*argv, "--engine-python", str(_fake_engine(tmp_path, 0.002))]) == 0
+    prof = read_profile(out)
+    assert prof.prefill.cols == (32, 64, 128, 256) and prof.decode.rows == (1, 2, 4, 8, 16)
+    assert prof.decode.times[4][3] == 0.002 and prof.model == "OPT-125M"
+    assert json.loads((tmp_path / "config.json").read_text())["num_hidden_layers"] == 12
+    capsys.readouterr()
+    assert main([*argv, "--engine-python", str(_fake_engine(tmp_path, -0.001))]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "decode.time_s[0][0]" in err[-1] and "--decode-steps" in err[-1]
+    assert main([*argv, "--engine-python", str(tmp_path / "none")]) == 2
+    assert "no engine Python" in capsys.readouterr().err
