@@ -99,16 +99,22 @@ def _probe(python: Path, probe: Path, folder: Path, grid: dict, a: argparse.Name
     """The probe's measurements (its last stdout line, a JSON object)."""
     argv = [str(python), str(probe), "--model-dir", str(folder), "--grid", json.dumps(grid)]
     argv += ["--dtype", a.dtype, "--tp", str(a.tp)]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1")}
+    # vLLM's CPU build (ignored on a GPU): 1 GiB of KV cache (its default sizes it from the
+    # machine) and OpenMP threads left unbound (its default binding reserves cores a small
+    # shared machine does not have), as tools/engine_e2e.py starts it
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", **os.environ}
     print(f"measuring {len(a.batch_sizes) * len(a.prompt_lengths)} prefill and "
           f"{len(a.decode_batches) * len(a.contexts)} decode points", file=sys.stderr)  # fmt: skip
+    log = Path(a.out + ".log")  # the engine's own messages, for when it fails or stalls
     try:
-        r = subprocess.run(argv, capture_output=True, timeout=a.timeout, env=env)
+        with log.open("wb") as err:
+            r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=err, timeout=a.timeout, env=env)
     except subprocess.TimeoutExpired:
-        raise InputError(f"the engine did not finish within {a.timeout:g} s (--timeout)") from None
+        raise InputError(
+            f"the engine did not finish within {a.timeout:g} s (--timeout; its log: {log})"
+        ) from None
     if r.returncode != 0:
-        last = r.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        raise InputError(f"the engine's probe failed (status {r.returncode}): {last[0][:300]}")
+        raise InputError(f"the engine's probe failed (status {r.returncode}; its log: {log})")
     lines = r.stdout[-MAX_PROBE_OUTPUT:].decode(errors="replace").strip().splitlines()
     try:
         out = json.loads(lines[-1])
