@@ -43,6 +43,11 @@ from controller.sim import request_arrays  # noqa: E402
 from controller.workload import resolve_workload  # noqa: E402
 
 MODEL = "OPT-125M"
+# tools/engine_e2e.py's one-server topology with each slot's memory set to what a CPU engine
+# holds: its KV cache (VLLM_CPU_KVCACHE_SPACE=1 GiB, engine_e2e's CPU_ENV) and OPT-125M's
+# weights (0.25 GB in 16 bits), over the planner's R_frac of 0.9: 1.47 GB
+SLOT_GB = (1 * 2**30 / 1e9 + 0.25) / 0.9
+CPU_TOPOLOGY = TOPOLOGY.replace("role: any}", f"role: any, memory_gb: {SLOT_GB:.3f}}}")
 # the requests: short chat turns that fit the CPU engines' --max-model-len 256 (the
 # export's CPU additions, tools/engine_e2e.py), lengths drawn uniformly
 PROMPTS, OUTPUTS = (32, 128), (8, 32)
@@ -184,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (venv / "bin" / "vllm-router").exists():
         print(f"engine_vs_prediction: no vllm environment in {a.engines}", file=sys.stderr)
         return 2
-    (a.work / "topology.yaml").write_text(TOPOLOGY)
+    (a.work / "topology.yaml").write_text(CPU_TOPOLOGY)
     write_trace(a.work / "trace.csv", 1000, a.seed)
     model = write_model_config(model_spec(MODEL), a.work / "opt-125m")
     topo, trace = str(a.work / "topology.yaml"), str(a.work / "trace.csv")
