@@ -51,6 +51,8 @@ SUBCOMMANDS: dict[str, str] = {
     "controller": "run the controller: gRPC service for switch and GPU agents",
     "softswitch": "run the executable model of the P4 INA switch (P4Runtime server)",
     "simulate": "simulate a plan: SLA attainment, TTFT/TPOT, INA throughput, KV memory",
+    "profile": "measure a serving engine on this hardware and write an engine profile for "
+    "plan/simulate --profile",
     "evaluate": "reproduce the paper's evaluation (Fig. 7-10) on a scenario",
     "fidelity": "write docs/fidelity.md: the paper's claims beside the project's",
     "compare": "every planner, the seed papers' too, side by side on one cluster",

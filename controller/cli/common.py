@@ -158,3 +158,42 @@ def offered_work(a: argparse.Namespace, plan, w, gpus_used: int) -> tuple[float,
     reqs = make_requests(w, rate, a.requests, a.seed, a.cv)
     check_work(reqs, rate)
     return rate, reqs
+
+
+def profile_compute(path: str | None, model: ModelSpec, g: nx.Graph | None = None):
+    """``--profile FILE``: the engine profile fitted for ``model`` (``PlannerOptions.compute``
+    and ``compute_source``, ``ProfileCompute``) and the fit, or ``(((), ""), None)`` without
+    one. One line on stderr says what prices compute and how well the fit matches; the
+    profile's GPU type must be one of ``g``'s."""
+    import sys
+
+    from controller.costmodel.profiled import compute_table, fit_profile
+    from controller.models.profile import read_profile
+
+    if path is None:
+        return ((), ""), None
+    fit = fit_profile(read_profile(path), model)
+    if g is not None:
+        types = {d.get("gpu_type") for _, d in g.nodes(data=True) if d.get("kind") == "gpu"}
+        if fit.profile.gpu_type not in types:
+            raise InputError(
+                f"{path}: the profile stands for GPU type {fit.profile.gpu_type!r}, which the "
+                "cluster has none of"
+            )
+    print(fit.describe(), file=sys.stderr)
+    return (compute_table(fit), fit.profile.digest), fit
+
+
+def say_extrapolated(fit, plan: Plan, workload: Workload) -> None:
+    """One line on stderr where the plan's operating point lies past the profile's grid
+    (Eqs. 12-13's form extrapolates there): the longest prompt, the decode batch and a decode
+    step's mean context (what the planner prices decode at)."""
+    import sys
+
+    if fit is None or plan.layout != "disaggregated":
+        return
+    past = fit.outside(max(workload.inputs), plan.decode.batch_size, workload.mean_kv_tokens)
+    if past:
+        print(f"profile extrapolated (past its grid): {'; '.join(past)}", file=sys.stderr)
+    else:
+        print("profile: the plan's operating point is within its grid", file=sys.stderr)

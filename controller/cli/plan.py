@@ -27,7 +27,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from controller.cli.common import resolve_inputs
+    from controller.cli.common import profile_compute, resolve_inputs, say_extrapolated
     from controller.cli.planners import REGISTRY, Options
     from controller.cli.progress import ProgressLine
     from controller.cli.related import run_related_plan
@@ -35,6 +35,8 @@ def run(a: argparse.Namespace) -> int:
     from controller.topology import resolve_topology
 
     if a.planner != "all" and REGISTRY[a.planner].family == "seed":  # colocated plans
+        if a.profile:
+            raise InputError("--profile prices HeroServe's family; the seed planners' own")
         return run_related_plan(a)  # docs/related-planners.md
     names = [n for n, p in REGISTRY.items() if p.in_all] if a.planner == "all" else [a.planner]
     t0, cpu0 = time.perf_counter(), time.process_time()  # the time limit covers the whole run
@@ -50,7 +52,11 @@ def run(a: argparse.Namespace) -> int:
     progress(
         f"cluster {g.name}: {n_gpus} GPUs, {g.number_of_nodes()} nodes, {g.number_of_edges()} links"
     )
-    opts = Options(planner=build(PlannerOptions, a, seed=a.seed), started=cpu0)
+    (compute, source), fit = profile_compute(a.profile, model, g)
+    opts = Options(
+        planner=build(PlannerOptions, a, seed=a.seed, compute=compute, compute_source=source),
+        started=cpu0,
+    )
     plans = {}
     failed: dict[str, str] = {}
     for i, n in enumerate(names, 1):
@@ -76,6 +82,7 @@ def run(a: argparse.Namespace) -> int:
         print(f"\nGPUs left idle (docs/planner.md):\n{idle}")
     for n, why in failed.items():
         print(f"{n}: no plan ({why})")
+    say_extrapolated(fit, plans[head], workload)
     print(f"\nGroups of the {head} plan (scheme per group and why):\n")
     print(groups_table(plans[head]))
     if a.json:

@@ -26,16 +26,19 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
-    from controller.cli.common import plan_and_workload
+    from controller.cli.common import plan_and_workload, profile_compute, say_extrapolated
     from controller.cli.related import run_colocated
     from controller.inputs.plan_checks import load_plan
+    from controller.models import model_spec
     from controller.sim import SimOptions, build_model, simulator_for
 
     plan = load_plan(a.plan)
     if plan.layout == "colocated":  # the seed planners' plans (controller/related/colocated/)
         return run_colocated(a, plan)
     g, w = plan_and_workload(plan, a.topology, a.workload, a.plan)
-    model = build_model(plan, g, w)
+    compute, fit = profile_compute(a.profile, model_spec(plan.model), g)
+    say_extrapolated(fit, plan, w)
+    model = build_model(plan, g, w, compute)
     rate, reqs = offered_work(a, plan, w, model.gpus_used)
     print(
         f"simulating {a.requests} {w.name} requests at {rate:.4g} req/s "

@@ -25,6 +25,7 @@ from controller.topology.graph import gpus
 # Public checkpoints of the models in controller/models/specs.py (their configs are the
 # specs' source). OPT-175B has none: the operator gives --model-path.
 CHECKPOINTS = {
+    "OPT-125M": "facebook/opt-125m",
     "OPT-13B": "facebook/opt-13b",
     "OPT-66B": "facebook/opt-66b",
     "LLaMA-2-70B": "meta-llama/Llama-2-70b-hf",

@@ -12,6 +12,8 @@ from support.docs import examples
 import controller.inputs.limits as limits
 from controller.inputs.documents import parse_document
 from controller.inputs.plan_checks import validate_plan_dict
+from controller.models.profile import FORMAT as PROFILE_FORMAT
+from controller.models.profile import profile_from_doc
 from controller.topology import topology_from_dict
 from controller.workload.traces import load_trace, trace_rows
 
@@ -30,6 +32,9 @@ def check(where: str, lang: str, text: str, tmp: Path | None = None) -> str:
     if isinstance(doc, dict) and "links" in doc:
         topology_from_dict(doc, where)
         return "topology"
+    if isinstance(doc, dict) and doc.get("format") == PROFILE_FORMAT:
+        profile_from_doc(doc, where)
+        return "profile"
     if isinstance(doc, dict) and {"planner", "prefill", "decode"} & set(doc):
         validate_plan_dict(doc, where)
         return "plan"
