@@ -4,7 +4,8 @@ the pair needs) started with the engine's CPU backend, a tiny OPT-shaped model w
 weights, the engine's KV transfer (NIXL) and its router in front (docs/engine-check.md).
 
     python tools/engine_e2e.py [--engine vllm|sglang] [--prefill-par 1x1] [--decode-par 1x1]
-                               [--engines DIR] [--work DIR] [--base-port P] [--timeout S]
+                               [--engines DIR] [--work DIR] [--base-port P] [--router-port P]
+                               [--timeout S]
 
 Steps: plan (OPT-13B, ``--engine``, the forced prefill and decode parallelisms, on the topology
 written here), export, then run the export's engine commands with the model path swapped for a
@@ -24,7 +25,8 @@ vLLM ``--load-format dummy --skip-tokenizer-init --max-model-len 256 --enforce-e
 (eager: compiling the model's graph takes minutes on two cores) and ``VLLM_CPU_KVCACHE_SPACE=1``
 (GiB of KV cache; the default sizes it from the machine), ``VLLM_CPU_OMP_THREADS_BIND=nobind``
 (two engines share the cores); SGLang ``--device cpu --load-format dummy
---skip-tokenizer-init --context-length 256 --disable-cuda-graph --enable-metrics``; both
+--skip-tokenizer-init --context-length 256 --max-total-tokens 8192 --disable-cuda-graph
+--enable-metrics``; both
 ``--host 127.0.0.1``, and the side-channel address variable (``VLLM_NIXL_SIDE_CHANNEL_HOST``,
 ``SGLANG_HOST_IP``) = the server name where the export does not set it; ``${ADDR}`` in a value
 becomes the server's address, as the export's start script resolves it. The export's argv[0]
@@ -68,9 +70,12 @@ CPU_ENV = {
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     "PYTHONFAULTHANDLER": "1",
 }
-# SGLang's CPU backend (--device cpu); no CUDA graphs there; metrics for the evidence
+# SGLang's CPU backend (--device cpu); no CUDA graphs there; a KV pool of 8192 tokens (on the
+# CPU SGLang sizes it as --mem-fraction-static of the machine's memory: 17 GB here, per
+# instance); metrics for the evidence
 SGLANG_CPU_FLAGS = ["--device", "cpu", "--load-format", "dummy", "--skip-tokenizer-init",
-    "--context-length", "256", "--disable-cuda-graph", "--enable-metrics"]  # fmt: skip
+    "--context-length", "256", "--max-total-tokens", "8192", "--disable-cuda-graph",
+    "--enable-metrics"]  # fmt: skip
 SGLANG_CPU_ENV = {"PYTHONFAULTHANDLER": "1"}
 CPU = {"vllm": (CPU_FLAGS, CPU_ENV), "sglang": (SGLANG_CPU_FLAGS, SGLANG_CPU_ENV)}
 PROMPT = list(range(10, 74))  # 64 token ids: four 16-token KV blocks
@@ -263,7 +268,7 @@ def start(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subp
 
 def run(
     engines: Path, work: Path, timeout: float, engine: str = "vllm", prefill: str = "1x1",
-    decode: str = "1x1", base_port: int = 8100,
+    decode: str = "1x1", base_port: int = 8100, router_port: int | None = None,
 ) -> dict:  # fmt: skip
     venv = engines / engine
     doc, model = prepare(work, engine, prefill, decode, base_port)
@@ -281,6 +286,8 @@ def run(
         for c in engines_cmds:
             wait_healthy(urls[c["instance"]] + "/health", procs, deadline)
         rargv = router_argv(doc, venv)
+        if router_port is not None:  # beside another run on this machine
+            rargv[rargv.index("--port") + 1] = str(router_port)
         result["commands"].append(" ".join(rargv))
         procs.append(start(rargv, work / "router.log"))
         port = rargv[rargv.index("--port") + 1]
@@ -318,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engines", type=Path, default=DEFAULT_ENGINES)
     p.add_argument("--work", type=Path, default=Path("engine-e2e"))
     p.add_argument("--base-port", type=int, default=8100, help="the export's --base-port")
+    p.add_argument("--router-port", type=int, help="in place of the export's router port")
     p.add_argument("--timeout", type=float, default=1500, help="seconds for the whole run")
     a = p.parse_args(argv)
     need = {"vllm": "vllm/bin/vllm-router", "sglang": "sglang/bin/python"}[a.engine]
@@ -330,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"engine_e2e: parallelism {par!r} is not TPxPP", file=sys.stderr)
             return 2
     res = run(a.engines, a.work.resolve(), a.timeout, a.engine, a.prefill_par, a.decode_par,
-              a.base_port)  # fmt: skip
+              a.base_port, a.router_port)  # fmt: skip
     print(json.dumps(res, indent=1))
     return 0 if res.get("token_ids") and transferred(a.engine, res) else 1
 
