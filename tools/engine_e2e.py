@@ -26,7 +26,7 @@ vLLM ``--load-format dummy --skip-tokenizer-init --max-model-len 256 --enforce-e
 (GiB of KV cache; the default sizes it from the machine), ``VLLM_CPU_OMP_THREADS_BIND=nobind``
 (two engines share the cores); SGLang ``--device cpu --load-format dummy
 --skip-tokenizer-init --context-length 256 --max-total-tokens 8192 --disable-cuda-graph
---enable-metrics``; both
+--enable-metrics --disaggregation-decode-retraction-backup cpu_tensor``; both
 ``--host 127.0.0.1``, and the side-channel address variable (``VLLM_NIXL_SIDE_CHANNEL_HOST``,
 ``SGLANG_HOST_IP``) = the server name where the export does not set it; ``${ADDR}`` in a value
 becomes the server's address, as the export's start script resolves it. The export's argv[0]
@@ -72,15 +72,19 @@ CPU_ENV = {
 }
 # SGLang's CPU backend (--device cpu); no CUDA graphs there; a KV pool of 8192 tokens (on the
 # CPU SGLang sizes it as --mem-fraction-static of the machine's memory: 17 GB here, per
-# instance); metrics for the evidence
+# instance); metrics for the evidence;
+# instance); decode's retraction backup in plain CPU tensors: its default there, host_pool
+# (sglang/srt/mem_cache/kv_cache_builder.py), pins a host pool with cudaHostRegister
+# (mem_cache/pool_host/common.py, _cuda_host_register), which needs an NVIDIA driver
 SGLANG_CPU_FLAGS = ["--device", "cpu", "--load-format", "dummy", "--skip-tokenizer-init",
     "--context-length", "256", "--max-total-tokens", "8192", "--disable-cuda-graph",
-    "--enable-metrics"]  # fmt: skip
+    "--enable-metrics", "--disaggregation-decode-retraction-backup", "cpu_tensor"]  # fmt: skip
 SGLANG_CPU_ENV = {"PYTHONFAULTHANDLER": "1"}
 CPU = {"vllm": (CPU_FLAGS, CPU_ENV), "sglang": (SGLANG_CPU_FLAGS, SGLANG_CPU_ENV)}
 PROMPT = list(range(10, 74))  # 64 token ids: four 16-token KV blocks
 MAX_TOKENS = 8  # ignore_eos: dummy weights may pick the end token at any step
 ROUTER_PORT = 8090
+DEFAULT_BASE_PORT = 8100  # heroserve export's --base-port default
 
 
 def get(url: str, timeout: float = 5) -> str:
@@ -172,6 +176,22 @@ def engine_argv(
     env.setdefault(PROFILES[engine].side_channel_host_env, cmd["server"])
     env.update(cpu_env)
     return argv, env
+
+
+BOOTSTRAP_FLAG = "--disaggregation-bootstrap-port"
+
+
+def shift_bootstrap(argv: list[str], shift: int) -> list[str]:
+    """SGLang's bootstrap ports moved by ``shift``: the export numbers them from 8998 whatever
+    its ``--base-port``, so two runs side by side would share them. In an engine command the
+    value after ``--disaggregation-bootstrap-port``, in a router's the one after ``--prefill
+    URL``."""
+    out = list(argv)
+    for i, a in enumerate(argv):
+        j = i + 1 if a == BOOTSTRAP_FLAG else i + 2 if a == "--prefill" else None
+        if j is not None and j < len(argv) and argv[j].isdigit():
+            out[j] = str(int(argv[j]) + shift)
+    return out
 
 
 def is_router(argv: list[str]) -> bool:
@@ -268,7 +288,7 @@ def start(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subp
 
 def run(
     engines: Path, work: Path, timeout: float, engine: str = "vllm", prefill: str = "1x1",
-    decode: str = "1x1", base_port: int = 8100, router_port: int | None = None,
+    decode: str = "1x1", base_port: int = DEFAULT_BASE_PORT, router_port: int | None = None,
 ) -> dict:  # fmt: skip
     venv = engines / engine
     doc, model = prepare(work, engine, prefill, decode, base_port)
@@ -280,12 +300,13 @@ def run(
     try:
         for c, path in zip(engines_cmds, logs, strict=True):
             argv, env = engine_argv(c, venv, doc.get("addresses", {}).get(c["server"]), engine)
+            argv = shift_bootstrap(argv, base_port - DEFAULT_BASE_PORT)
             result["commands"].append(" ".join(argv))
             procs.append(start(argv, path, env))
         urls = {i["name"]: i["url"] for i in doc["instances"]}
         for c in engines_cmds:
             wait_healthy(urls[c["instance"]] + "/health", procs, deadline)
-        rargv = router_argv(doc, venv)
+        rargv = shift_bootstrap(router_argv(doc, venv), base_port - DEFAULT_BASE_PORT)
         if router_port is not None:  # beside another run on this machine
             rargv[rargv.index("--port") + 1] = str(router_port)
         result["commands"].append(" ".join(rargv))
@@ -324,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decode-par", default="1x1", help="decode TPxPP the plan is forced to")
     p.add_argument("--engines", type=Path, default=DEFAULT_ENGINES)
     p.add_argument("--work", type=Path, default=Path("engine-e2e"))
-    p.add_argument("--base-port", type=int, default=8100, help="the export's --base-port")
+    p.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT,
+                   help="the export's --base-port (SGLang's bootstrap ports follow)")  # fmt: skip
     p.add_argument("--router-port", type=int, help="in place of the export's router port")
     p.add_argument("--timeout", type=float, default=1500, help="seconds for the whole run")
     a = p.parse_args(argv)

@@ -70,6 +70,16 @@ def test_sglang_command_runs_in_its_environment_on_the_cpu() -> None:
     assert e2e.router_argv(doc, Path("/venv")) == ["/venv/bin/python", *router[1:]]
 
 
+def test_bootstrap_ports_move_with_the_base_port_in_engine_and_router() -> None:
+    engine = ["python", "--port", "18200", "--disaggregation-bootstrap-port", "8998"]
+    router = ["python", "--prefill", "http://h:18200", "8998", "--decode", "http://h:18201",
+              "--port", "8000"]  # fmt: skip
+    assert e2e.shift_bootstrap(engine, 10100)[-1] == "19098"
+    moved = e2e.shift_bootstrap(router, 10100)
+    assert moved[3] == "19098" and moved[1:3] + moved[4:] == router[1:3] + router[4:]
+    assert e2e.shift_bootstrap(router, 0) == router
+
+
 def test_topology_has_the_slots_of_both_instances() -> None:
     assert e2e.gpus_of("2x1") + e2e.gpus_of("1x3") == 5
     text = e2e.topology(4)
