@@ -319,13 +319,15 @@ def run(
         prefill_i = next(i for i in doc["instances"] if i["role"] == "prefill")
         dm, pm = get(decode_i["url"] + "/metrics"), get(prefill_i["url"] + "/metrics")
         result.update(evidence(engine, dm, pm))
-        words = ("handshake", "xfer", "transfer", "bootstrap")
+        words = ("handshake", "xfer", "initializing nixl", "bootstrap", "kv transfer")
         result["kv_log_lines"] = [
             line.strip()[:300]
             for path in logs
             for line in open(path, errors="replace")
-            if any(w in line.lower() for w in words) and "nixl" in line.lower()
-        ][:6]
+            if any(w in line.lower() for w in words)
+            and "non-default args" not in line  # the argument dump names every flag
+            and "server_args=" not in line
+        ][:8]
     finally:
         for p in procs:
             if p.poll() is None:
