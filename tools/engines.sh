@@ -7,7 +7,8 @@
 # Needs uv, a CPython 3.11 or 3.12 already on the machine ($PYTHON, else the first of python3.12,
 # python3.11, python3 that runs: both engines' wheels accept either) and about 18 GB of disk
 # (17.6 GB and 7.5 minutes measured on a fresh cache, docs/engine-check.md). uv never downloads
-# an interpreter (UV_PYTHON_DOWNLOADS=never): where none is found, the script says so in one line. Prints the time taken and each environment's size at the end.
+# an interpreter (UV_PYTHON_DOWNLOADS=never): where none is found, the script says so in one line.
+# Prints the time taken and each environment's size at the end.
 set -euo pipefail
 DIR="${1:-${HEROSERVE_ENGINES:-$HOME/.cache/heroserve-engines}}"
 start=$SECONDS
