@@ -199,6 +199,17 @@ def shift_bootstrap(argv: list[str], shift: int) -> list[str]:
     return out
 
 
+def with_backend(
+    argv: list[str], env: dict[str, str], backend: str
+) -> tuple[list[str], dict[str, str]]:
+    """An SGLang command with ``backend`` as its KV transfer: the export's (nixl) unchanged,
+    or Mooncake over TCP (SGLang's parser takes the last ``--disaggregation-transfer-backend``)."""
+    if backend == "nixl":
+        return argv, env
+    flags, extra = SGLANG_MOONCAKE
+    return [*argv, *flags], {**env, **extra}
+
+
 def is_router(argv: list[str]) -> bool:
     return Path(argv[0]).name == "vllm-router" or "sglang_router.launch_router" in argv
 
@@ -309,9 +320,8 @@ def run(
         for c, path in zip(engines_cmds, logs, strict=True):
             argv, env = engine_argv(c, venv, doc.get("addresses", {}).get(c["server"]), engine)
             argv = shift_bootstrap(argv, base_port - DEFAULT_BASE_PORT)
-            if engine == "sglang" and sglang_backend == "mooncake":
-                argv += SGLANG_MOONCAKE[0]  # the last --disaggregation-transfer-backend wins
-                env.update(SGLANG_MOONCAKE[1])
+            if engine == "sglang":
+                argv, env = with_backend(argv, env, sglang_backend)
             result["commands"].append(" ".join(argv))
             procs.append(start(argv, path, env))
         urls = {i["name"]: i["url"] for i in doc["instances"]}

@@ -80,6 +80,17 @@ def test_bootstrap_ports_move_with_the_base_port_in_engine_and_router() -> None:
     assert e2e.shift_bootstrap(router, 0) == router
 
 
+def test_mooncake_replaces_the_exports_transfer_backend_last() -> None:
+    argv = ["python", "--disaggregation-transfer-backend", "nixl", "--device", "cpu"]
+    assert e2e.with_backend(argv, {"A": "1"}, "nixl") == (argv, {"A": "1"})
+    new, env = e2e.with_backend(argv, {"A": "1"}, "mooncake")
+    assert new[: len(argv)] == argv and new[-2:] == [
+        "--disaggregation-transfer-backend",
+        "mooncake",
+    ]
+    assert env == {"A": "1", "MOONCAKE_PROTOCOL": "tcp"}
+
+
 def test_topology_has_the_slots_of_both_instances() -> None:
     assert e2e.gpus_of("2x1") + e2e.gpus_of("1x3") == 5
     text = e2e.topology(4)
@@ -136,7 +147,8 @@ def test_one_request_end_to_end_on_the_cpu(engines_dir: Path, tmp_path: Path) ->
 @pytest.mark.timeout(2700)
 @pytest.mark.parametrize("par", ["1x1", "2x1"])
 def test_sglang_end_to_end_on_the_cpu(engines_dir: Path, tmp_path: Path, par: str) -> None:
-    res = e2e.run(engines_dir, tmp_path, 2400, "sglang", par, par)
+    # Mooncake over TCP: SGLang's NIXL backend cannot register a CPU KV cache (engine-check.md)
+    res = e2e.run(engines_dir, tmp_path, 2400, "sglang", par, par, sglang_backend="mooncake")
     assert len(res["token_ids"]) == e2e.MAX_TOKENS, res
     # prefill computed the whole prompt; decode computed none of it and took the KV instead
     assert res["prefill_computed_prompt_tokens"] == len(e2e.PROMPT), res
