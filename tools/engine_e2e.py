@@ -260,6 +260,18 @@ def request(engine: str, router: str, model: Path, timeout: float) -> list[int] 
     return answer.get("output_ids")
 
 
+def request_when_ready(engine: str, router: str, model: Path, deadline: float) -> list[int] | None:
+    """``request``, again while the router answers 503: sglang-router answers /health before
+    it has registered its workers ("No prefill workers available")."""
+    while True:
+        try:
+            return request(engine, router, model, max(deadline - time.monotonic(), 30))
+        except urllib.error.HTTPError as e:
+            if e.code != 503 or time.monotonic() > deadline:
+                raise
+            time.sleep(2)
+
+
 def evidence(engine: str, dm: str, pm: str) -> dict:
     """What the decode (``dm``) and prefill (``pm``) metrics say about the KV transfer."""
     if engine == "vllm":
@@ -335,7 +347,7 @@ def run(
         port = rargv[rargv.index("--port") + 1]
         router = f"http://127.0.0.1:{port}"
         wait_healthy(router + "/health", procs, deadline)
-        result["token_ids"] = request(engine, router, model, max(deadline - time.monotonic(), 30))
+        result["token_ids"] = request_when_ready(engine, router, model, deadline)
         decode_i = next(i for i in doc["instances"] if i["role"] == "decode")
         prefill_i = next(i for i in doc["instances"] if i["role"] == "prefill")
         dm, pm = get(decode_i["url"] + "/metrics"), get(prefill_i["url"] + "/metrics")
