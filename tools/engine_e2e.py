@@ -180,7 +180,17 @@ def engine_argv(
     )
     env.setdefault(PROFILES[engine].side_channel_host_env, cmd["server"])
     env.update(cpu_env)
+    if engine == "sglang" and "--tp-size" in argv:
+        env["SGLANG_CPU_OMP_THREADS_BIND"] = cpu_binding(int(argv[argv.index("--tp-size") + 1]))
     return argv, env
+
+
+def cpu_binding(ranks: int, cpus: int | None = None) -> str:
+    """SGLANG_CPU_OMP_THREADS_BIND: one core list per rank, ``|`` between ranks, round robin over
+    the cores. Without it SGLang refuses more ranks than NUMA nodes (AssertionError in
+    sglang/srt/utils/numa_utils.py, init_threads_binding)."""
+    cpus = cpus or os.cpu_count() or 1
+    return "|".join(str(r % cpus) for r in range(ranks))
 
 
 BOOTSTRAP_FLAG = "--disaggregation-bootstrap-port"

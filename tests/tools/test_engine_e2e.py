@@ -91,6 +91,14 @@ def test_mooncake_replaces_the_exports_transfer_backend_last() -> None:
     assert env == {"A": "1", "MOONCAKE_PROTOCOL": "tcp"}
 
 
+def test_sglang_ranks_get_a_core_each() -> None:
+    assert e2e.cpu_binding(2, 2) == "0|1" and e2e.cpu_binding(4, 2) == "0|1|0|1"
+    cmd = {"server": "localhost", "env": {},
+           "argv": ["python", "-m", "sglang.launch_server", "--tp-size", "2"]}  # fmt: skip
+    env = e2e.engine_argv(cmd, Path("/venv"), "127.0.0.1", "sglang")[1]
+    assert len(env["SGLANG_CPU_OMP_THREADS_BIND"].split("|")) == 2
+
+
 def test_topology_has_the_slots_of_both_instances() -> None:
     assert e2e.gpus_of("2x1") + e2e.gpus_of("1x3") == 5
     text = e2e.topology(4)
