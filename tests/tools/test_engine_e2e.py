@@ -153,6 +153,12 @@ def test_one_request_end_to_end_on_the_cpu(engines_dir: Path, tmp_path: Path) ->
 
 @pytest.mark.engines
 @pytest.mark.timeout(2700)
+@pytest.mark.xfail(
+    strict=True,
+    reason="SGLang 0.5.23 on a CPU: NIXL refuses its KV buffers (declared VRAM) and the Mooncake "
+    "send path pins memory and records CUDA events (disaggregation/prefill.py _send_kv_chunk); "
+    "docs/engine-check.md",
+)
 @pytest.mark.parametrize("par", ["1x1", "2x1"])
 def test_sglang_end_to_end_on_the_cpu(engines_dir: Path, tmp_path: Path, par: str) -> None:
     # Mooncake over TCP: SGLang's NIXL backend cannot register a CPU KV cache (engine-check.md)
