@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 
 from support import p4rt  # noqa: E402
+from support.bmv2 import start_on_ports  # noqa: E402
 from support.netns import (  # noqa: E402
     SWITCH_IP,
     N,
@@ -109,20 +110,10 @@ def start_softswitch(bed: NetnsBed) -> Switch:
 
 
 def start_bmv2(bed: NetnsBed, bmv2_json: Path) -> Switch:
-    """simple_switch_grpc in a namespace of its own holding the switch ends (it opens a
-    Thrift port on every address), as tests/agents/softswitch/test_softswitch_netns.py."""
+    """simple_switch_grpc in a namespace of its own holding the switch ends
+    (tests/support/bmv2.py ``start_on_ports``), programmed like the softswitch."""
     ns = f"hsw{os.getpid() % 100000}sw"
-    run_checked("ip", "netns", "add", ns)
-    run_checked("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-    cmd = ["ip", "netns", "exec", ns, "simple_switch_grpc", "--device-id", "1", "--no-p4"]
-    for i, p in enumerate(bed.ports):
-        run_checked("ip", "link", "set", p, "netns", ns)
-        run_checked("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{p}.disable_ipv6=1")
-        run_checked("ip", "netns", "exec", ns, "ip", "link", "set", p, "up")
-        cmd += ["-i", f"{i + 1}@{p}"]
-    cmd += ["--", "--grpc-server-addr", "127.0.0.1:9559"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    sw = Switch("bmv2", proc, 9559, ns)
+    sw = Switch("bmv2", start_on_ports(bed.ports, ns), 9559, ns)
     setup = p4rt.ina_setup(GROUP, {k: k for k in range(WINDOW)}, GROUP, l2=True)
     p4rt.run_child("program", sw.port, setup, ns=ns, bmv2_json=str(bmv2_json))
     return sw

@@ -289,3 +289,20 @@ if __name__ == "__main__":
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)
+
+
+def start_on_ports(ports: list[str], ns: str, grpc_port: int = 9559) -> subprocess.Popen:
+    """``simple_switch_grpc`` with no program, in a new namespace ``ns`` that takes the switch
+    ends ``ports`` (ports 1..n): it opens a Thrift port on every address, so it never runs in
+    the caller's namespace. Its P4Runtime server is ``127.0.0.1:grpc_port`` inside ``ns``
+    (reach it with ``p4rt.run_child(..., ns=ns)``); delete ``ns`` after stopping it."""
+    _sh("ip", "netns", "add", ns)
+    _sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+    cmd = ["ip", "netns", "exec", ns, "simple_switch_grpc", "--device-id", "1", "--no-p4"]
+    for i, p in enumerate(ports):
+        _sh("ip", "link", "set", p, "netns", ns)
+        _sh("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{p}.disable_ipv6=1")
+        _sh("ip", "netns", "exec", ns, "ip", "link", "set", p, "up")
+        cmd += ["-i", f"{i + 1}@{p}"]
+    cmd += ["--", "--grpc-server-addr", f"127.0.0.1:{grpc_port}"]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
