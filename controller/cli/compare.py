@@ -22,7 +22,6 @@ from typing import Any
 
 from controller.cli.config import CompareCommand, PlanInputs
 from controller.cli.planners import REGISTRY, Options
-from controller.cli.progress import ProgressLine
 from controller.cli.related import add_related_args, related_options
 from controller.cli.report import text_table
 from controller.errors import InputError
@@ -42,6 +41,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run(a: argparse.Namespace) -> int:
     from controller.cli.common import resolve_inputs
+    from controller.cli.progress import ProgressLine  # tqdm: not for --help (test_startup)
     from controller.related.clusters import resolve_cluster
 
     names = a.planners

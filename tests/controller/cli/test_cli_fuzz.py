@@ -243,6 +243,25 @@ SPECS: dict[str, Spec] = {
             "--journal": ([], ["{dir}", "{bin}", "/proc/x/j.db"]),
         },
     ),
+    # The base names no engine: a profile run needs vLLM (tools/engines.sh), which CI lacks,
+    # so every case is bad input, refused before any engine would start.
+    "profile": Spec(
+        ["profile", "--gpu-type", "H100", "--out", "{tmp}/p.json", "--engine-python", "{missing}"],
+        {
+            "--gpu-type": ([], ["nosuch", ""]),
+            "--out": ([], ["{dir}", "{missing}", ""]),
+            "--model": ([], ["nosuch", ""]),
+            "--model-dir": ([], ["{bin}"]),
+            "--batch-sizes": ([], ["0", "x", "-1", "1,,2"]),
+            "--prompt-lengths": ([], ["0", "x", *NUMBER_JUNK]),
+            "--decode-batches": ([], ["0", "x"]),
+            "--contexts": ([], ["0", "x"]),
+            "--decode-steps": ([], ["0", "x", "1e12"]),
+            "--repeats": ([], ["0", "x"]),
+            "--tp": ([], ["0", "x"]),
+            "--timeout": ([], ["0", "nan", "x"]),
+        },
+    ),
     "fidelity": Spec(
         ["fidelity", "--out", "{tmp}/f.md", "--quiet", "--quick"],
         {
