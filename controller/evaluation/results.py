@@ -23,6 +23,8 @@ _DROPPED = {"per_request", "link_util"}
 # (``metrics.percentiles`` of nothing); negative or infinite is impossible.
 _LATENCIES = {"ttft_s", "tpot_s", "e2e_s", "kv_transfer_s"}
 _FRACTIONS = {"attainment", "peak_kv_fraction"}
+# kept only where the sweep asked for it (sweep.run_point's keep_timeline): absent is valid
+_OPTIONAL = {"kv_timeline"}
 
 
 def _number(v: Any, integral: bool) -> bool:
@@ -65,6 +67,8 @@ def point_problem(d: Any) -> str | None:
     want.update(_ADDED)
     for name, typ in want.items():
         if name not in d:
+            if name in _OPTIONAL:
+                continue
             return f"the result has no {name!r}"
         v, t = d[name], str(typ)
         if name == "planner":

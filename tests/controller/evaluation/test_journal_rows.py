@@ -121,6 +121,16 @@ def test_nan_latency_is_what_the_simulator_writes_when_nothing_got_there():
     assert math.isnan(d["kv_transfer_s"]["mean"]) and point_problem(d) is None
 
 
+def test_a_point_without_its_kv_timeline_is_what_a_sweep_keeps():
+    """sweep.run_point drops the timeline unless the scenario plots it: such a row is valid
+    (refusing it made every `fidelity` run again simulate every point its journal held)."""
+    d = _result(1)
+    del d["kv_timeline"]
+    assert point_problem(d) is None
+    del d["attainment"]
+    assert point_problem(d) == "the result has no 'attainment'"
+
+
 def test_the_map_of_simulation_points_checks_rows(monkeypatch, tmp_path):
     """``Runner.map`` (evaluate's and fidelity's sweeps) passes ``point_problem``."""
     seen: list[Any] = []
