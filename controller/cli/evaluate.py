@@ -48,9 +48,10 @@ def run(a: argparse.Namespace) -> int:
     if a.fast and a.online_scheduler:
         raise InputError("--fast does not run the online scheduler")
     out = make_dir(a.out or f"eval/{s.name}", "--out")
+    journal = Journal(a.journal or out / JOURNAL, a.fresh)
+    # after every check that may refuse the command: the heartbeat thread ends in `finally`
     line = None if a.quiet else ProgressLine()
     say = line or (lambda m: None)
-    journal = Journal(a.journal or out / JOURNAL, a.fresh)
     try:
         with Runner(a.workers, a.ray, say, journal) as runner:
             summary = evaluate(s, out, runner, say, a.seed, a.online_scheduler, a.fast)

@@ -70,9 +70,6 @@ def run(a: argparse.Namespace) -> int:
     from controller.evaluation.journal import Journal
     from controller.evaluation.sweep import Runner
 
-    line = None if a.quiet else ProgressLine()  # stages and a heartbeat (cli/progress.py)
-    say = line or (lambda m: None)
-
     sim_requests = a.sim_requests or SIM_REQUESTS
     out = Path(a.out)
     old = None
@@ -83,6 +80,9 @@ def run(a: argparse.Namespace) -> int:
             raise InputError(f"--out: cannot read {out}: {type(e).__name__}") from None
         section_span(old)  # a report without the section fails now, not after the work
     journal = Journal(a.journal or out.with_name(f"{out.stem}-journal.db"), a.fresh)
+    # after every check that may refuse the command: the heartbeat thread ends in `finally`
+    line = None if a.quiet else ProgressLine()  # stages and a heartbeat (cli/progress.py)
+    say = line or (lambda m: None)
     if len(journal):  # --fresh has emptied it
         say(f"fidelity: {len(journal)} finished jobs in {journal.path}; those of this command "
             "on this code are read back (--fresh runs them all)")  # fmt: skip

@@ -49,26 +49,29 @@ def run(a: argparse.Namespace) -> int:
         if line is not None:  # a small cluster's only for a heartbeat to quote (one >10 s)
             (line if verbose else line.note)(msg)
 
-    progress(
-        f"cluster {g.name}: {n_gpus} GPUs, {g.number_of_nodes()} nodes, {g.number_of_edges()} links"
-    )
-    (compute, source), fit = profile_compute(a.profile, model, g)
-    opts = Options(
-        planner=build(PlannerOptions, a, seed=a.seed, compute=compute, compute_source=source),
-        started=cpu0,
-    )
-    plans = {}
-    failed: dict[str, str] = {}
-    for i, n in enumerate(names, 1):
-        progress(f"planner {i}/{len(names)}: {n}")  # a stage line (cli/progress.py)
-        try:
-            plans[n] = REGISTRY[n].plan(g, model, workload, sla, opts, progress)
-        except InputError as e:
-            if n == names[0]:
-                raise
-            failed[n] = str(e)  # a baseline with no feasible plan is a result, not an error
-    if line is not None:
-        line.close()
+    try:  # the heartbeat thread must end with the command, whatever ends it
+        progress(
+            f"cluster {g.name}: {n_gpus} GPUs, {g.number_of_nodes()} nodes, "
+            f"{g.number_of_edges()} links"
+        )
+        (compute, source), fit = profile_compute(a.profile, model, g)
+        opts = Options(
+            planner=build(PlannerOptions, a, seed=a.seed, compute=compute, compute_source=source),
+            started=cpu0,
+        )
+        plans = {}
+        failed: dict[str, str] = {}
+        for i, n in enumerate(names, 1):
+            progress(f"planner {i}/{len(names)}: {n}")  # a stage line (cli/progress.py)
+            try:
+                plans[n] = REGISTRY[n].plan(g, model, workload, sla, opts, progress)
+            except InputError as e:
+                if n == names[0]:
+                    raise
+                failed[n] = str(e)  # a baseline with no feasible plan is a result, not an error
+    finally:
+        if line is not None:
+            line.close()
     head = names[0]
     texts = _plan_texts(plans, names) if a.json else {}
     print(

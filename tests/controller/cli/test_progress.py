@@ -137,3 +137,18 @@ def test_notes_print_nothing_until_a_heartbeat_quotes_them() -> None:
         "[   10.0s] still working: planner 1/5: heroserve running for 10 s; "
         "last: decode: TP=8 PP=1 on 16 GPUs\n"
     )
+
+
+def test_a_refused_command_leaves_no_heartbeat_thread(capsys) -> None:
+    """A plan refused after its progress line started (a model that does not fit) must stop
+    the heartbeat thread: left running, it printed into a closed stream after the command."""
+    import threading
+
+    from controller.cli import main
+
+    before = set(threading.enumerate())
+    assert (
+        main(["plan", "--topology", "fig2", "--model", "OPT-175B", "--planner", "heroserve"]) == 2
+    )
+    assert "does not fit" in capsys.readouterr().err
+    assert [t for t in set(threading.enumerate()) - before if t.name == "progress"] == []
