@@ -257,6 +257,16 @@ std::unique_ptr<GroupConfigSource> MakeFileGroupConfigSource(const std::string& 
   return std::make_unique<FileSource>(path);
 }
 
+bool LoadConfiguredGroups(std::vector<GroupEntry>* out, std::string* err) {
+  const char* path = std::getenv("HEROSERVE_INA_CONFIG");
+  if (path == nullptr || *path == '\0') {
+    *err = "HEROSERVE_INA_CONFIG is not set: this process has no INA groups";
+    return false;
+  }
+  std::string text;
+  return ReadConfigFile(path, &text, err) && ParseGroupConfig(text, out, err);
+}
+
 std::unique_ptr<GroupConfigSource> MakeGroupConfigSource(std::string* err) {
   const char* path = std::getenv("HEROSERVE_INA_CONFIG");
   if (path == nullptr || *path == '\0') {

@@ -101,4 +101,8 @@ struct GroupEntry {
 bool ParseGroupConfig(const std::string& json_text, std::vector<GroupEntry>* out,
                       std::string* err);
 
+// The entries of the file HEROSERVE_INA_CONFIG names, read and checked as a Claim does
+// (both nets use it to find their NICs); false and *err when unset, unreadable or invalid.
+bool LoadConfiguredGroups(std::vector<GroupEntry>* out, std::string* err);
+
 }  // namespace heroserve::ina

@@ -100,16 +100,14 @@ hs::ElemType ElemOf(ncclDataType_t t) {
 void DiscoverNic() {
   if (g_have_nic) return;
   in_addr_t ip = INADDR_ANY;
-  if (const char* path = std::getenv("HEROSERVE_INA_CONFIG")) {
-    std::vector<hs::GroupEntry> e;
-    std::string text, err;
-    if (hs::ReadConfigFile(path, &text, &err) && hs::ParseGroupConfig(text, &e, &err) && !e.empty()) {
-      ip = e[0].policy.bind_ip;
-      g_float_sums = true;
-      for (const auto& x : e) g_float_sums = g_float_sums && x.policy.float_sums;
-      for (const auto& x : e)
-        if (x.policy.spec.lanes.kind == hs::LaneKind::kBfp16) g_reduce_lanes = &hs::kBfp16Lanes;
-    }
+  std::vector<hs::GroupEntry> e;
+  std::string err;
+  if (hs::LoadConfiguredGroups(&e, &err) && !e.empty()) {
+    ip = e[0].policy.bind_ip;
+    g_float_sums = true;
+    for (const auto& x : e) g_float_sums = g_float_sums && x.policy.float_sums;
+    for (const auto& x : e)
+      if (x.policy.spec.lanes.kind == hs::LaneKind::kBfp16) g_reduce_lanes = &hs::kBfp16Lanes;
   }
   if (ip != INADDR_ANY && heroserve::netplugin::FindNic(ip, &g_nic)) {
     g_have_nic = true;

@@ -93,19 +93,17 @@ std::string IpStr(in_addr_t a) {
 void DiscoverDevs() {
   if (g_devs_done) return;
   g_devs_done = true;
-  if (const char* path = std::getenv("HEROSERVE_INA_CONFIG")) {
-    std::vector<hs::GroupEntry> entries;
-    std::string text, err;
-    if (hs::ReadConfigFile(path, &text, &err) && hs::ParseGroupConfig(text, &entries, &err)) {
-      for (const auto& e : entries) {
-        in_addr_t ip = e.policy.bind_ip;
-        bool seen = false;
-        for (const auto& d : g_devs) seen |= d.ip == ip;
-        Dev d;
-        if (!seen && ip != INADDR_ANY && heroserve::netplugin::FindNic(ip, &d.nic)) {
-          d.ip = ip;
-          g_devs.push_back(d);
-        }
+  std::vector<hs::GroupEntry> entries;
+  std::string err;
+  if (hs::LoadConfiguredGroups(&entries, &err)) {
+    for (const auto& e : entries) {
+      in_addr_t ip = e.policy.bind_ip;
+      bool seen = false;
+      for (const auto& d : g_devs) seen |= d.ip == ip;
+      Dev d;
+      if (!seen && ip != INADDR_ANY && heroserve::netplugin::FindNic(ip, &d.nic)) {
+        d.ip = ip;
+        g_devs.push_back(d);
       }
     }
   }
