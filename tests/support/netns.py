@@ -104,3 +104,24 @@ def start_collnet_rank(
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def collect_ranks(
+    procs: list[subprocess.Popen], bound_s: float
+) -> list[tuple[int, list[dict], str]]:
+    """Waits for the ranks :func:`start_collnet_rank` started, all within ``bound_s`` seconds
+    (a bound for a hang, not a measure: each rank ends when its sums do; one past it is
+    killed): per rank (exit status, its JSON event lines, its log)."""
+    import json
+    import time
+
+    outs = []
+    t0 = time.monotonic()
+    for p in procs:
+        try:
+            o, e = p.communicate(timeout=max(1.0, bound_s - (time.monotonic() - t0)))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            o, e = p.communicate()
+        outs.append((p.returncode, [json.loads(x) for x in o.splitlines() if x.startswith("{")], e))
+    return outs

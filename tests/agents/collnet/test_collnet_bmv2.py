@@ -10,11 +10,9 @@ otherwise.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ from support.netns import (  # noqa: E402
     SWITCH_IP,
     N,
     NetnsBed,
+    collect_ranks,
     netns_unavailable,
     start_collnet_rank,
 )
@@ -74,17 +73,7 @@ def test_collnet_exact_through_bmv2(testbed: NetnsBed, tmp_path: Path) -> None:
             start_collnet_rank(testbed, w, str(HARNESS), str(LIB), str(d), group, args, ENV)
             for w in range(N)
         ]
-        outs = []
-        t0 = time.monotonic()
-        for p in procs:  # a bound for a hang, not a measure: each rank ends when its sums do
-            try:
-                o, e = p.communicate(timeout=max(1.0, 600 - (time.monotonic() - t0)))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                o, e = p.communicate()
-            outs.append(
-                (p.returncode, [json.loads(x) for x in o.splitlines() if x.startswith("{")], e)
-            )
+        outs = collect_ranks(procs, 600)
         counters = p4rt.run_child("counters", 9559, ns=ns)
     finally:
         sw.terminate()

@@ -11,12 +11,10 @@ Needs root (network namespaces, tc); skipped with the reason otherwise.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +26,7 @@ from support.netns import (  # noqa: E402
     SWITCH_IP,
     N,
     NetnsBed,
+    collect_ranks,
     netns_unavailable,
     run_checked,
     start_collnet_rank,
@@ -134,17 +133,7 @@ def test_collnet_exact_through_namespaces(testbed: NetnsBed, tmp_path: Path, net
             procs.append(
                 start_collnet_rank(testbed, w, str(HARNESS), str(LIB), str(d), group, args, ENV)
             )
-        outs = []
-        t0 = time.monotonic()
-        for p in procs:
-            try:
-                o, e = p.communicate(timeout=max(1.0, 180 - (time.monotonic() - t0)))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                o, e = p.communicate()
-            outs.append(
-                (p.returncode, [json.loads(x) for x in o.splitlines() if x.startswith("{")], e)
-            )
+        outs = collect_ranks(procs, 180)
         counters = p4rt.run_child("counters", int(port))
     finally:
         sw.terminate()
