@@ -249,12 +249,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"engine_check: no {fmt} environment in {a.engines} (tools/engines.sh)",
                   file=sys.stderr)  # fmt: skip
             return 2
+    # absolute: the exports name the model folder under it, and the probes run with it as cwd
+    a.work = a.work.resolve()
     a.work.mkdir(parents=True, exist_ok=True)
     engine_flag = plan_supports_engine()
     total = 0
     for fmt in a.engine or ("vllm", "sglang"):
         exports = [export_case(c, fmt, a.work, engine_flag) for c in (QUICK if a.quick else CASES)]
-        total += check_engine(a.engines, fmt, exports, a.work.resolve())
+        total += check_engine(a.engines, fmt, exports, a.work)
     return 1 if total else 0
 
 
