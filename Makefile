@@ -37,9 +37,12 @@ p4:
 	@test ! -s $(BUILD)/p4/p4c.log || { echo "p4c printed warnings (above)"; exit 1; }
 	cmp $(BUILD)/p4/heroserve_ina.p4info.txtpb p4/heroserve_ina.p4info.txtpb
 	@if [ -n "$$HEROSERVE_TNA_INCLUDE" ]; then \
-	  echo "p4test -D__TARGET_TOFINO__=1 -I $$HEROSERVE_TNA_INCLUDE p4/tna/heroserve_ina.p4"; \
-	  out=$$(p4test -D__TARGET_TOFINO__=1 -I "$$HEROSERVE_TNA_INCLUDE" p4/tna/heroserve_ina.p4 2>&1); \
-	  rc=$$?; echo "$$out"; test $$rc -eq 0 -a -z "$$out" && echo "p4test: TNA program clean"; \
+	  for lanes in "" -DINA_BFP16; do \
+	    echo "p4test -D__TARGET_TOFINO__=1 $$lanes -I $$HEROSERVE_TNA_INCLUDE p4/tna/heroserve_ina.p4"; \
+	    out=$$(p4test -D__TARGET_TOFINO__=1 $$lanes -I "$$HEROSERVE_TNA_INCLUDE" p4/tna/heroserve_ina.p4 2>&1); \
+	    rc=$$?; echo "$$out"; test $$rc -eq 0 -a -z "$$out" || exit 1; \
+	    echo "p4test: TNA program clean ($${lanes:-int32 lanes})"; \
+	  done; \
 	else echo "p4test: HEROSERVE_TNA_INCLUDE unset, the TNA check skips"; fi
 	@echo "p4: v1model compiled without warnings; its P4Info equals p4/heroserve_ina.p4info.txtpb"
 

@@ -17,14 +17,15 @@ from __future__ import annotations
 import argparse
 import copy
 import logging
+import os
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import grpc
 
-from agents.cliutil import UsageError, read_regular
+from agents.cliutil import UsageError, read_regular, split_address
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 
@@ -86,29 +87,79 @@ class ClientTls:
     key: bytes  # client private key (PEM)
     ca: bytes  # CA of the controller's certificate (PEM)
     server_name: str | None = None  # expected name in the controller's certificate
+    # where cert, key and ca came from (a flag or a HEROSERVE_TLS_* variable), for errors
+    names: tuple[str, str, str] = ("--tls-cert", "--tls-key", "--tls-ca")
+
+
+# The environment's stand-ins for absent flags (docs/control-plane.md, "Environment"): a flag
+# given on the command line wins; a variable set but empty counts as unset.
+CONTROLLER_ENV = "HEROSERVE_CONTROLLER"
+TLS_ENV = {"tls_cert": "HEROSERVE_TLS_CERT", "tls_key": "HEROSERVE_TLS_KEY",
+           "tls_ca": "HEROSERVE_TLS_CA"}  # fmt: skip
 
 
 def add_tls_args(p: argparse.ArgumentParser, who: str = "this agent") -> None:
     """The client TLS flags, the same in the switch agent and ``heroserve admin``."""
-    p.add_argument("--tls-cert", help=f"client certificate (PEM) naming {who}")
-    p.add_argument("--tls-key", help="client private key (PEM)")
-    p.add_argument("--tls-ca", help="CA of the controller's certificate (PEM)")
+    env = TLS_ENV
+    p.add_argument("--tls-cert", help=f"client certificate (PEM) naming {who} [{env['tls_cert']}]")
+    p.add_argument("--tls-key", help=f"client private key (PEM) [{env['tls_key']}]")
+    p.add_argument("--tls-ca", help=f"CA of the controller's certificate (PEM) [{env['tls_ca']}]")
     p.add_argument("--tls-server-name", help="name expected in the controller's certificate")
 
 
-def tls_from_args(a: argparse.Namespace) -> ClientTls | None:
-    """What :func:`add_tls_args` parsed: None without TLS; ValueError naming the problem when
-    only some files are given or one cannot be read."""
-    files = [a.tls_cert, a.tls_key, a.tls_ca]
-    if not any(files):
-        return None
-    if not all(files):
-        raise ValueError("mutual TLS needs all of --tls-cert, --tls-key and --tls-ca")
+def from_env(value: str | None, flag: str, var: str, env: Mapping[str, str]) -> tuple[str, str]:
+    """(value, name): the flag's value and ``flag`` when given, else the variable's and
+    ``var`` (empty when neither is set). The name is what an error about the value cites."""
+    if value:
+        return value, flag
+    got = env.get(var, "")
+    if got and not got.isprintable():  # a newline or escape would forge a log or error line
+        raise UsageError(f"{var}: control characters in the value")
+    return got, var
+
+
+def controller_from_args(a: argparse.Namespace, env: Mapping[str, str] | None = None) -> str:
+    """``--controller``, else ``HEROSERVE_CONTROLLER``, checked as an address (UsageError
+    naming whichever gave it); ``a.controller_default`` (None: required) when neither."""
+    env = os.environ if env is None else env
+    addr, name = from_env(a.controller, "--controller", CONTROLLER_ENV, env)
+    if not addr:
+        default = getattr(a, "controller_default", None)
+        if default is None:
+            raise UsageError(
+                f"the controller's address is needed: --controller or {CONTROLLER_ENV}"
+            )
+        addr = default
+    split_address(addr, name)  # 99999 must not dial 34463
+    return addr
+
+
+def tls_from_args(a: argparse.Namespace, env: Mapping[str, str] | None = None) -> ClientTls | None:
+    """What :func:`add_tls_args` parsed, each absent flag taken from its ``HEROSERVE_TLS_*``
+    variable: None without TLS; ValueError naming the flag or variable when only some files
+    are given or one cannot be read."""
+    env = os.environ if env is None else env
     try:
-        cert, key, ca = (read_regular(f, "TLS file", MAX_PEM_BYTES) for f in files)
+        got = [
+            from_env(getattr(a, dest), "--" + dest.replace("_", "-"), var, env)
+            for dest, var in TLS_ENV.items()
+        ]
     except UsageError as exc:
         raise ValueError(str(exc)) from None
-    return ClientTls(cert, key, ca, a.tls_server_name)
+    if not any(v for v, _ in got):
+        return None
+    if not all(v for v, _ in got):
+        missing = " and ".join(
+            f"--{dest.replace('_', '-')} (or {var})"
+            for (dest, var), (v, _) in zip(TLS_ENV.items(), got, strict=True)
+            if not v
+        )
+        raise ValueError(f"mutual TLS needs all of the three TLS files; missing {missing}")
+    try:
+        cert, key, ca = (read_regular(v, name, MAX_PEM_BYTES) for v, name in got)
+    except UsageError as exc:
+        raise ValueError(str(exc)) from None
+    return ClientTls(cert, key, ca, a.tls_server_name, tuple(name for _, name in got))
 
 
 def channel(target: str, tls: ClientTls | None) -> grpc.Channel:
@@ -119,6 +170,74 @@ def channel(target: str, tls: ClientTls | None) -> grpc.Channel:
     )
     opts = [("grpc.ssl_target_name_override", tls.server_name)] if tls.server_name else []
     return grpc.secure_channel(target, creds, options=opts)
+
+
+PROBE_TIMEOUT_S = 3.0  # one TCP connect and one TLS handshake on a controller that answered
+
+
+def tls_mismatch(
+    target: str, tls: ClientTls | None, timeout: float = PROBE_TIMEOUT_S
+) -> str | None:
+    """Why a controller that gRPC could not talk to refused us, when the cause is TLS: a
+    sentence, or None when the probe cannot tell (nothing listens, a unix socket, a timeout).
+
+    The probe opens a TLS handshake of its own, verifying nothing, and looks at what comes
+    back: a certificate (or a TLS alert) means the controller speaks TLS; bytes that are not
+    TLS (gRPC's plaintext HTTP/2 answer) mean it does not. With ``tls`` given, the
+    certificate is then checked against ``tls.ca``, so a wrong CA is named too."""
+    import socket
+    import ssl
+
+    if target.startswith(("unix:", "unix-abstract:")):
+        return None
+    try:
+        host, port = split_address(target, "--controller")
+    except UsageError:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    ctx.set_alpn_protocols(["h2"])
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw:
+            try:
+                with ctx.wrap_socket(raw, server_hostname=host) as s:
+                    der = s.getpeercert(binary_form=True)
+            except ssl.SSLError as exc:
+                speaks_tls = "ALERT" in (exc.reason or "")  # an alert is a TLS record
+                der = None
+            else:
+                speaks_tls = der is not None
+    except (OSError, ValueError):
+        return None  # nothing listens, or the handshake timed out: gRPC's own words stand
+    if tls is None:
+        if speaks_tls:
+            return ("the controller requires TLS: give --tls-cert, --tls-key and --tls-ca (or "
+                    "HEROSERVE_TLS_CERT, _KEY, _CA)")  # fmt: skip
+        return None
+    if not speaks_tls:
+        return "the controller does not speak TLS (it listens in plaintext): drop the TLS files"
+    if der is not None and not _signed_by(der, tls.ca):
+        return f"the controller's certificate is not signed by the CA of {tls.names[2]}"
+    return None
+
+
+def _signed_by(der: bytes, ca_pem: bytes) -> bool:
+    """Whether certificate ``der`` is signed by one of the certificates in ``ca_pem``."""
+    from cryptography import x509
+    from cryptography.exceptions import InvalidSignature
+
+    cert = x509.load_der_x509_certificate(der)
+    try:
+        cas = x509.load_pem_x509_certificates(ca_pem)
+    except ValueError:
+        return True  # not ours to judge here: check_pem refuses such a file first
+    for ca in cas:
+        try:
+            cert.verify_directly_issued_by(ca)
+            return True
+        except (ValueError, TypeError, InvalidSignature):  # another issuer, key type
+            continue
+    return False
 
 
 @dataclass
@@ -174,6 +293,9 @@ class AgentClient:
         self._stub: pb_grpc.ControlStub | None = None
         self._call: grpc.Future | None = None
         self._lock = threading.Lock()
+        # a TLS mismatch found by one probe per outage (tls_mismatch), said on every retry
+        self._probed_at = -1  # self.connects when last probed
+        self._mismatch: str | None = None
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -191,12 +313,16 @@ class AgentClient:
                 if self.stop_event.is_set():
                     break
                 delay = self.backoff.next()
+                if code == grpc.StatusCode.UNAVAILABLE and self._probed_at != self.connects:
+                    self._probed_at, self._mismatch = (
+                        self.connects,
+                        tls_mismatch(self.target, self.tls),
+                    )
+                why = exc.details() if hasattr(exc, "details") else exc
+                if code == grpc.StatusCode.UNAVAILABLE and self._mismatch:
+                    code, why = "TLS mismatch", self._mismatch
                 log.warning(
-                    "controller %s: %s (%s); retrying in %.2fs",
-                    self.target,
-                    code,
-                    exc.details() if hasattr(exc, "details") else exc,
-                    delay,
+                    "controller %s: %s (%s); retrying in %.2fs", self.target, code, why, delay
                 )
                 self.stop_event.wait(delay)
             except _Reconnect as exc:

@@ -102,9 +102,10 @@ def read_regular(path: str | os.PathLike[str], what: str, max_bytes: int) -> byt
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise UsageError(f"{what} {str(path)!r}: cannot open ({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a folder
+        os.close(fd)
+        raise UsageError(f"{what} {str(path)!r} is not a regular file")
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UsageError(f"{what} {str(path)!r} is not a regular file")
         try:
             data = f.read(max_bytes + 1)
         except OSError as exc:

@@ -12,17 +12,29 @@ that the plans of two commits can be compared byte for byte (``cmp``): a speed-u
 only caches or vectorises must leave them unchanged. ``--workload`` plans for chatbot (the
 default) or summarization requests, whose plans deploy many more prefill instances.
 
+``--servers N`` sizes the track clusters (``2tracks-N``, as `heroserve plan --servers`); the
+default is their full 1,200 servers. The machine's load average (``os.getloadavg``) is
+printed at the start and end: the wall times mean little without it.
+
     .venv/bin/python benchmarks/planner_time.py [--skip-large] [--clusters 2tracks]
         [--planners heroserve,helix] [--limit 300] [--save DIR] [--workload summarization]
+        [--servers 240]
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import resource
+import sys
 import time
 from pathlib import Path
+
+# the tree this script is in, not an installed copy: run as a file, Python puts benchmarks/
+# on the path and the virtual environment's editable install would plan with another checkout
+# (spawned children run this too, so they plan with the same tree)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 ALL = ("heroserve", "distserve", "ds-atp", "ds-switchml", "distserve-paper")
 SEED = ("helix", "costeff", "hetero-search")
@@ -36,7 +48,12 @@ def _cpu() -> float:
 
 
 def one(
-    cluster: str, planner: str, limit: float, save: str | None = None, workload: str = "chatbot"
+    cluster: str,
+    planner: str,
+    limit: float,
+    save: str | None = None,
+    workload: str = "chatbot",
+    servers: int | None = None,
 ) -> tuple[float, float, float, str]:
     """(plan wall s, plan CPU s, peak resident GiB of this process, a summary of the plan);
     the plan's JSON written under ``save`` when given."""
@@ -48,7 +65,7 @@ def one(
     from controller.workload import chatbot, default_sla, summarization
 
     model, scale = CLUSTERS[cluster]
-    g = resolve_cluster(cluster)
+    g = resolve_cluster(f"{cluster}-{servers}" if servers and cluster != "testbed" else cluster)
     sla = default_sla(workload, scale)
     load = summarization() if workload == "summarization" else chatbot()
     t0, c0 = time.perf_counter(), _cpu()
@@ -82,6 +99,7 @@ def main() -> None:
     ap.add_argument("--limit", type=float, default=300.0, help="each planner's time limit, s")
     ap.add_argument("--save", metavar="DIR", help="write each plan's JSON here")
     ap.add_argument("--workload", choices=("chatbot", "summarization"), default="chatbot")
+    ap.add_argument("--servers", type=int, default=None, help="track clusters' servers")
     a = ap.parse_args()
     if a.save is not None:
         Path(a.save).mkdir(parents=True, exist_ok=True)
@@ -89,6 +107,8 @@ def main() -> None:
     clusters = ["testbed"] if a.skip_large else [x.strip() for x in a.clusters.split(",")]
     ctx = mp.get_context("spawn")
     base: dict[str, float] = {}
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; track clusters of "
+          f"{a.servers or 1200} servers")  # fmt: skip
     print(
         f"{'cluster':<8} {'planner':<16} {'wall s':>8} {'CPU s':>8} {'x testbed':>9} "
         f"{'peak GiB':>8}  plan"
@@ -97,7 +117,7 @@ def main() -> None:
         for planner in planners:
             with ctx.Pool(1) as pool:
                 took, cpu, peak, what = pool.apply(
-                    one, (cluster, planner, a.limit, a.save, a.workload)
+                    one, (cluster, planner, a.limit, a.save, a.workload, a.servers)
                 )
             if cluster == "testbed":
                 base[planner] = cpu
@@ -108,6 +128,7 @@ def main() -> None:
                 f"{cluster:<8} {planner:<16} {took:8.2f} {cpu:8.2f} {ratio:>9} {peak:8.2f}  {what}",
                 flush=True,
             )
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":

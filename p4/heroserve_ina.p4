@@ -15,7 +15,9 @@
  * BMv2 is installed).
  *
  * Packet: Ethernet / IPv4 (no options, not a fragment) / UDP dst port 48879 /
- *         ina_h (16 bytes) / ina_data_h (32 x int32 two's complement, big-endian).
+ *         ina_h (16 bytes) / ina_data_h (128 bytes of lanes, big-endian): 32 x int32, or
+ *         with the bfp16 bit 64 x int16 (lane 2i in the high half of v_i, 2i+1 in the low
+ *         half), docs/dataplane.md "Lane formats".
  *
  * Registers, per slot and version ("copy" c = (slot << 1) | version):
  *   pool[(c << 5) | i]    partial sum of element i
@@ -24,6 +26,8 @@
  *   seen[c]               bitmap of the workers that contributed to the copy's round
  *   slot_gen[c]           generation of the round the copy holds
  *   slot_tag[c]           (group_id ++ agg_index ++ session) that owns the copy
+ *   lane_state[c]         the round's lane format (bit 0: bfp16) and bfp16 overflow (bit 1)
+ *   exp_max[c]            bfp16: the largest exponent proposal of the round's contributions
  */
 #include <core.p4>
 #include <v1model.p4>
@@ -49,6 +53,7 @@ const bit<32> DROP_WRONG_PORT        = 6;  // worker id not bound to this ingres
 const bit<32> DROP_BAD_INDEX         = 7;  // group aggregated here, agg_index outside it
 const bit<32> DROP_FRAGMENT          = 8;  // first IPv4 fragment (More-Fragments set)
 const bit<32> DROP_LATE              = 9;  // older session, or not the copy's generation or the next
+const bit<32> DROP_LANE_FORMAT       = 10; // not the lane format of the round's first contribution
 #define INA_DROP_REASONS 16
 
 // ina_events indices: what happened to a packet that passed the checks (one per packet).
@@ -99,8 +104,10 @@ header ina_h {
     bit<1>  version;      // which of the slot's two shadow copies
     bit<1>  is_retx;      // sender says this is a retransmission (informational)
     bit<1>  is_result;    // set by the switch on aggregated results
-    bit<5>  reserved;     // must be 0
-    bit<8>  reserved2;    // must be 0
+    bit<1>  bfp16;        // lane format: 0 int32, 1 bfp16 (int16 lanes)
+    bit<1>  overflow;     // bfp16 results: a lane saturated (reserved elsewhere)
+    bit<3>  reserved;     // must be 0
+    bit<8>  exp;          // bfp16: biased exponent proposal / agreed maximum; int32: 0
     bit<32> session;      // the group's session (one per job start)
     bit<32> generation;   // use of this copy: round r = ((generation - first) << 1) | version
 }
@@ -138,6 +145,11 @@ struct metadata_t {
     bit<32> pool_base;     // copy << 5
     bit<32> keep;          // 0 on the first contribution of a round, else all ones
     bit<32> tmp;
+    int<32> s_hi;          // bfp16: the high lane's sum, before saturation
+    int<32> s_lo;          // bfp16: the low lane's sum, before saturation
+    bit<1>  sat;           // bfp16: a lane of this contribution saturated
+    bit<8>  state;         // lane_state of the copy
+    bit<8>  emax;          // exp_max of the copy
 }
 
 parser InaParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
@@ -188,6 +200,22 @@ control InaVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
 
 #define LOAD(i) pool.read(hdr.ina_data.v##i, meta.pool_base + i);
 
+// bfp16: the word's two int16 lanes added with saturation (docs/dataplane.md, "Overflow").
+#define SAT16(s) \
+    if (s > 32767) { s = 32767; meta.sat = 1; } \
+    if (s < -32768) { s = -32768; meta.sat = 1; }
+#define AGG16(i) \
+    pool.read(meta.tmp, meta.pool_base + i); \
+    meta.s_hi = (int<32>)((int<16>)meta.tmp[31:16]) \
+              + (int<32>)((int<16>)hdr.ina_data.v##i[31:16]); \
+    meta.s_lo = (int<32>)((int<16>)meta.tmp[15:0]) \
+              + (int<32>)((int<16>)hdr.ina_data.v##i[15:0]); \
+    SAT16(meta.s_hi) \
+    SAT16(meta.s_lo) \
+    meta.tmp = ((bit<16>)(bit<32>)meta.s_hi) ++ ((bit<16>)(bit<32>)meta.s_lo); \
+    pool.write(meta.pool_base + i, meta.tmp); \
+    hdr.ina_data.v##i = meta.tmp;
+
 control InaIngress(inout headers_t hdr, inout metadata_t meta,
                    inout standard_metadata_t standard_metadata) {
     register<bit<32>>(NUM_SLOTS * 64) pool;
@@ -195,10 +223,13 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
     register<bit<32>>(NUM_SLOTS * 2) seen;
     register<bit<32>>(NUM_SLOTS * 2) slot_gen;
     register<bit<64>>(NUM_SLOTS * 2) slot_tag;
+    register<bit<8>>(NUM_SLOTS * 2) lane_state;
+    register<bit<8>>(NUM_SLOTS * 2) exp_max;
 
     counter(INA_DROP_REASONS, CounterType.packets) ina_drops;
     counter(INA_EVENTS, CounterType.packets) ina_events;
     counter(1, CounterType.packets) slot_reclaims;
+    counter(1, CounterType.packets) lane_overflows;
     counter(NUM_PORTS, CounterType.packets_and_bytes) port_rx;
 
     action drop() {
@@ -239,6 +270,16 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
         hdr.udp.src_port = INA_UDP_PORT;
         hdr.udp.checksum = 0;
         meta.ina_result = 1;
+    }
+
+    // A result carries the round's format, and for bfp16 the agreed exponent (the maximum
+    // of the proposals) and the overflow flag.
+    action lane_result() {
+        hdr.ina.bfp16 = meta.state[0:0];
+        hdr.ina.overflow = meta.state[1:1];
+        // An int32 round's exp_max is its first contribution's exp byte: 0, or dropped.
+        exp_max.read(meta.emax, meta.copy);
+        hdr.ina.exp = meta.emax;
     }
 
     table aggregation_table {
@@ -296,7 +337,10 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
             } else if (!hdr.ina_data.isValid()) {
                 ina_drops.count(DROP_SHORT_HEADER);
                 mark_to_drop(standard_metadata);
-            } else if (hdr.ina.reserved != 0 || hdr.ina.reserved2 != 0) {
+            } else if (hdr.ina.reserved != 0
+                    || (hdr.ina.bfp16 == 0 && hdr.ina.exp != 0)
+                    || (hdr.ina.overflow == 1
+                        && (hdr.ina.bfp16 == 0 || hdr.ina.is_result == 0))) {
                 ina_drops.count(DROP_RESERVED_BITS);
                 mark_to_drop(standard_metadata);
             } else if (hdr.ina.is_result == 1) {
@@ -364,27 +408,55 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                         bitmap = 0;
                         cnt = 0;
                     }
+                    lane_state.read(meta.state, meta.copy);
                     if (late) {
                         // Late: its round's result is gone and its sender has it, or
                         // its session is over.
                         ina_drops.count(DROP_LATE);
                         mark_to_drop(standard_metadata);
+                    } else if ((bitmap & wbit) == 0 && cnt != 0
+                               && meta.state[0:0] != hdr.ina.bfp16) {
+                        // Another lane format than the round's first contribution.
+                        ina_drops.count(DROP_LANE_FORMAT);
+                        mark_to_drop(standard_metadata);
                     } else if ((bitmap & wbit) == 0) {
                         // New contribution. The round's first overwrites the pool.
                         seen.write(meta.copy, bitmap | wbit);
+                        meta.sat = 0;
                         if (cnt == 0) {
                             meta.keep = 0;
+                            meta.state = 7w0 ++ hdr.ina.bfp16;
+                            exp_max.write(meta.copy, hdr.ina.exp);
                         } else {
                             meta.keep = 0xffffffff;
                         }
-                        AGG(0)  AGG(1)  AGG(2)  AGG(3)  AGG(4)  AGG(5)  AGG(6)  AGG(7)
-                        AGG(8)  AGG(9)  AGG(10) AGG(11) AGG(12) AGG(13) AGG(14) AGG(15)
-                        AGG(16) AGG(17) AGG(18) AGG(19) AGG(20) AGG(21) AGG(22) AGG(23)
-                        AGG(24) AGG(25) AGG(26) AGG(27) AGG(28) AGG(29) AGG(30) AGG(31)
+                        if (cnt != 0 && hdr.ina.bfp16 == 1) {
+                            AGG16(0)  AGG16(1)  AGG16(2)  AGG16(3)  AGG16(4)  AGG16(5)
+                            AGG16(6)  AGG16(7)  AGG16(8)  AGG16(9)  AGG16(10) AGG16(11)
+                            AGG16(12) AGG16(13) AGG16(14) AGG16(15) AGG16(16) AGG16(17)
+                            AGG16(18) AGG16(19) AGG16(20) AGG16(21) AGG16(22) AGG16(23)
+                            AGG16(24) AGG16(25) AGG16(26) AGG16(27) AGG16(28) AGG16(29)
+                            AGG16(30) AGG16(31)
+                            exp_max.read(meta.emax, meta.copy);
+                            if (hdr.ina.exp > meta.emax) {
+                                exp_max.write(meta.copy, hdr.ina.exp);
+                            }
+                            if (meta.sat == 1) {
+                                meta.state = meta.state | 2;
+                                lane_overflows.count(0);
+                            }
+                        } else {
+                            AGG(0)  AGG(1)  AGG(2)  AGG(3)  AGG(4)  AGG(5)  AGG(6)  AGG(7)
+                            AGG(8)  AGG(9)  AGG(10) AGG(11) AGG(12) AGG(13) AGG(14) AGG(15)
+                            AGG(16) AGG(17) AGG(18) AGG(19) AGG(20) AGG(21) AGG(22) AGG(23)
+                            AGG(24) AGG(25) AGG(26) AGG(27) AGG(28) AGG(29) AGG(30) AGG(31)
+                        }
+                        lane_state.write(meta.copy, meta.state);
 
                         cnt = cnt + 1;
                         if (cnt == meta.expected) {
                             contrib_count.write(meta.copy, 0);
+                            lane_result();
                             make_result();
                             standard_metadata.mcast_grp = meta.ina_mcast_grp;
                             ina_events.count(EVT_COMPLETED);
@@ -400,6 +472,7 @@ control InaIngress(inout headers_t hdr, inout metadata_t meta,
                         LOAD(8)  LOAD(9)  LOAD(10) LOAD(11) LOAD(12) LOAD(13) LOAD(14) LOAD(15)
                         LOAD(16) LOAD(17) LOAD(18) LOAD(19) LOAD(20) LOAD(21) LOAD(22) LOAD(23)
                         LOAD(24) LOAD(25) LOAD(26) LOAD(27) LOAD(28) LOAD(29) LOAD(30) LOAD(31)
+                        lane_result();
                         make_result();
                         standard_metadata.egress_spec = standard_metadata.ingress_port;
                         ina_events.count(EVT_RETX_ANSWERED);

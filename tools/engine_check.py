@@ -34,15 +34,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from controller.models.specs import ModelSpec, model_spec  # noqa: E402
+from controller.models.hfconfig import opt_config, write_model_config  # noqa: E402, F401
+from controller.models.specs import model_spec  # noqa: E402
 
 TOOLS = Path(__file__).resolve().parent
 DEFAULT_ENGINES = Path(
     os.environ.get("HEROSERVE_ENGINES", Path.home() / ".cache" / "heroserve-engines")
 )
-
-# max_position_embeddings of the models' published configs (the same sources as specs.py)
-CONTEXT = {"OPT": 2048, "LLaMA-2": 4096, "LLaMA-3": 8192}
 
 
 @dataclass
@@ -67,54 +65,6 @@ CASES = [
 # --quick: one plan whose every instance both engines run today (decode without PP; prefill
 # PP across two servers, TP on one), so a failure means the export or an engine changed
 QUICK = [c for c in CASES if c.name == "forced-1x8-4x1"]
-
-
-def opt_config(hidden: int, layers: int, heads: int, ffn: int, vocab: int, context: int) -> dict:
-    """A Hugging Face ``config.json`` body of OPT's architecture at the given sizes."""
-    return {
-        "architectures": ["OPTForCausalLM"],
-        "model_type": "opt",
-        "hidden_size": hidden,
-        "word_embed_proj_dim": hidden,
-        "num_hidden_layers": layers,
-        "num_attention_heads": heads,
-        "ffn_dim": ffn,
-        "vocab_size": vocab,
-        "max_position_embeddings": context,
-        "do_layer_norm_before": True,
-        "activation_function": "relu",
-        "enable_bias": True,
-        "bos_token_id": 2,
-        "eos_token_id": 2,
-        "pad_token_id": 1,
-    }
-
-
-def write_model_config(spec: ModelSpec, folder: Path) -> Path:
-    """A Hugging Face ``config.json`` with the spec's architecture: all the engines read of a
-    checkpoint before they load weights."""
-    folder.mkdir(parents=True, exist_ok=True)
-    if spec.name.startswith("OPT"):
-        cfg = opt_config(spec.hidden, spec.layers, spec.heads, spec.ffn, spec.vocab, CONTEXT["OPT"])
-    else:
-        family = "LLaMA-3" if spec.name.startswith("LLaMA-3") else "LLaMA-2"
-        cfg = {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
-            "hidden_size": spec.hidden,
-            "intermediate_size": spec.ffn,
-            "num_hidden_layers": spec.layers,
-            "num_attention_heads": spec.heads,
-            "num_key_value_heads": spec.kv_heads,
-            "vocab_size": spec.vocab,
-            "max_position_embeddings": CONTEXT[family],
-            "rms_norm_eps": 1e-5,
-            "hidden_act": "silu",
-            "tie_word_embeddings": spec.tied_embeddings,
-        }
-    cfg["torch_dtype"] = "float16" if spec.dtype_bytes == 2 else "float32"
-    (folder / "config.json").write_text(json.dumps(cfg, indent=1) + "\n")
-    return folder
 
 
 def heroserve(*args: str) -> subprocess.CompletedProcess:
@@ -299,12 +249,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"engine_check: no {fmt} environment in {a.engines} (tools/engines.sh)",
                   file=sys.stderr)  # fmt: skip
             return 2
+    # absolute: the exports name the model folder under it, and the probes run with it as cwd
+    a.work = a.work.resolve()
     a.work.mkdir(parents=True, exist_ok=True)
     engine_flag = plan_supports_engine()
     total = 0
     for fmt in a.engine or ("vllm", "sglang"):
         exports = [export_case(c, fmt, a.work, engine_flag) for c in (QUICK if a.quick else CASES)]
-        total += check_engine(a.engines, fmt, exports, a.work.resolve())
+        total += check_engine(a.engines, fmt, exports, a.work)
     return 1 if total else 0
 
 

@@ -37,6 +37,6 @@ class HierMember:
         summed = self.rail.allreduce_lanes(shard)
         return self.local.all_gather(summed, x.size)
 
-    def agree_exponent(self, exponent: int) -> int:
+    def agree_exponent(self, exponent: int | None) -> int:
         counts = self.local.allreduce(exponent_lanes(exponent))
         return agreed_exponent(self.rail.allreduce_lanes(counts))

@@ -234,7 +234,7 @@ class Ring:
         """Same interface as InaSession: the sum of every rank's int32 lanes."""
         return self.allreduce(lanes)
 
-    def agree_exponent(self, exponent: int) -> int:
+    def agree_exponent(self, exponent: int | None) -> int:
         """The ranks' largest lane exponent (agents/ina/lanes.py), summed one-hot lanes."""
         return agreed_exponent(self.allreduce(exponent_lanes(exponent)))
 

@@ -34,8 +34,10 @@ class INA(Packet):
         BitField("version", 0, 1),
         BitField("is_retx", 0, 1),
         BitField("is_result", 0, 1),
-        BitField("reserved", 0, 5),
-        ByteField("reserved2", 0),
+        BitField("bfp16", 0, 1),
+        BitField("overflow", 0, 1),
+        BitField("reserved", 0, 3),
+        ByteField("exp", 0),
         IntField("session", 0),
         IntField("generation", 0),
         FieldListField(

@@ -29,6 +29,11 @@ never exceeds the aggregators the group owns: the send window.
 The round of every index persists across all-reduces of one session, which is why one worker
 process runs all of a host's collectives; a restarted member needs a new session (the
 whole group with it).
+
+Two lane formats (docs/dataplane.md, "Lane formats"): :meth:`InaSession.allreduce_lanes`
+sums int32 lanes; :meth:`InaSession.allreduce_bfp16` sums reals as bfp16 blocks, each
+block's exponent agreed by the switch in the previous round of its aggregator (a first
+round per aggregator carries only the proposal for its first block).
 """
 
 from __future__ import annotations
@@ -37,12 +42,25 @@ import heapq
 import math
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.ina.lanes import LANE_DTYPE, agreed_exponent, exponent_lanes
+from agents.ina.lanes import (
+    LANE_DTYPE,
+    LaneError,
+    agreed_exponent,
+    block_exponent,
+    exponent_lanes,
+    from_bfp16,
+    to_bfp16,
+)
 from agents.ina.packet import (
+    BFP16_LANES,
+    EXP_BAD,
+    EXP_BIAS,
+    EXP_MIN,
     INA_UDP_PORT,
     MAX_AGGREGATOR_SLOTS,
     MAX_GROUP_ID,
@@ -52,6 +70,7 @@ from agents.ina.packet import (
     VECTOR_LEN,
     InaDecodeError,
     InaHeader,
+    InaMessage,
     pack,
     unpack,
 )
@@ -127,7 +146,9 @@ class InaStats:
         return dict(self.__dict__)
 
 
-def contribution_header(group: InaGroup, index: int, rnd: int, retx: bool) -> InaHeader:
+def contribution_header(
+    group: InaGroup, index: int, rnd: int, retx: bool, lanes: str = "int32", exp: int = 0
+) -> InaHeader:
     """This member's header for round ``rnd`` of aggregator ``index`` in its session."""
     return InaHeader.at_round(
         group.group_id,
@@ -138,13 +159,23 @@ def contribution_header(group: InaGroup, index: int, rnd: int, retx: bool) -> In
         is_retx=retx,
         session=group.session,
         first_generation=group.first_generation,
+        lanes=lanes,
+        exp=exp,
     )
+
+
+# make(row) -> (lane format, exp byte, lanes) of a row's contribution; take(row, result).
+_Make = Callable[[int], tuple[str, int, list[int]]]
+_Take = Callable[[int, InaMessage], None]
 
 
 @dataclass
 class _Slot:
     round: int = 0  # round of the next (or outstanding) contribution on this index
-    chunk: int = -1  # chunk outstanding (-1: idle)
+    chunk: int = -1  # row outstanding (-1: idle)
+    lanes: str = "int32"
+    exp: int = 0
+    values: list[int] = field(default_factory=list)  # what a retransmission resends
     payload: bytes = b""
     sent_at: float = 0.0
     rto: float = 0.0
@@ -250,38 +281,96 @@ class InaSession:
     def allreduce_lanes(self, lanes: np.ndarray) -> np.ndarray:
         """Sum of every member's int32 ``lanes`` (same length everywhere), wrapping as the
         switch does. Blocks until every chunk's result arrived."""
-        if self._broken:
-            raise InaTimeout(f"session unusable after an earlier failure: {self._broken}")
         x = np.ascontiguousarray(lanes, dtype=LANE_DTYPE)
         n = x.size
         chunks = -(-n // VECTOR_LEN)
         padded = np.zeros(chunks * VECTOR_LEN, dtype=LANE_DTYPE)
         padded[:n] = x
         out = np.zeros_like(padded)
-        if chunks:
+        data, rows = padded.reshape(chunks, VECTOR_LEN), out.reshape(chunks, VECTOR_LEN)
+        window = self.group.window
+
+        def take(row: int, msg: InaMessage) -> None:
+            rows[row] = msg.values
+
+        self._guarded(chunks, lambda r: r % window, lambda r: ("int32", 0, data[r].tolist()), take)
+        return out[:n]
+
+    def allreduce_bfp16(self, x: np.ndarray) -> np.ndarray:
+        """Sum of every member's reals ``x`` (same length everywhere) through bfp16 lanes,
+        as float64. The first min(window, blocks) rows agree each aggregator's first block
+        exponent; block ``c`` then travels on aggregator ``c % window`` at the exponent the
+        previous round there agreed, proposing the exponent of block ``c + window``.
+        LaneError after the run (the session stays usable) when a member's block cannot
+        travel or the switch flagged a saturated lane; the error bound per element is
+        ``lanes.bfp16_error_bound``."""
+        flat = np.ascontiguousarray(x, dtype=np.float64).reshape(-1)
+        n, window, w = flat.size, self.group.window, self.group.num_workers
+        blocks = -(-n // BFP16_LANES)
+        firsts = min(window, blocks)
+        padded = np.zeros(blocks * BFP16_LANES)
+        padded[:n] = flat
+        data = padded.reshape(blocks, BFP16_LANES)
+        proposals = [block_exponent(b) for b in data] + [EXP_BIAS + EXP_MIN] * window
+        agreed = [0] * window  # the exp byte each aggregator's last result agreed
+        out = np.zeros_like(data)
+        problems: list[str] = []
+
+        def make(row: int) -> tuple[str, int, list[int]]:
+            if row < firsts:  # the aggregator's proposal round: no lanes
+                return "bfp16", proposals[row], [0] * BFP16_LANES
+            c = row - firsts
             try:
-                self._run(padded.reshape(chunks, VECTOR_LEN), out.reshape(chunks, VECTOR_LEN))
+                q = to_bfp16(data[c], w, agreed[c % window]).tolist()
+            except LaneError as exc:  # zeros keep the group's rounds in step
+                problems.append(f"block {c}: {exc}")
+                q = [0] * BFP16_LANES
+            return "bfp16", proposals[c + window], q
+
+        def take(row: int, msg: InaMessage) -> None:
+            h = msg.header
+            k = row if row < firsts else (row - firsts) % window
+            if h.lanes != "bfp16":
+                problems.append(f"row {row}: result in {h.lanes} lanes")
+            elif row >= firsts and h.overflow:
+                problems.append(f"block {row - firsts}: the switch saturated a lane")
+            elif row >= firsts and agreed[k] != EXP_BAD:
+                out[row - firsts] = from_bfp16(np.asarray(msg.values), w, agreed[k])
+            agreed[k] = h.exp
+
+        def slot_of(row: int) -> int:
+            return row if row < firsts else (row - firsts) % window
+
+        self._guarded(firsts + blocks, slot_of, make, take)
+        if problems:
+            raise LaneError(f"bfp16 all-reduce refused: {problems[0]} ({len(problems)} in all)")
+        return out.reshape(-1)[:n]
+
+    def _guarded(self, rows: int, slot_of: Callable[[int], int], make: _Make, take: _Take) -> None:
+        if self._broken:
+            raise InaTimeout(f"session unusable after an earlier failure: {self._broken}")
+        if rows:
+            try:
+                self._run(rows, slot_of, make, take)
             except BaseException as exc:  # a half-done collective leaves versions undefined
                 self._broken = f"{type(exc).__name__}: {exc}"
                 raise
-        return out[:n]
 
-    def agree_exponent(self, exponent: int) -> int:
+    def agree_exponent(self, exponent: int | None) -> int:
         """The group's largest data exponent (lanes.py): one aggregation of one-hot lanes."""
         return agreed_exponent(self.allreduce_lanes(exponent_lanes(exponent)))
 
     # -- protocol ------------------------------------------------------------------------
-    def _payload(self, slot: _Slot, index: int, values: np.ndarray, retx: bool) -> bytes:
-        return pack(contribution_header(self.group, index, slot.round, retx), values.tolist())
+    def _payload(self, slot: _Slot, index: int, retx: bool) -> bytes:
+        h = contribution_header(self.group, index, slot.round, retx, slot.lanes, slot.exp)
+        return pack(h, slot.values)
 
     def _send(self, index: int, slot: _Slot, timers: list, now: float) -> None:
         self.sock.sendto(slot.payload, self._dest)
         slot.token += 1
         heapq.heappush(timers, (now + slot.rto, index, slot.token))
 
-    def _run(self, data: np.ndarray, out: np.ndarray) -> None:
-        chunks = data.shape[0]
-        window = self.group.window
+    def _run(self, chunks: int, slot_of: Callable[[int], int], make: _Make, take: _Take) -> None:
         slots = self._slots
         timers: list[tuple[float, int, int]] = []
         cc = self._cc
@@ -292,8 +381,8 @@ class InaSession:
         sock, buf = self.sock, self._buf
         while remaining:
             # Send while the congestion window allows and the chunk's aggregator is free.
-            while nxt < chunks and in_flight < cc.allowed() and slots[nxt % window].chunk < 0:
-                self._start(nxt % window, nxt, data, timers, now)
+            while nxt < chunks and in_flight < cc.allowed() and slots[slot_of(nxt)].chunk < 0:
+                self._start(slot_of(nxt), nxt, make, timers, now)
                 nxt += 1
                 in_flight += 1
             wait = max(0.0, timers[0][0] - now) if timers else self.timeouts.give_up_s
@@ -305,7 +394,7 @@ class InaSession:
             now = time.monotonic()
             if sender is not None and sender[:2] != self._dest:  # not the switch
                 self.stats.foreign += 1
-            elif nbytes >= 0 and self._accept(buf, nbytes, now, out) is not None:
+            elif nbytes >= 0 and self._accept(buf, nbytes, now, take) is not None:
                 remaining -= 1
                 in_flight -= 1
                 last_progress = now
@@ -323,22 +412,23 @@ class InaSession:
                 cc.on_timeout(s.sent_at, in_flight, now)
                 s.retries += 1
                 s.rto = min(self.timeouts.max_rto_s, s.rto * 2)
-                s.payload = self._payload(s, k, data[s.chunk], retx=True)
+                s.payload = self._payload(s, k, retx=True)
                 self.stats.retransmissions += 1
                 self._send(k, s, timers, now)
         self.stats.srtt_s = self._rtt.srtt
         self.stats.rto_s = self._rtt.rto
         self.stats.cwnd = cc.cwnd
 
-    def _start(self, k: int, chunk: int, data: np.ndarray, timers: list, now: float) -> None:
+    def _start(self, k: int, chunk: int, make: _Make, timers: list, now: float) -> None:
         s = self._slots[k]
         s.chunk, s.retries, s.sent_at, s.rto = chunk, 0, now, self._rtt.rto
-        s.payload = self._payload(s, k, data[chunk], retx=False)
+        s.lanes, s.exp, s.values = make(chunk)
+        s.payload = self._payload(s, k, retx=False)
         self.stats.sent += 1
         self._send(k, s, timers, now)
 
     def _accept(
-        self, buf: bytearray, nbytes: int, now: float, out: np.ndarray
+        self, buf: bytearray, nbytes: int, now: float, take: _Take
     ) -> tuple[int, int] | None:
         """Take one datagram; (index, chunk) when it completed a chunk."""
         if nbytes < PAYLOAD_LEN:
@@ -364,7 +454,7 @@ class InaSession:
         if s.chunk < 0 or (h.generation, h.version) != (want.generation, want.version):
             self.stats.stale += 1
             return None
-        out[s.chunk] = msg.values
+        take(s.chunk, msg)
         if s.retries == 0:
             self._rtt.sample(now - s.sent_at)
         self.stats.results += 1

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from agents.ina.hier import HierMember
-from agents.ina.lanes import LaneError, exponent_of, max_abs, to_lanes
+from agents.ina.lanes import LaneError, member_exponent, to_lanes
 from agents.ina.packet import (
     GENERATIONS,
     INA_UDP_PORT,
@@ -183,7 +183,7 @@ class Worker:
         before = {id(s): s.stats.as_dict() for s in self._sessions_of(p)}
         try:
             t0 = time.perf_counter()
-            e = p.collective.agree_exponent(exponent_of(max_abs(p.data)))
+            e = p.collective.agree_exponent(member_exponent(p.data))
             agree_s = time.perf_counter() - t0
             lanes = to_lanes(p.data, p.workers, e)
             seconds, digests = [], set()

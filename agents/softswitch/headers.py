@@ -27,6 +27,7 @@ DROP_WRONG_PORT = 6
 DROP_BAD_INDEX = 7
 DROP_FRAGMENT = 8
 DROP_LATE = 9
+DROP_LANE_FORMAT = 10
 INA_DROP_REASONS = 16
 DROP_REASON_NAMES = {
     DROP_SHORT_HEADER: "short_header",
@@ -39,6 +40,7 @@ DROP_REASON_NAMES = {
     DROP_BAD_INDEX: "agg_index_out_of_range",
     DROP_FRAGMENT: "fragment",
     DROP_LATE: "late",
+    DROP_LANE_FORMAT: "lane_format",
 }
 
 # ina_events indices (EVT_*): one per packet that passed the checks.
@@ -83,8 +85,8 @@ class Headers:
 
 @dataclass(slots=True)
 class InaH:
-    """``ina_h`` fields (flags byte split as in P4: version, is_retx, is_result, reserved;
-    then the reserved byte, the session and the copy's generation)."""
+    """``ina_h`` fields (flags byte split as in P4: version, is_retx, is_result, bfp16,
+    overflow, reserved; then the exp byte, the session and the copy's generation)."""
 
     group_id: int
     agg_index: int
@@ -93,8 +95,10 @@ class InaH:
     version: int
     is_retx: int
     is_result: int
+    bfp16: int
+    overflow: int
     reserved: int
-    reserved2: int
+    exp: int
     session: int
     generation: int
 
@@ -107,8 +111,10 @@ class InaH:
             self.version,
             self.is_retx,
             self.is_result,
+            self.bfp16,
+            self.overflow,
             self.reserved,
-            self.reserved2,
+            self.exp,
             self.session,
             self.generation,
         )

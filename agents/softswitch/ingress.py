@@ -12,6 +12,7 @@ from .headers import (
     DROP_BAD_INDEX,
     DROP_BAD_WORKER_ID,
     DROP_FRAGMENT,
+    DROP_LANE_FORMAT,
     DROP_LATE,
     DROP_NO_ENTRY,
     DROP_RESERVED_BITS,
@@ -37,6 +38,24 @@ from .headers import (
 from .tables import ActionSpec, ExactTable, IndirectCounter, Register
 
 _ALL_ONES = 0xFFFFFFFF
+# lane_state bits (per copy): the round's lane format, and whether a bfp16 lane saturated.
+STATE_BFP16 = 1
+STATE_OVERFLOW = 2
+
+
+def add_halves(a: int, b: int) -> tuple[int, bool]:
+    """Two 32-bit words as pairs of int16 lanes (lane 2i high, 2i+1 low) added with
+    saturation, the program's ``AGG16``; and whether a half saturated."""
+    out, sat = 0, False
+    for shift in (16, 0):
+        x = (a >> shift) & 0xFFFF
+        y = (b >> shift) & 0xFFFF
+        s = (x - 0x10000 if x & 0x8000 else x) + (y - 0x10000 if y & 0x8000 else y)
+        if s > 0x7FFF or s < -0x8000:
+            sat = True
+            s = 0x7FFF if s > 0 else -0x8000
+        out |= (s & 0xFFFF) << shift
+    return out, sat
 
 
 class AggregationTable(ExactTable):
@@ -92,9 +111,12 @@ class InaIngress:
         self.seen = Register("InaIngress.seen", NUM_SLOTS * 2, 32)
         self.slot_gen = Register("InaIngress.slot_gen", NUM_SLOTS * 2, 32)
         self.slot_tag = Register("InaIngress.slot_tag", NUM_SLOTS * 2, 64)
+        self.lane_state = Register("InaIngress.lane_state", NUM_SLOTS * 2, 8)
+        self.exp_max = Register("InaIngress.exp_max", NUM_SLOTS * 2, 8)
         self.ina_drops = IndirectCounter("InaIngress.ina_drops", INA_DROP_REASONS, "PACKETS")
         self.ina_events = IndirectCounter("InaIngress.ina_events", INA_EVENTS, "PACKETS")
         self.slot_reclaims = IndirectCounter("InaIngress.slot_reclaims", 1, "PACKETS")
+        self.lane_overflows = IndirectCounter("InaIngress.lane_overflows", 1, "PACKETS")
         self.port_rx = IndirectCounter("InaIngress.port_rx", NUM_PORTS, "BOTH")
         self.aggregation_table = AggregationTable()
         self.worker_port = WorkerPort()
@@ -117,7 +139,11 @@ class InaIngress:
                 self._drop(DROP_FRAGMENT, std)
             elif ina is None or hdr.ina_data is None:
                 self._drop(DROP_SHORT_HEADER, std)
-            elif ina.reserved != 0 or ina.reserved2 != 0:
+            elif (
+                ina.reserved != 0
+                or (ina.bfp16 == 0 and ina.exp != 0)
+                or (ina.overflow == 1 and (ina.bfp16 == 0 or ina.is_result == 0))
+            ):
                 self._drop(DROP_RESERVED_BITS, std)
             elif ina.is_result == 1:
                 meta.do_l2 = 1  # a result from another switch: plain L2 traffic
@@ -207,20 +233,38 @@ class InaIngress:
             self.slot_gen.write(copy, ina.generation)
             bitmap = 0
             cnt = 0
+        state = self.lane_state.read(copy)
         if late:
             self._drop(DROP_LATE, std)
+        elif bitmap & wbit == 0 and cnt != 0 and (state & STATE_BFP16) != ina.bfp16:
+            # Another lane format than the round's first contribution: never added.
+            self._drop(DROP_LANE_FORMAT, std)
         elif bitmap & wbit == 0:
             self.seen.write(copy, bitmap | wbit)
             # pool = (pool & keep) + v, keep = 0 on the round's first packet (count 0).
-            if cnt != 0:
-                end = base + VECTOR_LEN
+            end = base + VECTOR_LEN
+            if cnt == 0:
+                state = STATE_BFP16 if ina.bfp16 else 0
+                self.exp_max.write(copy, ina.exp)
+            elif ina.bfp16:
+                sat = False
+                for i, (a, b) in enumerate(zip(pool[base:end], values, strict=True)):
+                    values[i], s = add_halves(a, b)
+                    sat = sat or s
+                if sat:
+                    state |= STATE_OVERFLOW
+                    self.lane_overflows.count(0, nbytes)
+                self.exp_max.write(copy, max(self.exp_max.read(copy), ina.exp))
+            else:
                 values[:] = [
                     (a + b) & _ALL_ONES for a, b in zip(pool[base:end], values, strict=True)
                 ]
-            pool[base : base + VECTOR_LEN] = values
+            self.lane_state.write(copy, state)
+            pool[base:end] = values
             cnt = (cnt + 1) & 0xFF
             if cnt == meta.expected:
                 self.contrib_count.write(copy, 0)
+                self._lane_result(ina, copy, state)
                 self._make_result(hdr, meta)
                 std.mcast_grp = meta.ina_mcast_grp
                 self.ina_events.count(EVT_COMPLETED, nbytes)
@@ -230,12 +274,20 @@ class InaIngress:
                 mark_to_drop(std)
         elif cnt == 0:
             values[:] = pool[base : base + VECTOR_LEN]
+            self._lane_result(ina, copy, state)
             self._make_result(hdr, meta)
             std.egress_spec = std.ingress_port
             self.ina_events.count(EVT_RETX_ANSWERED, nbytes)
         else:
             self.ina_events.count(EVT_RETX_ABSORBED, nbytes)
             mark_to_drop(std)
+
+    def _lane_result(self, ina: InaH, copy: int, state: int) -> None:
+        """``lane_result``: a result carries the round's format, and for bfp16 the agreed
+        exponent (the maximum of the proposals) and the overflow flag."""
+        ina.bfp16 = state & STATE_BFP16
+        ina.exp = self.exp_max.read(copy)  # an int32 round's: its first exp byte, 0
+        ina.overflow = 1 if state & STATE_OVERFLOW else 0
 
     @staticmethod
     def _make_result(hdr: Headers, meta: Metadata) -> None:

@@ -41,7 +41,10 @@ class InaParser:
                 if (h.udp[2] << 8 | h.udp[3]) == INA_UDP_PORT and n >= off + HEADER_LEN:
                     g, a, w, nw, flags, res2, sess, gen = HEADER_STRUCT.unpack_from(frame, off)
                     version, retx, result = flags >> 7, (flags >> 6) & 1, (flags >> 5) & 1
-                    h.ina = InaH(g, a, w, nw, version, retx, result, flags & 31, res2, sess, gen)
+                    bfp16, ovf = (flags >> 4) & 1, (flags >> 3) & 1
+                    h.ina = InaH(
+                        g, a, w, nw, version, retx, result, bfp16, ovf, flags & 7, res2, sess, gen
+                    )
                     off += HEADER_LEN
                     if n >= off + VECTOR_BYTES:
                         h.ina_data = list(_DATA.unpack_from(frame, off))
@@ -64,7 +67,14 @@ class InaDeparser:
             parts.append(bytes(hdr.udp))
         if hdr.ina is not None:
             i = hdr.ina
-            flags = (i.version << 7) | (i.is_retx << 6) | (i.is_result << 5) | i.reserved
+            flags = (
+                (i.version << 7)
+                | (i.is_retx << 6)
+                | (i.is_result << 5)
+                | (i.bfp16 << 4)
+                | (i.overflow << 3)
+                | i.reserved
+            )
             parts.append(
                 HEADER_STRUCT.pack(
                     i.group_id,
@@ -72,7 +82,7 @@ class InaDeparser:
                     i.worker_id,
                     i.num_workers,
                     flags,
-                    i.reserved2,
+                    i.exp,
                     i.session,
                     i.generation,
                 )

@@ -56,6 +56,7 @@ class InaPipeline:
                 self.ingress.ina_drops,
                 self.ingress.ina_events,
                 self.ingress.slot_reclaims,
+                self.ingress.lane_overflows,
                 self.ingress.port_rx,
                 self.egress.port_tx,
             )
@@ -68,6 +69,8 @@ class InaPipeline:
                 self.ingress.seen,
                 self.ingress.slot_gen,
                 self.ingress.slot_tag,
+                self.ingress.lane_state,
+                self.ingress.exp_max,
             )
         }
 

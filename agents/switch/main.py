@@ -21,7 +21,7 @@ import signal  # noqa: E402
 import sys  # noqa: E402
 
 from agents import __version__  # noqa: E402
-from agents.client import add_tls_args  # noqa: E402
+from agents.client import CONTROLLER_ENV, add_tls_args  # noqa: E402
 from agents.cliutil import (  # noqa: E402
     DefaultsHelpFormatter,
     UsageError,
@@ -74,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=DefaultsHelpFormatter,
     )
     p.add_argument("--switch", required=True, help="P4Runtime address of the switch HOST:PORT")
-    p.add_argument("--controller", required=True, help="controller address HOST:PORT")
+    p.add_argument("--controller", help=f"controller address HOST:PORT [{CONTROLLER_ENV}]")
     p.add_argument("--device-id", type=int, required=True, help="P4Runtime device id")
     p.add_argument("--node-id", help="switch node name in the topology (default: s<device-id>)")
     p.add_argument("--port", action="append", default=[], help="PORT=PEER[,mac=][,ip=][,gbps=]")
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _build(args: argparse.Namespace):  # noqa: ANN202 - SwitchAgent, imported lazily
-    from agents.client import tls_from_args
+    from agents.client import controller_from_args, tls_from_args
     from agents.switch.agent import SwitchAgent
     from agents.switch.p4rt import DEFAULT_P4INFO, SwitchConnection, SwitchError, load_p4info
 
@@ -121,8 +121,8 @@ def _build(args: argparse.Namespace):  # noqa: ANN202 - SwitchAgent, imported la
         raise UsageError(f"--device-id {args.device_id} is not a uint64")
     if args.slots <= 0 or args.telemetry_interval <= 0:
         raise UsageError("--slots and --telemetry-interval must be > 0")
-    for name, addr in (("--switch", args.switch), ("--controller", args.controller)):
-        split_address(addr, name)  # a port past 65535 is refused, never wrapped
+    split_address(args.switch, "--switch")  # a port past 65535 is refused, never wrapped
+    controller = controller_from_args(args)  # the flag, else HEROSERVE_CONTROLLER, checked
     ports = {}
     for spec in args.port:
         p = parse_port(spec)
@@ -144,7 +144,7 @@ def _build(args: argparse.Namespace):  # noqa: ANN202 - SwitchAgent, imported la
     return SwitchAgent(
         args.node_id or f"s{args.device_id}",
         conn,
-        args.controller,
+        controller,
         ports,
         aggregator_slots=args.slots,
         tls=tls,

@@ -19,7 +19,8 @@ installed) prints one line naming the extra and exits 2; Ctrl-C exits 130.
 
 Modules shared by the subcommands: ``common`` (a command's cluster, model, workload and SLA;
 a plan's cluster), ``report`` (tables for the terminal), ``progress`` (the progress line),
-``related`` (the seed planners' options and colocated plans).
+``related`` (the seed planners' options and colocated plans), ``configfile`` (``--config
+FILE.yaml`` of plan, compare, evaluate and fidelity).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from types import ModuleType
 
 import agents
 from agents.cliutil import DefaultsHelpFormatter, missing_dependency
+from controller.cli import configfile
 from controller.errors import InputError, WorkerLost
 from controller.inputs.args import OneLineParser, report_error
 
@@ -49,6 +51,8 @@ SUBCOMMANDS: dict[str, str] = {
     "controller": "run the controller: gRPC service for switch and GPU agents",
     "softswitch": "run the executable model of the P4 INA switch (P4Runtime server)",
     "simulate": "simulate a plan: SLA attainment, TTFT/TPOT, INA throughput, KV memory",
+    "profile": "measure a serving engine on this hardware and write an engine profile for "
+    "plan/simulate --profile",
     "evaluate": "reproduce the paper's evaluation (Fig. 7-10) on a scenario",
     "fidelity": "write docs/fidelity.md: the paper's claims beside the project's",
     "compare": "every planner, the seed papers' too, side by side on one cluster",
@@ -95,7 +99,15 @@ def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentPars
         )
         if name in full:
             subcommand(name).add_args(p)
+            if name in configfile.COMMANDS:
+                configfile.add_config_arg(p)
     return parser
+
+
+def config_keys_markdown() -> str:
+    """The keys of the ``--config`` files, as docs/inputs.md lists them
+    (``python -c 'import controller.cli as c; print(c.config_keys_markdown(), end="")'``)."""
+    return configfile.schema_markdown(build_parser(configfile.COMMANDS))
 
 
 def _named(argv: Sequence[str]) -> str | None:
@@ -115,7 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if name in OWN_PARSER and argv[0] == name:
             return subcommand(name).run(argparse.Namespace(command=name, argv=argv[1:]))
-        args = build_parser([name] if name else []).parse_args(argv)
+        parser = build_parser([name] if name else [])
+        if name in configfile.COMMANDS:  # --config FILE: the file's values, then the flags
+            sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+            args = configfile.parse_with_config(parser, sub.choices[name], argv)
+        else:
+            args = parser.parse_args(argv)
         return subcommand(args.command).run(args)
     except InputError as e:
         return report_error(prog, e)

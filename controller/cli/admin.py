@@ -8,7 +8,8 @@ streams the change to every connected agent, which applies it without a restart;
 ``--wait S`` the command waits up to S seconds until every connected agent acknowledged the
 new epoch. ``state``, ``agents`` and ``slots`` print what the controller holds. With mutual
 TLS, the certificate must carry the controller's ``--admin-name`` (``heroserve pki issue
-DIR --name heroserve-admin``); the TLS flags are the switch agent's.
+DIR --name heroserve-admin``); the TLS flags are the switch agent's. Absent flags come from
+``HEROSERVE_CONTROLLER`` and ``HEROSERVE_TLS_CERT``/``_KEY``/``_CA`` (docs/control-plane.md).
 
 A plan file that is not a plan, and a plan the controller refuses (INVALID_ARGUMENT,
 PERMISSION_DENIED, RESOURCE_EXHAUSTED, FAILED_PRECONDITION) print one line and exit 2; a
@@ -23,14 +24,24 @@ import time
 
 import grpc
 
-from agents.client import add_tls_args, channel, tls_from_args
-from agents.cliutil import DefaultsHelpFormatter, UsageError, split_address
+from agents.client import (
+    CONTROLLER_ENV,
+    ClientTls,
+    add_tls_args,
+    channel,
+    controller_from_args,
+    tls_from_args,
+    tls_mismatch,
+)
+from agents.cliutil import DefaultsHelpFormatter, UsageError
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.cli.report import text_table
 from controller.errors import InputError
+from controller.inputs.args import bounded
 
 KIND = {pb.NODE_KIND_SWITCH: "switch", pb.NODE_KIND_GPU: "gpu"}
+DEFAULT_CONTROLLER = "127.0.0.1:50051"  # the controller's own --listen default
 TIMEOUT_S = 30.0  # one RPC; ApplyPlan derives every policy table of the plan
 
 
@@ -39,7 +50,11 @@ class Unreachable(Exception):
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--controller", default="127.0.0.1:50051", help="controller address HOST:PORT")
+    p.add_argument(
+        "--controller",
+        help=f"controller address HOST:PORT [{CONTROLLER_ENV}] (default: {DEFAULT_CONTROLLER})",
+    )
+    p.set_defaults(controller_default=DEFAULT_CONTROLLER)
     add_tls_args(p, "the admin (the controller's --admin-name)")
     sub = p.add_subparsers(dest="admin_action", required=True)
     fmt = DefaultsHelpFormatter
@@ -49,7 +64,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     a.add_argument("plan", help="plan JSON (heroserve plan --json PATH)")
     a.add_argument(
         "--wait",
-        type=float,
+        # a day: far past any agent's acknowledgement (seconds); inf or NaN would never end
+        type=bounded(float, 0, 86400),
         default=0.0,
         metavar="S",
         help="wait up to S seconds for every connected agent to acknowledge (0: do not wait)",
@@ -65,8 +81,21 @@ def _call(fn, request, timeout: float = TIMEOUT_S):  # noqa: ANN001, ANN202 - a 
     except grpc.RpcError as exc:
         code, details = exc.code(), exc.details()
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-            raise Unreachable(f"controller unreachable ({code.name}): {details}") from None
+            raise Unreachable(f"controller unreachable ({code.name}): {details}", details) from None
         raise InputError(f"controller refused ({code.name}): {details}") from None
+
+
+def _why(target: str, tls: ClientTls | None, exc: Unreachable) -> str:
+    """What to say of an unreachable controller: a TLS mismatch named as such (the probe of
+    agents.client.tls_mismatch), else gRPC's own words."""
+    mismatch = tls_mismatch(target, tls)
+    if mismatch is None and tls is not None and "Socket closed" in exc.args[1]:
+        # it speaks TLS with a certificate our CA signed, then hung up: it refused ours
+        mismatch = (
+            "the controller closed the connection after the TLS handshake: it refused this "
+            f"client's certificate ({tls.names[0]}: signed by another CA than its --tls-ca?)"
+        )
+    return f"controller at {target}: {mismatch}" if mismatch else str(exc)
 
 
 def _ago(t: float) -> str:
@@ -140,10 +169,13 @@ def apply(admin: pb_grpc.AdminStub, plan_json: str, wait_s: float) -> int:
 
 def run(a: argparse.Namespace) -> int:
     from controller.inputs.plan_checks import load_plan
+    from controller.service.server import check_pem
 
     try:
-        split_address(a.controller, "--controller")  # 99999 must not dial 34463
+        target = controller_from_args(a)  # the flag, else HEROSERVE_CONTROLLER, checked
         tls = tls_from_args(a)
+        if tls is not None:  # empty or binary files: said here, not as "unreachable"
+            check_pem(tls)
     except (ValueError, UsageError) as exc:
         raise InputError(str(exc)) from None
     plan_json = ""
@@ -152,7 +184,7 @@ def run(a: argparse.Namespace) -> int:
             raise InputError(f"--wait {a.wait} must be >= 0")
         plan_json = load_plan(a.plan).to_json()  # refuse a non-plan before dialling
     try:
-        with channel(a.controller, tls) as ch:
+        with channel(target, tls) as ch:
             admin = pb_grpc.AdminStub(ch)
             if a.admin_action == "apply":
                 return apply(admin, plan_json, a.wait)
@@ -163,6 +195,6 @@ def run(a: argparse.Namespace) -> int:
             else:
                 print_state(_call(admin.GetState, pb.GetStateRequest()))
     except Unreachable as exc:
-        print(f"heroserve admin: {exc}", file=sys.stderr)
+        print(f"heroserve admin: {_why(target, tls, exc)}", file=sys.stderr)
         return 1
     return 0

@@ -7,7 +7,9 @@
   plan names), and :func:`cluster_for_plan`: the same checked against the plan
   (``simulate``, ``export``, ``validate``), the one place that says "give --topology";
 - :func:`workload_for_plan`: ``--workload`` or the generator the plan names;
-- :func:`plan_and_workload`: both for ``simulate``.
+- :func:`plan_and_workload`: both for ``simulate``;
+- :func:`offered_work`: the rate and requests ``simulate`` offers a plan (``--rate``, else the
+  plan's predicted rate), within :func:`check_work`'s bounds, for both kinds of plan.
 
 A plan's own ``topology`` and ``workload`` fields name built-ins only; the files behind a plan
 are the command line's (``--topology``, ``--workload``): a plan never opens a file.
@@ -16,10 +18,12 @@ are the command line's (``--topology``, ``--workload``): a plan never opens a fi
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from controller.errors import InputError
+from controller.inputs.limits import MAX_RATE, MAX_SIM_TOKENS
 from controller.plan import SLA, Plan
 
 if TYPE_CHECKING:  # light: ``validate`` reads a topology without numpy or the workloads
@@ -62,7 +66,7 @@ def resolve_inputs(
     from controller.workload import default_sla, resolve_workload
 
     g = resolve_cluster(sized_topology(a.topology, getattr(a, "servers", None)))
-    model = model_spec(a.model or default_model(a.topology))
+    model = model_spec(default_model(a.topology) if a.model is None else a.model)
     workload = resolve_workload(a.workload, seed=a.seed)
     scale = "large" if a.topology in LARGE_CLUSTERS else "testbed"
     base = default_sla(
@@ -121,3 +125,75 @@ def plan_and_workload(
 ) -> tuple[nx.Graph, Workload]:
     """The plan's cluster (checked against the plan) and workload (``simulate``)."""
     return cluster_for_plan(plan, topology, source), workload_for_plan(plan, workload, source)
+
+
+def check_work(reqs, rate: float) -> None:
+    """The bounds on one simulation's work (controller/inputs/limits.py)."""
+    if rate > MAX_RATE:
+        raise InputError(f"offered rate {rate:.4g} req/s is above the bound {MAX_RATE:g}")
+    tokens = sum(r.input_tokens + r.output_tokens for r in reqs)
+    if tokens > MAX_SIM_TOKENS:
+        raise InputError(
+            f"{len(reqs)} requests hold {tokens} tokens, more than one simulation may run "
+            f"({MAX_SIM_TOKENS:.0e}): pass fewer --requests"
+        )
+
+
+def offered_work(a: argparse.Namespace, plan, w, gpus_used: int) -> tuple[float, list]:
+    """The offered rate (req/s, the whole deployment) and its requests, within the bounds.
+
+    Without ``--rate`` the plan's own predicted rate is offered, and a line on stderr says so:
+    the rate the planner claims the deployment sustains is the one worth checking first."""
+    from controller.sim import make_requests
+
+    if a.rate is None:
+        if a.per_gpu:
+            raise InputError("--per-gpu scales --rate: pass --rate too")
+        rate = plan.predicted.rate
+        if not rate > 0:
+            raise InputError(f"the plan predicts no rate ({rate:g} req/s): pass --rate")
+        print(f"no --rate: offering the plan's predicted rate, {rate:.4g} req/s", file=sys.stderr)
+    else:
+        rate = a.rate * gpus_used if a.per_gpu else a.rate
+    reqs = make_requests(w, rate, a.requests, a.seed, a.cv)
+    check_work(reqs, rate)
+    return rate, reqs
+
+
+def profile_compute(path: str | None, model: ModelSpec, g: nx.Graph | None = None):
+    """``--profile FILE``: the engine profile fitted for ``model`` (``PlannerOptions.compute``
+    and ``compute_source``, ``ProfileCompute``) and the fit, or ``(((), ""), None)`` without
+    one. One line on stderr says what prices compute and how well the fit matches; the
+    profile's GPU type must be one of ``g``'s."""
+    import sys
+
+    from controller.costmodel.profiled import compute_table, fit_profile
+    from controller.models.profile import read_profile
+
+    if path is None:
+        return ((), ""), None
+    fit = fit_profile(read_profile(path), model)
+    if g is not None:
+        types = {d.get("gpu_type") for _, d in g.nodes(data=True) if d.get("kind") == "gpu"}
+        if fit.profile.gpu_type not in types:
+            raise InputError(
+                f"{path}: the profile stands for GPU type {fit.profile.gpu_type!r}, which the "
+                "cluster has none of"
+            )
+    print(fit.describe(), file=sys.stderr)
+    return (compute_table(fit), fit.profile.digest), fit
+
+
+def say_extrapolated(fit, plan: Plan, workload: Workload) -> None:
+    """One line on stderr where the plan's operating point lies past the profile's grid
+    (Eqs. 12-13's form extrapolates there): the longest prompt, the decode batch and a decode
+    step's mean context (what the planner prices decode at)."""
+    import sys
+
+    if fit is None or plan.layout != "disaggregated":
+        return
+    past = fit.outside(max(workload.inputs), plan.decode.batch_size, workload.mean_kv_tokens)
+    if past:
+        print(f"profile extrapolated (past its grid): {'; '.join(past)}", file=sys.stderr)
+    else:
+        print("profile: the plan's operating point is within its grid", file=sys.stderr)

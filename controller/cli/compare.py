@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,17 +41,16 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run(a: argparse.Namespace) -> int:
     from controller.cli.common import resolve_inputs
+    from controller.cli.progress import ProgressLine  # tqdm: not for --help (test_startup)
     from controller.related.clusters import resolve_cluster
-    from controller.related.compare import attainment_at_rate, sla_rate
 
     names = a.planners
     g, model, workload, sla = resolve_inputs(a, resolve_cluster)
     opts = Options(planner=PlannerOptions(seed=a.seed), related=related_options(a))
-    t_start = time.perf_counter()
-
-    def say(msg: str) -> None:
-        if not a.quiet:
-            print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", file=sys.stderr, flush=True)
+    line = None if a.quiet else ProgressLine()  # stages and a heartbeat (cli/progress.py)
+    say = line or (lambda m: None)
+    # the planners' own steps only for the heartbeat to quote: a line each would be hundreds
+    detail = line.note if line is not None else None
 
     life = float(workload.mean_output) * sla.tpot_s  # a request's life at the SLA, s
 
@@ -60,12 +59,44 @@ def run(a: argparse.Namespace) -> int:
         life are bursts, not a rate; docs/simulator.md), within [requests, max_requests]."""
         return int(min(a.max_requests, max(a.requests, math.ceil(rate * a.lives * life))))
 
+    try:
+        rows = _rows(a, names, g, model, workload, sla, opts, count, say, detail)
+    finally:
+        if line is not None:
+            line.close()
+    print(
+        f"Planners on {g.name}, model {model.name}, workload {workload.name}, SLA TTFT "
+        f"{sla.ttft_s} s / TPOT {sla.tpot_s} s ({sla.attainment:.0%})\n"
+    )
+    print(table(rows))
+    if a.json:
+        Path(a.json).write_text(json.dumps(rows, indent=1) + "\n")
+        print(f"\nrows written to {a.json}")
+    return 0
+
+
+def _rows(
+    a: argparse.Namespace,
+    names: list[str],
+    g: Any,
+    model: Any,
+    workload: Any,
+    sla: Any,
+    opts: Options,
+    count: Callable[[float], int],
+    say: Callable[[str], None],
+    detail: Callable[[str], None] | None,
+) -> list[dict[str, Any]]:
+    """Each planner's row: planned, then simulated unless ``--no-sim``; stages to ``say``,
+    the planners' steps to ``detail``."""
+    from controller.related.compare import attainment_at_rate, sla_rate
+
     rows: list[dict[str, Any]] = []
-    for name in names:
-        say(f"planning with {name}")
+    for i, name in enumerate(names, 1):
+        say(f"planner {i}/{len(names)}: {name}")  # a stage line (cli/progress.py)
         t0 = time.perf_counter()
         try:
-            p = REGISTRY[name].plan(g, model, workload, sla, opts)
+            p = REGISTRY[name].plan(g, model, workload, sla, opts, detail)
         except InputError as e:
             rows.append({"planner": name, "error": str(e)})
             continue
@@ -88,15 +119,7 @@ def run(a: argparse.Namespace) -> int:
             row["simulated_rate_per_gpu"] = rate / p.predicted.gpus_used if rate else 0.0
             row["attainment"] = att
         rows.append(row)
-    print(
-        f"Planners on {g.name}, model {model.name}, workload {workload.name}, SLA TTFT "
-        f"{sla.ttft_s} s / TPOT {sla.tpot_s} s ({sla.attainment:.0%})\n"
-    )
-    print(table(rows))
-    if a.json:
-        Path(a.json).write_text(json.dumps(rows, indent=1) + "\n")
-        print(f"\nrows written to {a.json}")
-    return 0
+    return rows
 
 
 def table(rows: list[dict[str, Any]]) -> str:

@@ -102,6 +102,13 @@ class PlanCommand:
         parse=output_file,
         metavar="PATH",
     )
+    profile: str | None = option(
+        None,
+        help="an engine profile (heroserve profile): Eqs. 12-13 fitted to its measured times "
+        "price compute for its GPU type (docs/engine-profile.md)",
+        metavar="FILE",
+        default_help="datasheet figures",
+    )
     quiet: bool = option(False, help="no progress line on stderr")
     verbose: bool = option(
         False, help="progress line on stderr even for small clusters (shown above 64 GPUs)"
@@ -159,6 +166,12 @@ class SimulateCommand:
         default_help="the built-in the plan names",
     )
     seed: int = option(0, **_SEED)
+    profile: str | None = option(
+        None,
+        help="the engine profile the plan was made with (plan --profile)",
+        metavar="FILE",
+        default_help="none: a plan made with one needs it",
+    )
     cv: float = option(
         1.0, help=f"inter-arrival CV (1: Poisson; at most {MAX_CV:g})", low=0, high=MAX_CV,
         low_open=True,
@@ -252,7 +265,7 @@ class ExportCommand:
 
     plan: str = option(help="plan JSON (heroserve plan --json PATH)")
     format: Format = option(help="what to write")
-    out: str = option(".", help="folder to write into (created if missing)")
+    out: str = option(".", help="folder to write into (created if missing)", parse=output_dir)
     topology: str | None = option(
         None,
         help="cluster the plan runs on (built-in name or topology file)",
@@ -270,4 +283,71 @@ class ExportCommand:
         parse=str,
         many=True,
         default_help="each server's start script resolves its own name",
+    )
+
+
+def _grid(s: str) -> tuple[int, ...]:
+    """A comma-separated, strictly increasing list of positive integers (a profile's axis)."""
+    from controller.models.profile import MAX_GRID
+
+    try:
+        v = tuple(int(x) for x in s.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{s!r} is not a comma-separated list of integers"
+        ) from None
+    if (
+        not 1 <= len(v) <= MAX_GRID
+        or v[0] < 1
+        or any(b <= a for a, b in zip(v, v[1:], strict=False))
+    ):
+        raise argparse.ArgumentTypeError(
+            f"{s!r}: give 1 to {MAX_GRID} positive integers in increasing order"
+        )
+    return v
+
+
+_grid.__name__ = "grid"
+_GRID = {"parse": _grid, "metavar": "N,N,..."}
+
+
+@dataclass(frozen=True)
+class ProfileCommand:
+    """``heroserve profile``'s options (docs/engine-profile.md)."""
+
+    gpu_type: str = option(
+        help="the topology's GPU type the measured hardware stands for in plans (a name of "
+        "controller/models/gpus.py)",
+        metavar="TYPE",
+    )
+    out: str = option(help="the profile file to write", parse=output_file, metavar="PATH")
+    model: str = option("OPT-125M", help="the model shape (dummy weights)")
+    engine_python: str | None = option(
+        None, help="the Python of a vLLM environment (tools/engines.sh)", metavar="PATH",
+        default_help="~/.cache/heroserve-engines/vllm/bin/python",
+    )  # fmt: skip
+    model_dir: str | None = option(
+        None, help="a folder with the model's config.json (written there if missing)",
+        metavar="DIR", default_help="a temporary folder",
+    )  # fmt: skip
+    batch_sizes: tuple[int, ...] = option(
+        (1, 2, 4, 8), help="prefill batch sizes", **_GRID, default_help="1,2,4,8"
+    )
+    prompt_lengths: tuple[int, ...] = option(
+        (32, 64, 128, 256), help="prefill prompt lengths (tokens)", **_GRID,
+        default_help="32,64,128,256",
+    )  # fmt: skip
+    decode_batches: tuple[int, ...] = option(
+        (1, 2, 4, 8, 16), help="decode batch sizes", **_GRID, default_help="1,2,4,8,16"
+    )
+    contexts: tuple[int, ...] = option(
+        (64, 128, 256, 512), help="decode context lengths (tokens)", **_GRID,
+        default_help="64,128,256,512",
+    )  # fmt: skip
+    decode_steps: int = option(16, help="decode steps timed per point", low=1, high=4096)
+    repeats: int = option(3, help="runs per point (the median is kept)", low=1, high=100)
+    dtype: str = option("bfloat16", help="the engine's --dtype")
+    tp: int = option(1, help="tensor parallelism of the engine", low=1, high=1024)
+    timeout: float = option(
+        3600.0, help="give up after this long", unit="s", low=0, high=86400, low_open=True
     )

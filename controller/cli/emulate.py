@@ -92,6 +92,14 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--repeat", type=bounded(int, 1, 100), default=1, help="all-reduces per measurement"
     )
+    p.add_argument(
+        "--ina-client",
+        choices=("python", "plugin"),
+        default="python",
+        help="who runs the hosts' INA all-reduces: python: the host library "
+        "(agents/ina); plugin: collnet_harness driving the C++ CollNet plugin "
+        "libnccl-net-heroserve.so (make cxx); hier stays on the host library (default: python)",
+    )
     p.add_argument("--seed", type=bounded(int, 0, 2**31), default=1, help="data and impairments")
     p.add_argument(
         "--json",
@@ -124,6 +132,7 @@ def prepare(a: argparse.Namespace, slowdown: float) -> tuple[Any, Any, Any, list
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"--plan {a.plan}: not a plan ({type(exc).__name__}: {exc})") from None
     else:
+        notes += _set_roles_aside(g)
         plan = emulation_plan(g, window=a.window, hier=True)
         notes.append("plan: made for the emulation (heroserve plan may choose no INA group here)")
     try:
@@ -134,8 +143,31 @@ def prepare(a: argparse.Namespace, slowdown: float) -> tuple[Any, Any, Any, list
     return g, spec, plan, notes
 
 
+def _set_roles_aside(g: Any) -> list[str]:
+    """The made plan measures collectives, not serving: a GPU's ``role`` (which phase it may
+    serve) would only keep INA groups from forming (docs/topology.md's example has one
+    prefill and one decode server on its INA switch), so every GPU becomes ``any``, in the
+    graph the controller is given too (:func:`start_cluster`). The note names what was set
+    aside."""
+    roles: dict[str, set[str]] = {}
+    for n, d in g.nodes(data=True):
+        if d["kind"] == "gpu" and d.get("role", "any") != "any":
+            roles.setdefault(d["role"], set()).add(str(d.get("server", n)))
+            d["role"] = "any"
+    if not roles:
+        return []
+    said = "; ".join(f"{r}: {', '.join(sorted(s))}" for r, s in sorted(roles.items()))
+    return [f"roles set aside for the made plan (it measures collectives, not serving): {said}"]
+
+
 def start_cluster(a: argparse.Namespace, g: Any, spec: Any, plan: Any, impair: Any = None) -> Any:
+    """The cluster. The controller is given the graph this process loaded (roles as
+    :func:`prepare` left them), written into the run's work dir, not ``--topology`` itself:
+    it runs in the repository's root, where a relative path names nothing."""
+    import json
+
     from controller.emulate.cluster import Cluster, ClusterOptions
+    from controller.topology.io import topology_to_dict
 
     opts = ClusterOptions(
         switch_kind=a.switch,
@@ -143,7 +175,11 @@ def start_cluster(a: argparse.Namespace, g: Any, spec: Any, plan: Any, impair: A
         impair_seed=getattr(a, "seed", 0),
         keep_workdir=a.keep_logs,
     )
-    return Cluster(g, a.topology, spec, plan, opts)
+    c = Cluster(g, a.topology, spec, plan, opts)
+    path = c.workdir / "topology.json"
+    path.write_text(json.dumps(topology_to_dict(g), indent=1) + "\n")
+    c.topology = str(path)
+    return c
 
 
 def report_leftovers(tag: str) -> int:
@@ -215,9 +251,17 @@ def _emulate(a: argparse.Namespace) -> int:
     from controller.emulate.cluster import handle_signals
     from controller.emulate.collectives import Workers, ina_groups, run_group
     from controller.emulate.plans import group_runs
-    from controller.emulate.predict import emulated_graph, measure_hop_latency, predict
+    from controller.emulate.plugin import plugin_missing, run_ina_plugin
+    from controller.emulate.predict import (
+        emulated_graph,
+        measure_hop_latency,
+        predict,
+        ratio_note,
+    )
 
     setup_logging(a)
+    if a.ina_client == "plugin" and (why := plugin_missing()):
+        raise InputError(f"--ina-client plugin: {why}")
     g, spec, plan, notes = prepare(a, a.slowdown)
     impair = Impairments(a.loss, a.duplicate, a.reorder) or None
     eth = min((d["capacity"] for *_, d in g.edges(data=True) if d["link"] == "ethernet"), default=0)
@@ -234,12 +278,18 @@ def _emulate(a: argparse.Namespace) -> int:
     if impair:
         print(f"impairments on every host NIC link, each way: loss {a.loss:g}, duplicate "
               f"{a.duplicate:g}, reorder {a.reorder:g} (user-space link emulator)")  # fmt: skip
+    if a.ina_client == "plugin":
+        print(
+            "INA client: the C++ CollNet plugin (collnet_harness driving "
+            "libnccl-net-heroserve.so) for scheme ina; hier on the Python host library"
+        )
     for n in notes:
         print(n)
     runs = group_runs(plan)
     rows: list[list[str]] = [["group", "scheme", "GPUs", "bytes", "measured ms", "predicted ms",
                               "exact", "INA retx", "TCP retx"]]  # fmt: skip
     results = []
+    why: list[str] = []  # one line per ratio far from its prediction
     cluster = start_cluster(a, g, spec, plan, impair)
     workers = Workers(cluster)
     cluster.on_network_up = lambda: workers.launch(sorted({m for r in runs for m in r.group.gpus}))
@@ -255,7 +305,10 @@ def _emulate(a: argparse.Namespace) -> int:
                 ratio: dict[str, tuple[float, float | None]] = {}
                 for scheme in run.schemes:
                     t0 = time.monotonic()
-                    m = run_group(workers, installed, run, scheme, nbytes, a.seed, a.repeat)
+                    if scheme == "ina" and a.ina_client == "plugin":
+                        m = run_ina_plugin(workers, installed, run, nbytes, a.seed, a.repeat)
+                    else:
+                        m = run_group(workers, installed, run, scheme, nbytes, a.seed, a.repeat)
                     pred = predict(h, scheme, run.group.gpus, run.group.switch, m.nbytes)
                     ratio[scheme] = (m.seconds, pred)
                     results.append((m, pred))
@@ -267,8 +320,17 @@ def _emulate(a: argparse.Namespace) -> int:
                 if ina and ring and ina[0] and ring[0]:
                     pr = f"{ina[1] / ring[1]:.2f}" if ina[1] and ring[1] else "-"
                     rows.append(["", "INA/ring", "", "", f"{ina[0] / ring[0]:.2f}", pr, "", "", ""])
+                    if ina[1] and ring[1]:
+                        scheme = "ina" if "ina" in ratio else "hier"
+                        times = ((ina[0], ring[0]), (ina[1], ring[1]))
+                        note = ratio_note(run.group, scheme, nbytes, *times, g, a.slowdown,
+                                          a.switch)  # fmt: skip
+                        if note:
+                            why.append(f"{run.name} at {nbytes} B: {note}")
     print()
     print(text_table(rows))
+    for line in why:
+        print(line)
     status = 0 if all(m.exact and not m.error for m, _ in results) else 1
     if a.json:
         import json

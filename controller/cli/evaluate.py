@@ -4,6 +4,7 @@ cluster model (Fig. 7-10 as CSV and PNG, and a note with the measured ratios).""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from controller.cli.config import EvaluateCommand
 from controller.errors import InputError
@@ -19,6 +20,15 @@ def add_args(p: argparse.ArgumentParser) -> None:
     add_workers(g, "simulation processes")
     add_ray(g)
     add_journal(g, "journal.db in --out")
+
+
+JOURNAL = "journal.db"  # in --out unless --journal says otherwise
+
+
+def written_files(out: Path, summary: dict, journal: str | None) -> list[str]:
+    """What ``evaluate`` wrote into ``out``: the run's own files (``summary["written"]``) and
+    the journal when it is there."""
+    return ([] if journal else [JOURNAL]) + list(summary.get("written", []))
 
 
 def run(a: argparse.Namespace) -> int:
@@ -38,9 +48,10 @@ def run(a: argparse.Namespace) -> int:
     if a.fast and a.online_scheduler:
         raise InputError("--fast does not run the online scheduler")
     out = make_dir(a.out or f"eval/{s.name}", "--out")
+    journal = Journal(a.journal or out / JOURNAL, a.fresh)
+    # after every check that may refuse the command: the heartbeat thread ends in `finally`
     line = None if a.quiet else ProgressLine()
     say = line or (lambda m: None)
-    journal = Journal(a.journal or out / "journal.db", a.fresh)
     try:
         with Runner(a.workers, a.ray, say, journal) as runner:
             summary = evaluate(s, out, runner, say, a.seed, a.online_scheduler, a.fast)
@@ -49,8 +60,5 @@ def run(a: argparse.Namespace) -> int:
         if line is not None:
             line.close()
     print((out / "notes.md").read_text())
-    print(
-        f"written to {out}/: journal.db max_rate.csv attainment.csv attainment.png latency.csv "
-        f"ina_throughput.csv notes.md plans/" + (" kv_memory.csv" if s.kv_rate_per_gpu else "")
-    )
+    print(f"written to {out}/: " + " ".join(written_files(out, summary, a.journal)))
     return 0 if summary else 1

@@ -10,12 +10,11 @@ The plan is checked against its topology first; one format is written into ``--o
 from __future__ import annotations
 
 import argparse
-import ipaddress
 from pathlib import Path
 
 from controller.cli.config import ExportCommand
 from controller.errors import InputError
-from controller.export.options import Options
+from controller.export.options import Options, address_problem
 from controller.inputs.flags import add_flags, build
 
 
@@ -33,17 +32,17 @@ def run(a: argparse.Namespace) -> int:
     build(Options, a).check()  # before the plan is read: a bad flag is named whatever it holds
     plan = load_plan(a.plan)
     g = cluster_for_plan(plan, a.topology, a.plan)
-    addresses = {}
+    addresses: dict[str, str] = {}
     for item in a.address:
         server, sep, ip = item.partition("=")
-        try:
-            ipaddress.ip_address(ip)
-        except ValueError:
-            sep = ""
         if not sep or server not in servers(g):
             raise InputError(
                 f"--address {item!r}: SERVER=IP with SERVER a server of the plan's cluster"
             )
+        if server in addresses:
+            raise InputError(f"--address {item!r}: {server} was given an address already")
+        if why := address_problem(ip):
+            raise InputError(f"--address {item!r}: {why}")
         addresses[server] = ip
     opts = build(Options, a, addresses=addresses)
     files = export(plan, g, a.format, opts, a.engine)

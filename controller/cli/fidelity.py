@@ -5,7 +5,6 @@ rewrites only the ablation section of an existing report (``evaluation/ablation_
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from controller.errors import InputError
@@ -14,6 +13,7 @@ from controller.inputs.args import (
     add_ray,
     add_workers,
     bounded,
+    input_dir,
     output_file,
     write_text,
 )
@@ -31,7 +31,10 @@ def add_args(p: argparse.ArgumentParser) -> None:
         help="where to write the report (the repository's is docs/fidelity.md)",
     )
     p.add_argument(
-        "--eval-dir", default="eval", help="where `heroserve evaluate` wrote its scenarios"
+        "--eval-dir",
+        type=input_dir,
+        default="eval",
+        help="where `heroserve evaluate` wrote its scenarios",
     )
     p.add_argument(
         "--servers",
@@ -61,14 +64,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(a: argparse.Namespace) -> int:
+    from controller.cli.progress import ProgressLine
     from controller.evaluation.ablation_report import section_span
     from controller.evaluation.fidelity import SIM_REQUESTS, ablation_only, report
     from controller.evaluation.journal import Journal
     from controller.evaluation.sweep import Runner
-
-    def say(m: str) -> None:
-        if not a.quiet:
-            print(m, file=sys.stderr, flush=True)
 
     sim_requests = a.sim_requests or SIM_REQUESTS
     out = Path(a.out)
@@ -80,6 +80,9 @@ def run(a: argparse.Namespace) -> int:
             raise InputError(f"--out: cannot read {out}: {type(e).__name__}") from None
         section_span(old)  # a report without the section fails now, not after the work
     journal = Journal(a.journal or out.with_name(f"{out.stem}-journal.db"), a.fresh)
+    # after every check that may refuse the command: the heartbeat thread ends in `finally`
+    line = None if a.quiet else ProgressLine()  # stages and a heartbeat (cli/progress.py)
+    say = line or (lambda m: None)
     if len(journal):  # --fresh has emptied it
         say(f"fidelity: {len(journal)} finished jobs in {journal.path}; those of this command "
             "on this code are read back (--fresh runs them all)")  # fmt: skip
@@ -91,6 +94,8 @@ def run(a: argparse.Namespace) -> int:
                 text = report(a.servers, Path(a.eval_dir), a.quick, say, runner, sim_requests)
     finally:
         journal.close()
+        if line is not None:
+            line.close()
     write_text(out, text, "--out")
     print(f"written to {a.out}")
     return 0

@@ -44,18 +44,25 @@ def __getattr__(name: str) -> Any:
 # -- command line ----------------------------------------------------------------------------
 
 
+def _folder(s: str) -> Path:
+    """DIR: '' would be the current folder (``Path('')`` is ``.``), never what is meant."""
+    if not s:
+        raise argparse.ArgumentTypeError("an empty path: name the CA's folder")
+    return Path(s)
+
+
 def add_args(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="pki_action", required=True)
     fmt = DefaultsHelpFormatter
     i = sub.add_parser("init", help="create a CA (DIR/ca.crt, DIR/ca.key)", formatter_class=fmt)
-    i.add_argument("dir", type=Path, help="folder for the CA and the certificates it issues")
+    i.add_argument("dir", type=_folder, help="folder for the CA and the certificates it issues")
     i.add_argument("--name", default="HeroServe CA", help="the CA's common name")
     i.add_argument("--days", type=int, default=CA_DAYS, help="validity in days")
     i.add_argument("--force", action="store_true", help="replace existing files")
     s = sub.add_parser(
         "issue", help="issue DIR/NAME.crt and DIR/NAME.key signed by DIR's CA", formatter_class=fmt
     )
-    s.add_argument("dir", type=Path, help="folder of a CA made by `heroserve pki init`")
+    s.add_argument("dir", type=_folder, help="folder of a CA made by `heroserve pki init`")
     s.add_argument(
         "--name",
         required=True,

@@ -38,6 +38,9 @@ class Options:
 
     planner: PlannerOptions = field(default_factory=PlannerOptions)
     related: RelatedOptions = field(default_factory=RelatedOptions)
+    # the CPU clock (time.process_time) the time limit counts from: ``heroserve plan``'s
+    # start, so the limit covers the whole run; None: each planner's own start
+    started: float | None = None
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,9 @@ class Planner:
         if self.family == "heroserve":
             from controller.planner import plan
 
-            return plan(cluster, model, workload, sla, opts.planner, self.name, progress)
+            return plan(
+                cluster, model, workload, sla, opts.planner, self.name, progress, opts.started
+            )
         from controller.related import plan_related
 
         return plan_related(self.name, cluster, model, workload, sla, opts.related, progress)

@@ -108,8 +108,7 @@ def colocated_summary(plan: Plan, limit: int = 40) -> str:
 # -- heroserve simulate, colocated -------------------------------------------------------------
 def run_colocated(a: argparse.Namespace, plan: Plan) -> int:
     """``heroserve simulate`` of a colocated plan (the flags of controller/cli/simulate.py)."""
-    from controller.cli.common import plan_cluster, workload_for_plan
-    from controller.cli.simulate import offered_work
+    from controller.cli.common import offered_work, plan_cluster, workload_for_plan
     from controller.related.clusters import CLUSTERS, resolve_cluster
     from controller.related.colocated import ColocatedOptions, ColocatedSim, build_colocated
     from controller.topology import BUILTIN

@@ -10,11 +10,11 @@ import argparse
 import json
 import sys
 
+from controller.cli.common import offered_work
 from controller.cli.config import SimulateCommand
 from controller.errors import InputError
 from controller.inputs.args import write_text
 from controller.inputs.flags import add_flags
-from controller.inputs.limits import MAX_RATE, MAX_SIM_TOKENS
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -25,50 +25,20 @@ def add_args(p: argparse.ArgumentParser) -> None:
     add_flags(p, SimulateCommand)
 
 
-def check_work(reqs, rate: float) -> None:
-    """The bounds on one simulation's work (controller/inputs/limits.py)."""
-    if rate > MAX_RATE:
-        raise InputError(f"offered rate {rate:.4g} req/s is above the bound {MAX_RATE:g}")
-    tokens = sum(r.input_tokens + r.output_tokens for r in reqs)
-    if tokens > MAX_SIM_TOKENS:
-        raise InputError(
-            f"{len(reqs)} requests hold {tokens} tokens, more than one simulation may run "
-            f"({MAX_SIM_TOKENS:.0e}): pass fewer --requests"
-        )
-
-
-def offered_work(a: argparse.Namespace, plan, w, gpus_used: int) -> tuple[float, list]:
-    """The offered rate (req/s, the whole deployment) and its requests, within the bounds.
-
-    Without ``--rate`` the plan's own predicted rate is offered, and a line on stderr says so:
-    the rate the planner claims the deployment sustains is the one worth checking first."""
-    from controller.sim import make_requests
-
-    if a.rate is None:
-        if a.per_gpu:
-            raise InputError("--per-gpu scales --rate: pass --rate too")
-        rate = plan.predicted.rate
-        if not rate > 0:
-            raise InputError(f"the plan predicts no rate ({rate:g} req/s): pass --rate")
-        print(f"no --rate: offering the plan's predicted rate, {rate:.4g} req/s", file=sys.stderr)
-    else:
-        rate = a.rate * gpus_used if a.per_gpu else a.rate
-    reqs = make_requests(w, rate, a.requests, a.seed, a.cv)
-    check_work(reqs, rate)
-    return rate, reqs
-
-
 def run(a: argparse.Namespace) -> int:
-    from controller.cli.common import plan_and_workload
+    from controller.cli.common import plan_and_workload, profile_compute, say_extrapolated
     from controller.cli.related import run_colocated
     from controller.inputs.plan_checks import load_plan
+    from controller.models import model_spec
     from controller.sim import SimOptions, build_model, simulator_for
 
     plan = load_plan(a.plan)
     if plan.layout == "colocated":  # the seed planners' plans (controller/related/colocated/)
         return run_colocated(a, plan)
     g, w = plan_and_workload(plan, a.topology, a.workload, a.plan)
-    model = build_model(plan, g, w)
+    compute, fit = profile_compute(a.profile, model_spec(plan.model), g)
+    say_extrapolated(fit, plan, w)
+    model = build_model(plan, g, w, compute)
     rate, reqs = offered_work(a, plan, w, model.gpus_used)
     print(
         f"simulating {a.requests} {w.name} requests at {rate:.4g} req/s "

@@ -89,6 +89,9 @@ def validate_file(path: str | Path, kind: str | None = None, topology: str | Non
             f"{g.number_of_edges()} links)"
         )
     g = cluster_for_plan(plan, topology, str(p))
+    from controller.export.check import check_plan
+
+    check_plan(plan, g)  # what export refuses (an unknown model, a shard that does not fit)
     return (
         f"{p}: valid plan by {plan.planner} ({len(plan.all_gpus())} GPUs, prefill "
         f"{plan.prefill.tp}x{plan.prefill.pp}, decode {plan.decode.tp}x{plan.decode.pp}), "

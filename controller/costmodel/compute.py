@@ -44,6 +44,15 @@ class ComputeCoefficients:
     c5: float  # s per unit of 3 h_kv K (KV-cache read)
     c6: float  # s per decode layer, fixed
     block: int = ATTENTION_BLOCK
+    # s per multiply-accumulate of a decode step's GEMMs; None: C1 (the roofline's one peak).
+    # A fit to an engine profile gives decode its own (costmodel/profiled.py): a step's
+    # matrix-vector GEMMs do not run at a prefill's matrix-matrix speed
+    c1d: float | None = None
+
+    @property
+    def decode_c1(self) -> float:
+        """The decode GEMMs' C1 (``c1d``, else ``c1``)."""
+        return self.c1 if self.c1d is None else self.c1d
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -89,4 +98,8 @@ def decode_layer_time(
     """Eq. 13 (with the roofline max): one decode step of one layer for ``batch`` requests
     holding ``k_ctx`` context tokens in total, s."""
     w = layer_weights(model)
-    return max(co.c4 * w, co.c1 * w * batch) / tp + co.c5 / tp * 3 * model.kv_dim * k_ctx + co.c6
+    return (
+        max(co.c4 * w, co.decode_c1 * w * batch) / tp
+        + co.c5 / tp * 3 * model.kv_dim * k_ctx
+        + co.c6
+    )

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from agents.ina.packet import HEADER_LEN, LANE_FORMAT, VECTOR_BYTES
+from agents.ina.packet import DEFAULT_LANE_FORMAT, HEADER_LEN, LANE_FORMATS, VECTOR_BYTES
 from controller.errors import InputError
 from controller.inputs.flags import option
 from controller.topology.costmodes import COST_MODES, PAPER, PIPELINED, ROCE_MTU_BYTES, CostMode
@@ -40,6 +40,10 @@ class LaneFormat:
     element_bytes: int
     scale_bytes: float
     source: str
+    # Relative L2 error of a 4-member all-reduce of FP16 activations with outliers
+    # (benchmarks/lane_error.py, docs/dataplane.md "Lane formats"): no format is offered
+    # without it.
+    error: str
 
 
 INA_LANES: dict[str, LaneFormat] = {
@@ -47,17 +51,30 @@ INA_LANES: dict[str, LaneFormat] = {
     for lane in (
         # SwitchML (NSDI'21): floats scaled to 32-bit fixed point, the switch adds integers;
         # the project's P4 program aggregates 32 int32 lanes per packet.
-        LaneFormat("int32", 4, 0.0, "SwitchML fixed point; p4/heroserve_ina.p4"),
-        # Block-scaled 16-bit integers: one 8-bit shared scale per block of 32 elements, the
-        # block of the OCP Microscaling (MX) formats v1.0.
-        LaneFormat("int16", 2, 1.0 / 32, "block-scaled int16, OCP MX block of 32"),
+        LaneFormat(
+            "int32",
+            LANE_FORMATS["int32"].lane_bits // 8,
+            0.0,
+            "SwitchML fixed point; p4/heroserve_ina.p4",
+            "4.7e-9",
+        ),
+        # Block floating point, as the switch runs it (agents/ina/packet.py LANE_FORMATS):
+        # int16 lanes, 64 per packet, the block's exponent in the header's exp byte (so no
+        # payload bytes for the scale: the header is in INA_OVERHEAD_BYTES).
+        LaneFormat(
+            "bfp16",
+            LANE_FORMATS["bfp16"].lane_bits // 8,
+            0.0,
+            "int16 lanes, per-packet exponent; p4/heroserve_ina.p4",
+            "1.0e-3",
+        ),
         # FPISA (NSDI'22): floating-point addition in a Tofino pipeline, 16-bit lanes.
-        LaneFormat("fp16", 2, 0.0, "FPISA 16-bit floating-point lanes"),
+        LaneFormat("fp16", 2, 0.0, "FPISA 16-bit floating-point lanes (not run here)", "3.3e-4"),
     )
 }
-InaLanes = Literal["int32", "int16", "fp16"]  # the names of INA_LANES
+InaLanes = Literal["int32", "bfp16", "fp16"]  # the names of INA_LANES
 assert get_args(InaLanes) == tuple(INA_LANES)
-DEFAULT_INA_LANES: InaLanes = LANE_FORMAT  # what p4/heroserve_ina.p4 aggregates
+DEFAULT_INA_LANES: InaLanes = DEFAULT_LANE_FORMAT  # a group's format unless it names one
 
 
 @dataclass(frozen=True)
@@ -71,7 +88,10 @@ class NetParams:
     )
     ina_lanes: InaLanes = option(
         DEFAULT_INA_LANES,
-        help="INA lane format on the wire: how the switch adds an FP16 element",
+        help="INA lane format on the wire: how the switch adds an FP16 element; relative L2 "
+        "error of a 4-member FP16 all-reduce: "
+        + ", ".join(f"{v.name} {v.error}" for v in INA_LANES.values())
+        + " (docs/dataplane.md, Lane formats)",
         default_help=f"{DEFAULT_INA_LANES}, what p4/heroserve_ina.p4 aggregates",
     )
     # NCCL's per-hop latency of a ring step, LL128 protocol (src/graph/tuning.cc, hwLat):

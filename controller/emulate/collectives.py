@@ -16,6 +16,7 @@ import logging
 import secrets
 import selectors
 import statistics
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +89,35 @@ class Workers:
                 "first_generation": secrets.randbelow(GENERATIONS),
             }
         return self.ina_sessions[group_id]
+
+    def fresh_session(self, group_id: int) -> dict[str, int]:
+        """A session of ``group_id`` nobody has used: the next one (newer in RFC 1982 order,
+        as the switch requires) with a new random first generation. For a client that
+        starts its rounds from 0 (the plugin's ranks, docs/emulation.md); later members of
+        the group get it from ``ina_session``, and a Python worker holding the old one
+        opens a new session on it."""
+        old = self.ina_session(group_id)
+        self.ina_sessions[group_id] = {
+            "session": (old["session"] + 1) % SESSIONS,
+            "first_generation": secrets.randbelow(GENERATIONS),
+        }
+        return self.ina_sessions[group_id]
+
+    def stop(self, gpus: list[str]) -> None:
+        """Quit the workers of ``gpus`` (each holds its host's INA UDP port); ``ensure``
+        starts them again when a later collective needs them."""
+        for gpu in [g for g in gpus if g in self.procs]:
+            p = self.procs.pop(gpu)
+            self.pending.discard(gpu)
+            try:
+                p.stdin.write('{"op": "quit"}\n')
+                p.stdin.flush()
+                p.wait(timeout=60)
+            except (OSError, ValueError):
+                pass  # already gone
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
     def launch(self, gpus: list[str]) -> None:
         """Start the workers of ``gpus`` that do not run yet (they come up meanwhile)."""

@@ -21,7 +21,7 @@ from typing import Any
 
 import networkx as nx
 
-from agents.ina.packet import HEADER_LEN
+from agents.ina.packet import HEADER_LEN, VECTOR_BYTES
 from controller.costmodel.hier import hier_pattern
 from controller.costmodel.ina import ina_pattern
 from controller.costmodel.netparams import NetParams
@@ -106,3 +106,68 @@ def predict(
         fab = params.fabric(h, relay=False)
         pat = hier_pattern(fab, members, nbytes, params)
     return None if pat is None else pat.time(fab, nbytes)
+
+
+RATIO_EXPLAINED = 2.0  # measured and predicted INA/ring further apart than this get a why
+SWITCH_NAMES = {
+    "model": "the executable P4 model, a Python interpreter",
+    "bmv2": "BMv2, a software interpreter of the P4 program",
+}
+
+
+def switch_contributions(group: Any, scheme: str, nbytes: int) -> dict[str, int]:
+    """INA packets each switch takes in for one all-reduce of ``nbytes``: every member sends
+    one packet per 128-byte vector of what it aggregates (the whole message flat, its shard
+    on a hierarchical rail)."""
+    per: dict[str, int] = {}
+    if scheme == "ina":
+        per[str(group.switch)] = len(group.gpus) * -(-nbytes // VECTOR_BYTES)
+    elif scheme == "hier":
+        for rail in group.rails:
+            vectors = -(-nbytes // (rail.shards * VECTOR_BYTES))
+            per[rail.switch] = per.get(rail.switch, 0) + len(rail.members) * vectors
+    return per
+
+
+def ratio_note(
+    group: Any,
+    scheme: str,
+    nbytes: int,
+    measured: tuple[float, float],
+    predicted: tuple[float, float],
+    g: nx.Graph,
+    slowdown: float,
+    switch_kind: str,
+) -> str | None:
+    """One line saying why the measured INA/ring (``measured``: INA and ring seconds) is more
+    than ``RATIO_EXPLAINED`` times off the predicted one, else None. The switch's packet rate
+    is what it took in over the measured INA time (a lower bound for hierarchical INA, whose
+    time includes the NVLink steps); the links' is what the emulated Ethernet links of the
+    members on that switch (``g``'s capacities over ``slowdown``) carry in INA frames."""
+    rm, rp = measured[0] / measured[1], predicted[0] / predicted[1]
+    off = max(rm / rp, rp / rm)
+    if off <= RATIO_EXPLAINED:
+        return None
+    head = f"INA/ring measured {rm:.2f} against {rp:.2f} predicted ({off:.1f}x apart): "
+    per = switch_contributions(group, scheme, nbytes)
+    if not per or measured[0] <= 0:
+        return head + "see docs/emulation.md, Calibration"
+    sw, packets = max(per.items(), key=lambda kv: kv[1])
+    took = packets / measured[0]
+    members = list(group.gpus)
+    if scheme == "hier":
+        members = [m for r in group.rails if r.switch == sw for m in r.members]
+    link_bytes = sum(g.edges[m, sw]["capacity"] for m in members) / slowdown
+    carry = link_bytes / (FRAME_HEADER_BYTES + VECTOR_BYTES)
+    if took < carry / RATIO_EXPLAINED:
+        what = SWITCH_NAMES.get(switch_kind, "software")
+        return head + (
+            f"the switch here is {what}, not a line-rate ASIC: {sw} took in {took:,.0f} INA "
+            f"packets/s where its {len(members)} member links carry {carry:,.0f} frames/s, and the "
+            "prediction assumes the links bind (docs/emulation.md, Calibration; a larger "
+            "--slowdown lets the links bind)"
+        )
+    return head + (
+        f"not the switch ({sw} took in {took:,.0f} INA packets/s, its member links carry "
+        f"{carry:,.0f} frames/s): see docs/emulation.md, Calibration (TCP queueing in the ring)"
+    )

@@ -16,7 +16,15 @@ from typing import Any
 
 from controller.errors import InputError
 from controller.evaluation.ablation import STEPS, Row, ablation
-from controller.evaluation.ablation_sim import REL_TOL, SAME, SEEDS, Job, SimCell, simulate
+from controller.evaluation.ablation_sim import (
+    REL_TOL,
+    SAME,
+    SEEDS,
+    Job,
+    SimCell,
+    ablation_problem,
+    simulate,
+)
 from controller.evaluation.maxrate import MAX_DOUBLINGS
 from controller.evaluation.scenarios import scenario
 from controller.evaluation.sweep import Runner
@@ -114,9 +122,12 @@ def section(
     """The section's lines for ``cases`` (scenario name, overrides that size its cluster):
     each scenario's rows planned, then every distinct deployment simulated in one sweep."""
     t0 = time.perf_counter()
-    say(f"fidelity: the ablation's plans of {len(cases)} scenarios on {runner.workers} worker(s)")
+    say(
+        f"fidelity 2/2: the ablation's plans of {len(cases)} scenarios on {runner.workers} "
+        "worker(s)"
+    )
     where = f"{runner.journal.path}" if runner.journal is not None else "an ablation job"
-    docs = runner.call(_job, list(cases), "fidelity: ablations planned")
+    docs = runner.call(_job, list(cases), "fidelity: ablations planned", ablation_problem)
     jobs = [Job.from_dict(d, where) for d in docs]
     cells = simulate(jobs, runner, max_requests, say)
     out = [f"{HEADING}\n"]

@@ -10,7 +10,8 @@ so a step that changes nothing the simulator runs has a simulated ratio of exact
 is not simulated, and its cell says why, when it has no plan, when its plan does not load in the
 simulator, or when a point at its predicted H would run more requests than the budget.
 
-Holds ``SEEDS``, ``REL_TOL``, ``SimCell``, ``Job`` and ``simulate``.
+Holds ``SEEDS``, ``REL_TOL``, ``SAME``, ``SimCell``, ``Job``, ``ablation_problem`` and
+``simulate``.
 """
 
 from __future__ import annotations
@@ -91,6 +92,16 @@ class Job:
             return _JOB.check(d)
         except SchemaError as e:
             raise InputError(f"{source}: {e}") from None
+
+
+def ablation_problem(d: Any) -> str | None:
+    """The first problem of ``d`` as an ablation job's document (what ``Job.from_dict``
+    refuses), or None: the journal's check of a row read back (``sweep.Runner.call``)."""
+    try:
+        Job.from_dict(d, "the row")
+    except InputError as e:
+        return str(e)
+    return None
 
 
 class _PlanDocument(Spec):

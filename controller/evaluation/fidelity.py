@@ -301,7 +301,7 @@ def report(
     lines.append("|" + "---|" * 8)
     todo = [c for c in cases(servers) if not quick or c.name.startswith("testbed")]
     run = runner or Runner(1, progress=say)
-    say(f"fidelity: planning {len(todo)} scenarios in both cost modes on {run.workers} "
+    say(f"fidelity 1/2: planning {len(todo)} scenarios in both cost modes on {run.workers} "
         "worker(s)")  # fmt: skip
     planned = run.call(_case_rows, todo, "fidelity: scenarios planned")
     tpot_rows: list[tuple[str, str, float, float, float]] = []

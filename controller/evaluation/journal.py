@@ -15,9 +15,10 @@ looks each job up here before running it, and records each result as it finishes
   passes through the same JSON round trip whether it was just computed or read back, so both
   runs of a command see the same values (tuples become lists).
 - **Hostile file**: the file may be truncated, edited or written by another program. A row
-  that does not parse as JSON is treated as missing and its job runs again; the caller
-  decodes and checks what a result holds (``ablation_sim.Job.from_dict`` validates plans as
-  ``heroserve`` validates a plan file).
+  that does not parse as JSON is treated as missing and its job runs again, and so is a row
+  its caller's check refuses (``evaluation.results``: wrong types, an attainment outside
+  [0, 1], a negative latency, NaN; an ablation job's plans as ``heroserve`` checks a plan
+  file), with one warning line naming the job and the problem, never a traceback.
 
 Holds ``code_digest``, ``job_key`` and ``Journal``.
 """
@@ -29,6 +30,7 @@ import hashlib
 import json
 import math
 import sqlite3
+import sys
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -74,8 +76,12 @@ class Journal:
     never be read back, and are dropped when the journal opens, so it does not grow with
     every change of the code."""
 
-    def __init__(self, path: str | Path, fresh: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, fresh: bool = False, warn: Callable[[str], None] | None = None
+    ) -> None:
         self.path = Path(path)
+        self.warn = warn or (lambda m: print(m, file=sys.stderr))  # one line per refused row
+        self.refused = 0  # rows read back that a check refused this run (their jobs ran again)
         self.hits = 0  # jobs read back this run
         self.hit_seconds = 0.0  # what the jobs read back took when they ran (s, in workers)
         self.recorded = 0  # jobs run and recorded this run
@@ -97,14 +103,20 @@ class Journal:
         except (OSError, sqlite3.Error) as e:
             raise InputError(f"--journal: cannot use {self.path}: {e}") from None
 
-    def get(self, key: str) -> Any:
-        """The result recorded for ``key``, or ``MISSING``."""
+    def get(self, key: str, check: Callable[[Any], str | None] | None = None) -> Any:
+        """The result recorded for ``key``, or ``MISSING`` (also when ``check``, given the
+        value, names a problem: one warning line, and the job runs again)."""
         row = self._db.execute("SELECT result, seconds FROM job WHERE key = ?", (key,)).fetchone()
         if row is None or not isinstance(row[0], str):
             return MISSING
         try:
             value = json.loads(row[0])
-        except ValueError:
+        except (ValueError, RecursionError):
+            return MISSING
+        problem = check(value) if check is not None else None
+        if problem is not None:
+            self.refused += 1
+            self.warn(f"journal {self.path}: job {key[:12]}: {problem[:200]}: running it again")
             return MISSING
         self.hits += 1
         seconds = row[1]

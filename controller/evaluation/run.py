@@ -6,6 +6,7 @@ a note that sets the measured ratios next to the paper's."""
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
 import time
@@ -17,22 +18,23 @@ from typing import Any
 from controller.errors import InputError
 from controller.evaluation import plots
 from controller.evaluation.deployment import deployment_key, simulated_together
-from controller.evaluation.ina import MB, SIZES_MB, aggregation_throughput
+from controller.evaluation.ina import MB, SCHEMES, SIZES_MB, aggregation_throughput
 from controller.evaluation.scenarios import LIVES, MIN_REQUESTS, PAPER_CLAIMS, Scenario
 from controller.evaluation.sweep import Point, Runner, max_rates
 from controller.plan import Plan
 
 
-def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
     if not rows:
         path.write_text("")
-        return
+        return path
     keys = list(dict.fromkeys(k for r in rows for k in r))
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
         for r in rows:
             w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    return path
 
 
 def make_plans(s: Scenario, say: Callable[[str], None]) -> tuple[dict, dict[str, str]]:
@@ -40,9 +42,10 @@ def make_plans(s: Scenario, say: Callable[[str], None]) -> tuple[dict, dict[str,
 
     g, model, w, sla = s.cluster(), s.model_spec(), s.load(), s.sla()
     plans, failed = {}, {}
-    for name in s.planners:
+    for i, name in enumerate(s.planners, 1):
         t0 = time.perf_counter()
-        say(f"planning {s.name} with {name} ({g.name})")
+        # a stage line (cli/progress.py): "planner 2/5: distserve (testbed-chatbot on testbed)"
+        say(f"planner {i}/{len(s.planners)}: {name} ({s.name} on {g.name})")
         try:
             plans[name] = plan(g, model, w, sla, PlannerOptions(), planner=name)
         except InputError as e:
@@ -69,8 +72,10 @@ def evaluate(
     out.mkdir(parents=True, exist_ok=True)
     (out / "plans").mkdir(exist_ok=True)
     plans, failed = make_plans(s, say)
+    written: list[Path] = []  # every file this run writes, for the summary and the CLI
     for name, p in plans.items():
         p.save(out / "plans" / f"{name}.json")
+        written.append(out / "plans" / f"{name}.json")
     overrides = {"servers": s.servers} if s.servers else {}
     dicts = {n: p.to_dict() for n, p in plans.items()}
     twin_of = same_deployments(plans, online_scheduler)
@@ -88,7 +93,8 @@ def evaluate(
 
     # 1. max rate at the SLA percentile (Fig. 7a/c, 8)
     sims = [n for n in plans if twin_of[n] == n]  # the planners whose plans are simulated
-    say(f"max rate at {target:.0%} attainment: bisection for {len(sims)} deployment(s)")
+    say(f"sweep 1/3: max rate at {target:.0%} attainment, bisection for {len(sims)} "
+        "deployment(s)")  # fmt: skip
     found = max_rates(runner, point, {n: plans[n].predicted.rate for n in sims}, target)
     br = {n: found[twin_of[n]] for n in plans}
     ref = "heroserve" if "heroserve" in br else next(iter(br))
@@ -116,7 +122,7 @@ def evaluate(
                 "simulated_as": twin_of[n],
             }
         )
-    _write_csv(out / "max_rate.csv", max_rows)
+    written.append(_write_csv(out / "max_rate.csv", max_rows))
 
     # 2. attainment against per-GPU rate
     fr = [0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5][: s.curve_points]
@@ -125,20 +131,20 @@ def evaluate(
         for n in sims
         for f in fr
     ]
-    say(f"attainment curves: {len(pts)} points")
+    say(f"sweep 2/3: attainment curves, {len(pts)} points")
     res = _for_twins(runner.map(pts, "attainment curve"), twin_of)
     curve_rows, curves = [], {}
     for r in res:
         curve_rows.append(_row(r))
         curves.setdefault(r["planner"], []).append((r["rate_per_gpu"], r["attainment"]))
-    _write_csv(out / "attainment.csv", curve_rows)
-    plots.attainment(
+    written.append(_write_csv(out / "attainment.csv", curve_rows))
+    written += plots.attainment(
         curves, target, f"{s.name}: SLA attainment ({s.model})", out / "attainment.png"
     )
 
     # 3. latency at fixed rates
     pts = [point(n, rpg * gpus[n]) for rpg in s.fixed_rates_per_gpu for n in sims]
-    say(f"latency at fixed rates: {len(pts)} points")
+    say(f"sweep 3/3: latency at fixed rates, {len(pts)} points")
     lat_rows = []
     for r in _for_twins(runner.map(pts, "latency at fixed rates"), twin_of):
         row = _row(r)
@@ -148,10 +154,10 @@ def evaluate(
         row["rate_per_gpu_nominal"] = min(
             s.fixed_rates_per_gpu, key=lambda x, row=row: abs(x - row["rate_per_gpu"])
         )
-    _write_csv(out / "latency.csv", lat_rows)
+    written.append(_write_csv(out / "latency.csv", lat_rows))
     if lat_rows:
         sla = s.sla()
-        plots.latency_bars(
+        written += plots.latency_bars(
             lat_rows, f"{s.name}: latency", out / "latency.png", (sla.ttft_s, sla.tpot_s)
         )
 
@@ -159,22 +165,29 @@ def evaluate(
     from controller.evaluation.sweep import _model_for
 
     ina_rows = []
-    for n in br:
+    for n, scheme in itertools.product(br, SCHEMES):
         model, _ = _model_for(s.name, overrides, twin_of[n], dicts[twin_of[n]])
+        rows = []
         for mb in SIZES_MB:
-            t = aggregation_throughput(model, mb * MB)
-            ina_rows.append(
+            t = aggregation_throughput(model, mb * MB, scheme)
+            rows.append(
                 {
                     "planner": n,
+                    "scheme": scheme,
                     "message_mb": mb,
                     "throughput_GBps": t["throughput_Bps"] / 1e9,
                     "groups": t["groups"],
                     "ina_share": t["ina_share"],
                     "mean_allreduce_s": t["mean_allreduce_s"],
+                    "simulated_as": twin_of[n],
                 }
             )
-    _write_csv(out / "ina_throughput.csv", ina_rows)
-    plots.ina_throughput(ina_rows, f"{s.name}: aggregation throughput", out / "ina_throughput.png")
+        if scheme != "ina" or any(r["ina_share"] > 0 for r in rows):  # INA where priced
+            ina_rows += rows
+    written.append(_write_csv(out / "ina_throughput.csv", ina_rows))
+    written += plots.ina_throughput(
+        ina_rows, f"{s.name}: aggregation throughput", out / "ina_throughput.png"
+    )
 
     # 5. KV memory over time (Fig. 10)
     kv_rows = []
@@ -187,8 +200,8 @@ def evaluate(
                 {"planner": r["planner"], "time_s": t, "kv_fraction": u}
                 for t, u in r["kv_timeline"]
             ]
-        _write_csv(out / "kv_memory.csv", kv_rows)
-        plots.kv_memory(
+        written.append(_write_csv(out / "kv_memory.csv", kv_rows))
+        written += plots.kv_memory(
             series,
             f"{s.name}: KV cache at {s.kv_rate_per_gpu} req/s per GPU",
             out / "kv_memory.png",
@@ -203,6 +216,8 @@ def evaluate(
         "fast": fast,
         "seed": seed,
     }
+    written += [out / "summary.json", out / "notes.md"]
+    summary["written"] = sorted(str(f.relative_to(out)) for f in written)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
     (out / "notes.md").write_text(notes(s, max_rows, lat_rows, ina_rows, failed, ref))
     return summary
@@ -352,13 +367,12 @@ def notes(s: Scenario, max_rows, lat_rows, ina_rows, failed, ref: str) -> str:
             )
         lines.append(f"\nPaper: {PAPER_CLAIMS['tpot']}.")
     if ina_rows:
-        lines.append(
-            "\nAggregation throughput at 64 MB (GB/s): "
-            + ", ".join(
-                f"{r['planner']} {r['throughput_GBps']:.2f}"
-                for r in ina_rows
-                if r["message_mb"] == 64
-            )
-        )
+        for scheme, what in (("fastest", "each group's fastest"), ("ina", "INA where priced")):
+            at64 = [r for r in ina_rows if r["message_mb"] == 64 and r["scheme"] == scheme]
+            if at64:
+                lines.append(
+                    f"\nAggregation throughput at 64 MB, {what} (GB/s): "
+                    + ", ".join(f"{r['planner']} {r['throughput_GBps']:.2f}" for r in at64)
+                )
         lines.append(f"Paper: {PAPER_CLAIMS['ina']}.")
     return "\n".join(lines) + "\n"

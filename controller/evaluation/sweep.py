@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from controller.errors import InputError, WorkerLost
 from controller.evaluation.journal import MISSING, Journal, job_key
+from controller.evaluation.results import point_problem
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -156,30 +157,42 @@ class Runner:
     def map(self, points: Sequence[Point], what: str = "") -> list[dict[str, Any]]:
         self.batch_done = 0
         out = []
-        for r in self._results(run_point, points):
+        for r in self._results(run_point, points, point_problem):
             out.append(r)
             self._tick(what, len(points))
         return out
 
-    def call(self, fn: Callable[[T], R], items: Sequence[T], what: str = "") -> list[R]:
+    def call(
+        self,
+        fn: Callable[[T], R],
+        items: Sequence[T],
+        what: str = "",
+        check: Callable[[Any], str | None] | None = None,
+    ) -> list[R]:
         """``fn`` over ``items`` in order, on the pool or the Ray cluster like ``map``'s
         points (``fn`` a module-level function, its items and results picklable); jobs such
         as a scenario's plans, which take minutes each at 1,200 servers. Progress per job
-        done, not counted as simulations."""
+        done, not counted as simulations. ``check`` names what is wrong with a result read
+        back from the journal (None: nothing), whose job then runs again."""
         out: list[R] = []
-        for r in self._results(fn, items):
+        for r in self._results(fn, items, check):
             out.append(r)
             if self.progress:
                 self.progress(f"{what}: {len(out)}/{len(items)} done ({self.workers} worker(s))")
         return out
 
-    def _results(self, fn: Callable[[T], R], items: Sequence[T]) -> Iterable[R]:
-        """``fn``'s results over ``items``, in order, as they come: read from the journal or
-        run (on the Ray cluster, the pool, or here) and recorded as each finishes, with the
-        seconds it took in its worker."""
+    def _results(
+        self,
+        fn: Callable[[T], R],
+        items: Sequence[T],
+        check: Callable[[Any], str | None] | None = None,
+    ) -> Iterable[R]:
+        """``fn``'s results over ``items``, in order, as they come: read from the journal
+        (those ``check`` passes) or run (on the Ray cluster, the pool, or here) and recorded
+        as each finishes, with the seconds it took in its worker."""
         j = self.journal
         keys = [job_key(fn, x) for x in items] if j is not None else []
-        got: list[Any] = [j.get(k) for k in keys] if j is not None else [MISSING] * len(items)
+        got: list[Any] = [MISSING] * len(items) if j is None else [j.get(k, check) for k in keys]
         todo = [i for i, v in enumerate(got) if v is MISSING]
         finished = self._finished(fn, [items[i] for i in todo])  # runs from the first next()
         for done in range(len(items)):

@@ -34,7 +34,7 @@ def export(
     run it (the rule it breaks)."""
     from controller.export.check import check_plan
     from controller.export.deployment import render as render_deployment
-    from controller.export.engines import check_engine
+    from controller.export.engines import check_engine, check_servers
     from controller.export.k8s import render_k8s
     from controller.export.layout import layout
     from controller.export.script import render_json, render_shell
@@ -55,6 +55,8 @@ def export(
         engine = fmt
     profile = check_engine(plan, g, engine)
     views = layout(plan, g, opts)
+    if fmt != "k8s":  # the start scripts name each server as a host
+        check_servers(list(dict.fromkeys(p.server for v in views for p in v.servers)), opts)
     make = vllm_commands if engine == "vllm" else sglang_commands
     cmds = make(views, plan.model, opts)
     if fmt == "k8s":

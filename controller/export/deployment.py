@@ -64,7 +64,10 @@ def gpu_agents(views: list[InstanceView], opts: Options) -> list[dict[str, Any]]
     ina: set[str] = set()  # servers whose engines name the CollNet plugin
     for v in views:
         for part in v.servers:
-            a = by_server.setdefault(part.server, {"server": part.server, "gpus": [], "groups": []})
+            a = by_server.setdefault(
+                part.server,
+                {"server": part.server, "gpus": [], "groups": [], "nvlink": part.nvlink},
+            )
             a["gpus"] += [f"{gid}:{idx}" for gid, idx in zip(part.gpu_ids, part.cuda, strict=True)]
             a["groups"] += part.groups
             if "HEROSERVE_INA_CONFIG" in part.env:
@@ -74,6 +77,7 @@ def gpu_agents(views: list[InstanceView], opts: Options) -> list[dict[str, Any]]
         argv = ["heroserve-gpu-agent", "--controller", opts.controller, "--node-id", a["server"]]
         for gpu in a["gpus"]:
             argv += ["--gpu", gpu]
+        argv += a["nvlink"]  # how its board's NVLink links are named (layout.nvlink_args)
         if a["server"] in ina:  # its engines' CollNet plugin reads the groups written there
             argv += ["--ina-config", opts.ina_config]
         out.append(

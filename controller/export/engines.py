@@ -10,6 +10,8 @@ as a start script per server and as JSON.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Callable
 
 import networkx as nx
@@ -23,6 +25,7 @@ from controller.topology.graph import gpus
 # Public checkpoints of the models in controller/models/specs.py (their configs are the
 # specs' source). OPT-175B has none: the operator gives --model-path.
 CHECKPOINTS = {
+    "OPT-125M": "facebook/opt-125m",
     "OPT-13B": "facebook/opt-13b",
     "OPT-66B": "facebook/opt-66b",
     "LLaMA-2-70B": "meta-llama/Llama-2-70b-hf",
@@ -33,6 +36,15 @@ CHECKPOINTS = {
 # server's name (getent) into this variable before it starts anything, because the NIXL
 # side channel and Ray bind to an address, not to a host name.
 ADDR = "${ADDR}"
+# A folder the start script makes for this run (``mktemp -d``: new, the serving user's own,
+# mode 0700) for files a process reads by path (vLLM's VLLM_CONFIG_ROOT): never a fixed name
+# in a shared folder, where another user could plant the folder or a symlink inside it first.
+RUN = "${RUN}"
+# The script's own names: "router" is the host the routers run on (``bash vllm.sh router``).
+ROUTER_HOST = "router"
+# A server the scripts resolve by its name (no --address) is written as a host name: letters,
+# digits, '-', '.', '_', not starting with '-' (getent would read it as an option).
+HOST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,252}")
 # Where each instance's Ray ports start when an instance spans servers: instance k takes
 # RAY_BLOCK_BASE + k * RAY_BLOCK .. + RAY_BLOCK - 1 (Ray's own defaults, 6379, 8265, 10001,
 # 52365, ..., would collide between two instances sharing a server).
@@ -92,12 +104,41 @@ def own_address(server: str, opts: Options) -> str:
 
 
 def reach(server: str, opts: Options) -> str:
-    """How other hosts reach ``server``: ``--address``, else its name."""
-    return opts.addresses.get(server, server)
+    """How other hosts reach ``server``, as the host of a URL or ``HOST:PORT``: ``--address``
+    (an IPv6 one in brackets, ``[fd00::2]``), else its name."""
+    ip = opts.addresses.get(server)
+    if ip is None:
+        return server
+    return f"[{ip}]" if ipaddress.ip_address(ip).version == 6 else ip
+
+
+def check_servers(servers: list[str], opts: Options) -> None:
+    """InputError naming the first server the scripts cannot write: one named like the
+    routers' host, or one to be resolved by a name that is not a host name."""
+    for s in servers:
+        if s == ROUTER_HOST:
+            raise InputError(
+                f"server {s!r}: the start scripts keep that name for the routers' host; "
+                "rename the server in the topology"
+            )
+        if s not in opts.addresses and not HOST_NAME.fullmatch(s):
+            raise InputError(
+                f"server {s!r} is not a host name the scripts can resolve: give --address SERVER=IP"
+            )
+
+
+def checked_port(port: int, what: str) -> int:
+    """``port`` when it is one (1..65535); InputError naming ``what`` otherwise."""
+    if not 1 <= port <= 65535:
+        raise InputError(
+            f"{what}: port {port} is not in 1..65535 (too many instances for the port "
+            "layout of docs/export.md)"
+        )
+    return port
 
 
 def url(server: str, port: int, opts: Options) -> str:
-    return f"http://{reach(server, opts)}:{port}"
+    return f"http://{reach(server, opts)}:{checked_port(port, f'{server} HTTP')}"
 
 
 def request_limit(v: InstanceView, profile: EngineProfile, flag: str) -> int:
@@ -137,10 +178,10 @@ def routers(
             argv += ["--prefill", url(v.head.server, v.port, opts), *prefill_extra(v)]
         for v in dec:
             argv += ["--decode", url(v.head.server, v.port, opts)]
-        port = profile.ports.router + k
+        port = checked_port(profile.ports.router + k, "router")
         argv += ["--host", "0.0.0.0", "--port", str(port)]
         health = f"http://127.0.0.1:{port}"
-        out.append(Command("router", f"pool/{k}", argv, {}, "router", 3, health=health))
+        out.append(Command(ROUTER_HOST, f"pool/{k}", argv, {}, "router", 3, health=health))
     return out
 
 

@@ -121,6 +121,7 @@ def gpu_agent_daemonsets(views: list[InstanceView], opts: Options) -> list[dict[
         argv = ["heroserve-gpu-agent", "--controller", CONTROLLER, "--node-id", server]
         for gpu in a["gpus"]:
             argv += ["--gpu", gpu]
+        argv += a["nvlink"]
         env = [  # NVML sees every GPU of the node without taking one from the device plugin
             {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
             {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},

@@ -26,6 +26,9 @@ class ServerPart:
     cuda: list[int]  # CUDA device indices, in the instance's rank order
     groups: list[str]  # groups (``role/instance/stage``) with an all-reduce on this server
     env: dict[str, str] = field(default_factory=dict)
+    # what the GPU agent needs to name this server's NVLink links as the topology does
+    # (``nvlink_args``): ["--nvlink-mesh"] on a mesh board, none with a fabric node
+    nvlink: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -102,6 +105,19 @@ def _group_view(role: str, grp: Group) -> GroupView:
     )
 
 
+def nvlink_args(g: nx.Graph, gpu: str) -> list[str]:
+    """The GPU agent's NVLink options for ``gpu``'s server: ``--nvlink-mesh`` when its GPUs
+    are linked to each other (a mesh board: the testbed's 4-GPU A100 and V100 servers have
+    no fabric node, and the agent's default link ``GPU|SERVER-nvsw`` is not in the
+    topology); none when they reach a fabric node, the agent's default."""
+    server = g.nodes[gpu].get("server", gpu)
+    for peer in g.neighbors(gpu):
+        d = g.nodes[peer]
+        if d.get("kind") == "gpu" and d.get("server", peer) == server:
+            return ["--nvlink-mesh"]
+    return []
+
+
 def _servers(g: nx.Graph, stages: list[list[str]]) -> list[ServerPart]:
     """GPUs grouped by server in rank order (stage 0 first), servers in first-use order."""
     parts: dict[str, ServerPart] = {}
@@ -109,7 +125,9 @@ def _servers(g: nx.Graph, stages: list[list[str]]) -> list[ServerPart]:
         for gpu in stage:
             node = g.nodes[gpu]
             server = str(node.get("server", gpu))
-            part = parts.setdefault(server, ServerPart(server, [], [], []))
+            part = parts.get(server)
+            if part is None:
+                part = parts[server] = ServerPart(server, [], [], [], nvlink=nvlink_args(g, gpu))
             part.gpu_ids.append(gpu)
             part.cuda.append(int(node.get("index", len(part.cuda))))
     return list(parts.values())

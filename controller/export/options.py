@@ -4,6 +4,7 @@ and :class:`Options`, whose fields declared with ``option`` are also the command
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass, field
 from typing import Literal
@@ -29,6 +30,25 @@ SAFE_PATH = re.compile(r"[A-Za-z0-9._+/-]{1,255}")
 # HEROSERVE_SHM_PREFIX goes into a /dev/shm name: letters, digits, '.', '_', '-' (no path
 # separator, no '..'), 64 at most, so segment names stay far below NAME_MAX (255).
 SHM_PREFIX = re.compile(r"[A-Za-z0-9._-]{0,64}")
+# What the start scripts expand themselves (controller/export/engines.py: ADDR, RUN): a value
+# from the command line holding one would be expanded too, so it is refused.
+SCRIPT_VARS = ("${ADDR}", "${RUN}")
+
+
+def address_problem(ip: str) -> str | None:
+    """Why ``ip`` cannot be a server's ``--address`` (None when it can): it must be one
+    unicast IPv4 or IPv6 address other hosts reach it at. A scope id (``fe80::1%eth0``) names
+    an interface of one host only, so the other servers could not use it (and its text would
+    reach the scripts); the unspecified, broadcast and multicast addresses name no server."""
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        return "not an IPv4 or IPv6 address"
+    if isinstance(addr, ipaddress.IPv6Address) and addr.scope_id is not None:
+        return "a scope id names an interface of one host, not an address others reach"
+    if addr.is_unspecified or addr.is_multicast or ip == "255.255.255.255":
+        return "the unspecified, broadcast or a multicast address names no server"
+    return None
 
 
 @dataclass
@@ -117,6 +137,8 @@ class Options:
         ):
             if not value.isprintable():
                 raise InputError(f"{flag} {value!r}: control characters")
+            if any(v in value for v in SCRIPT_VARS):
+                raise InputError(f"{flag} {value!r}: the start scripts expand {SCRIPT_VARS}")
         for flag, value in (("--net-plugin", self.net_plugin), ("--ina-config", self.ina_config)):
             if not SAFE_PATH.fullmatch(value) or ".." in value.split("/"):
                 raise InputError(
@@ -125,5 +147,10 @@ class Options:
                 )
         if not self.ina_config.startswith("/"):
             raise InputError(f"--ina-config {self.ina_config!r}: an absolute path")
+        if not self.tuner_plugin:
+            raise InputError("--tuner-plugin '': NCCL_TUNER_PLUGIN needs a path or a library")
+        for server, ip in self.addresses.items():
+            if why := address_problem(ip):
+                raise InputError(f"--address {server}={ip!r}: {why}")
         if not 1 <= self.base_port <= 65535 - 1024:
             raise InputError(f"--base-port {self.base_port} is not in 1..64511")

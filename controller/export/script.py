@@ -12,9 +12,10 @@ to an address, not to a name.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 
-from controller.export.engines import ADDR, Command
+from controller.export.engines import ADDR, ROUTER_HOST, RUN, Command
 from controller.export.layout import InstanceView, Options, pools
 from controller.models.engines import EngineProfile, in_flight
 
@@ -26,8 +27,9 @@ addr_of() {  # the IPv4 address host $1 resolves to
   getent ahostsv4 "$1" | awk 'NR == 1 {print $1}'
 }
 
-wait_port() {  # until HOST:PORT accepts TCP connections
+wait_port() {  # until HOST:PORT (or [IPV6]:PORT) accepts TCP connections
   local host=${1%:*} port=${1##*:} t=0
+  host=${host#[}; host=${host%]}
   until (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; do
     sleep 2; t=$((t + 2))
     if [ "$t" -ge "$TIMEOUT" ]; then echo "$1 did not answer in $TIMEOUT s" >&2; exit 1; fi
@@ -45,10 +47,25 @@ wait_up() {  # until URL/health answers 200
 """
 
 
+# The script's own variables (engines.ADDR, engines.RUN) inside a token; values given on the
+# command line never hold them (options.SCRIPT_VARS).
+_VARS = re.compile("(" + "|".join(re.escape(v) for v in (ADDR, RUN)) + ")")
+
+
 def _q(token: str) -> str:
-    # the server's address is a shell variable, expanded inside double quotes; every other
-    # token is quoted as it is
-    return f'"{token}"' if ADDR in token else shlex.quote(token)
+    """``token`` as one shell word that expands to it: every piece single-quoted as data
+    (``shlex.quote``) but the script's variables, each in double quotes on its own, so
+    ``http://${ADDR}:8100`` is ``'http://'"${ADDR}"':8100'``."""
+    pieces = [p for p in _VARS.split(token) if p]
+    if not pieces:
+        return "''"
+    return "".join(f'"{p}"' if _VARS.fullmatch(p) else shlex.quote(p) for p in pieces)
+
+
+def _comment(text: str) -> str:
+    """``text`` for a ``#`` line: anything but printable characters dropped (a line break
+    would end the comment)."""
+    return "".join(c for c in text if c.isprintable())
 
 
 def shell_line(c: Command) -> str:
@@ -59,7 +76,7 @@ def shell_line(c: Command) -> str:
 
 def _servers(commands: list[Command]) -> list[str]:
     """The servers that run ``commands``, in first-use order (the routers' host aside)."""
-    return list(dict.fromkeys(c.server for c in commands if c.server != "router"))
+    return list(dict.fromkeys(c.server for c in commands if c.server != ROUTER_HOST))
 
 
 def _function(server: str) -> str:
@@ -83,28 +100,31 @@ def _log(c: Command) -> str:
 
 def _server_body(server: str, cmds: list[Command], opts: Options) -> list[str]:
     lines = []
-    if server != "router" and any(ADDR in t for c in cmds for t in [*c.argv, *c.env.values()]):
+    tokens = [t for c in cmds for t in [*c.argv, *c.env.values()]]
+    if server != ROUTER_HOST and any(ADDR in t for t in tokens):
         if server in opts.addresses:
             lines.append(f"  ADDR={shlex.quote(opts.addresses[server])}")
         else:
+            why = f"{server} does not resolve: give heroserve export --address {server}=IP"
             lines += [
                 f"  ADDR=$(addr_of {shlex.quote(server)})",
-                f'  [ -n "$ADDR" ] || {{ echo "{server} does not resolve: give heroserve export '
-                f'--address {server}=IP" >&2; exit 2; }}',
+                f'  [ -n "$ADDR" ] || {{ echo {shlex.quote(why)} >&2; exit 2; }}',
             ]
+    if any(RUN in t for t in tokens):  # a new folder of this user's, never a fixed name
+        lines.append('  RUN=$(mktemp -d "${TMPDIR:-/tmp}/heroserve-run.XXXXXXXX")')
     lines.append('  mkdir -p "$LOGS"')
-    if server == "router":  # a router starts once every instance of its pool answers
+    if server == ROUTER_HOST:  # a router starts once every instance of its pool answers
         for url in dict.fromkeys(t for c in cmds for t in c.argv if t.startswith("http://")):
-            lines.append(f"  wait_up {url}")
+            lines.append(f"  wait_up {_q(url)}")
     for c in sorted(cmds, key=lambda c: c.stage):
-        lines.append(f"  # {c.instance}: {c.what}")
+        lines.append(f"  # {_comment(c.instance)}: {_comment(c.what)}")
         if c.after:
-            lines.append(f"  wait_port {c.after}")
+            lines.append(f"  wait_port {_q(c.after)}")
         if c.stage <= 1:  # `ray start` returns once its node is up, which what follows needs
             lines.append(f"  {shell_line(c)}")
         else:
             lines.append(f"  {shell_line(c)} > {_log(c)} 2>&1 &")
-    lines += [f"  wait_up {c.health}" for c in cmds if c.health]
+    lines += [f"  wait_up {_q(c.health)}" for c in cmds if c.health]
     lines += ["  wait", "}", ""]
     return lines
 
@@ -122,7 +142,7 @@ def render_shell(
         f"# HeroServe {fmt} launch (heroserve export --format {fmt}; docs/export.md).",
         f"# {profile.name} {profile.versions}, KV connector {profile.kv_connector}.",
         f"# Every server needs: {', '.join(profile.installs)}, curl, and the NCCL tuner plugin",
-        f"# at {opts.tuner_plugin}; the router host needs {profile.router}.",
+        f"# at {_comment(opts.tuner_plugin)}; the router host needs {profile.router}.",
         f"# Run `bash {fmt}.sh SERVER` on each server ({', '.join(servers)}) and",
         f"# `bash {fmt}.sh router` on a host that reaches them; each waits for what it needs.",
         "set -euo pipefail",
@@ -131,17 +151,19 @@ def render_shell(
     ]
     for v in views:
         peers = ", ".join(p.instance for p in v.kv_peers) or "none"
-        lines.append(f"# {v.name}: TP={v.tp} PP={v.pp} batch={v.batch}, KV priced with: {peers}")
-        lines += [f"#   note: {n}" for n in v.notes]
+        lines.append(
+            _comment(f"# {v.name}: TP={v.tp} PP={v.pp} batch={v.batch}, KV priced with: {peers}")
+        )
+        lines += [_comment(f"#   note: {n}") for n in v.notes]
     lines.append("")
-    for s in [*servers, "router"]:
+    for s in [*servers, ROUTER_HOST]:
         lines.append(f"{_function(s)}() {{")
         lines += _server_body(s, [c for c in commands if c.server == s], opts)
-    names = " ".join([*servers, "router"])
+    usage = shlex.quote(f"SERVER (one of: {' '.join([*servers, ROUTER_HOST])})")
     lines += [
         'case "${1:-}" in',
-        *(f"  {shlex.quote(s)}) {_function(s)} ;;" for s in [*servers, "router"]),
-        f'  *) echo "usage: $0 SERVER (one of: {names})" >&2; exit 2 ;;',
+        *(f"  {shlex.quote(s)}) {_function(s)} ;;" for s in [*servers, ROUTER_HOST]),
+        f'  *) echo "usage: $0" {usage} >&2; exit 2 ;;',
         "esac",
         "",
     ]
@@ -162,6 +184,11 @@ def render_json(
         "installs": {"servers": list(profile.installs), "router": profile.router},
         # null: the start script resolves the server's name (its ${ADDR})
         "addresses": {s: opts.addresses.get(s) for s in servers},
+        # what the start script sets before the commands below, which name them
+        "variables": {
+            ADDR: "the server's address: addresses[server], else its name resolved (getent)",
+            RUN: "a new folder per run of the server's script (mktemp -d, mode 0700)",
+        },
         "instances": [
             {
                 "name": v.name,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from controller.export.engines import (
     Command,
+    checked_port,
     model_path,
     own_address,
     reach,
@@ -29,7 +30,8 @@ DIST_PORTS_PER_INSTANCE = 10
 
 
 def bootstrap_port(v: InstanceView, opts: Options) -> int:
-    return SGLANG.ports.kv_side_channel + v.port - opts.base_port
+    k = v.port - opts.base_port
+    return checked_port(SGLANG.ports.kv_side_channel + k, f"{v.name} bootstrap")
 
 
 def _instance(v: InstanceView, model: str, opts: Options) -> list[Command]:
@@ -58,7 +60,10 @@ def _instance(v: InstanceView, model: str, opts: Options) -> list[Command]:
     if len(v.servers) == 1:
         return [Command(v.head.server, v.name, base, env(v.head.server, v.head.env), health=health)]
     assert SGLANG.ports.dist_init is not None
-    dist = f"{reach(v.head.server, opts)}:{SGLANG.ports.dist_init + DIST_PORTS_PER_INSTANCE * k}"
+    first = SGLANG.ports.dist_init + DIST_PORTS_PER_INSTANCE * k
+    # SGLang takes the ports after it for its own sockets
+    checked_port(first + DIST_PORTS_PER_INSTANCE - 1, f"{v.name} --dist-init-addr")
+    dist = f"{reach(v.head.server, opts)}:{first}"
     n = len(v.servers)
     return [
         Command(

@@ -15,10 +15,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from controller.errors import InputError
 from controller.export.engines import (
     RAY_BLOCK,
     RAY_BLOCK_BASE,
+    RUN,
     Command,
+    checked_port,
     model_path,
     own_address,
     reach,
@@ -45,6 +48,8 @@ RAY_NODE_PORTS = {
     "--metrics-export-port": 8,
 }
 RAY_WORKER_PORTS = (100, RAY_BLOCK - 1)
+# Ray blocks that fit below 65536: 20000 + 45 * 1000 - 1 = 64999.
+RAY_BLOCKS = (65536 - RAY_BLOCK_BASE) // RAY_BLOCK
 
 
 # What vLLM's Ray executor must not copy from the head's environment to workers on other
@@ -61,12 +66,36 @@ NON_CARRY_OVER = [
 ]
 
 
+def ray_blocks(views: list[InstanceView]) -> dict[str, int]:
+    """Instance name -> the first of its Ray ports, for each instance that spans servers.
+    Two instances need different blocks only when they share a server, so each takes the
+    lowest block none of its servers' instances holds (a 1,024-GPU plan's 30 multi-server
+    decodes on distinct servers all take block 0); InputError when one needs more than
+    RAY_BLOCKS."""
+    taken: dict[str, set[int]] = {}  # server -> blocks its instances hold
+    out = {}
+    for v in views:
+        if len(v.servers) < 2:
+            continue
+        names = [p.server for p in v.servers]
+        used = set().union(*(taken.get(s, set()) for s in names))
+        k = min(set(range(len(used) + 1)) - used)
+        if k >= RAY_BLOCKS:
+            raise InputError(
+                f"{v.name}: its servers hold {k} other multi-server instances, and Ray ports "
+                f"fit {RAY_BLOCKS} blocks of {RAY_BLOCK} below 65536"
+            )
+        for s in names:
+            taken.setdefault(s, set()).add(k)
+        out[v.name] = RAY_BLOCK_BASE + k * RAY_BLOCK
+    return out
+
+
 def _ray(
-    v: InstanceView, opts: Options, serve: list[str], env: Callable[[str], dict]
+    v: InstanceView, opts: Options, serve: list[str], env: Callable[[str], dict], base: int
 ) -> list[Command]:
     """Ray head on the instance's first server, workers on the others, then ``vllm serve``
-    on the head with ``RAY_ADDRESS`` naming its own cluster."""
-    base = RAY_BLOCK_BASE + (v.port - opts.base_port) * RAY_BLOCK
+    on the head with ``RAY_ADDRESS`` naming its own cluster; its Ray ports from ``base``."""
     gcs = f"{reach(v.head.server, opts)}:{base}"
     node = [x for flag, off in RAY_NODE_PORTS.items() for x in (flag, str(base + off))]
     node += ["--min-worker-port", str(base + RAY_WORKER_PORTS[0])]
@@ -90,14 +119,15 @@ def _ray(
                 after="" if k == 0 else gcs,
             )
         )
-    config = f"/tmp/heroserve-vllm-{v.role}-{v.index}"
-    keep = json.dumps(NON_CARRY_OVER)
+    # in the run's own folder (engines.RUN), made new here: nothing another user planted
+    config = f"{RUN}/vllm-{v.role}-{v.index}"
+    write = 'umask 077 && mkdir -- "$1" && printf "%s\\n" "$2" > "$1/$3"'
     cmds.append(
         Command(
             v.head.server,
             v.name,
-            ["bash", "-c", f"mkdir -p {config} && echo '{keep}' > "
-             f"{config}/ray_non_carry_over_env_vars.json"],
+            ["bash", "-c", write, "vllm-config", config, json.dumps(NON_CARRY_OVER),
+             "ray_non_carry_over_env_vars.json"],
             what="vllm config",
             stage=1,
         )
@@ -119,12 +149,15 @@ def _ray(
     return cmds
 
 
-def _instance(v: InstanceView, model: str, opts: Options, side_channel: int) -> list[Command]:
+def _instance(
+    v: InstanceView, model: str, opts: Options, side_channel: int, ray: dict[str, int]
+) -> list[Command]:
     kv = {
         "kv_connector": VLLM.kv_connector,
         "kv_role": "kv_producer" if v.role == "prefill" else "kv_consumer",
     }
     seqs = request_limit(v, VLLM, "--max-num-seqs")
+    checked_port(side_channel + v.tp * v.pp - 1, f"{v.name} NIXL side channel")  # one per rank
     serve = [
         "vllm", "serve", model_path(model, opts),
         "--host", "0.0.0.0",
@@ -148,15 +181,15 @@ def _instance(v: InstanceView, model: str, opts: Options, side_channel: int) -> 
     if v.tp > 1:
         serve.append("--disable-custom-all-reduce")
     if len(v.servers) > 1:
-        return _ray(v, opts, serve, env)
+        return _ray(v, opts, serve, env, ray[v.name])
     health = url(v.head.server, v.port, opts)
     return [Command(v.head.server, v.name, serve, v.head.env | env(v.head.server), health=health)]
 
 
 def vllm_commands(views: list[InstanceView], model: str, opts: Options) -> list[Command]:
     """Every instance's processes, then one router per pool (``layout.pools``)."""
-    out, port = [], VLLM.ports.kv_side_channel
+    out, port, ray = [], VLLM.ports.kv_side_channel, ray_blocks(views)
     for v in views:
-        out += _instance(v, model, opts, port)
+        out += _instance(v, model, opts, port, ray)
         port += v.tp * v.pp  # one side-channel port per rank
     return out + routers(views, opts, VLLM, ["vllm-router", "--vllm-pd-disaggregation"])

@@ -124,21 +124,41 @@ def _writable_dir(d: Path, missing: str) -> None:
         raise argparse.ArgumentTypeError(f"directory {str(d)!r} is not writable")
 
 
+def _named(s: str) -> None:
+    """``s`` names a path: '' would be the current folder (``Path('')`` is ``.``), which no
+    one asks for by giving nothing."""
+    if not s:
+        raise argparse.ArgumentTypeError("an empty path")
+
+
 def output_file(s: str) -> str:
     """A file the command will write: its folder exists and is writable, and the path is not
     a folder. Checked when the command line is read, not after minutes of work."""
+    _named(s)
     p = Path(s)
     if p.is_dir():
         raise argparse.ArgumentTypeError(f"{s!r} is a directory, not a file")
+    if p.is_fifo() or p.is_socket():  # opening a FIFO to write waits for a reader for ever
+        raise argparse.ArgumentTypeError(f"{s!r} is a FIFO or socket, not a file")
     if p.exists() and not os.access(p, os.W_OK):
         raise argparse.ArgumentTypeError(f"{s!r} is not writable")
     _writable_dir(p.parent, f"directory {str(p.parent)!r} does not exist")
     return s
 
 
+def input_dir(s: str) -> str:
+    """A folder the command reads if it is there (a missing one is no input): never a file,
+    a FIFO or a device, which would be read as if it were the folder's absence."""
+    p = Path(s)
+    if p.exists() and not p.is_dir():
+        raise argparse.ArgumentTypeError(f"{s!r} exists and is not a directory")
+    return s
+
+
 def output_dir(s: str) -> str:
     """A folder the command will create (with its parents) or write into: the nearest
     existing ancestor is a writable folder."""
+    _named(s)
     p = Path(s)
     if p.exists() and not p.is_dir():
         raise argparse.ArgumentTypeError(f"{s!r} exists and is not a directory")

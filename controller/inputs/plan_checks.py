@@ -29,7 +29,7 @@ from typing import Any
 
 import networkx as nx
 
-from agents.ina.packet import LANE_FORMAT
+from agents.ina.packet import DATAPLANE_LANE_FORMATS, DEFAULT_LANE_FORMAT
 from controller.errors import InputError
 from controller.inputs.documents import parse_json, read_text
 from controller.inputs.limits import (
@@ -289,17 +289,19 @@ def _check_slots(slots: SlotRange | None, where: str) -> None:
 
 
 def check_dataplane_lanes(plan: Plan) -> None:
-    """Raise :class:`InputError` when ``plan`` was priced for an INA lane format other than
-    the one the switches' program aggregates (``agents.ina.packet.LANE_FORMAT``): served, its
-    INA groups would run on other lanes than their prices and tables assume. Where a plan is
-    served (the controller's admission, the export), not where it is only simulated."""
-    lanes = plan.options.get("ina_lanes", LANE_FORMAT)
-    if lanes != LANE_FORMAT:
+    """Raise :class:`InputError` when ``plan`` was priced for an INA lane format the
+    switches' program does not aggregate (``agents.ina.packet.DATAPLANE_LANE_FORMATS``):
+    served, its INA groups would run on other lanes than their prices and tables assume.
+    Where a plan is served (the controller's admission, the export), not where it is only
+    simulated."""
+    lanes = plan.options.get("ina_lanes", DEFAULT_LANE_FORMAT)
+    if lanes not in DATAPLANE_LANE_FORMATS:
         shown = repr(lanes[:16]) if isinstance(lanes, str) else type(lanes).__name__
+        runs = " or ".join(DATAPLANE_LANE_FORMATS)
         raise InputError(
             f"plan priced for {shown} INA lanes, but the switches' program "
-            f"(p4/heroserve_ina.p4) aggregates {LANE_FORMAT} lanes: plan again with "
-            f"--ina-lanes {LANE_FORMAT}"
+            f"(p4/heroserve_ina.p4) aggregates {runs} lanes: plan again with "
+            f"--ina-lanes {DEFAULT_LANE_FORMAT}"
         )
 
 

@@ -55,6 +55,9 @@ class ModelSpec:
 MODELS: dict[str, ModelSpec] = {
     m.name: m
     for m in [
+        # OPT-125M (facebook/opt-125m config.json): the shape small enough to serve on a CPU,
+        # for checking predictions against an engine (docs/engine-profile.md)
+        ModelSpec("OPT-125M", 12, 768, 12, 12, 3072, 50272, False, True),
         ModelSpec("OPT-13B", 40, 5120, 40, 40, 20480, 50272, False, True),
         ModelSpec("OPT-66B", 64, 9216, 72, 72, 36864, 50272, False, True),
         ModelSpec("OPT-175B", 96, 12288, 96, 96, 49152, 50272, False, True),

@@ -382,6 +382,12 @@ def build_plan(result: SearchResult, planner: str, topology: str, workload: str)
         options={
             **problem.options.net.plan_options(),
             "tpot_mode": problem.options.tpot_mode,
+            # an engine profile priced compute: simulate it with the same (cli/simulate.py)
+            **(
+                {"compute_profile": problem.options.compute_source}
+                if problem.options.compute_source
+                else {}
+            ),
             # what the plan was searched for: export checks it again (docs/export.md)
             **({"engine": problem.options.engine} if problem.options.engine else {}),
         },

@@ -104,10 +104,14 @@ def colocated_search(ev: Evaluator) -> SearchResult | None:
     stated: Combination | None = None  # ``best``'s combination as its plan states it
     tried = 0
     g = problem.cluster
-    for _gpu_type, nodes in sorted(_nodes_by_type(problem).items()):
+    for gpu_type, nodes in sorted(_nodes_by_type(problem).items()):
         size = min(len(n) for n in nodes)
         mem = min(g.nodes[x]["memory_gb"] for n in nodes for x in n)
-        for pp, tp_p, tp_d in unit_candidates(problem, size, len(nodes), mem):
+        units = unit_candidates(problem, size, len(nodes), mem)
+        for k, (pp, tp_p, tp_d) in enumerate(units, 1):
+            # counted, so that a long search's progress can say what is left (cli/progress.py)
+            problem.say(f"low-affinity unit {k}/{len(units)} ({gpu_type}): PP={pp}, "
+                        f"TP {tp_p} prefill + {tp_d} decode")  # fmt: skip
             if not _allowed(problem, pp, tp_p, tp_d):
                 continue
             pre_stages, dec_stages = _layout(nodes, pp, tp_p, tp_d)

@@ -121,9 +121,13 @@ class PricingContext:
 
     # -- GPUs ----------------------------------------------------------------------------
     def coeffs(self, gpu_type: str) -> ComputeCoefficients:
-        """The compute model's coefficients for ``gpu_type`` (Eqs. 12-13), memoised."""
+        """The compute model's coefficients for ``gpu_type`` (Eqs. 12-13): fitted to the
+        engine profile the options carry for it, else the datasheet's; memoised."""
         if gpu_type not in self._coeffs:
-            self._coeffs[gpu_type] = default_coefficients(gpu_type, self.model.dtype_bytes)
+            fitted = dict(self.problem.options.compute).get(gpu_type)  # an engine profile's
+            self._coeffs[gpu_type] = fitted or default_coefficients(
+                gpu_type, self.model.dtype_bytes
+            )
         return self._coeffs[gpu_type]
 
     def slowest_type(self, members: Sequence[str]) -> str:

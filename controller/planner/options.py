@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from controller.costmodel.compute import ComputeCoefficients
 from controller.costmodel.netparams import NetParams
 from controller.inputs.args import parallelism
 from controller.inputs.flags import option
@@ -23,6 +24,10 @@ if TYPE_CHECKING:  # light at run time: the command line builds its flags from P
     from controller.models.specs import ModelSpec
     from controller.workload.base import Workload
     from controller.workload.sla import SLA
+
+# an engine profile's fitted coefficients per GPU type and the profile's sha256
+# (``PlannerOptions.compute`` and ``compute_source``; costmodel/profiled.py)
+ProfileCompute = tuple[tuple[tuple[str, ComputeCoefficients], ...], str]
 
 Progress = object  # a callable(str) or None; kept loose to stay plain data
 
@@ -47,6 +52,10 @@ class PlannerOptions:
     perturb_tries: int = 8  # failed random swaps per group before Alg. 2's loop moves on
     max_batch: int = 512  # largest decode batch considered
     net: NetParams = field(default_factory=NetParams)  # flags: --cost-mode, --ina-lanes
+    # Eqs. 12-13's coefficients per GPU type fitted to an engine profile (``--profile``,
+    # costmodel/profiled.py); a type not named here is priced from its datasheet
+    compute: tuple[tuple[str, ComputeCoefficients], ...] = ()
+    compute_source: str = ""  # the profile's sha256, recorded in the plan ("" : none)
     exhaustive_limit: int = 20000  # most groupings the exhaustive planner enumerates per phase
     prefill_par: tuple[int, int] | None = option(
         None, help="force the prefill parallelism, e.g. 4x1", parse=parallelism, metavar="TPxPP"
@@ -78,7 +87,8 @@ class PlannerOptions:
     # and returns the best found, marked (``Plan.time_limit_reached``); None: no limit
     time_limit_s: float | None = option(
         DEFAULT_TIME_LIMIT_S,
-        help="CPU-time limit of each planner's search: hitting it returns the best plan found, "
+        help="CPU-time limit of the planning run (heroserve plan: from the command's start, "
+        "inputs and every planner included): hitting it returns the best plan found, "
         "marked 'time limit reached'",
         unit="s", flag="--planner-time-limit", metavar="S", low=0, high=86400, low_open=True,
     )  # fmt: skip

@@ -64,12 +64,17 @@ def plan(
     options: PlannerOptions | None = None,
     planner: str = "heroserve",
     progress: Callable[[str], None] | None = None,
+    started: float | None = None,
 ) -> Plan:
-    """Plan a disaggregated deployment of ``model`` on ``cluster`` with the named planner."""
+    """Plan a disaggregated deployment of ``model`` on ``cluster`` with the named planner;
+    its time limit counts from ``started`` (a ``time.process_time`` reading: the caller's
+    start, so the limit covers what the caller did before) or from now."""
     if planner not in PLANNERS:
         raise InputError(f"unknown planner {planner!r}; known: {', '.join(PLANNERS)}")
     policy, groupers = PLANNERS[planner]
     problem = Problem(cluster, model, workload, sla, options or PlannerOptions(), progress)
+    if started is not None:
+        problem.started = started
     if planner in SEARCHES:
         result = SEARCHES[planner](problem, policy, groupers)
     else:

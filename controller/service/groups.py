@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agents.ina.packet import LANE_FORMAT
+from agents.ina.packet import DEFAULT_LANE_FORMAT
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from controller.plan import Group, Plan, SlotRange
 from controller.service.slots import SlotError, SlotPool
@@ -84,25 +84,35 @@ class AggSpec:
     paths: dict[str, list[str]]  # member -> route to the switch (results return the same way)
     slots: SlotRange | None  # the planner's range, honoured when free
     optional: bool = False  # an alternative: left out when its slots do not fit
+    # the lane format the plan was priced with (its options' ina_lanes; the admission checked
+    # that the dataplane runs it): what the members' CollNet plugin packs
+    lanes: str = DEFAULT_LANE_FORMAT
 
 
 def aggregation_groups(plan: Plan, alternatives: Alternatives | None = None) -> list[AggSpec]:
     """Every aggregation group of ``plan``: flat INA groups, the rails of hierarchical ones
     and (with ``alternatives``) their flat-INA alternative."""
     out: list[AggSpec] = []
+    lanes = str(plan.options.get("ina_lanes", DEFAULT_LANE_FORMAT))
     for role, name, g in role_groups(plan):
         if g.scheme == "ina":
             assert g.switch is not None
             sw = g.switch
             paths = {m: g.paths[m][: g.paths[m].index(sw) + 1] for m in g.gpus}
-            out.append(AggSpec(name, name, sw, tuple(g.gpus), paths, g.slots))
+            out.append(AggSpec(name, name, sw, tuple(g.gpus), paths, g.slots, lanes=lanes))
         elif g.scheme == "hier":
             for r in sorted(g.rails, key=lambda r: r.shard):
                 paths = {m: r.paths[m][: r.paths[m].index(r.switch) + 1] for m in r.members}
                 out.append(
                     AggSpec(
-                        rail_name(name, r.shard), name, r.switch, tuple(r.members), paths, r.slots
-                    )
+                        rail_name(name, r.shard),
+                        name,
+                        r.switch,
+                        tuple(r.members),
+                        paths,
+                        r.slots,
+                        lanes=lanes,
+                    )  # fmt: skip
                 )
             flat = alternatives.flat(role, g) if alternatives is not None else None
             if flat is not None and flat.switch is not None:
@@ -115,6 +125,7 @@ def aggregation_groups(plan: Plan, alternatives: Alternatives | None = None) -> 
                         {m: list(flat.paths[m]) for m in g.gpus},
                         None,
                         optional=True,
+                        lanes=lanes,
                     )
                 )
     return out
@@ -191,7 +202,7 @@ def install(
             slots=pb.SlotRange(start=start, count=count),
             worker_count=len(spec.members),
             multicast_group_id=gid,
-            lane_format=LANE_FORMAT,
+            lane_format=spec.lanes,
         )
         for w, gpu in enumerate(spec.members):
             a.members.add(worker_id=w, gpu=gpu)

@@ -19,7 +19,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 # Fixed label values of heroserve_telemetry_records_dropped_total.
-DROP_REASONS = ("no_cluster", "unknown_group", "held_table_not_own")
+DROP_REASONS = ("no_cluster", "unknown_group", "unknown_link", "held_table_not_own")
 
 
 def _version() -> str:
@@ -72,7 +72,7 @@ class Metrics:
         self.telemetry_dropped = Counter(
             "heroserve_telemetry_records_dropped",
             "Records of accepted reports left out (reason: no_cluster, unknown_group, "
-            "held_table_not_own)",
+            "unknown_link, held_table_not_own)",
             ["reason"],
             registry=r,
         )

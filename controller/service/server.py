@@ -36,11 +36,13 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from agents.client import MAX_PEM_BYTES, ClientTls
 from agents.cliutil import DefaultsHelpFormatter, UsageError, read_regular, split_address
 from agents.logs import add_log_args, setup_logging
 from agents.proto.heroserve.v1 import control_pb2_grpc as pb_grpc
 from controller.errors import InputError
 from controller.service.core import Controller, Options
+from controller.service.corelog import route_core_logs
 from controller.service.groups import DEFAULT_SLOTS_PER_GROUP
 from controller.service.metrics import Metrics
 from controller.service.paths import data_dir
@@ -98,21 +100,23 @@ def load_tls(cert: str | None, key: str | None, ca: str | None) -> Tls | None:
         return None
     if len(given) != 3:
         raise UsageError("mutual TLS needs all of --tls-cert, --tls-key and --tls-ca")
-    try:
-        tls = Tls(Path(cert).read_bytes(), Path(key).read_bytes(), Path(ca).read_bytes())  # type: ignore[arg-type]
-    except OSError as exc:
-        raise UsageError(f"cannot read TLS file: {exc}") from exc
-    _check_pem(tls)
+    # regular files only (a folder, a FIFO refused in one line), bounded like the agents'
+    files = ((cert, "--tls-cert"), (key, "--tls-key"), (ca, "--tls-ca"))
+    tls = Tls(*(read_regular(f, flag, MAX_PEM_BYTES) for f, flag in files))  # type: ignore[arg-type]
+    check_pem(tls)
     return tls
 
 
-def _check_pem(tls: Tls) -> None:
+def check_pem(tls: Tls | ClientTls) -> None:
     """Refuse TLS files that are not PEM certificates / a private key before gRPC sees them
-    (gRPC only fails at the first handshake, far from the cause)."""
+    (gRPC only fails at the first handshake, far from the cause: a client would call the
+    controller unreachable)."""
     from cryptography import x509
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-    for flag, data in (("--tls-cert", tls.cert), ("--tls-ca", tls.ca)):
+    # a client's files may come from HEROSERVE_TLS_* variables: the error names what gave them
+    cert_name, key_name, ca_name = getattr(tls, "names", ("--tls-cert", "--tls-key", "--tls-ca"))
+    for flag, data in ((cert_name, tls.cert), (ca_name, tls.ca)):
         try:
             x509.load_pem_x509_certificates(data)
         except ValueError:
@@ -120,7 +124,7 @@ def _check_pem(tls: Tls) -> None:
     try:
         load_pem_private_key(tls.key, password=None)
     except (ValueError, TypeError):
-        raise UsageError("--tls-key: not an unencrypted PEM private key") from None
+        raise UsageError(f"{key_name}: not an unencrypted PEM private key") from None
 
 
 # Methods whose handler gets the request serialised, to decode it once in a worker thread
@@ -430,32 +434,38 @@ def main(argv: list[str] | None = None) -> int:
             store = Store(args.db)
         except (sqlite3.Error, OSError) as exc:
             raise UsageError(f"cannot open state database {args.db}: {exc}") from exc
-        if plan_text is None and store.current_plan() is None:
-            raise UsageError(
-                f"no plan: give --plan PLAN.json ({args.db} holds none yet); "
-                "`heroserve plan --json PATH` writes one"
+        try:  # the store holds the database's lock (storedb.hold) until it is closed
+            if plan_text is None and store.current_plan() is None:
+                raise UsageError(
+                    f"no plan: give --plan PLAN.json ({args.db} holds none yet); "
+                    "`heroserve plan --json PATH` writes one"
+                )
+            opts = Options(
+                default_slots=args.default_slots,
+                slots_per_group=args.slots_per_group,
+                window_s=args.window_s,
+                gamma=args.gamma,
             )
-        opts = Options(
-            default_slots=args.default_slots,
-            slots_per_group=args.slots_per_group,
-            window_s=args.window_s,
-            gamma=args.gamma,
-        )
-        cluster = load_cluster(args.topology) if args.topology else None
-        server = ControllerServer(
-            store,
-            args.listen,
-            tls,
-            args.insecure_listen_any,
-            opts,
-            args.admin_name,
-            args.metrics_port,
-            args.metrics_addr,
-            cluster,
-        )
-        if plan_text is not None:
-            log.info("%s", server.core.apply_startup_plan(plan_text, args.plan))
-        asyncio.run(_serve(server, args.port_file))
+            cluster = load_cluster(args.topology) if args.topology else None
+            server = ControllerServer(
+                store,
+                args.listen,
+                tls,
+                args.insecure_listen_any,
+                opts,
+                args.admin_name,
+                args.metrics_port,
+                args.metrics_addr,
+                cluster,
+            )
+            if plan_text is not None:
+                log.info("%s", server.core.apply_startup_plan(plan_text, args.plan))
+            # gRPC's core logs (a refused TLS handshake among them) into our log format
+            if route_core_logs():
+                setup_logging(args.log_level, args.log_format)  # a handler on the new stderr
+            asyncio.run(_serve(server, args.port_file))
+        finally:
+            store.close()
     except (UsageError, InputError, SlotError) as exc:
         print(f"heroserve controller: {exc}", file=sys.stderr)
         return 2

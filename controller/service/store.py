@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-import secrets
+import os
 import sqlite3
 import threading
 import time
@@ -38,14 +38,13 @@ from agents.ina.packet import MAX_GROUP_ID
 from controller.service.storecheck import (
     MAX_EPOCH,
     MAX_SEQ,
-    SCHEMA_VERSION,
-    UPGRADES,
     StoreError,
     bounded_int,
     check_plan_text,
-    check_version,
     verify_rows,
 )
+from controller.service.storedb import StoreInUse as StoreInUse
+from controller.service.storedb import connect, create_schema
 
 # The fastest a group's collective sequence number can advance: the rate MAX_SEQ's bound
 # assumes (controller/service/storecheck.py), above any all-reduce rate NCCL reaches (a
@@ -55,39 +54,19 @@ MAX_SEQ_RATE = 1_000_000
 # What an agent's report may run ahead of that bound: the apply margin of one table
 # (controller.service.core.DEFAULT_APPLY_MARGIN), so reports a moment apart are never cut.
 SEQ_SLACK = 1024
+# The longest gap between two reports of one agent that earns MAX_SEQ_RATE credit: twice
+# the controller's telemetry interval (core.Options.telemetry_interval_s, 1 s). Credit for
+# the whole gap let a report 5 s after the last jump 5,000,000 ahead and a
+# patient agent any distance; an honest agent back from a longer gap is cut at most to
+# 2,000,000 + SEQ_SLACK ahead per report (at 20,000 all-reduces a second, a gap of 100 s),
+# which makes a table apply on arrival, as a low report does, and catches up a report later.
+SEQ_GAP_S = 2.0
 # Plans kept: a plan body can be 64 MiB (the body limit), and every distinct plan applied
 # was kept whole. The newest PLAN_BODIES_KEPT keep their JSON (the current one always is
 # among them: it is the newest); older ones keep their id and epoch, which is what a restart
 # asks of them (``plan_epoch``: was this --plan applied before?), up to PLAN_IDS_KEPT rows.
 PLAN_BODIES_KEPT = 8
 PLAN_IDS_KEPT = 4096
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS plans (
-    plan_id TEXT PRIMARY KEY, json TEXT NOT NULL, epoch INTEGER NOT NULL, applied REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS agents (
-    node_id TEXT PRIMARY KEY, kind TEXT NOT NULL, inventory BLOB NOT NULL,
-    registered REAL NOT NULL, last_seen REAL NOT NULL, acked_epoch INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS slot_pools (switch TEXT PRIMARY KEY, capacity INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS slot_allocs (
-    switch TEXT NOT NULL, owner TEXT NOT NULL, start INTEGER NOT NULL, count INTEGER NOT NULL,
-    PRIMARY KEY (switch, owner)
-);
-CREATE TABLE IF NOT EXISTS group_ids (name TEXT PRIMARY KEY, id INTEGER NOT NULL UNIQUE);
-CREATE TABLE IF NOT EXISTS table_versions (
-    group_id TEXT PRIMARY KEY, version INTEGER NOT NULL, digest TEXT NOT NULL,
-    apply_from_seq INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS member_seq (
-    group_id TEXT NOT NULL, node_id TEXT NOT NULL, last_seq INTEGER NOT NULL,
-    reported REAL NOT NULL, PRIMARY KEY (group_id, node_id)
-);
-CREATE INDEX IF NOT EXISTS member_seq_by_seq ON member_seq (group_id, last_seq);
-CREATE TABLE IF NOT EXISTS table_floors (group_id TEXT PRIMARY KEY, version INTEGER NOT NULL);
-"""
 
 
 class GroupIdsExhausted(StoreError):
@@ -110,44 +89,39 @@ def plan_id_of(plan_json: str) -> str:
 
 
 class Store:
-    """SQLite-backed controller state. ``path=":memory:"`` gives a throw-away store."""
+    """SQLite-backed controller state. ``path=":memory:"`` gives a throw-away store. One
+    process at a time holds a database file (``storedb.hold``): a second Store on it, in any
+    process, raises :class:`StoreInUse` until the first is closed or its process ends.
+    ``readonly``: a reader beside the controller (an inspection, a test), which takes no lock
+    and cannot write (SQLite refuses it)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, readonly: bool = False) -> None:
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        # isolation_level=None: we issue BEGIN IMMEDIATE ourselves (one writer at a time,
-        # no upgrade deadlocks).
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self.readonly = readonly
         self._lock = threading.RLock()
         self._depth = 0
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL in WAL mode: a commit survives a process crash (only an OS crash may lose
-        # the last transactions), which is what a controller restart needs.
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        with self.transaction() as db:
-            # A database of another schema version is refused before anything is written;
-            # one of a version this controller knows is upgraded in the same transaction.
-            old = check_version(db)
-            for stmt in UPGRADES.get(old or SCHEMA_VERSION, ()):
-                db.execute(stmt)
-            # One statement at a time: executescript() would commit our transaction.
-            for stmt in filter(str.strip, _SCHEMA.split(";")):
-                db.execute(stmt)
-            db.execute(
-                "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
-                (str(SCHEMA_VERSION),),
-            )
-            db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('epoch', '0')")
-            db.execute(
-                "INSERT OR IGNORE INTO meta(key, value) VALUES ('generation', ?)",
-                (secrets.token_hex(8),),
-            )
+        self._db, self._lock_fd = connect(self.path, readonly)
+        if not readonly:
+            try:
+                with self.transaction() as db:
+                    create_schema(db)
+            except BaseException:
+                self.close()  # a database refused frees its lock at once
+                raise
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            self._release()
+
+    def _release(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # frees the database for the next controller
+            self._lock_fd = -1
+
+    def __del__(self) -> None:  # a Store dropped without close() frees its database too
+        if getattr(self, "_lock_fd", -1) >= 0:
+            self._release()
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -160,7 +134,7 @@ class Store:
                 finally:
                     self._depth -= 1
                 return
-            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute("BEGIN" if self.readonly else "BEGIN IMMEDIATE")
             self._depth = 1
             try:
                 yield self._db
@@ -413,8 +387,9 @@ class Store:
         (the caller checked that it speaks for a member; ``seq`` <= :data:`MAX_SEQ`) and
         return what was kept. The agent's latest report replaces its previous one (a
         restarted engine counts from 0 again), but may run ahead of it by at most
-        MAX_SEQ_RATE per second since then plus SEQ_SLACK: one report cannot jump a group
-        to a number its collectives will never reach."""
+        MAX_SEQ_RATE per second since then, up to SEQ_GAP_S seconds, plus SEQ_SLACK: one
+        report, however long after the last, cannot jump a group to a number its
+        collectives will not reach."""
         if not 0 <= seq <= MAX_SEQ:
             raise ValueError(f"sequence number {seq} out of [0, {MAX_SEQ}]")
         now = time.time() if now is None else now
@@ -424,7 +399,7 @@ class Store:
                 (group_id, node_id),
             ).fetchone()
             if prev is not None:
-                elapsed = min(max(0.0, now - prev[1]), MAX_SEQ / MAX_SEQ_RATE)
+                elapsed = min(max(0.0, now - prev[1]), SEQ_GAP_S)
                 seq = min(seq, prev[0] + SEQ_SLACK + math.ceil(MAX_SEQ_RATE * elapsed), MAX_SEQ)
             db.execute(
                 "INSERT INTO member_seq(group_id, node_id, last_seq, reported) VALUES (?,?,?,?) "

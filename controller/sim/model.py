@@ -31,6 +31,7 @@ from controller.inputs.plan_checks import check_plan_on_topology
 from controller.models.specs import ModelSpec
 from controller.plan import Group, Plan
 from controller.planner.evaluate import Evaluator
+from controller.planner.options import ProfileCompute
 from controller.planner.reprice import decided_bytes, evaluator_for_plan
 from controller.sim.flows import Envelope, Flow, Work, alone_time, envelope
 from controller.sim.network import Links
@@ -386,10 +387,14 @@ def _check_plan(plan: Plan, g: nx.Graph) -> None:
         raise InputError("plan's decode batch size is below 1")
 
 
-def build_model(plan: Plan, cluster: nx.Graph, workload: Workload) -> PlanModel:
-    """Price ``plan`` on ``cluster``; raise InputError when the plan does not fit it."""
+def build_model(
+    plan: Plan, cluster: nx.Graph, workload: Workload, compute: ProfileCompute = ((), "")
+) -> PlanModel:
+    """Price ``plan`` on ``cluster``; raise InputError when the plan does not fit it.
+    ``compute``: the engine profile's fit (``--profile``), which a plan priced with one
+    needs (``evaluator_for_plan``)."""
     _check_plan(plan, cluster)
-    ev = evaluator_for_plan(plan, cluster, workload)  # simulated as it was priced
+    ev = evaluator_for_plan(plan, cluster, workload, compute)  # simulated as it was priced
     model, net = ev.problem.model, ev.problem.options.net
     links = Links(cluster)
     out = PlanModel(plan, cluster, model, ev, links, [], [], net.cost_mode == PIPELINED)
@@ -425,7 +430,7 @@ def build_model(plan: Plan, cluster: nx.Graph, workload: Workload) -> PlanModel:
             w = layer_weights(model)
             im.decode_terms = (
                 co.c4 * w / im.tp,
-                co.c1 * w / im.tp,
+                co.decode_c1 * w / im.tp,
                 co.c5 / im.tp * 3 * model.kv_dim,
                 co.c6,
             )

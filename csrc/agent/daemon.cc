@@ -320,19 +320,7 @@ void Daemon::TelemetryLoop() {
       report.set_window_s(std::chrono::duration<double>(now - last).count());
       last = now;
       FillTelemetry(&report);
-      for (const auto& s : nvml_.Sample()) {
-        std::string gpu;
-        for (const auto& spec : opts_.gpus) {
-          if (spec.local_index == static_cast<int>(s.index)) gpu = spec.gpu_id;
-        }
-        if (gpu.empty()) gpu = opts_.node_id + "-gpu" + std::to_string(s.index);
-        std::string a = gpu, b = opts_.nvlink_peer.empty() ? opts_.node_id + "-nvsw"
-                                                           : opts_.nvlink_peer;
-        pb::LinkUtilisation* l = report.add_links();
-        l->set_link_id(a < b ? a + "|" + b : b + "|" + a);
-        l->set_utilisation(s.utilisation);
-        l->set_bytes_per_s(std::max(s.tx_bytes_s, s.rx_bytes_s));
-      }
+      AddNvlinkLinks(nvml_.Sample(), &report);
     }
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -345,6 +333,46 @@ void Daemon::TelemetryLoop() {
       Log("INFO", "telemetry: reported " + std::to_string(report.selections_size()) +
                       " selection record(s), controller accepted " +
                       std::to_string(ack.accepted()));
+    }
+  }
+}
+
+void Daemon::AddNvlinkLinks(const std::vector<NvlinkSample>& samples,
+                            heroserve::v1::TelemetryReport* report) const {
+  // The link ids of the topology (docs/topology.md): a GPU and its server's NVSwitch node,
+  // or, on a mesh board (no such node), each pair of GPUs. NVML counts a GPU's NVLink
+  // traffic over all its links, not per peer, so a pair's link is reported with the smaller
+  // of its two ends' figures: no link carries more than either end sends or receives.
+  std::vector<std::pair<std::string, const NvlinkSample*>> gpus;
+  for (const auto& s : samples) {
+    std::string gpu;
+    for (const auto& spec : opts_.gpus) {
+      if (spec.local_index == static_cast<int>(s.index)) gpu = spec.gpu_id;
+    }
+    if (gpu.empty()) {
+      if (opts_.nvlink_mesh) continue;  // a mesh link names two GPUs of the plan
+      gpu = opts_.node_id + "-gpu" + std::to_string(s.index);
+    }
+    gpus.emplace_back(gpu, &s);
+  }
+  auto add = [report](const std::string& a, const std::string& b, double util, double bytes) {
+    pb::LinkUtilisation* l = report->add_links();
+    l->set_link_id(a < b ? a + "|" + b : b + "|" + a);
+    l->set_utilisation(util);
+    l->set_bytes_per_s(bytes);
+  };
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    const NvlinkSample& x = *gpus[i].second;
+    const double bx = std::max(x.tx_bytes_s, x.rx_bytes_s);
+    if (!opts_.nvlink_mesh) {
+      add(gpus[i].first, opts_.nvlink_peer.empty() ? opts_.node_id + "-nvsw" : opts_.nvlink_peer,
+          x.utilisation, bx);
+      continue;
+    }
+    for (size_t j = i + 1; j < gpus.size(); ++j) {
+      const NvlinkSample& y = *gpus[j].second;
+      add(gpus[i].first, gpus[j].first, std::min(x.utilisation, y.utilisation),
+          std::min(bx, std::max(y.tx_bytes_s, y.rx_bytes_s)));
     }
   }
 }

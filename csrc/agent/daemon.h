@@ -56,6 +56,7 @@ struct Options {
   std::string tls_ca, tls_cert, tls_key, tls_server_name;
   bool insecure = false;           // allow no TLS to a non-loopback controller
   std::string nvlink_peer;         // node name at the far end of each GPU's NVLink
+  bool nvlink_mesh = false;        // GPUs joined pairwise: one link per pair of --gpu GPUs
   double telemetry_interval_s = 0; // 0: the controller's value
   size_t shm_capacity = shm::kDefaultCapacity;
   double max_backoff_s = 10.0;
@@ -86,6 +87,9 @@ class Daemon {
   // Removes a group: its segment is marked retired (readers let go of it) and unlinked.
   void Drop(std::map<std::string, Group>::iterator it);
   void FillTelemetry(heroserve::v1::TelemetryReport* r);
+  // The NVLink links of this server's board, one record each (--nvlink-peer/--nvlink-mesh).
+  void AddNvlinkLinks(const std::vector<NvlinkSample>& samples,
+                      heroserve::v1::TelemetryReport* report) const;
   void TelemetryLoop();
   bool Sleep(double seconds);  // false when stopping
 

@@ -76,6 +76,8 @@ std::string InaConfigWriter::Document(std::vector<std::string>* errors) const {
       e.set("bind_ip", json::Value::String(Dotted(opts_.bind.ip)));
       e.set("bind_port", json::Value::Uint(opts_.bind.port));
       if (!a->lane_format().empty()) e.set("lane_format", json::Value::String(a->lane_format()));
+      // bfp16 lanes carry float sums only: a group the controller priced with them opts in
+      if (a->lane_format() == "bfp16") e.set("float_sums", json::Value::Bool(true));
       e.set("gpu", json::Value::String(m.gpu()));
       e.set("group_name", json::Value::String(a->group_name()));
       // The plugin's parser decides: what it would refuse is not written.

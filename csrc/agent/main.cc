@@ -40,6 +40,8 @@ void PrintHelp() {
       "utilisation. Options take their value as --opt VALUE or --opt=VALUE.\n"
       "\n"
       "  --controller HOST:PORT     the controller (required); IPv6 as [ADDRESS]:PORT\n"
+      "                             (HEROSERVE_CONTROLLER when absent; so are --tls-ca,\n"
+      "                             --tls-cert, --tls-key: HEROSERVE_TLS_CA, _CERT, _KEY)\n"
       "  --node-id NODE             this server's node id in the topology (required)\n"
       "  --gpu GPU_ID[:CUDA_INDEX]  a GPU of this server, repeatable (default: none)\n"
       "  --tls-ca PEM               CA that signs the controller's certificate\n"
@@ -51,6 +53,8 @@ void PrintHelp() {
       "                             127.0.0.0/8, ::1 and localhost without TLS)\n"
       "  --nvlink-peer NODE         far end of each GPU's NVLink in link ids\n"
       "                             (default: NODE-nvsw, the topology's NVSwitch)\n"
+      "  --nvlink-mesh              the GPUs are joined pairwise (a mesh board, no NVSwitch):\n"
+      "                             report each pair's link of the --gpu GPUs instead\n"
       "  --telemetry-interval S     seconds between reports, in (0, %.0f]\n"
       "                             (default: the controller's, 1 s if it names none)\n"
       "  --shm-capacity BYTES       payload bytes per group segment, %llu..%llu\n"
@@ -67,6 +71,20 @@ void PrintHelp() {
       kProg, kMaxTelemetryIntervalS, kMinShmCapacity,
       static_cast<unsigned long long>(heroserve::shm::kMaxCapacity),
       heroserve::shm::kDefaultCapacity);
+}
+
+// An absent flag takes its HEROSERVE_* variable (docs/control-plane.md, "Environment"); a flag
+// given wins, an empty variable counts as unset. Returns the name an error cites; a value
+// with a control character (it would forge a log line) makes *bad true.
+std::string FromEnv(std::string* value, const char* flag, const char* var, bool* bad) {
+  if (!value->empty()) return flag;
+  const char* e = std::getenv(var);
+  if (e == nullptr) return var;
+  for (const char* c = e; *c; ++c) {
+    if (static_cast<unsigned char>(*c) < 0x20 || *c == 0x7f) *bad = true;
+  }
+  *value = e;
+  return var;
 }
 
 int Usage(const std::string& msg) {
@@ -100,6 +118,7 @@ enum OptionId {
   kTlsServerName,
   kInsecure,
   kNvlinkPeer,
+  kNvlinkMesh,
   kTelemetryInterval,
   kShmCapacity,
   kLogFormat,
@@ -120,6 +139,7 @@ const struct option kOptions[] = {
     {"tls-server-name", required_argument, nullptr, kTlsServerName},
     {"insecure", no_argument, nullptr, kInsecure},
     {"nvlink-peer", required_argument, nullptr, kNvlinkPeer},
+    {"nvlink-mesh", no_argument, nullptr, kNvlinkMesh},
     {"telemetry-interval", required_argument, nullptr, kTelemetryInterval},
     {"shm-capacity", required_argument, nullptr, kShmCapacity},
     {"log-format", required_argument, nullptr, kLogFormat},
@@ -181,6 +201,7 @@ int main(int argc, char** argv) {
       case kTlsServerName: o.tls_server_name = v; break;
       case kInsecure: o.insecure = true; break;
       case kNvlinkPeer: o.nvlink_peer = v; break;
+      case kNvlinkMesh: o.nvlink_mesh = true; break;
       case kTelemetryInterval:
         if (!ParseSeconds(optarg, &o.telemetry_interval_s)) {
           return Usage("--telemetry-interval '" + v + "' must be a number of seconds in (0, " +
@@ -240,13 +261,33 @@ int main(int argc, char** argv) {
     }
   }
   if (optind < argc) return Usage(std::string("unexpected argument '") + argv[optind] + "'");
-  if (o.controller.empty()) return Usage("--controller HOST:PORT is required");
+  const struct {
+    std::string* value;
+    const char* flag;
+    const char* var;
+  } env[] = {{&o.controller, "--controller", "HEROSERVE_CONTROLLER"},
+             {&o.tls_ca, "--tls-ca", "HEROSERVE_TLS_CA"},
+             {&o.tls_cert, "--tls-cert", "HEROSERVE_TLS_CERT"},
+             {&o.tls_key, "--tls-key", "HEROSERVE_TLS_KEY"}};
+  std::string controller_name;
+  for (const auto& e : env) {
+    bool bad = false;
+    std::string name = FromEnv(e.value, e.flag, e.var, &bad);
+    if (bad) return Usage(std::string(e.var) + ": control characters in the value");
+    if (e.value == &o.controller) controller_name = name;
+  }
+  if (o.controller.empty()) {
+    return Usage("--controller HOST:PORT is required (or HEROSERVE_CONTROLLER)");
+  }
   if (o.node_id.empty()) return Usage("--node-id NODE is required");
   agent::HostPort hp;
   std::string why;
-  if (!agent::ParseHostPort(o.controller, &hp, &why)) return Usage("--controller " + why);
+  if (!agent::ParseHostPort(o.controller, &hp, &why)) return Usage(controller_name + " " + why);
   int tls = !o.tls_ca.empty() + !o.tls_cert.empty() + !o.tls_key.empty();
-  if (tls != 0 && tls != 3) return Usage("give all of --tls-ca, --tls-cert and --tls-key, or none");
+  if (tls != 0 && tls != 3) {
+    return Usage("give all of --tls-ca, --tls-cert and --tls-key (or HEROSERVE_TLS_CA, _CERT, "
+                 "_KEY), or none");
+  }
   if (tls == 0 && !agent::IsLoopbackHost(hp.host) && !o.insecure) {
     return Usage("refusing to talk to " + o.controller +
                  " without TLS (only 127.0.0.0/8, ::1 and localhost are loopback): give "

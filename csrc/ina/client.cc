@@ -150,6 +150,11 @@ struct Engine::Op {
   int scale_exp = 0;
   std::vector<uint32_t> agree_send, agree_recv;
   std::string error;  // this op alone failed (the session did not)
+  // bfp16: proposal rows first, then one row per block; proposals[c] is block c's exp byte
+  // (padded with window entries of EXP_BIAS + EXP_MIN: nothing to propose).
+  bool bfp16 = false;
+  size_t firsts = 0;
+  std::vector<uint8_t> proposals;
 };
 
 std::unique_ptr<Engine> Engine::Create(const GroupSpec& g, const Timeouts& t,
@@ -175,7 +180,7 @@ std::unique_ptr<Engine> Engine::Create(const GroupSpec& g, const Timeouts& t,
 }
 
 Engine::Engine(const GroupSpec& g, const Timeouts& t, std::shared_ptr<Endpoint> ep)
-    : g_(g), t_(t), ep_(std::move(ep)), slots_(g.window) {
+    : g_(g), t_(t), ep_(std::move(ep)), slots_(g.window), agreed_(g.window, 0) {
   dest_.sin_family = AF_INET;
   dest_.sin_addr.s_addr = g.switch_ip;
   dest_.sin_port = htons(g.switch_port);
@@ -204,6 +209,27 @@ Engine::Op* Engine::Submit(const void* send, void* recv, size_t count, ElemType 
   std::lock_guard<std::mutex> lock(mu_);
   if (!error_.empty() || !(Exact(g_.lanes, type) || Quantized(g_.lanes, type))) return nullptr;
   Op* agreement = nullptr;
+  if (g_.lanes.kind == LaneKind::kBfp16) {
+    auto op = std::make_unique<Op>();
+    op->bfp16 = true;
+    op->send = static_cast<const uint8_t*>(send);
+    op->recv = static_cast<uint8_t*>(recv);
+    op->count = count;
+    op->type = type;
+    const size_t per = ElemsPerPacket(g_.lanes), esz = ElemBits(type) / 8;
+    const size_t blocks = (count + per - 1) / per;
+    op->firsts = std::min<size_t>(g_.window, blocks);
+    for (size_t c = 0; c < blocks; c++) {
+      size_t first = c * per;
+      op->proposals.push_back(
+          BlockExponent(type, op->send + first * esz, std::min(per, count - first)));
+    }
+    op->proposals.resize(blocks + g_.window, static_cast<uint8_t>(EXP_BIAS + EXP_MIN));
+    op->chunks = op->firsts + blocks;
+    if (op->chunks == 0) op->state = State::kDone;
+    ops_.push_back(std::move(op));
+    return ops_.back().get();
+  }
   if (Quantized(g_.lanes, type) && count > 0) {
     // One aggregation of one-hot exponent lanes first (lanes.py agree_exponent), queued
     // right before the data so every member numbers its rounds alike.
@@ -248,6 +274,11 @@ void Engine::Send(Slot& s, double now) {
   s.deadline = now + s.rto;
 }
 
+uint32_t Engine::IndexOf(const Op* op, size_t row) const {
+  if (op->bfp16 && row >= op->firsts) row -= op->firsts;  // block c on index c % window
+  return static_cast<uint32_t>(row % g_.window);
+}
+
 void Engine::Start(uint32_t index, Op* op, size_t chunk, double now) {
   Slot& s = slots_[index];
   s.op = op;
@@ -259,13 +290,34 @@ void Engine::Start(uint32_t index, Op* op, size_t chunk, double now) {
   s.payload.assign(f.payload_len(), 0);
   Header h = AtRound(g_.group_id, static_cast<uint16_t>(index), g_.worker_id, g_.num_workers,
                      s.round, false, g_.session, g_.first_generation);
-  EncodeHeader(h, s.payload.data());
   uint32_t per = ElemsPerPacket(f);
-  size_t first = chunk * per;
-  size_t n = std::min<size_t>(per, op->count - first);
   size_t esz = ElemBits(op->type) / 8;
-  EncodeLanes(f, op->type, op->send + first * esz, n, s.payload.data() + HEADER_LEN,
-              op->scale_exp);
+  if (op->bfp16) {
+    h.bfp16 = true;
+    if (chunk < op->firsts) {  // the index's proposal row: no lanes
+      h.exp = op->proposals[chunk];
+    } else {
+      size_t c = chunk - op->firsts, first = c * per;
+      size_t n = std::min<size_t>(per, op->count - first);
+      h.exp = op->proposals[c + g_.window];
+      uint8_t agreed = agreed_[index];
+      if (agreed == EXP_BAD || op->proposals[c] > agreed) {  // zeros keep rounds in step
+        if (op->error.empty())
+          op->error = "block " + std::to_string(c) + ": a member's block cannot travel " +
+                      "(NaN, infinity or beyond 2^" + std::to_string(EXP_MAX) + ")";
+      } else {
+        EncodeLanes(f, op->type, op->send + first * esz, n, s.payload.data() + HEADER_LEN,
+                    Bfp16ScaleExponent(g_.num_workers, agreed));
+      }
+    }
+    EncodeHeader(h, s.payload.data());
+  } else {
+    EncodeHeader(h, s.payload.data());
+    size_t first = chunk * per;
+    size_t n = std::min<size_t>(per, op->count - first);
+    EncodeLanes(f, op->type, op->send + first * esz, n, s.payload.data() + HEADER_LEN,
+                op->scale_exp);
+  }
   if (in_flight_ == 0) last_progress_ = now;  // an idle session's silence is not a failure
   in_flight_++;
   stats_.sent++;
@@ -294,10 +346,28 @@ void Engine::Accept(const Datagram& d, double now) {
   }
   Op* op = s.op;
   uint32_t per = ElemsPerPacket(f);
-  size_t first = s.chunk * per;
-  size_t n = std::min<size_t>(per, op->count - first);
   size_t esz = ElemBits(op->type) / 8;
-  DecodeLanes(f, op->type, d.buf + HEADER_LEN, n, op->recv + first * esz, op->scale_exp);
+  if (op->bfp16) {
+    uint8_t& agreed = agreed_[h.agg_index];
+    if (!h.bfp16) {
+      if (op->error.empty()) op->error = "the switch answered a bfp16 round in int32 lanes";
+    } else if (s.chunk >= op->firsts) {
+      size_t c = s.chunk - op->firsts, first = c * per;
+      size_t n = std::min<size_t>(per, op->count - first);
+      if (h.overflow) {
+        if (op->error.empty())
+          op->error = "block " + std::to_string(c) + ": the switch saturated a lane";
+      } else if (agreed != EXP_BAD) {
+        DecodeLanes(f, op->type, d.buf + HEADER_LEN, n, op->recv + first * esz,
+                    Bfp16ScaleExponent(g_.num_workers, agreed));
+      }
+    }
+    agreed = h.exp;
+  } else {
+    size_t first = s.chunk * per;
+    size_t n = std::min<size_t>(per, op->count - first);
+    DecodeLanes(f, op->type, d.buf + HEADER_LEN, n, op->recv + first * esz, op->scale_exp);
+  }
   if (s.retries == 0) {  // Karn: only unambiguous samples
     double r = now - s.sent_at;
     if (!have_rtt_) {
@@ -316,7 +386,8 @@ void Engine::Accept(const Datagram& d, double now) {
   last_progress_ = now;
   double grow = cwnd_ < ssthresh_ ? 1.0 : 1.0 / cwnd_;
   cwnd_ = std::min<double>(g_.window, cwnd_ + grow);
-  if (++op->done_chunks == op->chunks) op->state = State::kDone;
+  if (++op->done_chunks == op->chunks)
+    op->state = op->error.empty() ? State::kDone : State::kFailed;
 }
 
 void Engine::Fail(const std::string& why) {
@@ -385,7 +456,7 @@ void Engine::Progress(double wait_s) {
     if (!op->prepared && !Prepare(op)) return;  // in order: wait for its agreement
     if (op->state != State::kPending) continue;
     while (op->next_chunk < op->chunks) {
-      uint32_t index = static_cast<uint32_t>(op->next_chunk % g_.window);
+      uint32_t index = IndexOf(op, op->next_chunk);
       if (slots_[index].op != nullptr ||
           in_flight_ >= static_cast<size_t>(std::max(1.0, std::floor(cwnd_))))
         return;  // in order: nothing later may overtake this chunk on its index
@@ -436,6 +507,11 @@ bool Engine::Prepare(Op* op) {
 std::string Engine::ErrorOf(const Op* op) const {
   std::lock_guard<std::mutex> lock(mu_);
   return op->error.empty() ? error_ : op->error;
+}
+
+uint8_t Engine::AgreedExp(uint32_t k) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return k < agreed_.size() ? agreed_[k] : 0;
 }
 
 int Engine::ScaleOf(const Op* op) const {

@@ -19,6 +19,13 @@
 // them); chunk j of each starts at index 0 as in transport.py, so a C++ member and a Python
 // member of one group number their rounds identically.
 //
+// bfp16 groups (GroupSpec.lanes, docs/dataplane.md "Lane formats"): an all-reduce of B
+// blocks is F = min(window, B) proposal rows (row k on index k: no lanes, the exp byte of
+// block k) and then block c on index c % window, scaled at the exp byte the index's previous
+// result agreed and proposing block c + window's; transport.py allreduce_bfp16 row by row.
+// A block some member could not send (EXP_BAD) or a saturated result fails that op alone
+// after all its rows ran, so the rounds stay numbered alike.
+//
 // An Endpoint is one UDP socket per local address, shared by every session of the process
 // bound there (the switch returns results to UDP port 48879 of the member's address, so
 // all groups of a host share it) and demultiplexed by (group id, session).
@@ -132,6 +139,8 @@ class Engine {
   // to `wait_s` for a datagram first when something is outstanding.
   void Progress(double wait_s);
   State StateOf(const Op* op) const;
+  // bfp16: the exp byte index `k`'s last result agreed (tests).
+  uint8_t AgreedExp(uint32_t k) const;
   size_t BytesOf(const Op* op) const;
   // Why a failed op failed: its own reason (a float op whose data some member could not
   // quantize; the session goes on), else the session's error.
@@ -175,6 +184,7 @@ class Engine {
   void Deliver(const uint8_t* data, size_t n, const sockaddr_in& from);  // under ep mu
   void Accept(const Datagram& d, double now);
   void Start(uint32_t index, Op* op, size_t chunk, double now);
+  uint32_t IndexOf(const Op* op, size_t row) const;
   void Send(Slot& s, double now);
   void Fail(const std::string& why);
   bool Prepare(Op* op);  // false: its agreement is still pending
@@ -189,6 +199,7 @@ class Engine {
   mutable std::mutex mu_;  // the engine's state (one proxy thread uses it; tests use more)
   std::deque<Datagram> inbox_;  // guarded by ep_->mu
   std::vector<Slot> slots_;
+  std::vector<uint8_t> agreed_;  // bfp16: per index, the exp byte its last result agreed
   std::list<std::unique_ptr<Op>> ops_;  // submission order
   size_t in_flight_ = 0;
   double last_progress_ = 0;

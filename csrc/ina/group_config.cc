@@ -104,13 +104,17 @@ bool ParseEntry(const json::Value& o, GroupEntry* e, std::string* err) {
     }
     p.float_sums = f->as_bool();
   }
-  if (const json::Value* f = o.find("lane_format")) {
-    if (!f->is_string() || f->as_string() != kInt32Lanes.name) {
-      *err = std::string("lane_format must be \"") + kInt32Lanes.name +
-             "\" (the switch program's lane format)";
+  if (const json::Value* l = o.find("lane_format")) {
+    const LaneFormat* f = l->is_string() ? LaneFormatByName(l->as_string().c_str()) : nullptr;
+    if (f == nullptr) {
+      *err = "lane_format must be \"int32\" or \"bfp16\" (agents/ina/packet.py LANE_FORMATS)";
       return false;
     }
-    p.spec.lanes = kInt32Lanes;
+    p.spec.lanes = *f;
+  }
+  if (p.spec.lanes.kind == LaneKind::kBfp16 && !p.float_sums) {
+    *err = "lane_format \"bfp16\" carries float sums only: it needs float_sums true";
+    return false;
   }
   for (const char* key : {"gpu", "group_name"}) {
     const json::Value* v = o.find(key);
@@ -251,6 +255,16 @@ bool ParseGroupConfig(const std::string& text, std::vector<GroupEntry>* out, std
 
 std::unique_ptr<GroupConfigSource> MakeFileGroupConfigSource(const std::string& path) {
   return std::make_unique<FileSource>(path);
+}
+
+bool LoadConfiguredGroups(std::vector<GroupEntry>* out, std::string* err) {
+  const char* path = std::getenv("HEROSERVE_INA_CONFIG");
+  if (path == nullptr || *path == '\0') {
+    *err = "HEROSERVE_INA_CONFIG is not set: this process has no INA groups";
+    return false;
+  }
+  std::string text;
+  return ReadConfigFile(path, &text, err) && ParseGroupConfig(text, out, err);
 }
 
 std::unique_ptr<GroupConfigSource> MakeGroupConfigSource(std::string* err) {

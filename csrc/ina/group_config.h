@@ -17,7 +17,8 @@
 //                "give_up_s": 10, "initial_rto_s": 0.2, "min_rto_s": 0.02,
 //                "max_rto_s": 2,                     (optional timeouts)
 //                "float_sums": false,                (optional, default false)
-//                "lane_format": "int32",             (optional, default int32; lanes.h)
+//                "lane_format": "int32",             (optional: int32 | bfp16, which needs
+//                                                     float_sums; lanes.h)
 //                "gpu": "srv0-gpu0",                 (optional, informational:
 //                "group_name": "prefill/0/0/rail0"}]}  which GPU and group an entry is)
 //
@@ -37,7 +38,9 @@
 // an agreed exponent (lanes.h; not bit-identical to NCCL's float sum, error in
 // csrc/README.md). Off by default: exact integer sums only. The plugin offers floats to
 // NCCL only when every entry of the file opts in (reduceSupport is per process), and every
-// member of a group must agree (connect checks).
+// member of a group must agree (connect checks). lanes: the group's lane format
+// (docs/dataplane.md, "Lane formats"); bfp16 carries floats only, so it needs float_sums,
+// and with one bfp16 entry the plugin offers NCCL float sums only.
 #pragma once
 
 #include <netinet/in.h>
@@ -97,5 +100,9 @@ struct GroupEntry {
 // is invalid.
 bool ParseGroupConfig(const std::string& json_text, std::vector<GroupEntry>* out,
                       std::string* err);
+
+// The entries of the file HEROSERVE_INA_CONFIG names, read and checked as a Claim does
+// (both nets use it to find their NICs); false and *err when unset, unreadable or invalid.
+bool LoadConfiguredGroups(std::vector<GroupEntry>* out, std::string* err);
 
 }  // namespace heroserve::ina

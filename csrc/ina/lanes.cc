@@ -90,6 +90,21 @@ inline void StoreElem(ElemType t, uint32_t lane, uint8_t* dst, size_t i, int sca
 
 }  // namespace
 
+const LaneFormat* LaneFormatByName(const char* name) {
+  if (std::strcmp(name, kInt32Lanes.name) == 0) return &kInt32Lanes;
+  if (std::strcmp(name, kBfp16Lanes.name) == 0) return &kBfp16Lanes;
+  return nullptr;
+}
+
+uint8_t BlockExponent(ElemType t, const void* src, size_t n) {
+  double m = 0;
+  if (!MaxAbs(t, src, n, &m)) return static_cast<uint8_t>(EXP_BAD);
+  int e = EXP_MIN;
+  if (m > 0) std::frexp(m, &e);  // m = f * 2^e, 0.5 <= f < 1: every |x| < 2^e
+  if (e > EXP_MAX) return static_cast<uint8_t>(EXP_BAD);
+  return static_cast<uint8_t>(EXP_BIAS + std::max(e, EXP_MIN));
+}
+
 int CeilLog2(uint32_t n) {
   int k = 0;
   while ((1ull << k) < n) k++;
@@ -167,6 +182,15 @@ void EncodeLanes(const LaneFormat& f, ElemType t, const void* src, size_t n, uin
         out[4 * i + 3] = static_cast<uint8_t>(v);
       }
       return;
+    case LaneKind::kBfp16:
+      for (size_t i = 0; i < f.lanes; i++) {
+        // The agreed exponent bounds |x * 2^s| by 2^(BFP16_SUM_BITS - ceil(log2 w)).
+        double q = i < n ? std::nearbyint(std::ldexp(ToDouble(t, s, i), scale_exp)) : 0;
+        uint16_t v = static_cast<uint16_t>(static_cast<int16_t>(q));
+        out[2 * i] = static_cast<uint8_t>(v >> 8);
+        out[2 * i + 1] = static_cast<uint8_t>(v);
+      }
+      return;
   }
 }
 
@@ -180,6 +204,12 @@ void DecodeLanes(const LaneFormat& f, ElemType t, const uint8_t* in, size_t n, v
                      static_cast<uint32_t>(in[4 * i + 1]) << 16 |
                      static_cast<uint32_t>(in[4 * i + 2]) << 8 | in[4 * i + 3];
         StoreElem(t, v, d, i, scale_exp);
+      }
+      return;
+    case LaneKind::kBfp16:
+      for (size_t i = 0; i < n && i < f.lanes; i++) {
+        auto v = static_cast<int16_t>(static_cast<uint16_t>(in[2 * i] << 8 | in[2 * i + 1]));
+        FromDouble(t, std::ldexp(static_cast<double>(v), -scale_exp), d, i);
       }
       return;
   }

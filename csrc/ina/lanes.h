@@ -1,7 +1,11 @@
 // Lane formats: how the elements of an all-reduce travel in the switch's lanes. One struct
-// per format (the switch's program adds one format; agents/ina/packet.py LANE_FORMAT names
-// it); the packetizer takes the format as a parameter, so another format (16-bit lanes) is
-// one more constant here and a case in Encode/Decode.
+// per format (agents/ina/packet.py LANE_FORMATS defines them, docs/dataplane.md "Lane
+// formats"); the packetizer takes the format as a parameter.
+//
+// bfp16: 64 int16 lanes per packet, floats only; a block (one packet's elements) travels
+// as round(x * 2^s), s = BFP16_SUM_BITS - ceil(log2 w) - E, at the exponent E the switch
+// agreed as the maximum of the members' proposals in the previous round of the same
+// aggregator (client.h; agents/ina/transport.py allreduce_bfp16 is the same protocol).
 //
 // Exactness: the switch adds lanes with two's-complement wrap-around modulo 2^lane_bits.
 // An integer element of b <= lane_bits bits, sign- or zero-extended into its lane, sums to
@@ -25,17 +29,20 @@
 
 namespace heroserve::ina {
 
-enum class LaneKind : uint8_t { kInt32 };
+enum class LaneKind : uint8_t { kInt32, kBfp16 };
 
 struct LaneFormat {
   LaneKind kind;
-  const char* name;     // agents/ina/packet.py LANE_FORMAT for the switch's format
+  const char* name;     // a name of agents/ina/packet.py LANE_FORMATS
   uint32_t lane_bits;   // width of one lane
   uint32_t lanes;       // lanes per packet
   uint32_t payload_len() const { return HEADER_LEN + lanes * (lane_bits / 8); }
 };
 
-inline constexpr LaneFormat kInt32Lanes{LaneKind::kInt32, "int32", 32, VECTOR_LEN};
+inline constexpr LaneFormat kInt32Lanes{LaneKind::kInt32, "int32", 32, INT32_LANES};
+inline constexpr LaneFormat kBfp16Lanes{LaneKind::kBfp16, "bfp16", 16, BFP16_LANES};
+// The format of a packet.py LANE_FORMATS name; nullptr for another name.
+const LaneFormat* LaneFormatByName(const char* name);
 
 // The element types the packetizer knows (a subset of ncclDataType_t; the plugin maps).
 enum class ElemType : uint8_t {
@@ -64,12 +71,15 @@ inline uint32_t ElemBits(ElemType t) {
 inline bool IsFloat(ElemType t) {
   return t == ElemType::kFloat32 || t == ElemType::kFloat16 || t == ElemType::kBfloat16;
 }
+// bfp16 saturates instead of wrapping, so no integer sum is exact in it.
 inline bool Exact(const LaneFormat& f, ElemType t) {
-  return t != ElemType::kOther && !IsFloat(t) && ElemBits(t) <= f.lane_bits;
+  return f.kind == LaneKind::kInt32 && t != ElemType::kOther && !IsFloat(t) &&
+         ElemBits(t) <= f.lane_bits;
 }
 // Whether `t` can travel in `f` as fixed point with an agreed exponent (not exact).
 inline bool Quantized(const LaneFormat& f, ElemType t) {
-  return IsFloat(t) && f.kind == LaneKind::kInt32;
+  (void)f;
+  return IsFloat(t);
 }
 
 // ---- fixed point (agents/ina/lanes.py) -------------------------------------------------
@@ -94,6 +104,14 @@ double ToDouble(ElemType t, const void* src, size_t i);
 void FromDouble(ElemType t, double v, void* dst, size_t i);
 // Largest |x| of `n` elements; false when one is NaN or infinite.
 bool MaxAbs(ElemType t, const void* src, size_t n, double* out);
+
+// bfp16: the exp byte a member proposes for `n` elements of `t` (EXP_BIAS + E with every
+// |x| < 2^E, E clamped below at EXP_MIN; EXP_BAD for NaN, infinity or beyond 2^EXP_MAX).
+uint8_t BlockExponent(ElemType t, const void* src, size_t n);
+// bfp16: s for the agreed exp byte (not EXP_BAD).
+inline int Bfp16ScaleExponent(uint32_t workers, uint8_t exp_byte) {
+  return static_cast<int>(BFP16_SUM_BITS) - CeilLog2(workers) - (exp_byte - EXP_BIAS);
+}
 
 // Elements per packet: one element per lane.
 inline uint32_t ElemsPerPacket(const LaneFormat& f) { return f.lanes; }

@@ -29,21 +29,13 @@
 #include <vector>
 
 #include "lanes.h"  // ToDouble / FromDouble only: the quantized reference below is the harness's own
+#include "harness_util.h"
 #include "nccl_net_abi.h"
 
 namespace {
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-uint64_t Mix(uint64_t x) {  // splitmix64
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+using harness::Mix;
+using harness::Now;
 
 struct TypeInfo {
   const char* name;
@@ -182,63 +174,26 @@ void Reference(uint64_t seed, int nranks, const TypeInfo& t, size_t bytes, uint8
   }
 }
 
-void Logger(ncclDebugLogLevel level, unsigned long, const char* file, int line, const char* fmt,
-            ...) {
-  if (level > NCCL_LOG_INFO) return;
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "[plugin %s %s:%d] %s\n", level == NCCL_LOG_WARN ? "WARN" : "INFO", file, line,
-          msg);
-}
-
-struct Args {
-  std::string lib, dir;
-  int rank = -1, nranks = 0, version = 12;
+struct Args : harness::CommonArgs {
   std::vector<std::string> types;
-  std::vector<size_t> sizes;
-  uint64_t seed = 1;
   uint64_t comm_id = 0;
   size_t slice = 128 << 10;  // bytes per iallreduce, as NCCL's chunks
   int outstanding = 4;
-  double exchange_timeout_s = 60;
   bool leave_after_listen = false;  // publish a handle and never connect (a rank that never joins)
   // after connect: write DIR/connected.RANK and wait (at most exchange_timeout_s) for DIR/go
   // before the first all-reduce, so a test can act between the two on a condition, not a clock
   bool wait_for_go = false;
 };
 
-std::vector<std::string> Split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t a = 0;
-  while (a <= s.size()) {
-    size_t b = s.find(',', a);
-    if (b == std::string::npos) b = s.size();
-    if (b > a) out.push_back(s.substr(a, b - a));
-    a = b + 1;
-  }
-  return out;
-}
-
 bool Parse(int argc, char** argv, Args* a) {
   for (int i = 1; i < argc; i++) {
+    if (harness::ParseCommon(argc, argv, &i, a)) continue;
     std::string k = argv[i];
     auto val = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (k == "--lib") a->lib = val();
-    else if (k == "--dir") a->dir = val();
-    else if (k == "--rank") a->rank = std::atoi(val().c_str());
-    else if (k == "--nranks") a->nranks = std::atoi(val().c_str());
-    else if (k == "--version") a->version = std::atoi(val().c_str());
-    else if (k == "--types") a->types = Split(val());
-    else if (k == "--sizes") {
-      for (auto& s : Split(val())) a->sizes.push_back(std::strtoull(s.c_str(), nullptr, 10));
-    } else if (k == "--seed") a->seed = std::strtoull(val().c_str(), nullptr, 10);
+    if (k == "--types") a->types = harness::Split(val());
     else if (k == "--comm-id") a->comm_id = std::strtoull(val().c_str(), nullptr, 0);
     else if (k == "--slice") a->slice = std::strtoull(val().c_str(), nullptr, 10);
     else if (k == "--outstanding") a->outstanding = std::atoi(val().c_str());
-    else if (k == "--exchange-timeout") a->exchange_timeout_s = std::atof(val().c_str());
     else if (k == "--leave-after-listen") a->leave_after_listen = true;
     else if (k == "--wait-for-go") a->wait_for_go = true;
     else if (k == "--float-scale") g_float.scale = std::atof(val().c_str());
@@ -246,8 +201,7 @@ bool Parse(int argc, char** argv, Args* a) {
     else if (k == "--outlier-mag") g_float.outlier_mag = std::atof(val().c_str());
     else return false;
   }
-  return !a->lib.empty() && !a->dir.empty() && a->rank >= 0 && a->nranks > 0 &&
-         a->rank < a->nranks && (a->version == 12 || a->version == 8) && a->slice > 0 &&
+  return harness::CommonValid(*a) && (a->version == 12 || a->version == 8) && a->slice > 0 &&
          a->outstanding > 0;
 }
 
@@ -260,9 +214,9 @@ struct Api {
   ncclCollNet_v8_t* v8 = nullptr;
 
   ncclResult_t Init(void** ctx, uint64_t id) {
-    if (v12) return v12->init(ctx, id, Logger);
+    if (v12) return v12->init(ctx, id, harness::Logger);
     *ctx = nullptr;
-    return v8->init(Logger);
+    return v8->init(harness::Logger);
   }
   ncclResult_t Devices(int* n) { return v12 ? v12->devices(n) : v8->devices(n); }
   ncclResult_t Props(std::string* name, std::string* pci, int* speed, int* ptr) {
@@ -320,35 +274,6 @@ struct Api {
   ncclResult_t CloseColl(void* c) { return v12 ? v12->closeColl(c) : v8->closeColl(c); }
 };
 
-bool WriteHandle(const Args& a, const char* h) {
-  std::string tmp = a.dir + "/handle." + std::to_string(a.rank) + ".tmp";
-  std::string fin = a.dir + "/handle." + std::to_string(a.rank);
-  FILE* f = fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return false;
-  bool ok = fwrite(h, 1, NCCL_NET_HANDLE_MAXSIZE, f) == NCCL_NET_HANDLE_MAXSIZE;
-  ok = fclose(f) == 0 && ok;
-  return ok && rename(tmp.c_str(), fin.c_str()) == 0;
-}
-
-bool ReadHandles(const Args& a, std::vector<std::vector<char>>* hs) {
-  double deadline = Now() + a.exchange_timeout_s;
-  hs->assign(a.nranks, std::vector<char>(NCCL_NET_HANDLE_MAXSIZE));
-  for (int r = 0; r < a.nranks; r++) {
-    std::string p = a.dir + "/handle." + std::to_string(r);
-    for (;;) {
-      FILE* f = fopen(p.c_str(), "rb");
-      if (f != nullptr) {
-        size_t n = fread((*hs)[r].data(), 1, NCCL_NET_HANDLE_MAXSIZE, f);
-        fclose(f);
-        if (n == NCCL_NET_HANDLE_MAXSIZE) break;
-      }
-      if (Now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -376,12 +301,7 @@ int main(int argc, char** argv) {
   if (a.version == 12) api.v12 = static_cast<ncclCollNet_v12_t*>(s);
   else api.v8 = static_cast<ncclCollNet_v8_t*>(s);
 
-  auto fail = [&](const char* stage, ncclResult_t rc, double t0) {
-    printf("{\"event\": \"error\", \"stage\": \"%s\", \"rc\": %d, \"seconds\": %.3f}\n", stage,
-           static_cast<int>(rc), Now() - t0);
-    fflush(stdout);
-    return 3;
-  };
+  auto fail = harness::Fail;
   double t0 = Now();
   void* ctx = nullptr;
   ncclResult_t rc = api.Init(&ctx, a.comm_id);
@@ -415,7 +335,7 @@ int main(int argc, char** argv) {
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   void* lcomm = nullptr;
   if ((rc = api.Listen(ctx, handle, &lcomm)) != ncclSuccess) return fail("listen", rc, t0);
-  if (!WriteHandle(a, handle)) {
+  if (!harness::WriteHandle(a, "handle", handle)) {
     fprintf(stderr, "cannot write the handle in %s\n", a.dir.c_str());
     return 2;
   }
@@ -423,10 +343,13 @@ int main(int argc, char** argv) {
     printf("{\"event\": \"left\"}\n");
     return 0;  // never connects: the others must fail cleanly
   }
-  std::vector<std::vector<char>> hs;
-  if (!ReadHandles(a, &hs)) {
-    fprintf(stderr, "handle exchange timed out\n");
-    return 2;
+  std::vector<std::vector<char>> hs(a.nranks, std::vector<char>(NCCL_NET_HANDLE_MAXSIZE));
+  double deadline = Now() + a.exchange_timeout_s;
+  for (int r = 0; r < a.nranks; r++) {
+    if (!harness::ReadHandle(a, "handle", r, deadline, hs[r].data())) {
+      fprintf(stderr, "handle exchange timed out\n");
+      return 2;
+    }
   }
   std::vector<void*> hp(a.nranks);
   for (int r = 0; r < a.nranks; r++) hp[r] = hs[r].data();

@@ -26,38 +26,18 @@
 #include <thread>
 #include <vector>
 
+#include "harness_util.h"
 #include "nccl_net_abi.h"
 
 namespace {
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-uint64_t Mix(uint64_t x) {  // splitmix64
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+using harness::Mix;
+using harness::Now;
 
 void Fill(uint64_t seed, int rank, size_t bytes, int msg, uint8_t* out) {
   uint64_t base = Mix(seed ^ (static_cast<uint64_t>(rank) << 40) ^ bytes ^
                       (static_cast<uint64_t>(msg) << 56));
   for (size_t i = 0; i < bytes; i++) out[i] = static_cast<uint8_t>(Mix(base + i / 8) >> (8 * (i % 8)));
-}
-
-void Logger(ncclDebugLogLevel level, unsigned long, const char* file, int line, const char* fmt,
-            ...) {
-  if (level > NCCL_LOG_INFO) return;
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  fprintf(stderr, "[plugin %s %s:%d] %s\n", level == NCCL_LOG_WARN ? "WARN" : "INFO", file, line,
-          msg);
 }
 
 // The calls the harness makes, whatever the version (the adapters NCCL's net_v*.cc apply).
@@ -105,27 +85,48 @@ void BindCommon(N* n, Api* a) {
   a->closeListen = n->closeListen;
 }
 
+// One buffer per isend / irecv (maxRecvs = 1). `Size` is the sizes' type (int before v9);
+// `extra` the phandle arguments of v10 and later, before the request.
+template <typename Size, typename N, typename... Extra>
+ncclResult_t Send1(N* n, void* c, void* d, size_t s, void* m, void** r, Extra... extra) {
+  return n->isend(c, d, static_cast<Size>(s), 0, m, extra..., r);
+}
+template <typename Size, typename N, typename... Extra>
+ncclResult_t Recv1(N* n, void* c, void* d, size_t s, void* m, void** r, Extra... extra) {
+  void* ds[1] = {d};
+  Size ss[1] = {static_cast<Size>(s)};
+  int tags[1] = {0};
+  void* ms[1] = {m};
+  return n->irecv(c, 1, ds, ss, tags, ms, extra..., r);
+}
+
+// Before v11: no context (listen takes none, there is no finalize).
+template <typename N>
+void BindNoCtx(N* n, Api* a) {
+  a->listen = [n](void*, int dev, void* h, void** l) { return n->listen(dev, h, l); };
+  a->finalize = [](void*) { return ncclSuccess; };
+}
+
 bool Bind(void* sym, int v, Api* a) {
+  void** none = nullptr;  // the phandle of v10+ (no profiler)
   switch (v) {
     case 12:
     case 11: {
       auto bind = [&](auto* n, auto* props_tag) {
         using P = std::remove_pointer_t<decltype(props_tag)>;
         BindCommon<std::remove_pointer_t<decltype(n)>, P>(n, a);
-        a->init = [n](void** ctx) { return n->init(ctx, 0x1234, nullptr, Logger, nullptr); };
+        a->init = [n](void** ctx) {
+          return n->init(ctx, 0x1234, nullptr, harness::Logger, nullptr);
+        };
         a->listen = n->listen;
         a->connect = [n](void* ctx, int dev, void* h, void** s) {
           return n->connect(ctx, dev, h, s, nullptr);
         };
-        a->isend = [n](void* c, void* d, size_t s, void* m, void** r) {
-          return n->isend(c, d, s, 0, m, nullptr, r);
+        a->isend = [n, none](void* c, void* d, size_t s, void* m, void** r) {
+          return Send1<size_t>(n, c, d, s, m, r, static_cast<void*>(none));
         };
-        a->irecv = [n](void* c, void* d, size_t s, void* m, void** r) {
-          void* ds[1] = {d};
-          size_t ss[1] = {s};
-          int tags[1] = {0};
-          void* ms[1] = {m};
-          return n->irecv(c, 1, ds, ss, tags, ms, nullptr, r);
+        a->irecv = [n, none](void* c, void* d, size_t s, void* m, void** r) {
+          return Recv1<size_t>(n, c, d, s, m, r, none);
         };
         a->finalize = n->finalize;
       };
@@ -136,138 +137,64 @@ bool Bind(void* sym, int v, Api* a) {
     case 10: {
       auto* n = static_cast<ncclNet_v10_t*>(sym);
       BindCommon<ncclNet_v10_t, ncclNetProperties_v10_t>(n, a);
-      a->init = [n](void** ctx) { *ctx = nullptr; return n->init(Logger, nullptr); };
-      a->listen = [n](void*, int dev, void* h, void** l) { return n->listen(dev, h, l); };
+      BindNoCtx(n, a);
+      a->init = [n](void** ctx) { *ctx = nullptr; return n->init(harness::Logger, nullptr); };
       a->connect = [n](void*, int dev, void* h, void** s) {
         ncclNetCommConfig_v10_t cfg{NCCL_NET_TRAFFIC_CLASS_UNDEF};
         return n->connect(dev, &cfg, h, s, nullptr);
       };
-      a->isend = [n](void* c, void* d, size_t s, void* m, void** r) {
-        return n->isend(c, d, s, 0, m, nullptr, r);
+      a->isend = [n, none](void* c, void* d, size_t s, void* m, void** r) {
+        return Send1<size_t>(n, c, d, s, m, r, static_cast<void*>(none));
       };
-      a->irecv = [n](void* c, void* d, size_t s, void* m, void** r) {
-        void* ds[1] = {d};
-        size_t ss[1] = {s};
-        int tags[1] = {0};
-        void* ms[1] = {m};
-        return n->irecv(c, 1, ds, ss, tags, ms, nullptr, r);
+      a->irecv = [n, none](void* c, void* d, size_t s, void* m, void** r) {
+        return Recv1<size_t>(n, c, d, s, m, r, none);
       };
-      a->finalize = [](void*) { return ncclSuccess; };
       return true;
     }
-    case 9: {
-      auto* n = static_cast<ncclNet_v9_t*>(sym);
-      BindCommon<ncclNet_v9_t, ncclNetProperties_v9_t>(n, a);
-      a->init = [n](void** ctx) { *ctx = nullptr; return n->init(Logger); };
-      a->listen = [n](void*, int dev, void* h, void** l) { return n->listen(dev, h, l); };
-      a->connect = [n](void*, int dev, void* h, void** s) { return n->connect(dev, h, s, nullptr); };
-      a->isend = [n](void* c, void* d, size_t s, void* m, void** r) {
-        return n->isend(c, d, s, 0, m, r);
-      };
-      a->irecv = [n](void* c, void* d, size_t s, void* m, void** r) {
-        void* ds[1] = {d};
-        size_t ss[1] = {s};
-        int tags[1] = {0};
-        void* ms[1] = {m};
-        return n->irecv(c, 1, ds, ss, tags, ms, r);
-      };
-      a->finalize = [](void*) { return ncclSuccess; };
-      return true;
-    }
+    case 9:
     case 8: {
-      auto* n = static_cast<ncclNet_v8_t*>(sym);
-      BindCommon<ncclNet_v8_t, ncclNetProperties_v8_t>(n, a);
-      a->init = [n](void** ctx) { *ctx = nullptr; return n->init(Logger); };
-      a->listen = [n](void*, int dev, void* h, void** l) { return n->listen(dev, h, l); };
-      a->connect = [n](void*, int dev, void* h, void** s) { return n->connect(dev, h, s, nullptr); };
-      a->isend = [n](void* c, void* d, size_t s, void* m, void** r) {
-        return n->isend(c, d, static_cast<int>(s), 0, m, r);
+      auto bind = [&](auto* n, auto* props_tag, auto size_tag) {
+        using P = std::remove_pointer_t<decltype(props_tag)>;
+        using Size = decltype(size_tag);
+        BindCommon<std::remove_pointer_t<decltype(n)>, P>(n, a);
+        BindNoCtx(n, a);
+        a->init = [n](void** ctx) { *ctx = nullptr; return n->init(harness::Logger); };
+        a->connect = [n](void*, int dev, void* h, void** s) { return n->connect(dev, h, s, nullptr); };
+        a->isend = [n](void* c, void* d, size_t s, void* m, void** r) {
+          return Send1<Size>(n, c, d, s, m, r);
+        };
+        a->irecv = [n](void* c, void* d, size_t s, void* m, void** r) {
+          return Recv1<Size>(n, c, d, s, m, r);
+        };
       };
-      a->irecv = [n](void* c, void* d, size_t s, void* m, void** r) {
-        void* ds[1] = {d};
-        int ss[1] = {static_cast<int>(s)};
-        int tags[1] = {0};
-        void* ms[1] = {m};
-        return n->irecv(c, 1, ds, ss, tags, ms, r);
-      };
-      a->finalize = [](void*) { return ncclSuccess; };
+      if (v == 9) bind(static_cast<ncclNet_v9_t*>(sym), static_cast<ncclNetProperties_v9_t*>(nullptr), size_t{0});
+      else bind(static_cast<ncclNet_v8_t*>(sym), static_cast<ncclNetProperties_v8_t*>(nullptr), int{0});
       return true;
     }
   }
   return false;
 }
 
-struct Args {
-  std::string lib, dir;
-  int rank = -1, nranks = 0, version = 12;
-  std::vector<size_t> sizes;
-  uint64_t seed = 1;
+struct Args : harness::CommonArgs {
   int messages = 4;     // posted at once per size (NCCL keeps up to NCCL_STEPS in flight)
   size_t extra = 4096;  // receive buffers are this much larger than the message
-  double exchange_timeout_s = 60;
   bool close_after_connect = false;  // this rank closes its comms and leaves at once
   bool accept_only = false;          // listen and accept only (no peer will come)
 };
 
-std::vector<std::string> Split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t a = 0;
-  while (a <= s.size()) {
-    size_t b = s.find(',', a);
-    if (b == std::string::npos) b = s.size();
-    if (b > a) out.push_back(s.substr(a, b - a));
-    a = b + 1;
-  }
-  return out;
-}
-
 bool Parse(int argc, char** argv, Args* a) {
   for (int i = 1; i < argc; i++) {
+    if (harness::ParseCommon(argc, argv, &i, a)) continue;
     std::string k = argv[i];
     auto val = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (k == "--lib") a->lib = val();
-    else if (k == "--dir") a->dir = val();
-    else if (k == "--rank") a->rank = std::atoi(val().c_str());
-    else if (k == "--nranks") a->nranks = std::atoi(val().c_str());
-    else if (k == "--version") a->version = std::atoi(val().c_str());
-    else if (k == "--sizes") {
-      for (auto& s : Split(val())) a->sizes.push_back(std::strtoull(s.c_str(), nullptr, 10));
-    } else if (k == "--seed") a->seed = std::strtoull(val().c_str(), nullptr, 10);
-    else if (k == "--messages") a->messages = std::atoi(val().c_str());
+    if (k == "--messages") a->messages = std::atoi(val().c_str());
     else if (k == "--extra") a->extra = std::strtoull(val().c_str(), nullptr, 10);
-    else if (k == "--exchange-timeout") a->exchange_timeout_s = std::atof(val().c_str());
     else if (k == "--close-after-connect") a->close_after_connect = true;
     else if (k == "--accept-only") a->accept_only = true;
     else return false;
   }
-  return !a->lib.empty() && !a->dir.empty() && a->rank >= 0 && a->nranks > 1 &&
-         a->rank < a->nranks && a->version >= 8 && a->version <= 12 && a->messages > 0 &&
+  return harness::CommonValid(*a) && a->nranks > 1 && a->version >= 8 && a->version <= 12 && a->messages > 0 &&
          a->messages <= 32;
-}
-
-bool WriteHandle(const Args& a, const char* h) {
-  std::string tmp = a.dir + "/net.handle." + std::to_string(a.rank) + ".tmp";
-  std::string fin = a.dir + "/net.handle." + std::to_string(a.rank);
-  FILE* f = fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return false;
-  bool ok = fwrite(h, 1, NCCL_NET_HANDLE_MAXSIZE, f) == NCCL_NET_HANDLE_MAXSIZE;
-  ok = fclose(f) == 0 && ok;
-  return ok && rename(tmp.c_str(), fin.c_str()) == 0;
-}
-
-bool ReadHandle(const Args& a, int r, char* out) {
-  double deadline = Now() + a.exchange_timeout_s;
-  std::string p = a.dir + "/net.handle." + std::to_string(r);
-  for (;;) {
-    FILE* f = fopen(p.c_str(), "rb");
-    if (f != nullptr) {
-      size_t n = fread(out, 1, NCCL_NET_HANDLE_MAXSIZE, f);
-      fclose(f);
-      if (n == NCCL_NET_HANDLE_MAXSIZE) return true;
-    }
-    if (Now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
 }
 
 }  // namespace
@@ -293,12 +220,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "%s not exported\n", sym.c_str());
     return 2;
   }
-  auto fail = [&](const char* stage, ncclResult_t rc, double t0) {
-    printf("{\"event\": \"error\", \"stage\": \"%s\", \"rc\": %d, \"seconds\": %.3f}\n", stage,
-           static_cast<int>(rc), Now() - t0);
-    fflush(stdout);
-    return 3;
-  };
+  auto fail = harness::Fail;
   double t0 = Now();
   void* ctx = nullptr;
   ncclResult_t rc = api.init(&ctx);
@@ -319,7 +241,7 @@ int main(int argc, char** argv) {
   char handle[NCCL_NET_HANDLE_MAXSIZE];
   void* lcomm = nullptr;
   if ((rc = api.listen(ctx, 0, handle, &lcomm)) != ncclSuccess) return fail("listen", rc, t0);
-  if (!WriteHandle(a, handle)) return 2;
+  if (!harness::WriteHandle(a, "net.handle", handle)) return 2;
   if (a.accept_only) {  // nobody connects: accept must give up within its bound
     void* r = nullptr;
     t0 = Now();
@@ -331,7 +253,7 @@ int main(int argc, char** argv) {
   }
   char peer[NCCL_NET_HANDLE_MAXSIZE];
   int next = (a.rank + 1) % a.nranks;
-  if (!ReadHandle(a, next, peer)) {
+  if (!harness::ReadHandle(a, "net.handle", next, Now() + a.exchange_timeout_s, peer)) {
     fprintf(stderr, "handle exchange timed out\n");
     return 2;
   }
@@ -397,18 +319,19 @@ int main(int argc, char** argv) {
         if (sreq[posted_s] == nullptr) break;
         posted_s++;
       }
-      for (int m = 0; m < posted_s; m++) {
-        if (sdone[m]) continue;
-        int sz = -1;
-        if ((rc = api.test(sreq[m], &sdone[m], &sz)) != ncclSuccess) return fail("data", rc, start);
-        if (sdone[m]) left--, progressed = true;
-      }
-      for (int m = 0; m < posted_r; m++) {
-        if (rdone[m]) continue;
-        if ((rc = api.test(rreq[m], &rdone[m], &rsize[m])) != ncclSuccess)
-          return fail("data", rc, start);
-        if (rdone[m]) left--, progressed = true;
-      }
+      // Test the posted requests of one side; false on a plugin error.
+      auto drain = [&](std::vector<void*>& req, int posted, std::vector<int>& done, int* sizes) {
+        for (int m = 0; m < posted; m++) {
+          if (done[m]) continue;
+          int sz = -1;
+          if ((rc = api.test(req[m], &done[m], sizes ? &sizes[m] : &sz)) != ncclSuccess)
+            return false;
+          if (done[m]) left--, progressed = true;
+        }
+        return true;
+      };
+      if (!drain(sreq, posted_s, sdone, nullptr) || !drain(rreq, posted_r, rdone, rsize.data()))
+        return fail("data", rc, start);
       if (!progressed && left > 0) usleep(50);
     }
     double secs = Now() - start;

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -180,13 +181,31 @@ TEST(InaConfig, ParsesAndRefuses) {
       R"({"groups": [{"group_id": 1, "num_workers": 2, "worker_id": 0, "window": 65536,
           "switch_ip": "10.0.0.1"}]})",
       &e, &err));
+  // The lane format: bfp16 needs float_sums (it carries floats only); unknown names refused.
+  EXPECT_FALSE(ParseGroupConfig(
+      R"({"groups": [{"group_id": 1, "num_workers": 2, "worker_id": 0, "window": 1,
+          "switch_ip": "10.0.0.1", "lane_format": "bfp16"}]})",
+      &e, &err));
+  EXPECT_NE(err.find("needs float_sums"), std::string::npos) << err;
+  EXPECT_FALSE(ParseGroupConfig(
+      R"({"groups": [{"group_id": 1, "num_workers": 2, "worker_id": 0, "window": 1,
+          "switch_ip": "10.0.0.1", "lane_format": "int16", "float_sums": true}]})",
+      &e, &err));
+  EXPECT_NE(err.find("lane_format must be"), std::string::npos) << err;
+  ASSERT_TRUE(ParseGroupConfig(
+      R"({"groups": [{"group_id": 1, "num_workers": 2, "worker_id": 0, "window": 1,
+          "switch_ip": "10.0.0.1", "lane_format": "bfp16", "float_sums": true}]})",
+      &e, &err)) << err;
+  EXPECT_EQ(e[0].policy.spec.lanes.kind, LaneKind::kBfp16);
 }
 
 namespace {
 
 // A stand-in for the switch: sums each (index, generation, version) over the workers, sends
 // the result to every worker when complete and again to a worker that repeats itself after
-// completion; drops the first transmission of every `drop_every`-th contribution.
+// completion; drops the first transmission of every `drop_every`-th contribution. bfp16
+// packets: int16 lanes added with saturation (flagged), the exp byte's maximum returned, as
+// the switch (agents/softswitch/ingress.py).
 class FakeSwitch {
  public:
   explicit FakeSwitch(int workers, int drop_every = 0) : n_(workers), drop_every_(drop_every) {
@@ -213,6 +232,9 @@ class FakeSwitch {
  private:
   struct Round {
     uint32_t sum[VECTOR_LEN] = {0};
+    int32_t sum16[BFP16_LANES] = {0};
+    uint8_t exp = 0;
+    bool overflow = false;
     uint32_t seen = 0;
     int count = 0;
     uint8_t result[PAYLOAD_LEN];
@@ -241,20 +263,38 @@ class FakeSwitch {
       }
       r.seen |= bit;
       r.count++;
-      for (uint32_t i = 0; i < VECTOR_LEN; i++) {
-        const uint8_t* v = buf + HEADER_LEN + 4 * i;
-        r.sum[i] += static_cast<uint32_t>(v[0]) << 24 | v[1] << 16 | v[2] << 8 | v[3];
+      if (h.bfp16) {
+        r.exp = r.count == 1 ? h.exp : std::max(r.exp, h.exp);
+        for (uint32_t i = 0; i < BFP16_LANES; i++) {
+          const uint8_t* v = buf + HEADER_LEN + 2 * i;
+          int32_t s = r.sum16[i] + static_cast<int16_t>(static_cast<uint16_t>(v[0] << 8 | v[1]));
+          if (s > 32767 || s < -32768) r.overflow = true;
+          r.sum16[i] = std::min(32767, std::max(-32768, s));
+        }
+      } else {
+        for (uint32_t i = 0; i < VECTOR_LEN; i++) {
+          const uint8_t* v = buf + HEADER_LEN + 4 * i;
+          r.sum[i] += static_cast<uint32_t>(v[0]) << 24 | v[1] << 16 | v[2] << 8 | v[3];
+        }
       }
       if (r.count == n_) {
         h.is_result = true;
         h.is_retx = false;
+        h.overflow = h.bfp16 && r.overflow;
+        h.exp = h.bfp16 ? r.exp : 0;
         EncodeHeader(h, r.result);
-        for (uint32_t i = 0; i < VECTOR_LEN; i++) {
+        for (uint32_t i = 0; i < VECTOR_LEN && !h.bfp16; i++) {
           uint8_t* v = r.result + HEADER_LEN + 4 * i;
           v[0] = r.sum[i] >> 24;
           v[1] = r.sum[i] >> 16 & 0xff;
           v[2] = r.sum[i] >> 8 & 0xff;
           v[3] = r.sum[i] & 0xff;
+        }
+        for (uint32_t i = 0; i < BFP16_LANES && h.bfp16; i++) {
+          uint8_t* v = r.result + HEADER_LEN + 2 * i;
+          auto u = static_cast<uint16_t>(static_cast<int16_t>(r.sum16[i]));
+          v[0] = static_cast<uint8_t>(u >> 8);
+          v[1] = static_cast<uint8_t>(u);
         }
         for (auto& [w, a] : addr_) Reply(r.result, a);
       }
@@ -347,6 +387,92 @@ TEST(InaEngine, ExactSumsUnderLossAcrossCollectives) {
   for (auto& e : eng) retx += e->stats().retransmissions;
   EXPECT_GT(sw.dropped(), 0);
   EXPECT_GE(retx, static_cast<uint64_t>(sw.dropped()));
+}
+
+// bfp16, hand-worked (lanes.py's test): 4 members, a block below 0.75 has E = 0 (byte 127),
+// s = 14 - 2 - 0 = 12, so 0.75 travels as 3072.
+TEST(InaLanes, Bfp16FollowsLanesPy) {
+  float x[2] = {0.75f, -0.5f};
+  EXPECT_EQ(BlockExponent(ElemType::kFloat32, x, 2), 127);
+  EXPECT_EQ(Bfp16ScaleExponent(4, 127), 12);
+  uint8_t lanes[2 * BFP16_LANES];
+  EncodeLanes(kBfp16Lanes, ElemType::kFloat32, x, 2, lanes, 12);
+  EXPECT_EQ(lanes[0] << 8 | lanes[1], 3072);
+  EXPECT_EQ(lanes[2] << 8 | lanes[3], 0x10000 - 2048);
+  float nan[1] = {NAN}, zero[1] = {0.0f};
+  EXPECT_EQ(BlockExponent(ElemType::kFloat32, nan, 1), EXP_BAD);
+  EXPECT_EQ(BlockExponent(ElemType::kFloat32, zero, 1), 0);
+  EXPECT_FALSE(Exact(kBfp16Lanes, ElemType::kInt32));  // saturates: no exact integer sums
+  EXPECT_EQ(LaneFormatByName("bfp16"), &kBfp16Lanes);
+  EXPECT_EQ(LaneFormatByName("int16"), nullptr);
+}
+
+// Members and blocks of different exponents: every member gets the exact sum of the
+// quantized values at each block's largest exponent (worked out here from frexp, not from
+// the library), with loss; then a NaN block fails the op at every member alike and the next
+// op still runs.
+TEST(InaEngine, Bfp16SumsAtTheAgreedBlockExponent) {
+  const int n = 3;
+  const uint32_t window = 4;
+  FakeSwitch sw(n, 5);
+  std::vector<std::unique_ptr<Engine>> eng;
+  for (int w = 0; w < n; w++) {
+    std::string err;
+    auto ep = Endpoint::Open(htonl(INADDR_LOOPBACK), 0, &err);
+    ASSERT_TRUE(ep) << err;
+    GroupSpec g = Spec(sw.port(), w, n, window);
+    g.lanes = kBfp16Lanes;
+    eng.push_back(Engine::Create(g, Fast(), ep, &err));
+    ASSERT_TRUE(eng.back()) << err;
+  }
+  const size_t count = 1000;  // 16 blocks on 4 indices
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<float>> in(n, std::vector<float>(count));
+  for (int w = 0; w < n; w++)
+    for (size_t i = 0; i < count; i++)
+      in[w][i] = normal(rng) * std::ldexp(1.0f, 3 * w + static_cast<int>(i / 64 % 5));
+  std::vector<float> want(count);
+  for (size_t b = 0; b < count; b += 64) {
+    int e = -127;
+    for (int w = 0; w < n; w++)
+      for (size_t i = b; i < std::min(count, b + 64); i++) {
+        int ex = 0;
+        std::frexp(in[w][i], &ex);
+        e = std::max(e, ex);
+      }
+    int s = 14 - 2 - e;  // ceil(log2 3) = 2
+    for (size_t i = b; i < std::min(count, b + 64); i++) {
+      double q = 0;
+      for (int w = 0; w < n; w++) q += std::nearbyint(std::ldexp(double{in[w][i]}, s));
+      want[i] = static_cast<float>(std::ldexp(q, -s));
+    }
+  }
+  auto run = [&](std::vector<std::vector<float>>& data, std::vector<std::vector<float>>& out) {
+    std::vector<Engine::Op*> op(n);
+    std::vector<Engine::State> st(n);
+    for (int w = 0; w < n; w++)
+      op[w] = eng[w]->Submit(data[w].data(), out[w].data(), data[w].size(), ElemType::kFloat32);
+    std::vector<std::thread> th;
+    for (int w = 0; w < n; w++) th.emplace_back([&, w] { st[w] = eng[w]->Wait(op[w]); });
+    for (auto& t : th) t.join();
+    std::vector<std::string> errs;
+    for (int w = 0; w < n; w++) {
+      errs.push_back(st[w] == Engine::State::kDone ? "" : eng[w]->ErrorOf(op[w]));
+      eng[w]->Release(op[w]);
+    }
+    return errs;
+  };
+  std::vector<std::vector<float>> out(n, std::vector<float>(count, -1.0f));
+  for (const std::string& e : run(in, out)) EXPECT_EQ(e, "");
+  for (int w = 0; w < n; w++) EXPECT_EQ(out[w], want) << "worker " << w;
+  in[1][200] = NAN;  // block 3 of member 1
+  for (const std::string& e : run(in, out))
+    EXPECT_NE(e.find("block 3: a member's block cannot travel"), std::string::npos) << e;
+  std::vector<std::vector<float>> ones(n, std::vector<float>(100, 0.5f)), got = ones;
+  for (const std::string& e : run(ones, got)) EXPECT_EQ(e, "");
+  for (int w = 0; w < n; w++) EXPECT_EQ(got[w], std::vector<float>(100, 1.5f));
+  EXPECT_GT(sw.dropped(), 0);
 }
 
 TEST(InaEngine, IgnoresForeignAndStaleResults) {

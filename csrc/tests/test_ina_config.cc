@@ -117,6 +117,27 @@ TEST(InaConfig, WrittenEntriesAreWhatThePluginAccepts) {
   ::unlink(path.c_str());
 }
 
+TEST(InaConfig, ABfp16GroupIsWrittenAsFloatSums) {
+  // The plugin refuses bfp16 without float_sums: the agent must opt the group in, or the
+  // controller's bfp16 plan would reach no plugin.
+  std::string path = TempPath("ina-bfp16.json");
+  InaConfigWriter w(Opts(path), {"srv1-gpu1"});
+  pb::GpuPolicy gp;
+  pb::InaAssignment a = Rail();
+  a.set_lane_format("bfp16");
+  *gp.add_ina() = a;
+  std::vector<std::string> errors;
+  w.Apply(gp, true, &errors);
+  ASSERT_TRUE(errors.empty()) << errors[0];
+  std::vector<ina::GroupEntry> got;
+  std::string err;
+  ASSERT_TRUE(ina::ParseGroupConfig(Read(path), &got, &err)) << err;
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_STREQ(got[0].policy.spec.lanes.name, "bfp16");
+  EXPECT_TRUE(got[0].policy.float_sums);
+  ::unlink(path.c_str());
+}
+
 TEST(InaConfig, WhatCannotBeWrittenIsNamedAndLeftOut) {
   std::string path = TempPath("ina-refused.json");
   InaConfigWriter w(Opts(path), {"srv1-gpu1"});

@@ -20,7 +20,15 @@
  *    packet is to the copy (same round, new round, late), and the bitmap, count and pool
  *    RegisterActions that follow pick their variant (set / reset, add / overwrite / read)
  *    from that answer;
- *  - ingress -> egress state travels in a bridged header.
+ *  - ingress -> egress state travels in a bridged header;
+ *  - one lane format per build (docs/dataplane.md, "Lane formats": 32 lane SALUs plus the
+ *    bookkeeping fill 37 of a Tofino 1 pipe's 48, no room for a second pool): int32 by
+ *    default, bfp16 with -DINA_BFP16, where each pool register is a pair of int16 halves
+ *    that one SALU adds with saturation (|+|), and exp_max keeps the maximum of the
+ *    members' exponent proposals (SwitchML's exponents.p4 idiom). A packet of the other
+ *    format is dropped (DROP_LANE_FORMAT). No overflow flag here: the SALU does not report
+ *    that it saturated, so bfp16 hosts see a saturated lane as ±32767 beyond the honest
+ *    headroom instead (the v1model program sets the flag).
  */
 #include <core.p4>
 #include <tna.p4>
@@ -45,6 +53,13 @@ const bit<4> DROP_WRONG_PORT        = 6;
 const bit<4> DROP_BAD_INDEX         = 7;
 const bit<4> DROP_FRAGMENT          = 8;
 const bit<4> DROP_LATE              = 9;
+const bit<4> DROP_LANE_FORMAT       = 10;
+
+#ifdef INA_BFP16
+const bit<1> LANE_BFP16 = 1;
+#else
+const bit<1> LANE_BFP16 = 0;
+#endif
 
 const bit<3> EVT_ADDED          = 0;
 const bit<3> EVT_COMPLETED      = 1;
@@ -109,10 +124,17 @@ header ina_h {
     bit<1>  version;
     bit<1>  is_retx;
     bit<1>  is_result;
-    bit<5>  reserved;     // must be 0
-    bit<8>  reserved2;    // must be 0
+    bit<1>  bfp16;        // lane format: 0 int32, 1 bfp16 (int16 lanes)
+    bit<1>  overflow;     // bfp16 results (v1model); reserved elsewhere
+    bit<3>  reserved;     // must be 0
+    bit<8>  exp;          // bfp16: biased exponent proposal / agreed maximum; int32: 0
     bit<32> session;      // the group's session (one per job start)
     bit<32> generation;   // use of this copy: round r = ((generation - first) << 1) | version
+}
+
+struct lane_pair_t {      // bfp16: lanes 2i (hi) and 2i+1 (lo) of one pool word
+    int<16> hi;
+    int<16> lo;
 }
 
 struct tag_pair_t {
@@ -157,6 +179,28 @@ struct ig_metadata_t {
     bit<8>  old_count;
     bit<8>  new_count;
 }
+
+#ifdef INA_BFP16
+// The round's largest exponent proposal (the first contribution writes, later ones take the
+// maximum, a retransmission on a complete round reads).
+#define EXP_MAX_REGISTER \
+    Register<bit<8>, bit<32>>(NUM_SLOTS * 2, 0) exp_max; \
+    RegisterAction<bit<8>, bit<32>, bit<8>>(exp_max) exp_write = { \
+        void apply(inout bit<8> value, out bit<8> rv) { value = hdr.ina.exp; rv = value; } }; \
+    RegisterAction<bit<8>, bit<32>, bit<8>>(exp_max) exp_take_max = { \
+        void apply(inout bit<8> value, out bit<8> rv) { \
+            value = max(value, hdr.ina.exp); rv = value; } }; \
+    RegisterAction<bit<8>, bit<32>, bit<8>>(exp_max) exp_read = { \
+        void apply(inout bit<8> value, out bit<8> rv) { rv = value; } };
+#define EXP_WRITE hdr.ina.exp = exp_write.execute(meta.copy);
+#define EXP_MAX   hdr.ina.exp = exp_take_max.execute(meta.copy);
+#define EXP_READ  hdr.ina.exp = exp_read.execute(meta.copy);
+#else
+#define EXP_MAX_REGISTER
+#define EXP_WRITE
+#define EXP_MAX
+#define EXP_READ
+#endif
 
 struct eg_metadata_t {
     bit<1>   ina_result;
@@ -225,6 +269,23 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ig_metadata_t meta
 
 // Per element i: 3 RegisterActions on pool_i (overwrite, accumulate, read), indexed by
 // the copy.
+#ifdef INA_BFP16
+#define POOL(i) \
+    Register<lane_pair_t, bit<32>>(NUM_SLOTS * 2, {0, 0}) pool_##i; \
+    RegisterAction<lane_pair_t, bit<32>, bit<32>>(pool_##i) pool_##i##_write = { \
+        void apply(inout lane_pair_t value, out bit<32> rv) { \
+            value.hi = (int<16>) hdr.ina_data.v##i[31:16]; \
+            value.lo = (int<16>) hdr.ina_data.v##i[15:0]; \
+            rv = hdr.ina_data.v##i; } }; \
+    RegisterAction<lane_pair_t, bit<32>, bit<32>>(pool_##i) pool_##i##_add = { \
+        void apply(inout lane_pair_t value, out bit<32> rv) { \
+            value.hi = value.hi |+| (int<16>) hdr.ina_data.v##i[31:16]; \
+            value.lo = value.lo |+| (int<16>) hdr.ina_data.v##i[15:0]; \
+            rv = (bit<16>) value.hi ++ (bit<16>) value.lo; } }; \
+    RegisterAction<lane_pair_t, bit<32>, bit<32>>(pool_##i) pool_##i##_read = { \
+        void apply(inout lane_pair_t value, out bit<32> rv) { \
+            rv = (bit<16>) value.hi ++ (bit<16>) value.lo; } };
+#else
 #define POOL(i) \
     Register<bit<32>, bit<32>>(NUM_SLOTS * 2, 0) pool_##i; \
     RegisterAction<bit<32>, bit<32>, bit<32>>(pool_##i) pool_##i##_write = { \
@@ -235,6 +296,7 @@ parser InaIngressParser(packet_in pkt, out headers_t hdr, out ig_metadata_t meta
             value = value + hdr.ina_data.v##i; rv = value; } }; \
     RegisterAction<bit<32>, bit<32>, bit<32>>(pool_##i) pool_##i##_read = { \
         void apply(inout bit<32> value, out bit<32> rv) { rv = value; } };
+#endif
 
 #define POOL_WRITE(i) hdr.ina_data.v##i = pool_##i##_write.execute(meta.copy);
 #define POOL_ADD(i)   hdr.ina_data.v##i = pool_##i##_add.execute(meta.copy);
@@ -255,6 +317,7 @@ control InaIngress(inout headers_t hdr, inout ig_metadata_t meta,
     POOL(8)  POOL(9)  POOL(10) POOL(11) POOL(12) POOL(13) POOL(14) POOL(15)
     POOL(16) POOL(17) POOL(18) POOL(19) POOL(20) POOL(21) POOL(22) POOL(23)
     POOL(24) POOL(25) POOL(26) POOL(27) POOL(28) POOL(29) POOL(30) POOL(31)
+    EXP_MAX_REGISTER
 
     // slot_tag, per copy: owner (group_id ++ agg_index) and session. Another owner or a
     // newer session takes the copy over; an older session is late.
@@ -417,11 +480,18 @@ control InaIngress(inout headers_t hdr, inout ig_metadata_t meta,
             } else if (!hdr.ina_data.isValid()) {
                 ina_drops.count(DROP_SHORT_HEADER);
                 drop();
-            } else if (hdr.ina.reserved != 0 || hdr.ina.reserved2 != 0) {
+            } else if (hdr.ina.reserved != 0
+                    || (hdr.ina.bfp16 == 0 && hdr.ina.exp != 0)
+                    || (hdr.ina.overflow == 1
+                        && (hdr.ina.bfp16 == 0 || hdr.ina.is_result == 0))) {
                 ina_drops.count(DROP_RESERVED_BITS);
                 drop();
             } else if (hdr.ina.is_result == 1) {
                 meta.do_l2 = 1;
+            } else if (hdr.ina.bfp16 != LANE_BFP16) {
+                // This build adds the other lane format.
+                ina_drops.count(DROP_LANE_FORMAT);
+                drop();
             } else if (hdr.ina.worker_id >= hdr.ina.num_workers
                     || hdr.ina.num_workers > INA_MAX_WORKERS) {
                 ina_drops.count(DROP_BAD_WORKER_ID);
@@ -483,6 +553,7 @@ control InaIngress(inout headers_t hdr, inout ig_metadata_t meta,
                                 POOL_WRITE(20) POOL_WRITE(21) POOL_WRITE(22) POOL_WRITE(23)
                                 POOL_WRITE(24) POOL_WRITE(25) POOL_WRITE(26) POOL_WRITE(27)
                                 POOL_WRITE(28) POOL_WRITE(29) POOL_WRITE(30) POOL_WRITE(31)
+                                EXP_WRITE
                             } else {
                                 POOL_ADD(0)  POOL_ADD(1)  POOL_ADD(2)  POOL_ADD(3)
                                 POOL_ADD(4)  POOL_ADD(5)  POOL_ADD(6)  POOL_ADD(7)
@@ -492,6 +563,7 @@ control InaIngress(inout headers_t hdr, inout ig_metadata_t meta,
                                 POOL_ADD(20) POOL_ADD(21) POOL_ADD(22) POOL_ADD(23)
                                 POOL_ADD(24) POOL_ADD(25) POOL_ADD(26) POOL_ADD(27)
                                 POOL_ADD(28) POOL_ADD(29) POOL_ADD(30) POOL_ADD(31)
+                                EXP_MAX
                             }
                             meta.new_count = meta.old_count + 1;
                             if (meta.new_count == meta.expected) {
@@ -513,6 +585,7 @@ control InaIngress(inout headers_t hdr, inout ig_metadata_t meta,
                                 POOL_READ(20) POOL_READ(21) POOL_READ(22) POOL_READ(23)
                                 POOL_READ(24) POOL_READ(25) POOL_READ(26) POOL_READ(27)
                                 POOL_READ(28) POOL_READ(29) POOL_READ(30) POOL_READ(31)
+                                EXP_READ
                                 make_result();
                                 ig_tm_md.ucast_egress_port = ig_intr_md.ingress_port;
                                 ina_events.count(EVT_RETX_ANSWERED);

@@ -12,6 +12,8 @@ from support.docs import examples
 import controller.inputs.limits as limits
 from controller.inputs.documents import parse_document
 from controller.inputs.plan_checks import validate_plan_dict
+from controller.models.profile import FORMAT as PROFILE_FORMAT
+from controller.models.profile import profile_from_doc
 from controller.topology import topology_from_dict
 from controller.workload.traces import load_trace, trace_rows
 
@@ -23,10 +25,16 @@ def check(where: str, lang: str, text: str, tmp: Path | None = None) -> str:
         path.write_text(text)
         load_trace(path)
         return "trace"
+    command = re.match(r"# heroserve (\w+) --config ", text)
+    if command:  # a configuration file: read as that command reads its --config
+        return check_config(command.group(1), text, tmp)
     doc = parse_document(text, where, yaml_ok=lang != "json")
     if isinstance(doc, dict) and "links" in doc:
         topology_from_dict(doc, where)
         return "topology"
+    if isinstance(doc, dict) and doc.get("format") == PROFILE_FORMAT:
+        profile_from_doc(doc, where)
+        return "profile"
     if isinstance(doc, dict) and {"planner", "prefill", "decode"} & set(doc):
         validate_plan_dict(doc, where)
         return "plan"
@@ -34,6 +42,21 @@ def check(where: str, lang: str, text: str, tmp: Path | None = None) -> str:
         trace_rows(doc, where)
         return "trace"
     return "parsed"
+
+
+def check_config(command: str, text: str, tmp: Path | None) -> str:
+    import argparse
+
+    from controller.cli import build_parser
+    from controller.cli.configfile import load
+
+    assert tmp is not None, "a configuration example is read from a file"
+    path = tmp / "config.yaml"
+    path.write_text(text)
+    top = build_parser([command])
+    subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    assert load(str(path), subs.choices[command])
+    return "config"
 
 
 @pytest.mark.parametrize(("where", "lang", "text"), examples(), ids=lambda x: str(x)[:40])
@@ -49,7 +72,7 @@ def test_the_topology_page_examples_are_checked_as_topologies():
 
 def test_the_inputs_page_shows_every_trace_format(tmp_path):
     kinds = [check(*e, tmp_path) for e in examples() if e[0].startswith("docs/inputs.md")]
-    assert kinds == ["trace", "trace", "trace"]
+    assert kinds == ["trace", "trace", "trace", "config"]
 
 
 def test_a_docs_example_with_a_typo_is_caught():

@@ -29,11 +29,14 @@ import sys
 import time
 from pathlib import Path
 
+# tests/ is on the path: pytest's rootdir setup, or CHILD_ENV when this runs as a script
+from support.p4rt import CHILD_ENV, program
+
 # tests/support/bmv2.py; not `from support import ROOT`: this file also runs as a script
 ROOT = Path(__file__).resolve().parents[2]
 P4_SRC = ROOT / "p4" / "heroserve_ina.p4"
 P4INFO = ROOT / "p4" / "heroserve_ina.p4info.txtpb"
-ENV = dict(os.environ, PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python", PYTHONPATH=str(ROOT))
+ENV = CHILD_ENV
 
 # Counters compared between the model and BMv2: name -> cells read.
 COUNTERS = {
@@ -171,44 +174,6 @@ def cache_key() -> str:
 # The driver (runs inside the namespace, pure-Python protobuf for p4runtime-shell).
 
 
-def _program(sh, setup: dict) -> None:  # noqa: ANN001 - the p4runtime_sh.shell module
-    for group, index, slot, workers, mcast in setup.get("aggregation", []):
-        te = sh.TableEntry("InaIngress.aggregation_table")(action="InaIngress.set_slot")
-        te.match["group_id"] = str(group)
-        te.match["agg_index"] = str(index)
-        te.action["slot"] = str(slot)
-        te.action["num_workers"] = str(workers)
-        te.action["mcast_grp"] = str(mcast)
-        te.insert()
-    for group, worker, port in setup.get("worker_port", []):
-        te = sh.TableEntry("InaIngress.worker_port")(action="InaIngress.set_worker_port")
-        te.match["group_id"] = str(group)
-        te.match["worker_id"] = str(worker)
-        te.action["port"] = str(port)
-        te.insert()
-    for port, dmac, dip in setup.get("result_rewrite", []):
-        te = sh.TableEntry("InaEgress.result_rewrite")(action="InaEgress.set_result_dst")
-        te.match["egress_port"] = str(port)
-        te.action["dmac"] = str(dmac)
-        te.action["dip"] = str(dip)
-        te.insert()
-    for mac, port in setup.get("l2", []):
-        te = sh.TableEntry("InaIngress.l2_forward")(action="InaIngress.forward")
-        te.match["dst_addr"] = str(mac)
-        te.action["port"] = str(port)
-        te.insert()
-    for mac, group in setup.get("l2_flood", []):
-        te = sh.TableEntry("InaIngress.l2_forward")(action="InaIngress.l2_multicast")
-        te.match["dst_addr"] = str(mac)
-        te.action["mcast_grp"] = str(group)
-        te.insert()
-    for group, ports in setup.get("mcast", {}).items():
-        g = sh.MulticastGroupEntry(int(group))
-        for p in ports:
-            g.add(p, 0)
-        g.insert()
-
-
 def _drive(ports: int, job: dict) -> list[dict]:
     import socket
 
@@ -272,7 +237,7 @@ def _drive(ports: int, job: dict) -> list[dict]:
                 config=sh.FwdPipeConfig(str(P4INFO), job["json"]),
                 verbose=False,
             )
-        _program(sh, seq["setup"])
+        program(sh, seq["setup"])
         outputs: dict[int, list[str]] = {}
         drain({})
         sent: dict[int, int] = {}
@@ -324,3 +289,20 @@ if __name__ == "__main__":
         traceback.print_exc()
         sys.stderr.flush()
         os._exit(1)
+
+
+def start_on_ports(ports: list[str], ns: str, grpc_port: int = 9559) -> subprocess.Popen:
+    """``simple_switch_grpc`` with no program, in a new namespace ``ns`` that takes the switch
+    ends ``ports`` (ports 1..n): it opens a Thrift port on every address, so it never runs in
+    the caller's namespace. Its P4Runtime server is ``127.0.0.1:grpc_port`` inside ``ns``
+    (reach it with ``p4rt.run_child(..., ns=ns)``); delete ``ns`` after stopping it."""
+    _sh("ip", "netns", "add", ns)
+    _sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+    cmd = ["ip", "netns", "exec", ns, "simple_switch_grpc", "--device-id", "1", "--no-p4"]
+    for i, p in enumerate(ports):
+        _sh("ip", "link", "set", p, "netns", ns)
+        _sh("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{p}.disable_ipv6=1")
+        _sh("ip", "netns", "exec", ns, "ip", "link", "set", p, "up")
+        cmd += ["-i", f"{i + 1}@{p}"]
+    cmd += ["--", "--grpc-server-addr", f"127.0.0.1:{grpc_port}"]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -73,3 +73,55 @@ class NetnsBed:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
         for port in self.ports:
             subprocess.run(["ip", "link", "del", port], capture_output=True, timeout=30)
+
+
+def start_collnet_rank(
+    bed: NetnsBed,
+    w: int,
+    harness: str,
+    lib: str,
+    handles: str,
+    group: dict,
+    args: list[str],
+    env: dict[str, str],
+) -> subprocess.Popen:
+    """Rank ``w`` of csrc/tests/collnet_harness.cc in worker namespace ``w``: its INA
+    config (``group`` completed with the bed's size, the rank's worker id and address)
+    written beside the handle directory ``handles``, then the harness with ``args``
+    (``--types``, ``--sizes``, ...). Text pipes for its JSON lines and its log."""
+    import json
+    from pathlib import Path
+
+    cfg = Path(handles).parent / f"{Path(handles).name}-ina{w}.json"
+    g = {**group, "num_workers": N, "worker_id": w, "bind_ip": worker_ip(w)}
+    cfg.write_text(json.dumps({"groups": [g]}))
+    argv = ["ip", "netns", "exec", bed.ns[w], harness, "--lib", lib, "--dir", handles,
+            "--rank", str(w), "--nranks", str(N), *args]  # fmt: skip
+    return subprocess.Popen(
+        argv,
+        env=dict(env, HEROSERVE_INA_CONFIG=str(cfg)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def collect_ranks(
+    procs: list[subprocess.Popen], bound_s: float
+) -> list[tuple[int, list[dict], str]]:
+    """Waits for the ranks :func:`start_collnet_rank` started, all within ``bound_s`` seconds
+    (a bound for a hang, not a measure: each rank ends when its sums do; one past it is
+    killed): per rank (exit status, its JSON event lines, its log)."""
+    import json
+    import time
+
+    outs = []
+    t0 = time.monotonic()
+    for p in procs:
+        try:
+            o, e = p.communicate(timeout=max(1.0, bound_s - (time.monotonic() - t0)))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            o, e = p.communicate()
+        outs.append((p.returncode, [json.loads(x) for x in o.splitlines() if x.startswith("{")], e))
+    return outs

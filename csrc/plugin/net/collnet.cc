@@ -20,7 +20,10 @@ using heroserve::netplugin::Warn;
 
 namespace {
 
-constexpr const char* kLog = "heroserve.collnet";
+struct LogName {  // the logger name, as a type for HostMemory
+  static constexpr const char* kLog = "heroserve.collnet";
+};
+constexpr const char* kLog = LogName::kLog;
 constexpr const char* kName = "HeroServe-INA";
 constexpr uint32_t kHandleMagic = 0x48534e41;  // "HSNA"
 constexpr uint32_t kHandleVersion = 2;
@@ -58,11 +61,6 @@ struct CollComm {
   std::unique_ptr<hs::Engine> engine;
 };
 
-struct MemHandle {
-  void* data;
-  size_t size;
-};
-
 struct Request {
   CollComm* comm = nullptr;
   hs::Engine::Op* op = nullptr;  // nullptr: complete at once (a flush)
@@ -74,6 +72,8 @@ std::unique_ptr<hs::GroupConfigSource> g_source;  // guarded by g_mu
 heroserve::netplugin::Nic g_nic;
 bool g_have_nic = false;
 bool g_float_sums = false;  // every entry of the config opts in (reduceSupport is global)
+// What reduceSupport offers: int32's types, or only bfp16's (floats) when an entry is bfp16.
+const hs::LaneFormat* g_reduce_lanes = &hs::kInt32Lanes;
 
 hs::ElemType ElemOf(ncclDataType_t t) {
   switch (t) {
@@ -100,14 +100,14 @@ hs::ElemType ElemOf(ncclDataType_t t) {
 void DiscoverNic() {
   if (g_have_nic) return;
   in_addr_t ip = INADDR_ANY;
-  if (const char* path = std::getenv("HEROSERVE_INA_CONFIG")) {
-    std::vector<hs::GroupEntry> e;
-    std::string text, err;
-    if (hs::ReadConfigFile(path, &text, &err) && hs::ParseGroupConfig(text, &e, &err) && !e.empty()) {
-      ip = e[0].policy.bind_ip;
-      g_float_sums = true;
-      for (const auto& x : e) g_float_sums = g_float_sums && x.policy.float_sums;
-    }
+  std::vector<hs::GroupEntry> e;
+  std::string err;
+  if (hs::LoadConfiguredGroups(&e, &err) && !e.empty()) {
+    ip = e[0].policy.bind_ip;
+    g_float_sums = true;
+    for (const auto& x : e) g_float_sums = g_float_sums && x.policy.float_sums;
+    for (const auto& x : e)
+      if (x.policy.spec.lanes.kind == hs::LaneKind::kBfp16) g_reduce_lanes = &hs::kBfp16Lanes;
   }
   if (ip != INADDR_ANY && heroserve::netplugin::FindNic(ip, &g_nic)) {
     g_have_nic = true;
@@ -256,34 +256,17 @@ ncclResult_t ReduceSupport(ncclDataType_t type, ncclRedOp_t op, int* supported) 
   // The lane format carries integer sums exactly (csrc/ina/lanes.h); float sums as fixed
   // point only when the config opts in (float_sums); NCCL serves the rest.
   bool fs;
+  const hs::LaneFormat* lanes;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     fs = g_float_sums;
+    lanes = g_reduce_lanes;
   }
-  *supported = op == ncclSum && Carries(hs::kInt32Lanes, fs, ElemOf(type)) ? 1 : 0;
+  *supported = op == ncclSum && Carries(*lanes, fs, ElemOf(type)) ? 1 : 0;
   return ncclSuccess;
 }
 
-ncclResult_t RegMr(void*, void* data, size_t size, int type, void** mhandle) {
-  *mhandle = nullptr;
-  if (type != NCCL_PTR_HOST) {
-    Warn(kLog, "regMr: only host memory can be registered (type " + std::to_string(type) + ")");
-    return ncclInternalError;
-  }
-  *mhandle = new MemHandle{data, size};
-  return ncclSuccess;
-}
-
-ncclResult_t RegMrDmaBuf(void*, void*, size_t, int, uint64_t, int, void** mhandle) {
-  *mhandle = nullptr;
-  Warn(kLog, "regMrDmaBuf: DMA-BUF registration is not supported (host memory only)");
-  return ncclInternalError;
-}
-
-ncclResult_t DeregMr(void*, void* mhandle) {
-  delete static_cast<MemHandle*>(mhandle);
-  return ncclSuccess;
-}
+using Memory = heroserve::netplugin::HostMemory<LogName, Warn>;  // refusals are warnings
 
 ncclResult_t Iallreduce(void* coll_comm, void* send, void* recv, size_t count,
                         ncclDataType_t type, ncclRedOp_t op, void*, void*, void** request) {
@@ -369,34 +352,7 @@ ncclResult_t Finalize(void* ctx) {
 
 // ---- version adapters ------------------------------------------------------------------
 
-template <typename P>
-ncclResult_t PropsUpTo11(int dev, P* out) {
-  ncclNetProperties_v12_t p;
-  ncclResult_t rc = GetProperties(dev, &p);
-  if (rc != ncclSuccess) return rc;
-  std::memset(out, 0, sizeof *out);
-  heroserve::netplugin::FillCommonProps(out, kName, p.pciPath, p.guid, p.speed);
-  return ncclSuccess;
-}
-
-ncclResult_t GetPropertiesV8(int dev, ncclNetProperties_v8_t* p) { return PropsUpTo11(dev, p); }
-
-template <typename P>
-ncclResult_t GetPropertiesV9To11(int dev, P* p) {
-  ncclResult_t rc = PropsUpTo11(dev, p);
-  if (rc != ncclSuccess) return rc;
-  p->vProps.ndevs = 1;
-  p->vProps.devs[0] = dev;
-  p->maxP2pBytes = 1L << 30;
-  p->maxCollBytes = 1L << 30;
-  return ncclSuccess;
-}
-
-ncclResult_t GetPropertiesV11(int dev, ncclNetProperties_v11_t* p) {
-  ncclResult_t rc = GetPropertiesV9To11(dev, p);
-  if (rc == ncclSuccess) p->maxMultiRequestSize = 1;
-  return rc;
-}
+using Older = heroserve::netplugin::OlderProps<GetProperties>;
 
 ncclResult_t InitNoCtx(ncclDebugLogger_t logger) {
   // Before v11 there is no per-communicator context: the claim has no comm id.
@@ -423,34 +379,34 @@ extern "C" {
 
 __attribute__((visibility("default"))) ncclCollNet_v12_t ncclCollNetPlugin_v12 = {
     kName,        Init,         Devices,    GetProperties, Listen,
-    Connect,      ReduceSupport, RegMr,     RegMrDmaBuf,   DeregMr,
+    Connect,      ReduceSupport, Memory::RegMr, Memory::RegMrDmaBuf, Memory::DeregMr,
     Iallreduce,   nullptr,      nullptr,    Iflush,        Test,
     CloseColl,    CloseListen,  nullptr, Finalize};
 
 __attribute__((visibility("default"))) ncclCollNet_v11_t ncclCollNetPlugin_v11 = {
-    kName,       Init,          Devices,  GetPropertiesV11, Listen,
-    Connect,     ReduceSupport, RegMr,    RegMrDmaBuf,      DeregMr,
+    kName,       Init,          Devices,  Older::V11, Listen,
+    Connect,     ReduceSupport, Memory::RegMr, Memory::RegMrDmaBuf, Memory::DeregMr,
     Iallreduce,  nullptr, nullptr,
     Iflush,      Test,          CloseColl, CloseListen,
     nullptr, Finalize};
 
 __attribute__((visibility("default"))) ncclCollNet_v10_t ncclCollNetPlugin_v10 = {
-    kName,       InitNoCtx,     Devices,  GetPropertiesV9To11<ncclNetProperties_v10_t>,
-    ListenNoCtx, Connect,       ReduceSupport, RegMr, RegMrDmaBuf, DeregMr,
+    kName,       InitNoCtx,     Devices,  Older::V9To11<ncclNetProperties_v10_t>,
+    ListenNoCtx, Connect,       ReduceSupport, Memory::RegMr, Memory::RegMrDmaBuf, Memory::DeregMr,
     Iallreduce,  nullptr, nullptr,
     Iflush,      Test,          CloseColl, CloseListen,
     nullptr};
 
 __attribute__((visibility("default"))) ncclCollNet_v9_t ncclCollNetPlugin_v9 = {
-    kName,       InitNoCtx,     Devices,  GetPropertiesV9To11<ncclNetProperties_v9_t>,
-    ListenNoCtx, Connect,       ReduceSupport, RegMr, RegMrDmaBuf, DeregMr,
+    kName,       InitNoCtx,     Devices,  Older::V9To11<ncclNetProperties_v9_t>,
+    ListenNoCtx, Connect,       ReduceSupport, Memory::RegMr, Memory::RegMrDmaBuf, Memory::DeregMr,
     Iallreduce,  nullptr, nullptr,
     Iflush,      Test,          CloseColl, CloseListen,
     nullptr};
 
 __attribute__((visibility("default"))) ncclCollNet_v8_t ncclCollNetPlugin_v8 = {
-    kName,       InitNoCtx,     Devices,  GetPropertiesV8,
-    ListenNoCtx, Connect,       ReduceSupport, RegMr, RegMrDmaBuf, DeregMr,
+    kName,       InitNoCtx,     Devices,  Older::V8,
+    ListenNoCtx, Connect,       ReduceSupport, Memory::RegMr, Memory::RegMrDmaBuf, Memory::DeregMr,
     IallreduceV8, nullptr, nullptr,
     Iflush,      Test,          CloseColl, CloseListen};
 

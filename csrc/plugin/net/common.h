@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -53,5 +54,70 @@ void FillCommonProps(P* p, const char* name, char* pci_path, uint64_t guid, int 
   p->netDeviceType = NCCL_NET_DEVICE_HOST;
   p->netDeviceVersion = NCCL_NET_DEVICE_INVALID_VERSION;
 }
+
+// The older properties shapes (v8 ... v11), each derived from the v12 properties `Get`
+// fills, so each half of the library states its properties once. v8 has no virtual
+// devices nor size limits; v9 and v10 add them; v11 adds maxMultiRequestSize.
+template <ncclResult_t (*Get)(int, ncclNetProperties_v12_t*)>
+struct OlderProps {
+  template <typename P>
+  static ncclResult_t Common(int dev, P* out, ncclNetProperties_v12_t* p) {
+    ncclResult_t rc = Get(dev, p);
+    if (rc != ncclSuccess) return rc;
+    std::memset(out, 0, sizeof *out);
+    FillCommonProps(out, p->name, p->pciPath, p->guid, p->speed);
+    return ncclSuccess;
+  }
+  static ncclResult_t V8(int dev, ncclNetProperties_v8_t* out) {
+    ncclNetProperties_v12_t p;
+    return Common(dev, out, &p);
+  }
+  template <typename P>
+  static ncclResult_t V9To11(int dev, P* out) {
+    ncclNetProperties_v12_t p;
+    ncclResult_t rc = Common(dev, out, &p);
+    if (rc != ncclSuccess) return rc;
+    out->vProps.ndevs = 1;
+    out->vProps.devs[0] = dev;
+    out->maxP2pBytes = p.maxP2pBytes;
+    out->maxCollBytes = p.maxCollBytes;
+    return ncclSuccess;
+  }
+  static ncclResult_t V11(int dev, ncclNetProperties_v11_t* out) {
+    ncclResult_t rc = V9To11(dev, out);
+    if (rc == ncclSuccess) out->maxMultiRequestSize = 1;
+    return rc;
+  }
+};
+
+// Memory registration of both halves: host memory only (NCCL stages GPU data through host
+// memory, ptrSupport = NCCL_PTR_HOST); CUDA pointers and DMA-BUF are refused with
+// ncclInternalError, said through `Say` (Warn or Info) under the logger name `Log::kLog`.
+struct MemHandle {
+  void* data;
+  size_t size;
+};
+template <typename Log, void (*Say)(const char*, const std::string&)>
+struct HostMemory {
+  static ncclResult_t RegMr(void*, void* data, size_t size, int type, void** mhandle) {
+    *mhandle = nullptr;
+    if (type != NCCL_PTR_HOST) {
+      Say(Log::kLog, "regMr: only host memory can be registered (type " +
+                         std::to_string(type) + ")");
+      return ncclInternalError;
+    }
+    *mhandle = new MemHandle{data, size};
+    return ncclSuccess;
+  }
+  static ncclResult_t RegMrDmaBuf(void*, void*, size_t, int, uint64_t, int, void** mhandle) {
+    *mhandle = nullptr;
+    Say(Log::kLog, "regMrDmaBuf: DMA-BUF registration is not supported (host memory only)");
+    return ncclInternalError;
+  }
+  static ncclResult_t DeregMr(void*, void* mhandle) {
+    delete static_cast<MemHandle*>(mhandle);
+    return ncclSuccess;
+  }
+};
 
 }  // namespace heroserve::netplugin

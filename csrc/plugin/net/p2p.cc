@@ -49,7 +49,10 @@ using heroserve::netplugin::Warn;
 
 namespace {
 
-constexpr const char* kLog = "heroserve.net";
+struct LogName {  // the logger name, as a type for HostMemory
+  static constexpr const char* kLog = "heroserve.net";
+};
+constexpr const char* kLog = LogName::kLog;
 constexpr const char* kName = "HeroServe-TCP";
 constexpr uint32_t kHandleMagic = 0x48535450;  // "HSTP"
 constexpr uint64_t kHelloMagic = 0x3150325054454e48ULL;  // "HNETP2P1"
@@ -90,19 +93,17 @@ std::string IpStr(in_addr_t a) {
 void DiscoverDevs() {
   if (g_devs_done) return;
   g_devs_done = true;
-  if (const char* path = std::getenv("HEROSERVE_INA_CONFIG")) {
-    std::vector<hs::GroupEntry> entries;
-    std::string text, err;
-    if (hs::ReadConfigFile(path, &text, &err) && hs::ParseGroupConfig(text, &entries, &err)) {
-      for (const auto& e : entries) {
-        in_addr_t ip = e.policy.bind_ip;
-        bool seen = false;
-        for (const auto& d : g_devs) seen |= d.ip == ip;
-        Dev d;
-        if (!seen && ip != INADDR_ANY && heroserve::netplugin::FindNic(ip, &d.nic)) {
-          d.ip = ip;
-          g_devs.push_back(d);
-        }
+  std::vector<hs::GroupEntry> entries;
+  std::string err;
+  if (hs::LoadConfiguredGroups(&entries, &err)) {
+    for (const auto& e : entries) {
+      in_addr_t ip = e.policy.bind_ip;
+      bool seen = false;
+      for (const auto& d : g_devs) seen |= d.ip == ip;
+      Dev d;
+      if (!seen && ip != INADDR_ANY && heroserve::netplugin::FindNic(ip, &d.nic)) {
+        d.ip = ip;
+        g_devs.push_back(d);
       }
     }
   }
@@ -177,11 +178,6 @@ struct Comm {
   Request reqs[kMaxRequests];
   std::deque<Request*> fifo;
   uint64_t bytes = 0;
-};
-
-struct MemHandle {
-  void* data;
-  size_t size;
 };
 
 void TuneDataSocket(int fd) {
@@ -446,26 +442,8 @@ ncclResult_t Accept(void* listen_comm, void** recv_comm) {
 
 // ---- memory ----------------------------------------------------------------------------
 
-ncclResult_t RegMr(void*, void* data, size_t size, int type, void** mhandle) {
-  *mhandle = nullptr;
-  if (type != NCCL_PTR_HOST) {
-    Info(kLog, "regMr: only host memory can be registered (type " + std::to_string(type) + ")");
-    return ncclInternalError;
-  }
-  *mhandle = new MemHandle{data, size};
-  return ncclSuccess;
-}
-
-ncclResult_t RegMrDmaBuf(void*, void*, size_t, int, uint64_t, int, void** mhandle) {
-  *mhandle = nullptr;
-  Info(kLog, "regMrDmaBuf: DMA-BUF is not supported (host memory only)");
-  return ncclInternalError;
-}
-
-ncclResult_t DeregMr(void*, void* mhandle) {
-  delete static_cast<MemHandle*>(mhandle);
-  return ncclSuccess;
-}
+// Refused registrations are only info: NCCL's GDR probe tries CUDA memory first.
+using Memory = heroserve::netplugin::HostMemory<LogName, Info>;
 
 // ---- data ------------------------------------------------------------------------------
 
@@ -646,31 +624,7 @@ ncclResult_t Finalize(void* ctx) {
 
 // ---- version adapters ------------------------------------------------------------------
 
-template <typename P>
-ncclResult_t PropsCommon(int dev, P* out) {
-  ncclNetProperties_v12_t p;
-  ncclResult_t rc = GetProperties(dev, &p);
-  if (rc != ncclSuccess) return rc;
-  std::memset(out, 0, sizeof *out);
-  heroserve::netplugin::FillCommonProps(out, p.name, p.pciPath, p.guid, p.speed);
-  return ncclSuccess;
-}
-ncclResult_t GetPropertiesV8(int dev, ncclNetProperties_v8_t* p) { return PropsCommon(dev, p); }
-template <typename P>
-ncclResult_t GetPropertiesV9To11(int dev, P* p) {
-  ncclResult_t rc = PropsCommon(dev, p);
-  if (rc != ncclSuccess) return rc;
-  p->vProps.ndevs = 1;
-  p->vProps.devs[0] = dev;
-  p->maxP2pBytes = kMaxNetSizeBytes;
-  p->maxCollBytes = 512 << 20;
-  return ncclSuccess;
-}
-ncclResult_t GetPropertiesV11(int dev, ncclNetProperties_v11_t* p) {
-  ncclResult_t rc = GetPropertiesV9To11(dev, p);
-  if (rc == ncclSuccess) p->maxMultiRequestSize = 1;
-  return rc;
-}
+using Older = heroserve::netplugin::OlderProps<GetProperties>;
 
 ncclResult_t InitV8(ncclDebugLogger_t l) { return Init(nullptr, 0, l); }
 ncclResult_t InitV10(ncclDebugLogger_t l, ncclProfilerCallback_t) { return Init(nullptr, 0, l); }
@@ -717,32 +671,32 @@ extern "C" {
 
 __attribute__((visibility("default"))) ncclNet_v12_t ncclNetPlugin_v12 = {
     kName,        InitV11<ncclNetCommConfig_v12_t>, Devices, GetProperties, Listen,
-    ConnectV11<ncclNetDeviceHandle_v12_t>, AcceptAny<ncclNetDeviceHandle_v12_t>, RegMr,
-    RegMrDmaBuf,  DeregMr, IsendV10, Irecv, Iflush, Test, CloseComm, CloseComm, CloseListen,
+    ConnectV11<ncclNetDeviceHandle_v12_t>, AcceptAny<ncclNetDeviceHandle_v12_t>, Memory::RegMr,
+    Memory::RegMrDmaBuf, Memory::DeregMr, IsendV10, Irecv, Iflush, Test, CloseComm, CloseComm, CloseListen,
     nullptr,      nullptr, nullptr, Finalize, nullptr};
 
 __attribute__((visibility("default"))) ncclNet_v11_t ncclNetPlugin_v11 = {
-    kName,        InitV11<ncclNetCommConfig_v11_t>, Devices, GetPropertiesV11, Listen,
-    ConnectV11<ncclNetDeviceHandle_v11_t>, AcceptAny<ncclNetDeviceHandle_v11_t>, RegMr,
-    RegMrDmaBuf,  DeregMr, IsendV10, Irecv, Iflush, Test, CloseComm, CloseComm, CloseListen,
+    kName,        InitV11<ncclNetCommConfig_v11_t>, Devices, Older::V11, Listen,
+    ConnectV11<ncclNetDeviceHandle_v11_t>, AcceptAny<ncclNetDeviceHandle_v11_t>, Memory::RegMr,
+    Memory::RegMrDmaBuf, Memory::DeregMr, IsendV10, Irecv, Iflush, Test, CloseComm, CloseComm, CloseListen,
     nullptr,      nullptr, nullptr, Finalize, nullptr};
 
 __attribute__((visibility("default"))) ncclNet_v10_t ncclNetPlugin_v10 = {
-    kName,        InitV10, Devices, GetPropertiesV9To11<ncclNetProperties_v10_t>, ListenNoCtx,
+    kName,        InitV10, Devices, Older::V9To11<ncclNetProperties_v10_t>, ListenNoCtx,
     ConnectV10<ncclNetCommConfig_v10_t, ncclNetDeviceHandle_v10_t>,
-    AcceptAny<ncclNetDeviceHandle_v10_t>, RegMr, RegMrDmaBuf, DeregMr, IsendV10, Irecv, Iflush,
+    AcceptAny<ncclNetDeviceHandle_v10_t>, Memory::RegMr, Memory::RegMrDmaBuf, Memory::DeregMr, IsendV10, Irecv, Iflush,
     Test,         CloseComm, CloseComm, CloseListen, nullptr, nullptr, nullptr};
 
 __attribute__((visibility("default"))) ncclNet_v9_t ncclNetPlugin_v9 = {
-    kName,        InitV8, Devices, GetPropertiesV9To11<ncclNetProperties_v9_t>, ListenNoCtx,
-    ConnectV8<ncclNetDeviceHandle_v9_t>, AcceptAny<ncclNetDeviceHandle_v9_t>, RegMr,
-    RegMrDmaBuf,  DeregMr, IsendV9, IrecvV9, Iflush, Test, CloseComm, CloseComm, CloseListen,
+    kName,        InitV8, Devices, Older::V9To11<ncclNetProperties_v9_t>, ListenNoCtx,
+    ConnectV8<ncclNetDeviceHandle_v9_t>, AcceptAny<ncclNetDeviceHandle_v9_t>, Memory::RegMr,
+    Memory::RegMrDmaBuf, Memory::DeregMr, IsendV9, IrecvV9, Iflush, Test, CloseComm, CloseComm, CloseListen,
     nullptr,      nullptr, nullptr};
 
 __attribute__((visibility("default"))) ncclNet_v8_t ncclNetPlugin_v8 = {
-    kName,        InitV8, Devices, GetPropertiesV8, ListenNoCtx,
-    ConnectV8<ncclNetDeviceHandle_v8_t>, AcceptAny<ncclNetDeviceHandle_v8_t>, RegMr,
-    RegMrDmaBuf,  DeregMr, IsendV8, IrecvV8, Iflush, Test, CloseComm, CloseComm, CloseListen,
+    kName,        InitV8, Devices, Older::V8, ListenNoCtx,
+    ConnectV8<ncclNetDeviceHandle_v8_t>, AcceptAny<ncclNetDeviceHandle_v8_t>, Memory::RegMr,
+    Memory::RegMrDmaBuf, Memory::DeregMr, IsendV8, IrecvV8, Iflush, Test, CloseComm, CloseComm, CloseListen,
     nullptr,      nullptr};
 
 }  // extern "C"

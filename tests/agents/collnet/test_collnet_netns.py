@@ -1,7 +1,7 @@
 """The CollNet plugin through real interfaces: 4 ranks (collnet_harness) in 4 network
 namespaces joined by veth pairs to the switch model running as its own process
-(``python -m agents.softswitch`` on the veth ends, programmed over P4Runtime as
-tests/agents/softswitch/test_softswitch_netns.py does), with netem loss (1%) and reordering
+(``python -m agents.softswitch`` on the veth ends, programmed over P4Runtime by
+tests/support/p4rt.py), with netem loss (1%) and reordering
 on every veth in both directions. Every sum must still be exact, and the switch's counters
 must show each contribution counted once: per aggregation round, 3 packets ``added`` and 1
 ``completed``, however many retransmissions the loss caused.
@@ -11,27 +11,25 @@ Needs root (network namespaces, tc); skipped with the reason otherwise.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tests"))
+from support import p4rt  # noqa: E402
 from support.netns import (  # noqa: E402
     SWITCH_IP,
-    SWITCH_MAC,
     N,
     NetnsBed,
+    collect_ranks,
     netns_unavailable,
     run_checked,
-    worker_ip,
-    worker_mac,
+    start_collnet_rank,
 )
 
 pytestmark = [pytest.mark.needs_root]
@@ -39,12 +37,7 @@ pytestmark = [pytest.mark.needs_root]
 BUILD = Path(os.environ.get("HEROSERVE_CSRC_BUILD", ROOT / "build" / "csrc"))
 LIB = BUILD / "libnccl-net-heroserve.so"
 HARNESS = BUILD / "collnet_harness"
-P4INFO = ROOT / "p4" / "heroserve_ina.p4info.txtpb"
-ENV = dict(
-    os.environ,
-    PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION="python",
-    PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
-)
+ENV = p4rt.CHILD_ENV
 GROUP, WINDOW = 9, 8
 NETEM = ["loss", "1%", "delay", "1ms", "reorder", "25%", "50%"]
 VECTOR_LEN = 32
@@ -88,19 +81,6 @@ def testbed():
         bed.down()
 
 
-def _child(*args: str) -> dict:
-    p = subprocess.run(
-        [sys.executable, __file__, *args],
-        env=ENV,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout.strip().splitlines()[-1])
-
-
 def chunks(count: int) -> int:
     return (count + VECTOR_LEN - 1) // VECTOR_LEN
 
@@ -122,7 +102,8 @@ def test_collnet_exact_through_namespaces(testbed: NetnsBed, tmp_path: Path, net
         line = sw.stdout.readline()
         assert line.startswith("P4RUNTIME_PORT="), sw.stderr.read() if sw.stderr else ""
         port = line.split("=")[1].strip()
-        assert _child("program", port)["ok"]
+        setup = p4rt.ina_setup(GROUP, {k: k for k in range(WINDOW)}, GROUP)
+        assert p4rt.run_child("program", int(port), setup)["ok"]
         for w in range(N) if netem else []:  # loss and reordering both ways
             run_checked("tc", "qdisc", "add", "dev", testbed.ports[w], "root", "netem", *NETEM)
             run_checked(
@@ -144,70 +125,16 @@ def test_collnet_exact_through_namespaces(testbed: NetnsBed, tmp_path: Path, net
         procs = []
         d = tmp_path / "handles"
         d.mkdir()
+        group = {"group_id": GROUP, "window": WINDOW, "switch_ip": SWITCH_IP, "session": 77,
+                 "first_generation": 5, "give_up_s": 10, "initial_rto_s": 0.05,
+                 "min_rto_s": 0.02, "max_rto_s": 0.5, "float_sums": True}  # fmt: skip
+        args = ["--types", ",".join(types), "--sizes", ",".join(map(str, sizes))]
         for w in range(N):
-            cfg = tmp_path / f"ina{w}.json"
-            cfg.write_text(
-                json.dumps(
-                    {
-                        "groups": [
-                            {
-                                "group_id": GROUP,
-                                "num_workers": N,
-                                "worker_id": w,
-                                "window": WINDOW,
-                                "switch_ip": SWITCH_IP,
-                                "session": 77,
-                                "first_generation": 5,
-                                "bind_ip": worker_ip(w),
-                                "give_up_s": 10,
-                                "initial_rto_s": 0.05,
-                                "min_rto_s": 0.02,
-                                "max_rto_s": 0.5,
-                                "float_sums": True,
-                            }
-                        ]
-                    }
-                )
-            )
             procs.append(
-                subprocess.Popen(
-                    [
-                        "ip",
-                        "netns",
-                        "exec",
-                        testbed.ns[w],
-                        str(HARNESS),
-                        "--lib",
-                        str(LIB),
-                        "--dir",
-                        str(d),
-                        "--rank",
-                        str(w),
-                        "--nranks",
-                        str(N),
-                        "--types",
-                        ",".join(types),
-                        "--sizes",
-                        ",".join(map(str, sizes)),
-                    ],
-                    env=dict(ENV, HEROSERVE_INA_CONFIG=str(cfg)),
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
+                start_collnet_rank(testbed, w, str(HARNESS), str(LIB), str(d), group, args, ENV)
             )
-        outs = []
-        t0 = time.monotonic()
-        for p in procs:
-            try:
-                o, e = p.communicate(timeout=max(1.0, 180 - (time.monotonic() - t0)))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                o, e = p.communicate()
-            outs.append(
-                (p.returncode, [json.loads(x) for x in o.splitlines() if x.startswith("{")], e)
-            )
-        counters = _child("counters", port)
+        outs = collect_ranks(procs, 180)
+        counters = p4rt.run_child("counters", int(port))
     finally:
         sw.terminate()
         sw.wait(timeout=60)
@@ -239,76 +166,3 @@ def test_collnet_exact_through_namespaces(testbed: NetnsBed, tmp_path: Path, net
     assert added == (N - 1) * rounds  # every contribution counted exactly once
     if netem:
         assert sum(s["retransmissions"] for s in stats) > 0  # the loss did bite
-
-
-def _client(port: int):
-    import p4runtime_sh.shell as sh
-
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            sh.setup(
-                device_id=1,
-                grpc_addr=f"127.0.0.1:{port}",
-                election_id=(0, 1),
-                config=sh.FwdPipeConfig(str(P4INFO), "/dev/null") if _client.push else None,
-                verbose=False,
-            )
-            return sh
-        except BaseException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-
-
-def _program(port: int) -> dict:
-    _client.push = True
-    sh = _client(port)
-    for k in range(WINDOW):
-        te = sh.TableEntry("InaIngress.aggregation_table")(action="InaIngress.set_slot")
-        te.match["group_id"] = str(GROUP)
-        te.match["agg_index"] = str(k)
-        te.action["slot"] = str(k)
-        te.action["num_workers"] = str(N)
-        te.action["mcast_grp"] = str(GROUP)
-        te.insert()
-    for w in range(N):
-        wp = sh.TableEntry("InaIngress.worker_port")(action="InaIngress.set_worker_port")
-        wp.match["group_id"] = str(GROUP)
-        wp.match["worker_id"] = str(w)
-        wp.action["port"] = str(w + 1)
-        wp.insert()
-    g = sh.MulticastGroupEntry(GROUP)
-    for w in range(N):
-        g.add(w + 1, 0)
-    g.insert()
-    for w in range(N):
-        rw = sh.TableEntry("InaEgress.result_rewrite")(action="InaEgress.set_result_dst")
-        rw.match["egress_port"] = str(w + 1)
-        rw.action["dmac"] = worker_mac(w)
-        rw.action["dip"] = worker_ip(w)
-        rw.insert()
-    sh.teardown()
-    return {"ok": True, "switch_mac": SWITCH_MAC}
-
-
-def _counters(port: int) -> dict:
-    _client.push = False
-    sh = _client(port)
-
-    def cells(name: str) -> dict[int, int]:
-        return {c.index: c.data.packet_count for c in sh.CounterEntry(name).read()}
-
-    drops, events = cells("InaIngress.ina_drops"), cells("InaIngress.ina_events")
-    res = {
-        "ina_drops": [drops.get(i, 0) for i in range(16)],
-        "ina_events": [events.get(i, 0) for i in range(8)],
-    }
-    sh.teardown()
-    return res
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
-    kind, arg = sys.argv[1], int(sys.argv[2])
-    print(json.dumps({"program": _program, "counters": _counters}[kind](arg)), flush=True)

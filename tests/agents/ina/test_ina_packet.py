@@ -60,7 +60,7 @@ def test_short_payload_is_rejected(size: int) -> None:
 def test_pack_rejects_out_of_range_fields() -> None:
     with pytest.raises(ValueError, match="worker_id"):
         pack(InaHeader(1, 1, 256, 4), [0] * VECTOR_LEN)
-    with pytest.raises(ValueError, match="int32"):
+    with pytest.raises(ValueError, match="32-bit lane"):
         pack(InaHeader(1, 1, 0, 4), [2**31] + [0] * (VECTOR_LEN - 1))
     with pytest.raises(ValueError, match="32 values"):
         pack(InaHeader(1, 1, 0, 4), [0] * 3)

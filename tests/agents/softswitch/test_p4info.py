@@ -356,7 +356,9 @@ def test_checked_in_p4info_is_p4cs_output(p4c_output: tuple[Path, str]) -> None:
     )
 
 
-def test_tna_program_front_end_checks_clean() -> None:
+@pytest.mark.parametrize("lanes", [[], ["-DINA_BFP16"]], ids=["int32", "bfp16"])
+def test_tna_program_front_end_checks_clean(lanes: list[str]) -> None:
+    # One build per lane format (docs/dataplane.md, "Lane formats").
     reason = tool_missing("p4test")
     if reason:
         pytest.skip(reason)
@@ -365,7 +367,7 @@ def test_tna_program_front_end_checks_clean() -> None:
         pytest.skip("HEROSERVE_TNA_INCLUDE does not name the Tofino p4include folder (tna.p4)")
     proc = subprocess.run(
         # bf-p4c defines the target; tna.p4 refuses to be read without it (Tofino 1 here).
-        ["p4test", "-D__TARGET_TOFINO__=1", "-I", include, str(TNA_SRC)],
+        ["p4test", "-D__TARGET_TOFINO__=1", *lanes, "-I", include, str(TNA_SRC)],
         capture_output=True,
         text=True,
         timeout=600,

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import p4rt
 from support.bmv2 import bmv2_missing, compile_v1model
 from support.netns import (
     SWITCH_IP,
@@ -34,7 +35,6 @@ pytestmark = [pytest.mark.needs_root, pytest.mark.slow]
 
 # Three folders below the root; not `from support import ROOT`: this file also runs as a script
 ROOT = Path(__file__).resolve().parents[3]
-P4INFO = ROOT / "p4" / "heroserve_ina.p4info.txtpb"
 # The children run this file as a script: its imports of support.* need tests/ on the path.
 ENV = dict(
     os.environ,
@@ -177,59 +177,15 @@ def test_bmv2_aggregates_real_packets(testbed: NetnsBed, tmp_path: Path) -> None
 # Child processes.
 
 
-def _client(port: int, push_config: bool):
-    """p4runtime-shell session; ``push_config`` sets the pipeline (which resets state)."""
-    import p4runtime_sh.shell as sh
-
-    dev = os.environ.get("HEROSERVE_BMV2_JSON") or "/dev/null"
-    deadline = time.monotonic() + 30
-    while True:  # a switch just started may not serve P4Runtime yet
-        try:
-            sh.setup(
-                device_id=1,
-                grpc_addr=f"127.0.0.1:{port}",
-                election_id=(0, 1),
-                config=sh.FwdPipeConfig(str(P4INFO), dev) if push_config else None,
-                verbose=False,
-            )
-            return sh
-        except BaseException:  # p4runtime-shell exits (SystemExit) when it cannot connect
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-
-
 def _program(port: int) -> dict:
-    sh = _client(port, push_config=True)
-    te = sh.TableEntry("InaIngress.aggregation_table")(action="InaIngress.set_slot")
-    te.match["group_id"] = str(GROUP)
-    te.match["agg_index"] = str(AGG)
-    te.action["slot"] = str(SLOT)
-    te.action["num_workers"] = str(N)
-    te.action["mcast_grp"] = str(MCAST)
-    te.insert()
-    for w in range(N):
-        wp = sh.TableEntry("InaIngress.worker_port")(action="InaIngress.set_worker_port")
-        wp.match["group_id"] = str(GROUP)
-        wp.match["worker_id"] = str(w)
-        wp.action["port"] = str(w + 1)
-        wp.insert()
-    g = sh.MulticastGroupEntry(MCAST)
-    for w in range(N):
-        g.add(w + 1, 0)
-    g.insert()
-    for w in range(N):
-        rw = sh.TableEntry("InaEgress.result_rewrite")(action="InaEgress.set_result_dst")
-        rw.match["egress_port"] = str(w + 1)
-        rw.action["dmac"] = worker_mac(w)
-        rw.action["dip"] = worker_ip(w)
-        rw.insert()
+    sh = p4rt.connect(port, os.environ.get("HEROSERVE_BMV2_JSON") or "/dev/null")
+    p4rt.program(sh, p4rt.ina_setup(GROUP, {AGG: SLOT}, MCAST))
     sh.teardown()
     return {"ok": True}
 
 
 def _counters(port: int) -> dict:
-    sh = _client(port, push_config=False)
+    sh = p4rt.connect(port, None)
 
     def cells(name: str) -> dict[int, tuple[int, int]]:
         return {

@@ -309,7 +309,9 @@ MF_BYTE = 14 + 6  # IPv4 flags: reserved, DF, MF in the top 3 bits of byte 6
         (worker_frame(0, [1] * VECTOR_LEN, agg=2), DROP_SLOT_OUT_OF_RANGE),
         (worker_frame(1, [1] * VECTOR_LEN), DROP_WRONG_PORT),  # worker 1 sent from port 1
         (_set_bits(worker_frame(0, [1] * VECTOR_LEN), OFF + 6, 0x01), DROP_RESERVED_BITS),
-        (_set_bits(worker_frame(0, [1] * VECTOR_LEN), OFF + 6, 0x10), DROP_RESERVED_BITS),
+        (_set_bits(worker_frame(0, [1] * VECTOR_LEN), OFF + 6, 0x04), DROP_RESERVED_BITS),
+        # The overflow flag is the switch's, on bfp16 results only (0x10 is the bfp16 bit).
+        (_set_bits(worker_frame(0, [1] * VECTOR_LEN), OFF + 6, 0x08), DROP_RESERVED_BITS),
         (_set_bits(worker_frame(0, [1] * VECTOR_LEN), MF_BYTE, 0x20), DROP_FRAGMENT),
         (_short(_set_bits(worker_frame(0, [1] * VECTOR_LEN), MF_BYTE, 0x20), 64), DROP_FRAGMENT),
     ],

@@ -78,7 +78,10 @@ SPECS: dict[str, Spec] = {
     "validate": Spec(
         ["validate", "{topo}"],
         {
-            "@1": (["{plan}", "{trace}", "{topo}"], [*PATH_JUNK, "{garbage}", "{fifo_json}"]),
+            "@1": (
+                ["{plan}", "{trace}", "{topo}"],
+                [*PATH_JUNK, "{garbage}", "{fifo_json}", "{unknown_model_plan}"],
+            ),
             "--as": ([], ["x", "csv"]),
         },
         valid=6,
@@ -96,7 +99,7 @@ SPECS: dict[str, Spec] = {
         {
             "--plan": ([], [*PATH_JUNK, "{garbage}", "{fifo_json}"]),
             "--format": (["deployment", "sglang"], ["x", ""]),
-            "--out": (["{tmp}/a/b"], ["{bin}", "/proc/x/out"]),
+            "--out": (["{tmp}/a/b"], ["{bin}", "/proc/x/out", ""]),
             "--topology": (["fig2"], ["nosuch", "testbed", "{fifo_json}"]),
             "--controller": (
                 ["ctl.example:50051", "[::1]:1"],
@@ -104,16 +107,41 @@ SPECS: dict[str, Spec] = {
             ),
             "--shm-prefix": (["run-1.a_b", ""], ["../../etc/x", "a/b", "..", "x" * 65, "a\tb"]),
             "--base-port": (["9000"], ["0", "70000", "-1", "x"]),
-            "--tuner-plugin": (["/opt/lib/t.so"], ["t\n.so"]),
-            "--model-path": (["/models/x"], ["m\x1bx"]),
+            # values the start scripts carry as data (quoted), and values they cannot (braces
+            # doubled: the case's values are format strings)
+            "--tuner-plugin": (
+                ["/opt/lib/t.so", "$(touch INJECTED).so", "`id`'\"; x"],
+                ["t\n.so", "", "${{RUN}}/t.so", '${{ADDR}}"; touch INJECTED; echo "'],
+            ),
+            "--model-path": (
+                ["/models/x", "$(touch INJECTED)", "a b;c"],
+                ["m\x1bx", '${{ADDR}}"; touch INJECTED; echo "', "${{RUN}}"],
+            ),
+            "--address": (
+                ["A=10.0.0.1", "B=fd00::2", "A=127.0.0.1"],
+                [
+                    "A=fe80::1%$(touch INJECTED)",
+                    "A=fe80::1%eth0",
+                    "A=0.0.0.0",
+                    "A=::",
+                    "A=255.255.255.255",
+                    "A=224.0.0.1",
+                    "A=ff02::1",
+                    "nosuch=10.0.0.1",
+                    "A=",
+                    "A=host.example",
+                    "=10.0.0.1",
+                ],
+            ),  # fmt: skip
         },
-        valid=8,
+        cases=96,
+        valid=16,
     ),
     "admin": Spec(
         ["admin", "--controller", "{addr}", "state"],
         {
             "--controller": ([], ["h:99999", "127.0.0.1:0", "not an address", "127.0.0.1"]),
-            "--tls-cert": ([], ["{missing}", "{fifo}"]),
+            "--tls-cert": ([], ["{missing}", "{fifo}", "{dir}", "{bin}"]),
             "@3": (["agents", "slots"], ["x", ""]),
         },
         valid=6,
@@ -121,7 +149,7 @@ SPECS: dict[str, Spec] = {
     "pki": Spec(
         ["pki", "issue", "{ca}", "--name", "{node}"],
         {
-            "@2": ([], ["{tmp}/no-ca", "{bin}", "{fifo}"]),
+            "@2": ([], ["{tmp}/no-ca", "{bin}", "{fifo}", ""]),
             "--name": ([], ["a\nb", "", "a/b", "ca", "x" * 70, "-x"]),
             "--days": (["30"], ["0", "-1", "40000", "x"]),
             "--host": ([], ["10.0.0.1", "a b"]),  # without --server: refused
@@ -169,7 +197,7 @@ SPECS: dict[str, Spec] = {
             "--db": ([], ["{dir}", "/proc/x/c.db"]),
             "--plan": ([], [*PATH_JUNK, "{garbage}"]),
             "--topology": ([], ["nosuch", "{fifo_json}"]),
-            "--tls-cert": ([], ["{missing}"]),
+            "--tls-cert": ([], ["{missing}", "{dir}", "{bin}"]),
             "--metrics-port": ([], ["0", "99999", "x"]),
             "--gamma": ([], ["nan", "2", "-1"]),
             "--window-s": ([], ["0", "nan", "1e9"]),
@@ -213,6 +241,25 @@ SPECS: dict[str, Spec] = {
             "--planners": ([], ["nosuch", "heroserve,nosuch"]),
             "--seed": ([], ["-1", "nan"]),
             "--journal": ([], ["{dir}", "{bin}", "/proc/x/j.db"]),
+        },
+    ),
+    # The base names no engine: a profile run needs vLLM (tools/engines.sh), which CI lacks,
+    # so every case is bad input, refused before any engine would start.
+    "profile": Spec(
+        ["profile", "--gpu-type", "H100", "--out", "{tmp}/p.json", "--engine-python", "{missing}"],
+        {
+            "--gpu-type": ([], ["nosuch", ""]),
+            "--out": ([], ["{dir}", "{missing}", ""]),
+            "--model": ([], ["nosuch", ""]),
+            "--model-dir": ([], ["{bin}"]),
+            "--batch-sizes": ([], ["0", "x", "-1", "1,,2"]),
+            "--prompt-lengths": ([], ["0", "x", *NUMBER_JUNK]),
+            "--decode-batches": ([], ["0", "x"]),
+            "--contexts": ([], ["0", "x"]),
+            "--decode-steps": ([], ["0", "x", "1e12"]),
+            "--repeats": ([], ["0", "x"]),
+            "--tp": ([], ["0", "x"]),
+            "--timeout": ([], ["0", "nan", "x"]),
         },
     ),
     "fidelity": Spec(
@@ -266,10 +313,11 @@ class Case:
         return f"seed {self.sub}-{self.seed} ({'; '.join(self.did) or 'base'}): {self.argv!r}"
 
 
-def make_case(sub: str, k: int, env: dict[str, str]) -> Case:
+def make_case(sub: str, k: int, env: dict[str, str], spec: Spec | None = None) -> Case:
     """Case ``k`` of ``sub``: the base with one to three options changed (good values only
-    for the first ``valid`` cases), or ``--help`` (case ``valid``)."""
-    spec = SPECS[sub]
+    for the first ``valid`` cases), or ``--help`` (case ``valid``). ``spec``: another set of
+    options than ``SPECS[sub]`` (test_cli_fuzz_options.py's, named ``sub``)."""
+    spec = spec or SPECS[sub]
     rng = random.Random(f"{sub}-{k}")
     argv = list(spec.base)
     case = Case(sub, k, argv, valid=k <= spec.valid)
@@ -329,6 +377,8 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     with open(topo, "w") as f, pytest.MonkeyPatch.context() as mp:
         mp.setattr(sys, "stdout", f)
         assert main(["topology", "export", "fig2"]) == 0
+    unknown = d / "unknown-model.json"  # export refuses it: so must validate
+    unknown.write_text(json.dumps({**json.loads(plan.read_text()), "model": "NoSuch-1B"}))
     sample = d / "sample.json"
     sample_plan().save(sample)
     sample_topo = save_sample_topology(d / "sample-topology.json")
@@ -341,6 +391,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
             "fifo_csv": str(d / "fifo.csv"), "dir": str(d / "dir"), "bin": str(d / "bin.json"),
             "garbage": str(d / "garbage.json"), "trace": str(d / "trace.csv"),
             "plan": str(plan), "topo": str(topo), "sample_plan": str(sample),
+            "unknown_model_plan": str(unknown),
             "sample_topo": str(sample_topo), "ca": str(d / "ca"),
             "addr": f"127.0.0.1:{srv.port}",
         }  # fmt: skip

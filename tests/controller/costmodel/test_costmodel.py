@@ -113,15 +113,15 @@ def test_overlapped_ina_hand_worked():
 
 def test_lane_formats():
     # bytes on the wire per byte of FP16 message, with the 82 bytes of headers and framing
-    # of each 128-byte INA payload: int32 2 x 210/128; int16 (2 + 1/32) / 2 x 210/128
+    # of each 128-byte INA payload: int32 2 x 210/128; bfp16 (exponent in the header) 210/128
     assert NetParams(ina_lanes="int32").ina_wire_ratio == pytest.approx(2 * 210 / 128)
-    assert NetParams(ina_lanes="int16").ina_wire_ratio == pytest.approx(2.03125 / 2 * 210 / 128)
+    assert NetParams(ina_lanes="bfp16").ina_wire_ratio == pytest.approx(210 / 128)
     assert NetParams(ina_lanes="fp16").ina_wire_ratio == pytest.approx(210 / 128)
     assert NetParams().plan_options() == {"cost_mode": "pipelined", "ina_lanes": "int32"}
     assert NetParams.from_plan_options({}) == NetParams()
     assert NetParams.from_plan_options({"cost_mode": "paper"}).cost_mode == "paper"
     for bad, needle in (
-        ({"ina_lanes": "int8"}, "INA lanes must be one of int32, int16, fp16"),
+        ({"ina_lanes": "int8"}, "INA lanes must be one of int32, bfp16, fp16"),
         ({"cost_mode": "fast"}, "cost mode must be one of pipelined, paper"),
         ({"cost_mode": 3}, "plan option cost_mode must be a string"),
     ):

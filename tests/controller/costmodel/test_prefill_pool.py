@@ -14,6 +14,7 @@ from controller.costmodel.prefill_pool import (
     pool_max_rate,
     pool_run,
     pool_ttft_quantile,
+    saturated_departures,
 )
 from controller.models.engines import BatchAdmission
 
@@ -116,3 +117,15 @@ def test_a_stable_pool_whose_run_is_short_beside_its_ttft_is_not_behind():
     stages = [np.array([[0.1, 0.0, 0.0]] * 12)] * 80
     got = pool_ttft_quantile(400.0, 0.9, sample, stages, adm)
     assert 1.2 <= got < 2.4
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_one_instance_fast_path_is_pool_run_float_for_float(seed):
+    # saturated_departures skips the pool's routing: its batches must be pool_run's to the
+    # bit, under every limit binding in turn (slots, requests in flight, token budget)
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(1, 3000, size=500).astype(float).tolist()
+    cost = rng.uniform(0.0, 0.01, size=(int(rng.integers(1, 13)), 3)) * [1.0, 1e-4, 1e-8]
+    adm = BatchAdmission(int(rng.integers(1, 13)), int(rng.integers(1, 300)), 2048 * (seed + 1))
+    want = pool_run([0.0] * len(prompts), prompts, [cost], adm)[1]
+    assert saturated_departures(prompts, cost, adm) == want

@@ -185,6 +185,35 @@ def test_testbed_ina_hier_and_ring_of_1mb_exact(tmp_path: Path) -> None:
     assert_nothing_left(tag)
 
 
+@pytest.mark.skipif(
+    not (GPU_AGENT.parent / "collnet_harness").exists(), reason="collnet_harness not built"
+)
+def test_ina_through_the_cxx_plugin_is_exact_beside_the_python_ring(tmp_path: Path) -> None:
+    """--ina-client plugin: the hosts' INA all-reduces run through libnccl-net-heroserve.so
+    (collnet_harness in each host), two sizes (a fresh session each, the Python workers
+    stopped for the plugin and started again for the ring in between)."""
+    plan = made_plan(tmp_path, "fig2")
+    out_json = tmp_path / "m.json"
+    sizes = [64 << 10, 96 << 10]
+    rc, out, err, tag = run(
+        ["emulate", "--topology", "fig2", "--plan", str(plan), "--ina-client", "plugin",
+         "--bytes", ",".join(map(str, sizes)), "--repeat", "2", "--json", str(out_json)]
+    )  # fmt: skip
+    assert rc == 0, out + err[-3000:]
+    assert "INA client: the C++ CollNet plugin" in out
+    got = json.loads(out_json.read_text())
+    assert [(m["scheme"], m["nbytes"]) for m in got] == [
+        ("ina", sizes[0]), ("ring", sizes[0]), ("ina", sizes[1]), ("ring", sizes[1])
+    ]  # fmt: skip
+    for m in got:
+        assert m["exact"] and not m["error"] and m["members"] == 2, m
+    for ina in got[0::2]:
+        assert ina["extra"]["client"] == "plugin", ina
+        assert 0 < ina["max_error"] <= ina["error_bound"], ina
+    assert got[2]["extra"]["session"] == (got[0]["extra"]["session"] + 2) % 2**32
+    assert_nothing_left(tag)
+
+
 def impaired(tmp_path: Path, nbytes: int, *flags: str) -> dict[tuple[str, str], list[str]]:
     plan = made_plan(tmp_path, "fig2")
     rc, out, err, tag = run(

@@ -254,6 +254,7 @@ def test_token_bucket_holds_four_ms_of_the_rate() -> None:
         (["emulate", "--topology", "2tracks"], "one machine emulates at most 256"),
         (["emulate", "--plan", "/etc/hostname"], "not a plan"),
         (["demo", "--topology", "nope.yaml"], "does not exist"),
+        (["emulate", "--ina-client", "nccl"], "invalid choice: 'nccl'"),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(
@@ -278,6 +279,35 @@ def test_bad_input_is_one_line_and_status_2(
         assert message in lines[0]
     else:
         assert "needs root" in lines[0]
+
+
+def test_plugin_client_without_the_cxx_build_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--ina-client plugin names the missing harness before anything starts (any user)."""
+    from controller.cli import main
+    from controller.emulate import plugin
+
+    monkeypatch.setattr(plugin, "HARNESS", tmp_path / "collnet_harness")
+    status = main(["emulate", "--ina-client", "plugin"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2
+    assert err == [f"heroserve emulate: error: --ina-client plugin: {tmp_path}/collnet_harness "
+                   "is not built (make cxx)"]  # fmt: skip
+
+
+def test_a_fresh_session_is_the_next_one_and_every_member_gets_it() -> None:
+    """The plugin's ranks start their rounds at 0: each of their runs takes the group's next
+    session (newer modulo 2^32, RFC 1982), and so does whoever uses the group after."""
+    from agents.ina.packet import SESSIONS
+    from controller.emulate.collectives import Workers
+
+    w = Workers(cluster=None)  # type: ignore[arg-type]
+    w.ina_sessions[7] = {"session": SESSIONS - 1, "first_generation": 3}
+    s = w.fresh_session(7)
+    assert s["session"] == 0 and w.ina_session(7) == s
+    assert w.fresh_session(7)["session"] == 1 and w.ina_session(7)["session"] == 1
+    assert w.ina_session(8)["session"] != w.fresh_session(8)["session"]
 
 
 def test_bad_input_from_the_command_line_is_status_2() -> None:

@@ -37,7 +37,12 @@ def test_evaluate_testbed_chatbot_writes_csv_png_and_note(tmp_path, capsys):
     assert "Measured order" in note and "Paper's order" in note
     assert "reproduced" in note  # either reproduced or explained with numbers
     assert "1.53x" in note  # the paper's claim beside the measured ratio
-    assert "Measured order" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "Measured order" in printed
+    (line,) = [ln for ln in printed.splitlines() if ln.startswith(f"written to {out}/: ")]
+    on_disk = sorted(str(f.relative_to(out)) for f in out.rglob("*") if f.is_file())
+    assert sorted(line.split(": ", 1)[1].split()) == on_disk  # every file, and only those
+    assert {"latency.svg", "ina_throughput.png", "summary.json"} <= set(on_disk)
 
 
 def test_every_scenario_is_defined():
@@ -214,3 +219,5 @@ def test_evaluate_simulates_a_shared_deployment_once_and_reports_it_for_each(tmp
         curve = list(csv.DictReader(f))
     assert [c["planner"] for c in curve] == ["heroserve", "distserve"] * 2
     assert "simulated once" in (tmp_path / "notes.md").read_text()
+    on_disk = sorted(str(f.relative_to(tmp_path)) for f in tmp_path.rglob("*") if f.is_file())
+    assert summary["written"] == on_disk  # what the CLI lists is what is there

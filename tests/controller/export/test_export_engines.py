@@ -116,8 +116,10 @@ def test_vllm_scripts_start_in_dependency_order(vllm_plan: Path, tmp_path: Path)
                     x for x in doc["commands"]
                     if x["what"] == "vllm config" and x["instance"] == c["instance"]
                 )  # fmt: skip
-                assert c["env"]["VLLM_CONFIG_ROOT"] in non_carry["argv"][2]
-                assert "VLLM_NIXL_SIDE_CHANNEL_HOST" in non_carry["argv"][2]
+                # written into the run's own new folder, never a fixed name in /tmp
+                assert c["env"]["VLLM_CONFIG_ROOT"] == non_carry["argv"][4]
+                assert c["env"]["VLLM_CONFIG_ROOT"].startswith("${RUN}/")
+                assert "VLLM_NIXL_SIDE_CHANNEL_HOST" in non_carry["argv"][5]
         if c["what"] in ("engine", "ray head", "ray worker"):  # each binds its own address
             assert c["env"]["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "${ADDR}"
     for name, body in fns.items():
@@ -199,3 +201,39 @@ def test_bad_address_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     for bad in ("srv9=10.0.0.1", "srv0=nowhere", "srv0"):
         rc, _ = _export(pf, "vllm", tmp_path, "--address", bad)
         assert rc == 2 and f"--address {bad!r}" in _one_line(capsys)
+
+
+def test_ray_blocks_are_reused_across_servers_and_bounded() -> None:
+    """Ray port blocks were 20000 + 1000 k for instance k: from the 46th instance on, past
+    65535 (decode 30 of a 1,024-GPU 2tracks plan got --port 66000) with exit 0. Instances on
+    distinct servers now share block 0; 45 blocks fit on one server, a 46th is refused."""
+    from types import SimpleNamespace as NS
+
+    from controller.errors import InputError
+    from controller.export.vllm import RAY_BLOCKS, ray_blocks
+
+    def inst(name: str, *servers: str) -> NS:
+        return NS(name=name, servers=[NS(server=s) for s in servers])
+
+    apart = [inst(f"decode/{k}", f"a{k}", f"b{k}") for k in range(200)]
+    assert set(ray_blocks(apart).values()) == {20000}
+    # a chain: each instance shares a server with the one before, so two blocks alternate
+    chain = [inst(f"d/{k}", f"s{k}", f"s{k + 1}") for k in range(50)]
+    assert set(ray_blocks(chain).values()) == {20000, 21000}
+    assert RAY_BLOCKS == 45 and 20000 + 1000 * RAY_BLOCKS - 1 <= 65535
+    same = [inst(f"d/{k}", "s0", f"x{k}") for k in range(RAY_BLOCKS)]
+    assert max(ray_blocks(same).values()) == 20000 + 1000 * (RAY_BLOCKS - 1)  # 64000..64999
+    with pytest.raises(InputError, match="d/45: its servers hold 45 other multi-server"):
+        ray_blocks([*same, inst("d/45", "s0", "y")])
+
+
+def test_ports_past_65535_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pf = tmp_path / "plan.json"
+    hand_plan().save(pf)  # four instances: HTTP ports base .. base + 3
+    rc, _ = _export(pf, "vllm", tmp_path, "--base-port", "64511")
+    assert rc == 0
+    from controller.errors import InputError
+    from controller.export.engines import checked_port
+
+    with pytest.raises(InputError, match="port 65536 is not in 1..65535"):
+        checked_port(65536, "x")

@@ -215,7 +215,7 @@ def test_kv_stage_order_puts_each_decode_stage_next_to_its_layers():
     [
         (
             ["--ina-lanes", "int8"],
-            "argument --ina-lanes: invalid choice: 'int8' (choose from 'int32', 'int16', 'fp16')",
+            "argument --ina-lanes: invalid choice: 'int8' (choose from 'int32', 'bfp16', 'fp16')",
         ),
         (
             ["--cost-mode", "exact"],

@@ -17,7 +17,7 @@ from controller.plan import Plan
 from controller.service.core import DEFAULT_APPLY_MARGIN, Controller
 from controller.service.sample import sample_plan, sample_topology
 from controller.service.server import ControllerServer, ThreadedServer
-from controller.service.store import MAX_SEQ, MAX_SEQ_RATE, SEQ_SLACK, Store
+from controller.service.store import MAX_SEQ, MAX_SEQ_RATE, SEQ_GAP_S, SEQ_SLACK, Store
 from controller.service.tables import report_quorum
 
 GROUP = "prefill/0/0"
@@ -112,3 +112,31 @@ def test_a_report_runs_ahead_of_the_last_by_at_most_the_rate(tmp_path: Path) -> 
     assert s.note_seq("g", "a", MAX_SEQ, now=1.0) == 7 + SEQ_SLACK
     s.close()
     assert Store(tmp_path / "c.db").last_seq("g") == 7 + SEQ_SLACK  # survives a restart
+
+
+@pytest.mark.parametrize("gap_s", [2.0, 5.0, 60.0, 86400.0])
+def test_the_bound_holds_over_any_gap(tmp_path: Path, gap_s: float) -> None:
+    """With 5 s between two reports the apply point reached 5,006,215 while the
+    members were at about 1,000. A report counts at most SEQ_GAP_S (2 s) of credit."""
+    s = Store(tmp_path / "c.db")
+    s.note_seq("g", "a", 1000, now=100.0)
+    kept = s.note_seq("g", "a", MAX_SEQ, now=100.0 + gap_s)
+    assert kept == 1000 + SEQ_SLACK + 2_000_000 == 1000 + SEQ_SLACK + int(SEQ_GAP_S * MAX_SEQ_RATE)
+
+
+def test_a_group_s_apply_point_after_reports_seconds_apart(tmp_path: Path) -> None:
+    """The finding end to end: one agent serving a group inside its server (quorum 1)
+    reports 1,000, then 5 s later the highest number the wire takes."""
+    c = Controller(Store(tmp_path / "c.db"), topology=sample_topology(ina_groups=2))
+    plan = sample_plan(ina_groups=2)
+    c.apply_plan(plan.to_json())
+    cluster = sample_topology(ina_groups=2)
+    assert report_quorum(cluster, plan.prefill.groups[0]) == 1
+    t = 1000.0
+    c.store.note_seq(GROUP, "p0", 1000, now=t)
+    c.store.note_seq(GROUP, "p0", MAX_SEQ, now=t + 5.0)
+    plan.prefill.groups[0].gpus.reverse()  # a new table version
+    c.apply_plan(plan.to_json())
+    got = {x.group_id: x.apply_from_seq for x in c.state.tables}[GROUP]
+    # was 1000 + 1024 + 5,000,000 + 1 + 1024 (5,003,049): now two seconds' credit at most
+    assert got == 1000 + SEQ_SLACK + 2_000_000 + 1 + DEFAULT_APPLY_MARGIN == 2_003_049

@@ -98,7 +98,7 @@ def apply(port: int, plan_json: str) -> int:
 
 
 def allocations(db: Path) -> dict[str, list]:
-    store = Store(db)
+    store = Store(db, readonly=True)  # beside the running controller, which holds the db
     pool = SlotPool(store)
     out = {sw: pool.allocations(sw) for sw in pool.switches()}
     store.close()

@@ -106,18 +106,30 @@ def test_bogus_groups_leave_no_rows_and_floods_are_refused(two_groups: ThreadedS
         assert stub.ReportTelemetry(_report(ident, session, selections=some)).accepted == 0
         dropped = {"reason": "unknown_group"}
         assert reg.get_sample_value("heroserve_telemetry_records_dropped_total", dropped) == 4000
-        # ...and links must be the cluster's and the sender's own.
-        for lid, code in (
-            ("p0-g0|n1", grpc.StatusCode.INVALID_ARGUMENT),  # not in the topology
-            ("p1-g0|s1", grpc.StatusCode.PERMISSION_DENIED),  # p1's link
-        ):
-            rep = _report(ident, session, links=[pb.LinkUtilisation(link_id=lid, utilisation=0.5)])
-            assert code_of(stub.ReportTelemetry, rep) == code, lid
+        # ...a link the topology does not have is dropped and counted (the GPU
+        # agent's NVSwitch link on a mesh board refused every report of that server), and
+        # the rest of the report stands...
+        rep = _report(
+            ident,
+            session,
+            links=[
+                pb.LinkUtilisation(link_id="p0-g0|n1", utilisation=0.5),
+                pb.LinkUtilisation(link_id="p0-g0|p0-nvsw", utilisation=0.5),
+                pb.LinkUtilisation(link_id="p0-g0|s1", utilisation=0.25),
+            ],
+        )
+        stub.ReportTelemetry(rep)
+        unknown = {"reason": "unknown_link"}
+        assert reg.get_sample_value("heroserve_telemetry_records_dropped_total", unknown) == 2
+        assert core.utilisation == {"p0-g0|s1": 0.25}
+        # ...and a link of the cluster must be the sender's own.
+        rep = _report(ident, session, links=[pb.LinkUtilisation(link_id="p1-g0|s1")])
+        assert code_of(stub.ReportTelemetry, rep) == grpc.StatusCode.PERMISSION_DENIED
     with core.store.transaction() as db:
         assert db.execute("SELECT COUNT(*) FROM member_seq").fetchone()[0] == 0
     assert len(list(reg.collect())) == series
-    assert core.utilisation == {}
     assert reg.get_sample_value("heroserve_link_utilisation_ratio", {"link": "p1-g0|s1"}) is None
+    assert reg.get_sample_value("heroserve_link_utilisation_ratio", {"link": "p0-g0|n1"}) is None
 
 
 def test_gpus_and_identity_are_bound_to_the_topology(two_groups: ThreadedServer) -> None:

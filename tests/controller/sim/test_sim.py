@@ -424,3 +424,12 @@ def test_aggregation_throughput_runs_each_group_on_its_fastest_option():
         assert t["mean_allreduce_s"] == pytest.approx(sum(best) / 2, rel=1e-9)
         picks = [min(st.options, key=lambda o: o.time(nbytes)).scheme for st in stages]
         assert t["ina_share"] == sum(s != "ring" for s in picks) / 2
+        # the figure's other lines: the ring everywhere, INA wherever the cost model prices it
+        for scheme, keep in (("ring", lambda o: o.scheme == "ring"),
+                             ("ina", lambda o: o.scheme != "ring")):  # fmt: skip
+            own = [min((o for o in st.options if keep(o)), key=lambda o: o.time(nbytes))
+                   for st in stages]  # fmt: skip
+            t = aggregation_throughput(m, nbytes, scheme)
+            assert t["ina_share"] == (scheme == "ina")  # both groups have both kinds
+            want = max(o.time(nbytes) for o in own)
+            assert t["throughput_Bps"] == pytest.approx(2 * nbytes / want, rel=1e-9)

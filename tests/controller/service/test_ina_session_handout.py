@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from agents.ina.packet import LANE_FORMAT
+from agents.ina.packet import DEFAULT_LANE_FORMAT as LANE_FORMAT
 from agents.proto.heroserve.v1 import control_pb2 as pb
 from controller.service.core import Controller
 from controller.service.sample import sample_plan, sample_topology
