@@ -55,6 +55,14 @@ def add_args(p: argparse.ArgumentParser) -> None:
         "controller/evaluation/fidelity.py)",
     )
     p.add_argument(
+        "--requests",
+        type=bounded(int, 1, MAX_SIM_REQUESTS),
+        default=None,
+        help="requests of each ablation point's first run, doubled while the max-rate rule is "
+        "undecided (default: the scenario's, as `heroserve evaluate` runs them); fewer make "
+        "a quick check, not the report's figures",
+    )
+    p.add_argument(
         "--section",
         choices=["ablation"],
         default=None,
@@ -89,9 +97,11 @@ def run(a: argparse.Namespace) -> int:
     try:
         with Runner(a.workers, a.ray, say, journal) as runner:
             if old is not None:
-                text = ablation_only(old, a.servers, a.quick, say, runner, sim_requests)
+                text = ablation_only(old, a.servers, a.quick, say, runner, sim_requests, a.requests)
             else:
-                text = report(a.servers, Path(a.eval_dir), a.quick, say, runner, sim_requests)
+                text = report(
+                    a.servers, Path(a.eval_dir), a.quick, say, runner, sim_requests, a.requests
+                )
     finally:
         journal.close()
         if line is not None:

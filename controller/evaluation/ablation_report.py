@@ -26,7 +26,7 @@ from controller.evaluation.ablation_sim import (
     simulate,
 )
 from controller.evaluation.maxrate import MAX_DOUBLINGS
-from controller.evaluation.scenarios import scenario
+from controller.evaluation.scenarios import LIVES, MIN_REQUESTS, scenario
 from controller.evaluation.sweep import Runner
 
 HEADING = "## Where the ratio comes from: one change at a time"
@@ -118,9 +118,12 @@ def section(
     max_requests: int,
     say: Callable[[str], None] = lambda m: None,
     command: str = "heroserve fidelity",
+    requests: int | None = None,
 ) -> list[str]:
     """The section's lines for ``cases`` (scenario name, overrides that size its cluster):
-    each scenario's rows planned, then every distinct deployment simulated in one sweep."""
+    each scenario's rows planned, then every distinct deployment simulated in one sweep;
+    ``requests``: the requests of a point's first run where the cases' overrides set them
+    (for the text; None: the scenario's own, ``Scenario.requests_at``)."""
     t0 = time.perf_counter()
     say(
         f"fidelity 2/2: the ablation's plans of {len(cases)} scenarios on {runner.workers} "
@@ -130,6 +133,9 @@ def section(
     docs = runner.call(_job, list(cases), "fidelity: ablations planned", ablation_problem)
     jobs = [Job.from_dict(d, where) for d in docs]
     cells = simulate(jobs, runner, max_requests, say)
+    first = (f"{requests:,} requests (`--requests`)" if requests else
+             f"the requests arriving in {LIVES} request lives at its rate, at least "
+             f"{MIN_REQUESTS:,}, as `heroserve evaluate` runs them")  # fmt: skip
     out = [f"{HEADING}\n"]
     out.append(
         "From DistServe's search to HeroServe's, each row adding one change to the row above "
@@ -145,8 +151,8 @@ def section(
         "attainment of the later half of the run's requests lies above it and the run, "
         "carried on at the slope between its halves to the cap's length, neither falls below "
         "it nor outgrows the SLA's bounds; it misses when the interval lies below, and "
-        f"otherwise runs again with twice the requests, up to {2**MAX_DOUBLINGS}x the "
-        "scenario's requests per point, where the interval alone decides and one still "
+        f"otherwise runs again with twice the requests, up to {2**MAX_DOUBLINGS}x its first "
+        f"run's ({first}), where the interval alone decides and one still "
         "holding the target counts as a miss; the online scheduler off, so "
         "every group runs the scheme its plan chose). A simulated ratio is the ratio of the "
         "means, with the interval every seed's bracket allows (the smallest lo over the "

@@ -11,7 +11,7 @@ the cost model's, each with its source in docs/costmodel.md.
 
     heroserve fidelity [--out docs/fidelity.md] [--eval-dir eval] [--servers 48] [--quick]
                        [--workers N] [--ray ADDRESS] [--journal FILE] [--fresh]
-                       [--sim-requests 20000]
+                       [--sim-requests 20000] [--requests N]
                        [--section ablation]
 
 Each scenario is planned (every planner, both cost modes) as one job of the runner
@@ -222,8 +222,10 @@ def report(
     say: Callable[[str], None] = lambda m: None,
     runner: Runner | None = None,
     sim_requests: int = SIM_REQUESTS,
+    requests: int | None = None,
 ) -> str:
-    """The whole report; the ablation's plans simulated on ``runner`` (one process if None)."""
+    """The whole report; the ablation's plans simulated on ``runner`` (one process if None),
+    each point's first run of ``requests`` requests (None: the scenario's, ``requests_at``)."""
     t0 = time.perf_counter()
     lines = ["# Fidelity: the paper's claims beside the project's figures\n"]
     lines.append(
@@ -329,7 +331,7 @@ def report(
             "exactly 1: " + "; ".join(shared) + ".\n"
         )
     try:
-        lines += _ablation_section(servers, quick, say, run, sim_requests)
+        lines += _ablation_section(servers, quick, say, run, sim_requests, requests)
     finally:
         if runner is None:
             run.close()
@@ -347,7 +349,7 @@ def report(
     lines.append(_why())
     took = time.perf_counter() - t0
     lines.append(f"\n*Computed in {took:.0f} s of wall time{run.resumed()} by "
-                 f"`{_command(servers, quick, sim_requests)}`.*")  # fmt: skip
+                 f"`{_command(servers, quick, sim_requests, requests)}`.*")  # fmt: skip
     say(f"fidelity: done in {took:.0f} s")
     return "\n".join(lines) + "\n"
 
@@ -422,18 +424,28 @@ WHY = """## Why the figures differ from the paper's
 
 
 def _ablation_section(
-    servers: int, quick: bool, say: Callable[[str], None], runner: Runner, sim_requests: int
+    servers: int,
+    quick: bool,
+    say: Callable[[str], None],
+    runner: Runner,
+    sim_requests: int,
+    requests: int | None = None,
 ) -> list[str]:
     """The ablation of every scenario (``evaluation.ablation_report``), predicted and
-    simulated."""
-    todo = [(c.name, c.overrides) for c in cases(servers)
+    simulated; ``requests`` (if given) the requests of each point's first run."""
+    more = {"requests": requests} if requests else {}
+    todo = [(c.name, {**c.overrides, **more}) for c in cases(servers)
             if not quick or c.name.startswith("testbed")]  # fmt: skip
-    return section(todo, runner, sim_requests, say, _command(servers, quick, sim_requests, True))
+    command = _command(servers, quick, sim_requests, requests, True)
+    return section(todo, runner, sim_requests, say, command, requests)
 
 
-def _command(servers: int, quick: bool, sim_requests: int, only: bool = False) -> str:
+def _command(
+    servers: int, quick: bool, sim_requests: int, requests: int | None = None, only: bool = False
+) -> str:
     return (f"heroserve fidelity --servers {servers}{' --quick' if quick else ''}"
-            f" --sim-requests {sim_requests}{' --section ablation' if only else ''}")  # fmt: skip
+            f" --sim-requests {sim_requests}{f' --requests {requests}' if requests else ''}"
+            f"{' --section ablation' if only else ''}")  # fmt: skip
 
 
 def ablation_only(
@@ -443,10 +455,12 @@ def ablation_only(
     say: Callable[[str], None],
     runner: Runner,
     sim_requests: int = SIM_REQUESTS,
+    requests: int | None = None,
 ) -> str:
     """``text`` (a report this module wrote) with its ablation section computed again."""
     section_span(text)  # a report without the section fails now, not after the work
-    return replace_section(text, _ablation_section(servers, quick, say, runner, sim_requests))
+    lines = _ablation_section(servers, quick, say, runner, sim_requests, requests)
+    return replace_section(text, lines)
 
 
 def _h(p: Plan | None) -> float:

@@ -17,7 +17,7 @@ from typing import Any
 from controller.sim.metrics import SimResult
 
 # Keys ``run_point`` adds to ``SimResult.to_dict`` (whose per-request lists it drops).
-_ADDED = {"planner": str, "rate": float, "rate_per_gpu": float}
+_ADDED = {"planner": str, "rate": float, "rate_per_gpu": float, "halves": list}
 _DROPPED = {"per_request", "link_util"}
 # Latency summaries (seconds): NaN is what the simulator writes when no request got there
 # (``metrics.percentiles`` of nothing); negative or infinite is impossible.
@@ -56,11 +56,33 @@ def _bad_summary(name: str, d: Any) -> str | None:
     return None
 
 
+def _bad_halves(v: Any) -> str | None:
+    """The problem of ``sweep.halves``' [met, requests, slack] of a run's two halves: met and
+    requests integers, met at most requests, slack a non-negative number (infinite where a
+    request never finished)."""
+    if not isinstance(v, list) or len(v) != 2:
+        return "halves is not the run's two halves"
+    for i, h in enumerate(v):
+        if not isinstance(h, list) or len(h) != 3:
+            return f"halves[{i}] is not [met, requests, slack]"
+        met, n, slack = h
+        if (p := _bad_number(f"halves[{i}] met", met, integral=True)) is not None:
+            return p
+        if (p := _bad_number(f"halves[{i}] requests", n, integral=True)) is not None:
+            return p
+        if met > n:
+            return f"halves[{i}]: {met} met of {n} requests"
+        if not _number(slack, False) or math.isnan(slack) or slack < 0:
+            return f"halves[{i}] slack is {slack!r}, not a non-negative number"
+    return None
+
+
 def point_problem(d: Any) -> str | None:
     """The first problem of ``d`` as a simulation point's result, or None: every field of
     ``SimResult`` (less the per-request lists) and the runner's own keys, of their types;
     numbers finite and non-negative (latency summaries may be NaN: nothing measured);
-    attainment and KV fraction in [0, 1]; the KV timeline a list of (time, fraction)."""
+    attainment and KV fraction in [0, 1]; the KV timeline a list of (time, fraction); the
+    halves as ``maxrate.judge`` reads them (``_bad_halves``)."""
     if not isinstance(d, dict):
         return f"the result is {type(d).__name__}, not a mapping"
     want: dict[str, Any] = {f.name: f.type for f in fields(SimResult) if f.name not in _DROPPED}
@@ -74,6 +96,9 @@ def point_problem(d: Any) -> str | None:
         if name == "planner":
             if not isinstance(v, str) or not v:
                 return "planner is not a name"
+        elif name == "halves":
+            if (p := _bad_halves(v)) is not None:
+                return p
         elif name == "kv_timeline":
             if not isinstance(v, list) or any(
                 not isinstance(x, list) or len(x) != 2 or any(_bad_number("", y) for y in x)

@@ -8,10 +8,10 @@ Each step keeps every change above it:
    packed by server (the baseline);
 2. ``+ cross-server TP``: the search may also try tensor groups that span servers
    (HeroServe's candidates, still ring only);
-3. ``+ flat INA``: SwitchML-style aggregation on a switch, Ethernet routes only, for groups
-   that span servers (DS-SwitchML's scheme);
-4. ``+ NVLink relay``: INA routes may relay over NVLink, and groups inside a server may
-   aggregate in the network too;
+3. ``+ flat INA``: SwitchML-style aggregation on a switch, Ethernet routes only, offered to
+   every group (DS-SwitchML's scheme, as the paper integrates SwitchML into DistServe; each
+   group runs the cheaper of INA and the ring, and inside a server that is NVLink's ring);
+4. ``+ NVLink relay``: INA routes may relay over NVLink;
 5. ``+ hierarchical INA``: NVLink reduce-scatter, INA per rail, all-gather;
 6. ``+ placement``: HeroServe's k-means grouping (Alg. 2) beside the packed one, and
    DistServe's low-affinity layouts: HeroServe as it plans.
@@ -30,8 +30,8 @@ from controller.planner.options import Policy
 from controller.planner.search import Grouper
 
 _CROSS = replace(DISTSERVE, name="+ cross-server TP", prefer_intra_server=False)
-_FLAT = replace(_CROSS, name="+ flat INA", ina="sync")
-_RELAY = replace(_FLAT, name="+ NVLink relay", ina_relay=True, ina_cross_server_only=False)
+_FLAT = replace(_CROSS, name="+ flat INA", ina="sync", ina_cross_server_only=False)
+_RELAY = replace(_FLAT, name="+ NVLink relay", ina_relay=True)
 _HIER = replace(_RELAY, name="+ hierarchical INA", hier=True)
 _PACKED: tuple[Grouper, ...] = (packed_grouper,)
 

@@ -269,6 +269,7 @@ SPECS: dict[str, Spec] = {
             "--servers": ([], ["0", "15", "1201", "x", "nan"]),
             "--workers": ([], ["0", "1000", "x"]),
             "--sim-requests": ([], ["0", "-1", "1e12", "x"]),
+            "--requests": ([], ["0", "-1", "1e12", "x", "nan"]),
             "--section": ([], ["nosuch", ""]),
             "--journal": ([], ["{dir}", "{bin}", "/proc/x/j.db"]),
         },

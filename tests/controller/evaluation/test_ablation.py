@@ -16,8 +16,8 @@ from controller.workload import chatbot, default_sla, summarization
 # what each step switches, in Policy fields (the name aside)
 CHANGES = [
     {"prefer_intra_server"},
-    {"ina"},
-    {"ina_relay", "ina_cross_server_only"},
+    {"ina", "ina_cross_server_only"},  # INA offered to every group, as DS-SwitchML's
+    {"ina_relay"},
     {"hier"},
     {"grouping", "colocated_layouts"},
 ]

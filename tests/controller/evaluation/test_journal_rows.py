@@ -36,6 +36,7 @@ def _result(x: int) -> dict[str, Any]:
     )  # fmt: skip
     d = r.to_dict()
     d.update(planner="heroserve", rate=float(x), rate_per_gpu=x / 8)
+    d["halves"] = [[4, 5, 0.8], [4, 5, math.inf]]  # sweep.halves: a request never finished
     return json.loads(json.dumps(d))
 
 
@@ -85,6 +86,16 @@ HOSTILE = {
     "no attainment": lambda d: {k: v for k, v in d.items() if k != "attainment"},
     "kv timeline of text": _set("kv_timeline", "abc"),
     "kv timeline bad pair": _set("kv_timeline", [[0.0]]),
+    "no halves": lambda d: {k: v for k, v in d.items() if k != "halves"},
+    "one half": _set("halves", [[4, 5, 0.8]]),
+    "halves of text": _set("halves", "ab"),
+    "half too short": _set("halves", [[4, 5], [4, 5, 0.8]]),
+    "half met above requests": _set("halves", [[6, 5, 0.8], [4, 5, 0.8]]),
+    "half met a float": _set("halves", [[4.5, 5, 0.8], [4, 5, 0.8]]),
+    "half requests negative": _set("halves", [[0, -5, 0.8], [4, 5, 0.8]]),
+    "half slack NaN": _set("halves", [[4, 5, math.nan], [4, 5, 0.8]]),
+    "half slack negative": _set("halves", [[4, 5, -0.1], [4, 5, 0.8]]),
+    "half slack text": _set("halves", [[4, 5, "1"], [4, 5, 0.8]]),
     "row null": lambda d: None,
     "row []": lambda d: [],
     "row 42": lambda d: 42,
@@ -119,6 +130,13 @@ def test_a_hostile_row_runs_its_job_again_with_one_warning(tmp_path, name):
 def test_nan_latency_is_what_the_simulator_writes_when_nothing_got_there():
     d = _result(1)
     assert math.isnan(d["kv_transfer_s"]["mean"]) and point_problem(d) is None
+
+
+def test_an_infinite_slack_is_a_half_with_a_request_that_never_finished():
+    """``sweep.halves`` writes an infinite slack where a request never finished: valid, and
+    what ``maxrate.judge`` reads as a half that does not meet the SLA's bounds."""
+    d = _result(1)
+    assert math.isinf(d["halves"][1][2]) and point_problem(d) is None
 
 
 def test_a_point_without_its_kv_timeline_is_what_a_sweep_keeps():
