@@ -263,6 +263,26 @@ def test_bfp16_plan_runs_its_flat_ina_in_bfp16_exact(tmp_path: Path) -> None:
     assert_nothing_left(tag)
 
 
+@pytest.mark.skipif(
+    not (GPU_AGENT.parent / "collnet_harness").exists(), reason="collnet_harness not built"
+)
+def test_bfp16_plan_through_the_cxx_plugin_is_exact(tmp_path: Path) -> None:
+    """The same bfp16 plan with --ina-client plugin: the hosts' harnesses get the group's
+    ``lane_format`` and check their sums bit for bit against their own bfp16 reference."""
+    plan = made_plan(tmp_path, "fig2", lanes="bfp16")
+    out_json = tmp_path / "m.json"
+    rc, out, err, tag = run(
+        ["emulate", "--topology", "fig2", "--plan", str(plan), "--ina-client", "plugin",
+         "--bytes", str(64 << 10), "--json", str(out_json)]
+    )  # fmt: skip
+    assert rc == 0, out + err[-3000:]
+    ina, ring = json.loads(out_json.read_text())
+    assert (ina["extra"]["client"], ina["extra"]["lanes"]) == ("plugin", "bfp16"), ina
+    assert ina["exact"] and ring["exact"] and not ina["error"], (ina, ring)
+    assert 0 < ina["max_error"] <= ina["error_bound"], ina
+    assert_nothing_left(tag)
+
+
 def impaired(tmp_path: Path, nbytes: int, *flags: str) -> dict[tuple[str, str], list[str]]:
     plan = made_plan(tmp_path, "fig2")
     rc, out, err, tag = run(
