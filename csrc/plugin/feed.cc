@@ -37,7 +37,8 @@ void GroupFeed::Warn(hsNcclLogger log, WarnLimiter* w, int64_t now, const std::s
   }
 }
 
-SegState GroupFeed::Refresh(hsNcclLogger log, int64_t wait_ns, bool block, uint64_t* refused) {
+SegState GroupFeed::Refresh(hsNcclLogger log, int64_t wait_ns, bool block,
+                            hsTunerStats* stats) {
   shm::Segment* s = seg.load(std::memory_order_acquire);
   if (s) {
     uint64_t v = s->seq();
@@ -52,7 +53,7 @@ SegState GroupFeed::Refresh(hsNcclLogger log, int64_t wait_ns, bool block, uint6
   } else if (!lock.try_lock()) {
     return SegState::kCurrent;
   }
-  return RefreshLocked(log, wait_ns, refused);
+  return RefreshLocked(log, wait_ns, stats);
 }
 
 void GroupFeed::Refuse(hsNcclLogger log, int64_t now, uint64_t* refused, const std::string& why) {
@@ -81,6 +82,7 @@ bool GroupFeed::Attach(hsNcclLogger log, int64_t now, uint64_t* refused, bool re
     return false;
   }
   slot.store(m->ClaimSlot(), std::memory_order_relaxed);
+  parsed_stamp = shm::Segment::Stamp{};  // another mapping: its payload is read in full
   if (!remap) {
     seq_read = 0;
     seq_done.store(0, std::memory_order_relaxed);
@@ -92,8 +94,9 @@ bool GroupFeed::Attach(hsNcclLogger log, int64_t now, uint64_t* refused, bool re
   return true;
 }
 
-SegState GroupFeed::RefreshLocked(hsNcclLogger log, int64_t wait_ns, uint64_t* refused) {
+SegState GroupFeed::RefreshLocked(hsNcclLogger log, int64_t wait_ns, hsTunerStats* stats) {
   const int64_t now = NowNs();
+  uint64_t* refused = &stats->refused;
   shm::Segment* s = seg.load(std::memory_order_relaxed);
   if (!s) {
     if (now < next_open_ns.load(std::memory_order_relaxed)) return SegState::kMissing;
@@ -102,7 +105,7 @@ SegState GroupFeed::RefreshLocked(hsNcclLogger log, int64_t wait_ns, uint64_t* r
   }
   std::string payload;
   using RS = shm::Segment::ReadStatus;
-  RS st = s->Read(&seq_read, &payload, wait_ns);
+  RS st = s->Read(&seq_read, &payload, wait_ns, &parsed_stamp);
   for (int remaps = 0; st == RS::kResized && remaps < 2; ++remaps) {
     // The daemon grew the segment: map it again and read through the new mapping. When
     // that fails, keep the old mapping and wait for the writer's next publish.
@@ -111,13 +114,20 @@ SegState GroupFeed::RefreshLocked(hsNcclLogger log, int64_t wait_ns, uint64_t* r
       return SegState::kCurrent;
     }
     s = seg.load(std::memory_order_relaxed);
-    st = s->Read(&seq_read, &payload, wait_ns);
+    st = s->Read(&seq_read, &payload, wait_ns, &parsed_stamp);
   }
   switch (st) {
     case RS::kEmpty:
       return SegState::kCurrent;
     case RS::kUnchanged:
+    case RS::kSame:  // the bytes last parsed, published again: nothing to do
       seq_done.store(seq_read, std::memory_order_release);
+      return SegState::kCurrent;
+    case RS::kOversized:
+      seq_done.store(seq_read, std::memory_order_release);
+      Refuse(log, now, refused,
+             "its header declares a payload above the limit of " +
+                 std::to_string(shm::kMaxPayloadBytes) + " bytes (nothing read)");
       return SegState::kCurrent;
     case RS::kBusy: {
       uint64_t v = s->seq();
@@ -148,6 +158,7 @@ SegState GroupFeed::RefreshLocked(hsNcclLogger log, int64_t wait_ns, uint64_t* r
   }
   // The store first, then the counter: a context that sees the counter current (and so
   // neither waits nor reads) must find the tables it stands for already in the store.
+  ++stats->parsed;
   if (Install(log, now, payload, refused)) {
     // The writer removed the group and unlinks this segment: stop using it (the tables held
     // stay in force) and look for the segment under its name again from the next call.

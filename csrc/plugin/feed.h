@@ -93,8 +93,11 @@ class GroupFeed {
   // Brings the store up to date with the segment. Cheap when nothing changed: one load of
   // the seqlock counter. `block`: wait for another context's read in progress (init) rather
   // than decide without it; a collective never waits for one (the tables it holds are those
-  // every rank uses until the new version's apply_from_seq). *refused counts refusals.
-  SegState Refresh(hsNcclLogger log, int64_t wait_ns, bool block, uint64_t* refused);
+  // every rank uses until the new version's apply_from_seq). Counts refusals and parses in
+  // *stats. A parse happens only for a new counter value whose header names a payload within
+  // shm::kMaxPayloadBytes and other than the one last parsed (length and checksum): a
+  // writer republishing before every decision costs each one at most one bounded parse.
+  SegState Refresh(hsNcclLogger log, int64_t wait_ns, bool block, hsTunerStats* stats);
 
  private:
   // Writer generations (docs/policy-table.md): the generation named by the last payload read
@@ -102,6 +105,9 @@ class GroupFeed {
   std::string writer_gen;
   bool have_writer_gen = false;
   uint64_t writer_epoch = 0;
+  // Length and checksum of the payload last parsed (guarded by refresh_mu; reset when a
+  // mapping is made): a republish of the same bytes is not copied or parsed again.
+  shm::Segment::Stamp parsed_stamp;
 
   // Refused content is not read again until the writer moves the counter (seq_done).
   void Refuse(hsNcclLogger log, int64_t now, uint64_t* refused, const std::string& why);
@@ -110,7 +116,7 @@ class GroupFeed {
   // successor). False when absent or refused.
   bool Attach(hsNcclLogger log, int64_t now, uint64_t* refused, bool remap);
 
-  SegState RefreshLocked(hsNcclLogger log, int64_t wait_ns, uint64_t* refused);
+  SegState RefreshLocked(hsNcclLogger log, int64_t wait_ns, hsTunerStats* stats);
 
   // Starts a new writer epoch when the payload comes from another writer generation, or
   // when its versions went back below the newest held of the current epoch (only a group

@@ -129,7 +129,10 @@ typedef struct {
                                 the wait bound (writer died mid-publish): decided from the
                                 tables already held, NCCL's defaults when none */
   uint64_t refused;          /* segment reads refused by this context: garbled, truncated,
-                                foreign or resized too often, or not a table list */
+                                foreign or resized too often, a declared length above the
+                                payload limit, or not a table list */
+  uint64_t parsed;           /* payloads this context copied, checked and parsed: at most one
+                                per publish of new content within the payload limit */
 } hsTunerStats;
 int heroserveTunerStats(void* context, hsTunerStats* out);
 

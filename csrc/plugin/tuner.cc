@@ -91,7 +91,7 @@ hsNcclResult InitCommon(size_t nranks, size_t nnodes, hsNcclLogger log, void** c
       ctx->feed->counter_owner.compare_exchange_strong(none, ctx);
       // The tables already published may govern this communicator's first collectives: read
       // them now, waiting (boundedly) for a publish in progress or another context's read.
-      if (ctx->feed->Refresh(log, kAttachWaitNs, true, &ctx->stats.refused) ==
+      if (ctx->feed->Refresh(log, kAttachWaitNs, true, &ctx->stats) ==
           SegState::kStalled) {
         ++ctx->stats.stalled;
       }
@@ -149,7 +149,7 @@ int AlgorithmFor(Scheme s, const float* table, int numAlgo, int numProto, int* p
 // Runs the scheduler for one collective; false when NCCL's defaults must stand.
 bool Decide(Context* ctx, hsNcclFunc coll, size_t nbytes, Selection* sel) {
   if (coll != HS_NCCL_FUNC_ALLREDUCE || !ctx->sched) return false;
-  if (ctx->feed->Refresh(ctx->log, kCollectiveWaitNs, false, &ctx->stats.refused) ==
+  if (ctx->feed->Refresh(ctx->log, kCollectiveWaitNs, false, &ctx->stats) ==
       SegState::kStalled) {
     ++ctx->stats.stalled;
   }
