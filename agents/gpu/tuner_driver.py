@@ -40,6 +40,7 @@ class _Stats(ctypes.Structure):
         ("stalled", ctypes.c_uint64),
         ("refused", ctypes.c_uint64),
         ("parsed", ctypes.c_uint64),
+        ("reader_parsed", ctypes.c_uint64),
     ]
 
 

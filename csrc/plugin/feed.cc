@@ -5,6 +5,9 @@
 #include <cstdarg>
 #include <cstdio>
 #include <map>
+#include <thread>
+
+#include <unistd.h>
 
 #include "heroserve/json.h"
 #include "heroserve/log.h"
@@ -44,6 +47,7 @@ SegState GroupFeed::Refresh(hsNcclLogger log, int64_t wait_ns, bool block,
     uint64_t v = s->seq();
     if (v == seq_done.load(std::memory_order_acquire)) return SegState::kCurrent;
     if ((v & 1) && v == seq_stalled.load(std::memory_order_relaxed)) return SegState::kStalled;
+    if (!block && v == seq_deferred.load(std::memory_order_relaxed)) return SegState::kCurrent;
   } else if (NowNs() < next_open_ns.load(std::memory_order_relaxed)) {
     return SegState::kMissing;
   }
@@ -53,7 +57,43 @@ SegState GroupFeed::Refresh(hsNcclLogger log, int64_t wait_ns, bool block,
   } else if (!lock.try_lock()) {
     return SegState::kCurrent;
   }
-  return RefreshLocked(log, wait_ns, stats);
+  return RefreshLocked(log, wait_ns, stats, block ? shm::kMaxPayloadBytes : kInlineReadBytes);
+}
+
+void GroupFeed::Defer(hsNcclLogger log, uint64_t seq) {
+  seq_deferred.store(seq, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(reader_mu);
+  reader_wanted = true;
+  reader_log = log;
+  const int64_t pid = static_cast<int64_t>(getpid());
+  if (reader_pid != pid) {  // first use, or a forked child (threads do not survive fork)
+    try {
+      std::thread([this] { ReaderLoop(); }).detach();
+      reader_pid = pid;
+    } catch (...) {
+      return;  // no thread: the payload stays unread until init or a shorter publish
+    }
+  }
+  reader_cv.notify_one();
+}
+
+void GroupFeed::ReaderLoop() {
+  for (;;) {
+    hsNcclLogger log;
+    {
+      std::unique_lock<std::mutex> lock(reader_mu);
+      reader_cv.wait(lock, [this] { return reader_wanted; });
+      reader_wanted = false;
+      log = reader_log;
+    }
+    hsTunerStats st{};
+    {
+      std::lock_guard<std::mutex> lock(refresh_mu);
+      RefreshLocked(log, kAttachWaitNs, &st, shm::kMaxPayloadBytes);
+    }
+    async_parsed.fetch_add(st.parsed, std::memory_order_relaxed);
+    async_refused.fetch_add(st.refused, std::memory_order_relaxed);
+  }
 }
 
 void GroupFeed::Refuse(hsNcclLogger log, int64_t now, uint64_t* refused, const std::string& why) {
@@ -94,7 +134,8 @@ bool GroupFeed::Attach(hsNcclLogger log, int64_t now, uint64_t* refused, bool re
   return true;
 }
 
-SegState GroupFeed::RefreshLocked(hsNcclLogger log, int64_t wait_ns, hsTunerStats* stats) {
+SegState GroupFeed::RefreshLocked(hsNcclLogger log, int64_t wait_ns, hsTunerStats* stats,
+                                  size_t max_copy) {
   const int64_t now = NowNs();
   uint64_t* refused = &stats->refused;
   shm::Segment* s = seg.load(std::memory_order_relaxed);
@@ -105,7 +146,7 @@ SegState GroupFeed::RefreshLocked(hsNcclLogger log, int64_t wait_ns, hsTunerStat
   }
   std::string payload;
   using RS = shm::Segment::ReadStatus;
-  RS st = s->Read(&seq_read, &payload, wait_ns, &parsed_stamp);
+  RS st = s->Read(&seq_read, &payload, wait_ns, &parsed_stamp, max_copy);
   for (int remaps = 0; st == RS::kResized && remaps < 2; ++remaps) {
     // The daemon grew the segment: map it again and read through the new mapping. When
     // that fails, keep the old mapping and wait for the writer's next publish.
@@ -114,10 +155,13 @@ SegState GroupFeed::RefreshLocked(hsNcclLogger log, int64_t wait_ns, hsTunerStat
       return SegState::kCurrent;
     }
     s = seg.load(std::memory_order_relaxed);
-    st = s->Read(&seq_read, &payload, wait_ns, &parsed_stamp);
+    st = s->Read(&seq_read, &payload, wait_ns, &parsed_stamp, max_copy);
   }
   switch (st) {
     case RS::kEmpty:
+      return SegState::kCurrent;
+    case RS::kDeferred:  // too long to read on a collective: the reader thread reads it
+      Defer(log, s->seq());
       return SegState::kCurrent;
     case RS::kUnchanged:
     case RS::kSame:  // the bytes last parsed, published again: nothing to do

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -32,6 +33,13 @@ constexpr int64_t kRetryOpenNs = 100000000;      // segment absent: look again e
 constexpr int64_t kWarnEveryNs = 60000000000;    // a repeated warning: at most once a minute
 constexpr size_t kMaxMappings = 8;               // mappings of a group's segment (never unmapped)
 constexpr size_t kMaxTablesPerSegment = 16;      // the daemon keeps 4 versions
+// A payload longer than this is never copied or parsed on a collective: the group's reader
+// thread reads it, and collectives decide from the tables held meanwhile (as they do while
+// another context reads). 64 KiB holds 4 versions of a typical table (8-GPU group, 3
+// policies, ids of 20 characters: about 30 KiB) and parses in about 0.4 ms on the shared
+// 2-core machine (bench_tuner_table: 6.5 ms per MiB), so a collective pays at most that;
+// larger payloads (the limit, shm::kMaxPayloadBytes, is 4 MiB) cost it nothing.
+constexpr size_t kInlineReadBytes = size_t{64} << 10;
 
 // A line through NCCL's logger, or the shared log format on stderr without one.
 void LogTo(hsNcclLogger fn, int level, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -81,6 +89,9 @@ class GroupFeed {
   uint64_t seq_read = 0;                  // guarded by refresh_mu: counter last read or refused
   std::atomic<uint64_t> seq_done{0};      // counter whose content the store reflects
   std::atomic<uint64_t> seq_stalled{0};   // odd counter a read gave up on (0: none)
+  std::atomic<uint64_t> seq_deferred{0};  // counter handed to the reader thread (0: none)
+  // What the reader thread parsed and refused; every context's statistics include them.
+  std::atomic<uint64_t> async_parsed{0}, async_refused{0};
   std::atomic<int64_t> next_open_ns{0};
   std::atomic<int> slot{-1};
   // One context per group per process counts selections (all members choose alike, and
@@ -95,8 +106,10 @@ class GroupFeed {
   // than decide without it; a collective never waits for one (the tables it holds are those
   // every rank uses until the new version's apply_from_seq). Counts refusals and parses in
   // *stats. A parse happens only for a new counter value whose header names a payload within
-  // shm::kMaxPayloadBytes and other than the one last parsed (length and checksum): a
-  // writer republishing before every decision costs each one at most one bounded parse.
+  // shm::kMaxPayloadBytes and other than the one last parsed (length and checksum); on a
+  // collective (!block) only when it is at most kInlineReadBytes long, a longer one being
+  // handed to the group's reader thread. So a writer republishing before every decision
+  // costs each collective at most one parse of kInlineReadBytes.
   SegState Refresh(hsNcclLogger log, int64_t wait_ns, bool block, hsTunerStats* stats);
 
  private:
@@ -116,7 +129,18 @@ class GroupFeed {
   // successor). False when absent or refused.
   bool Attach(hsNcclLogger log, int64_t now, uint64_t* refused, bool remap);
 
-  SegState RefreshLocked(hsNcclLogger log, int64_t wait_ns, hsTunerStats* stats);
+  SegState RefreshLocked(hsNcclLogger log, int64_t wait_ns, hsTunerStats* stats,
+                         size_t max_copy);
+
+  // The reader thread (started on first use, again in a forked child): reads what a
+  // collective deferred, under refresh_mu, with the init wait and the whole payload limit.
+  std::mutex reader_mu;
+  std::condition_variable reader_cv;
+  bool reader_wanted = false;        // guarded by reader_mu
+  int64_t reader_pid = 0;            // guarded by reader_mu: the process that started it
+  hsNcclLogger reader_log = nullptr; // guarded by reader_mu
+  void Defer(hsNcclLogger log, uint64_t seq);
+  void ReaderLoop();
 
   // Starts a new writer epoch when the payload comes from another writer generation, or
   // when its versions went back below the newest held of the current epoch (only a group

@@ -131,8 +131,11 @@ typedef struct {
   uint64_t refused;          /* segment reads refused by this context: garbled, truncated,
                                 foreign or resized too often, a declared length above the
                                 payload limit, or not a table list */
-  uint64_t parsed;           /* payloads this context copied, checked and parsed: at most one
-                                per publish of new content within the payload limit */
+  uint64_t parsed;           /* payloads this context copied, checked and parsed on its own
+                                calls: at most one per publish of new bytes, and on a
+                                collective only payloads of at most 64 KiB */
+  uint64_t reader_parsed;    /* payloads the group's reader thread parsed (longer ones a
+                                collective handed over), shared by the group's contexts */
 } hsTunerStats;
 int heroserveTunerStats(void* context, hsTunerStats* out);
 

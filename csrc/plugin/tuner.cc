@@ -309,7 +309,12 @@ const hsTunerV2 ncclTunerPlugin_v2 = {
 
 HS_EXPORT int heroserveTunerStats(void* context, hsTunerStats* out) {
   if (!context || !out) return -1;
-  *out = static_cast<Context*>(context)->stats;
+  const auto* ctx = static_cast<Context*>(context);
+  *out = ctx->stats;
+  if (ctx->feed) {  // what the group's reader thread did for every context
+    out->reader_parsed = ctx->feed->async_parsed.load(std::memory_order_relaxed);
+    out->refused += ctx->feed->async_refused.load(std::memory_order_relaxed);
+  }
   return 0;
 }
 

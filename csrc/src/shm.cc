@@ -228,7 +228,7 @@ bool Segment::Publish(const std::string& payload, uint64_t newest_version, std::
 uint64_t Segment::seq() const { return hdr_ ? Load(&hdr_->seq) : 0; }
 
 Segment::ReadStatus Segment::Read(uint64_t* last_seq, std::string* payload, int64_t wait_ns,
-                                  Stamp* held) const {
+                                  Stamp* held, size_t max_copy) const {
   if (!hdr_) return ReadStatus::kEmpty;
   if (Load(&hdr_->capacity) != capacity_) return ReadStatus::kResized;
   // A file cut below this mapping would fault on the next access to the lost pages: look
@@ -263,6 +263,7 @@ Segment::ReadStatus Segment::Read(uint64_t* last_seq, std::string* payload, int6
     const bool same = !oversized && held && held->valid && held->length == len &&
                       held->checksum == sum;
     bool len_ok = !oversized && len <= capacity_;  // the mapping's size, not the header's
+    if (len_ok && !same && len > max_copy) return ReadStatus::kDeferred;
     if (len_ok && !same) {
       payload->resize(len);
       CopyOut(payload->data(), data_, len);

@@ -3,11 +3,13 @@
 // limit is refused before anything is copied or parsed (the `parsed` statistic does not
 // move), counted and warned about once, and the last good table stays in force; a republish
 // of the bytes already parsed is not parsed again, nor is an unchanged counter; a padded table
-// within the limit is one parse per publish.
+// within the limit is one parse per publish, by the reader thread, never by a collective.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "heroserve/shm.h"
 #include "nccl_tuner_abi.h"
@@ -27,6 +29,17 @@ class TableBound : public plugin_test::PluginTest {
   TableBound() : PluginTest("bound") {}
   void Run(void* ctx, int n) {
     for (int i = 0; i < n; ++i) plugin_->AllReduce(ctx, 1 << 20);
+  }
+  // AllReduces until `done` holds (the reader thread took a payload), at most 10 s.
+  template <typename Pred>
+  bool RunUntil(void* ctx, Pred done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < deadline) {
+      plugin_->AllReduce(ctx, 1 << 20);
+      if (done(plugin_->Stats(ctx))) return true;
+      std::this_thread::yield();
+    }
+    return false;
   }
   // What a hostile writer does past Publish's refusal: writes `payload` itself, with its
   // true length and checksum, and moves the counter.
@@ -103,27 +116,29 @@ TEST_F(TableBound, SamePayloadIsNotParsedAgain) {
   EXPECT_EQ(st.selections, 16u);
 }
 
-// Within the limit a padded table is an ordinary table: parsed once per publish (not per
-// decision), and a hostile one that is not a table list is refused with the last good table
-// kept.
-TEST_F(TableBound, PaddedTableWithinTheLimitIsOneParsePerPublish) {
+// Within the limit a padded table is an ordinary table, but one longer than
+// kInlineReadBytes is never parsed on a collective: the collective hands it to the group's
+// reader thread and decides from the table held until the thread has taken it. A hostile one
+// that is not a table list is refused there, the last good table kept.
+TEST_F(TableBound, LongPayloadIsParsedOffTheCollectivePath) {
   shm::Segment w;
   std::string err;
   ASSERT_TRUE(w.Create(shm_name_, 2 << 20, &err)) << err;
   ASSERT_TRUE(w.Publish(Doc({Table(group_, 1, 0, 0.0)}), 1, &err)) << err;
   void* ctx = Init();
+  ASSERT_EQ(plugin_->Stats(ctx).parsed, 1u);  // init reads inline, whatever the length
   ASSERT_TRUE(w.Publish(Padded(2, 1 << 20), 2, &err)) << err;
-  Run(ctx, 4);
+  ASSERT_TRUE(RunUntil(ctx, [](const hsTunerStats& st) { return st.table_version == 2; }));
   hsTunerStats st = plugin_->Stats(ctx);
-  EXPECT_EQ(st.parsed, 2u);
-  EXPECT_EQ(st.table_version, 2u);
+  EXPECT_EQ(st.parsed, 1u);  // no collective parsed it
+  EXPECT_EQ(st.reader_parsed, 1u);
   std::string junk(1 << 20, ' ');
   junk[0] = '[';  // never closed: not JSON
   ASSERT_TRUE(w.Publish(junk, 3, &err)) << err;
-  Run(ctx, 4);
+  ASSERT_TRUE(RunUntil(ctx, [](const hsTunerStats& s) { return s.refused == 1; }));
   st = plugin_->Stats(ctx);
-  EXPECT_EQ(st.parsed, 3u);
-  EXPECT_EQ(st.refused, 1u);
+  EXPECT_EQ(st.parsed, 1u);
+  EXPECT_EQ(st.reader_parsed, 2u);
   EXPECT_EQ(st.table_version, 2u);
 }
 

@@ -111,6 +111,8 @@ class Segment {
     kTruncated,  // the file is now smaller than this mapping: refuse it
     kOversized,  // the header declares more than kMaxPayloadBytes: refused, nothing copied
     kSame,       // the header names the payload the caller holds (*held): nothing copied
+    kDeferred,   // the declared length is above the caller's max_copy: nothing copied, and
+                 // *last_seq unchanged (the caller reads it later, elsewhere)
   };
   // What identifies a payload without reading it: its declared length and checksum.
   struct Stamp {
@@ -127,8 +129,9 @@ class Segment {
   // length is above kMaxPayloadBytes. With `held` (the stamp of the payload the caller last
   // took), a republish of the same length and checksum is kSame, not copied; *held is set
   // on kOk. A forged checksum that matches *held keeps the caller's payload: safe.
+  // `max_copy`: a payload within the limit but longer than this is kDeferred.
   ReadStatus Read(uint64_t* last_seq, std::string* payload, int64_t wait_ns = 0,
-                  Stamp* held = nullptr) const;
+                  Stamp* held = nullptr, size_t max_copy = kMaxPayloadBytes) const;
 
   // Counters (plugin side). Claims a slot for this process; -1 when none is free.
   int ClaimSlot();
