@@ -63,8 +63,10 @@ SegState GroupFeed::Refresh(hsNcclLogger log, int64_t wait_ns, bool block,
 }
 
 void GroupFeed::Defer(hsNcclLogger log, uint64_t seq) {
-  seq_deferred.store(seq, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(reader_mu);
+  // Never waits: the reader thread, at its lower priority, may be descheduled holding
+  // reader_mu; then the counter is not marked handed over and the next collective tries again.
+  std::unique_lock<std::mutex> lock(reader_mu, std::try_to_lock);
+  if (!lock.owns_lock()) return;
   reader_wanted = true;
   reader_log = log;
   const int64_t pid = static_cast<int64_t>(getpid());
@@ -76,6 +78,7 @@ void GroupFeed::Defer(hsNcclLogger log, uint64_t seq) {
       return;  // no thread: the payload stays unread until init or a shorter publish
     }
   }
+  seq_deferred.store(seq, std::memory_order_relaxed);
   reader_cv.notify_one();
 }
 
