@@ -20,7 +20,9 @@
 // held odd is waited on for at most kCollectiveWaitNs per collective (then the tables
 // already held decide; counted as `stalled` and logged at most once a minute), a garbled,
 // truncated or foreign segment is refused (counted as `refused`, logged likewise) and the
-// last good table stays in force.
+// last good table stays in force. A payload is parsed once per publish of new bytes, never
+// when its header declares more than shm::kMaxPayloadBytes, and on a collective only when it
+// is at most kInlineReadBytes long: a longer one is read by the group's reader thread.
 //
 // A single-rank communicator (a TP=1 group) has no all-reduce on the network, and the
 // controller publishes no table for it (docs/policy-table.md): its context attaches to no
