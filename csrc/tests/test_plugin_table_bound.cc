@@ -128,14 +128,19 @@ TEST_F(TableBound, LongPayloadIsParsedOffTheCollectivePath) {
   void* ctx = Init();
   ASSERT_EQ(plugin_->Stats(ctx).parsed, 1u);  // init reads inline, whatever the length
   ASSERT_TRUE(w.Publish(Padded(2, 1 << 20), 2, &err)) << err;
-  ASSERT_TRUE(RunUntil(ctx, [](const hsTunerStats& st) { return st.table_version == 2; }));
+  // The thread counts a parse once it is done with the payload, after installing its tables.
+  ASSERT_TRUE(RunUntil(ctx, [](const hsTunerStats& s) {
+    return s.table_version == 2 && s.reader_parsed == 1;
+  }));
   hsTunerStats st = plugin_->Stats(ctx);
   EXPECT_EQ(st.parsed, 1u);  // no collective parsed it
   EXPECT_EQ(st.reader_parsed, 1u);
   std::string junk(1 << 20, ' ');
   junk[0] = '[';  // never closed: not JSON
   ASSERT_TRUE(w.Publish(junk, 3, &err)) << err;
-  ASSERT_TRUE(RunUntil(ctx, [](const hsTunerStats& s) { return s.refused == 1; }));
+  ASSERT_TRUE(RunUntil(ctx, [](const hsTunerStats& s) {
+    return s.refused == 1 && s.reader_parsed == 2;
+  }));
   st = plugin_->Stats(ctx);
   EXPECT_EQ(st.parsed, 1u);
   EXPECT_EQ(st.reader_parsed, 2u);
