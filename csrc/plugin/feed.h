@@ -36,9 +36,9 @@ constexpr size_t kMaxTablesPerSegment = 16;      // the daemon keeps 4 versions
 // A payload longer than this is never copied or parsed on a collective: the group's reader
 // thread reads it, and collectives decide from the tables held meanwhile (as they do while
 // another context reads). 64 KiB holds 4 versions of a typical table (8-GPU group, 3
-// policies, ids of 20 characters: about 30 KiB) and parses in about 0.4 ms on the shared
-// 2-core machine (bench_tuner_table: 6.5 ms per MiB), so a collective pays at most that;
-// larger payloads (the limit, shm::kMaxPayloadBytes, is 4 MiB) cost it nothing.
+// policies, ids of 20 characters, 6- to 8-node routes: 31-38 KiB) and parses in about 0.4 ms
+// on the shared 2-core machine (bench_tuner_table: about 6 ms per MiB), so a collective pays
+// at most that; longer payloads (up to the limit, shm::kMaxPayloadBytes, 4 MiB) cost it none.
 constexpr size_t kInlineReadBytes = size_t{64} << 10;
 
 // A line through NCCL's logger, or the shared log format on stderr without one.
