@@ -247,11 +247,23 @@ def draw(cells: list[Cell], out: Path, title: str) -> list[Path]:
     return [out, svg]
 
 
-SPOT_CELLS = (  # (lanes, intra, GPUs per server, TP, NIC Gb/s): l40s-rack's decode group,
-    ("int32", "PCIe 4.0", 8, 16, 200),  # a flat-INA win and a ring win
-    ("int16", "PCIe 4.0", 8, 8, 400),
-    ("int32", "NVLink3", 4, 4, 100),
+# Where the map is checked against the planner, in every lane format of INA_LANES:
+# (intra, GPUs per server, TP, NIC Gb/s): l40s-rack's decode group (hierarchical INA wins
+# with int32 lanes), a group inside a PCIe server (flat INA wins with 16-bit lanes) and an
+# NVLink group (the ring wins).
+SPOT_CELLS = (
+    ("PCIe 4.0", 8, 16, 200),
+    ("PCIe 4.0", 8, 8, 400),
+    ("NVLink3", 4, 4, 100),
 )
+
+
+def spot_checks(cells: list[Cell], nbytes: float) -> list[tuple[Cell, dict[str, float]]]:
+    """Each ``SPOT_CELLS`` geometry in every lane format: the map's cell beside the planner's
+    figures (``spot_check``)."""
+    by = {(c.lanes, c.intra, c.per_server, c.group, c.nic_gbps): c for c in cells}
+    cells = [by[(lanes, *key)] for lanes in INA_LANES for key in SPOT_CELLS]
+    return [(c, spot_check(c, nbytes)) for c in cells]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -293,10 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         wins[f"{c.lanes} {c.winner}"] = wins.get(f"{c.lanes} {c.winner}", 0) + 1
     print("winners: " + ", ".join(f"{k} {v}" for k, v in sorted(wins.items())))
     print("\nspot checks: the map's figure beside the planner's AllReducePricer.group (us)")
-    by = {(c.lanes, c.intra, c.per_server, c.group, c.nic_gbps): c for c in cells}
-    for key in SPOT_CELLS:
-        c = by[key]
-        planner = spot_check(c, nbytes)
+    for c, planner in spot_checks(cells, nbytes):
         pairs = "  ".join(
             f"{k} {c.times[k] * 1e6:.1f} / "
             + (f"{planner[k] * 1e6:.1f}" if k in planner else "not routed (bound cannot win)")

@@ -15,7 +15,10 @@ that did not. A ratio is called a gain only when, on every seed, the numerator's
 top of the denominator's bracket exceeds 1 (the ratio's least value the runs allow).
 
     PYTHONPATH=. .venv/bin/python benchmarks/ina_rack.py [--model OPT-175B] [--seeds 0,1,2]
-        [--ina-lanes int32|int16|fp16] [--lives 10]
+        [--ina-lanes NAME] [--lives 10]
+
+``--ina-lanes`` takes the names of the cost model's ``INA_LANES``
+(controller/costmodel/netparams.py), default ``DEFAULT_INA_LANES``.
 """
 
 from __future__ import annotations
@@ -41,16 +44,23 @@ def ring_only(plan):
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line; ``--ina-lanes`` offers exactly the cost model's lane formats."""
+    from controller.costmodel.netparams import DEFAULT_INA_LANES, INA_LANES
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--topology", default="l40s-rack")
     ap.add_argument("--model", default="OPT-175B")
     ap.add_argument("--workload", default="chatbot", choices=("chatbot", "summarization"))
     ap.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (at least 3)")
-    ap.add_argument("--ina-lanes", default="int32", choices=("int32", "int16", "fp16"))
+    ap.add_argument("--ina-lanes", default=DEFAULT_INA_LANES, choices=tuple(INA_LANES))
     ap.add_argument("--lives", type=int, default=10, help="request lives per simulated point")
     ap.add_argument("--steps", type=int, default=9, help="bisection steps (6: compare's)")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     from controller.cli.planners import REGISTRY, Options
     from controller.costmodel.netparams import NetParams
     from controller.errors import InputError

@@ -60,18 +60,8 @@ def int32_sum(data: list[np.ndarray]) -> tuple[np.ndarray, float]:
 
 
 def bfp16_sum(data: list[np.ndarray]) -> tuple[np.ndarray, float]:
-    w, n = len(data), data[0].size
-    out, bound = np.zeros(n), 0.0
-    for b in range(0, n, BFP16_LANES):
-        blocks = [d[b : b + BFP16_LANES] for d in data]
-        byte = max(lanes.block_exponent(x) for x in blocks)
-        total = np.zeros(BFP16_LANES, dtype=np.int16)
-        for x in blocks:  # the switch's arithmetic: saturating int16 adds
-            total, saturated = lanes.saturating_add16(total, lanes.to_bfp16(x, w, byte))
-            assert not saturated, "an honest member saturated a lane"
-        out[b : b + BFP16_LANES] = lanes.from_bfp16(total, w, byte)[: len(blocks[0])]
-        bound = max(bound, lanes.bfp16_error_bound(w, byte))
-    return out, bound
+    # the switch's arithmetic (saturating int16 adds at the largest proposal), block by block
+    return lanes.bfp16_reference(data)
 
 
 def fp16_sum(data: list[np.ndarray]) -> tuple[np.ndarray, float]:

@@ -10,7 +10,7 @@ the plugin treats it: hostile. Every length is checked against the file, a write
 does not parse is reported, never trusted.
 
 Holds the layout (``MAGIC``, ``LAYOUT_VERSION``, ``MAX_PROCS``, ``MAX_POLICIES``,
-``DATA_OFFSET``, ``MAX_CAPACITY``), the header's fields (:class:`SegmentHeader`,
+``DATA_OFFSET``, ``MAX_CAPACITY``, ``MAX_PAYLOAD``), the header's fields (:class:`SegmentHeader`,
 :func:`read_header`), the checked read of a segment (:func:`read_segment`, giving
 :class:`Published`) and the demo's one-line description of it (:func:`describe`).
 tests/agents/gpu/test_gpu_shmview.py reads what the C++ writer wrote, so the two layouts cannot
@@ -34,6 +34,7 @@ _HEADER = struct.Struct("<8sII6Q")  # magic, layout, reserved, capacity .. write
 _PROC_SLOT_BYTES = 4 * 8 + MAX_POLICIES * 16  # pid, version, last_seq, reserved, counters
 DATA_OFFSET = (_HEADER.size + MAX_PROCS * _PROC_SLOT_BYTES + 63) // 64 * 64
 MAX_CAPACITY = 1 << 30  # shm.h kMaxCapacity: a bigger segment is not one of ours
+MAX_PAYLOAD = 4 << 20  # shm.h kMaxPayloadBytes: a longer declared payload is refused unread
 _TRIES = 5  # reads of a segment being rewritten before giving up on it
 _RETRY_S = 0.001  # a publish copies a few KB: far less than this
 
@@ -99,6 +100,8 @@ def _parse(raw: bytes) -> Published | None:
         return Published(0, [], f"not a policy segment (magic {h.magic!r}, layout {h.layout})")
     if h.seq % 2:
         return None
+    if h.length > MAX_PAYLOAD:
+        return Published(0, [], f"payload length {h.length} above the limit of {MAX_PAYLOAD}")
     if h.length > min(h.capacity, len(raw) - DATA_OFFSET):
         return Published(0, [], f"payload length {h.length} outside the segment")
     payload = raw[DATA_OFFSET : DATA_OFFSET + h.length]

@@ -39,6 +39,8 @@ class _Stats(ctypes.Structure):
         ("last_algorithm", ctypes.c_int),
         ("stalled", ctypes.c_uint64),
         ("refused", ctypes.c_uint64),
+        ("parsed", ctypes.c_uint64),
+        ("reader_parsed", ctypes.c_uint64),
     ]
 
 

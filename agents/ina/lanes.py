@@ -30,7 +30,9 @@ plugin's protocol, csrc/ina/lanes.h, is the same vector).
 ``BFP16_LANES`` elements with exponent E travels as ``round(x * 2**s)`` in int16 lanes,
 ``s = BFP16_SUM_BITS - ceil(log2 w) - E``, E agreed per packet by the switch's maximum of the
 members' proposals in the header's exp byte (agents/ina/packet.py). Error bound per
-element: ``w * 2**(-s-1)`` (:func:`bfp16_error_bound`).
+element: ``w * 2**(-s-1)`` (:func:`bfp16_error_bound`). :func:`bfp16_reference` is the sum
+a group of honest members must get, worked without a switch (the emulation and
+benchmarks/lane_error.py check against it).
 """
 
 from __future__ import annotations
@@ -226,3 +228,24 @@ def saturating_add16(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, bool]:
 def wrap_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """int32 addition with wrap-around, the switch's semantics (no overflow warning)."""
     return (a.astype(np.int64) + b.astype(np.int64)).astype(np.uint32).view(np.int32)
+
+
+def bfp16_reference(data: list[np.ndarray]) -> tuple[np.ndarray, float]:
+    """What a bfp16 all-reduce of every member's reals ``data`` (same length) must return,
+    as float64, worked block by block from the start as the switch runs it (the largest
+    proposal, each member's lanes at that exponent, saturating int16 adds), and the largest
+    per-element error bound over the blocks. LaneError when a block cannot travel or a lane
+    saturates (members that honour the exponent never saturate one)."""
+    w, n = len(data), data[0].size
+    out, bound = np.zeros(n), 0.0
+    for b in range(0, n, BFP16_LANES):
+        blocks = [np.asarray(d[b : b + BFP16_LANES], dtype=np.float64) for d in data]
+        byte = max(block_exponent(x) for x in blocks)
+        total = np.zeros(BFP16_LANES, dtype=BFP16_DTYPE)
+        for x in blocks:
+            total, saturated = saturating_add16(total, to_bfp16(x, w, byte))
+            if saturated:
+                raise LaneError(f"block {b // BFP16_LANES}: a lane saturated")
+        out[b : b + BFP16_LANES] = from_bfp16(total, w, byte)[: blocks[0].size]
+        bound = max(bound, bfp16_error_bound(w, byte))
+    return out, bound

@@ -7,13 +7,16 @@ stdin, answering each with one JSON line on stdout:
 "seed": S, "index": I, "ina": {...}, "ring": {...}}``
     Make member ``I``'s data (:func:`member_data`), open what the scheme needs (the INA
     session of ``ina``: group_id, worker_id, num_workers, window, switch_ip, and the group's
-    session and first_generation where the coordinator gives them; the TCP rings of
+    session and first_generation where the coordinator gives them, and its ``lanes``:
+    ``int32`` (default) or, for scheme ina, ``bfp16``; the TCP rings of
     ``ring``: token and one [rank, size, next_ip] per channel) and answer
     ``{"run": R, "prepared": true}``.
 ``{"op": "go", "run": R}``
-    Agree on the lane exponent with the scheme's own collective, then run ``K`` all-reduces
-    of the int32 lanes; answer the times, the exponent, a SHA-256 of the result lanes and the
-    transport's counters (INA retransmissions, TCP retransmissions).
+    int32: agree on the lane exponent with the scheme's own collective, then run ``K``
+    all-reduces of the int32 lanes; bfp16: ``K`` all-reduces of the data itself, each
+    agreeing its block exponents in band (``InaSession.allreduce_bfp16``; exponent null,
+    agree_s 0). Answer the times, the exponent, a SHA-256 of the result (int32 lanes, or
+    the float64 sums) and the transport's counters (INA and TCP retransmissions).
 ``{"op": "quit"}``
 
 INA state (the round of every aggregator index) lives as long as the process, so one
@@ -68,6 +71,11 @@ def lanes_digest(lanes: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(lanes, dtype="<i4").tobytes()).hexdigest()
 
 
+def sums_digest(sums: np.ndarray) -> str:
+    """SHA-256 of a bfp16 all-reduce's float64 sums (exact: the integer sum scaled by 2^-s)."""
+    return hashlib.sha256(np.ascontiguousarray(sums, dtype="<f8").tobytes()).hexdigest()
+
+
 def _int(d: dict[str, Any], key: str, lo: int, hi: int) -> int:
     v = d.get(key)
     if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
@@ -98,6 +106,7 @@ class Prepared:
     repeat: int
     collective: Any  # InaSession, Ring or HierMember
     ring: Ring | None = None
+    lanes: str = "int32"  # the INA group's lane format (scheme ina: int32 or bfp16)
 
 
 @dataclass
@@ -108,6 +117,7 @@ class Worker:
     timeouts: Timeouts = field(default_factory=Timeouts)
     sessions: dict[int, InaSession] = field(default_factory=dict)
     prepared: Prepared | None = None
+    switch_port: int = INA_UDP_PORT  # where switches listen (a loopback switch's own in tests)
 
     def session(self, spec: dict[str, Any]) -> InaSession:
         g = InaGroup(
@@ -116,6 +126,7 @@ class Worker:
             num_workers=_int(spec, "num_workers", 1, MAX_WORKERS),
             window=_int(spec, "window", 1, MAX_AGGREGATOR_SLOTS - 1),
             switch_ip=_str(spec, "switch_ip"),
+            switch_port=self.switch_port,
             # The group's session (docs/dataplane.md, "Known limits"): optional, 0 without.
             session=_int(spec, "session", 0, SESSIONS - 1) if "session" in spec else 0,
             first_generation=(
@@ -164,6 +175,9 @@ class Worker:
         workers = _int(cmd, "workers", 1, 4096)
         repeat = _int(cmd, "repeat", 1, MAX_REPEAT)
         ring = None
+        lanes = _section(cmd, "ina").get("lanes", "int32") if scheme != "ring" else "int32"
+        if lanes not in ("int32", "bfp16") or (lanes == "bfp16" and scheme != "ina"):
+            raise CommandError(f"ina.lanes must be int32, or bfp16 for scheme ina, got {lanes!r}")
         if scheme == "ina":
             collective: Any = self.session(_section(cmd, "ina"))
         elif scheme == "ring":
@@ -172,7 +186,7 @@ class Worker:
             rail = self.session(_section(cmd, "ina"))
             ring = self.ring(_section(cmd, "ring"))
             collective = HierMember(ring, rail)
-        self.prepared = Prepared(run, scheme, data, workers, repeat, collective, ring)
+        self.prepared = Prepared(run, scheme, data, workers, repeat, collective, ring, lanes)
         return {"run": run, "prepared": True}
 
     def go(self, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -182,16 +196,25 @@ class Worker:
             raise CommandError(f"run {run} was not prepared")
         before = {id(s): s.stats.as_dict() for s in self._sessions_of(p)}
         try:
-            t0 = time.perf_counter()
-            e = p.collective.agree_exponent(member_exponent(p.data))
-            agree_s = time.perf_counter() - t0
-            lanes = to_lanes(p.data, p.workers, e)
             seconds, digests = [], set()
-            for _ in range(p.repeat):
+            e: int | None = None
+            agree_s = 0.0
+            if p.lanes == "bfp16":
+                for _ in range(p.repeat):
+                    t0 = time.perf_counter()
+                    sums = p.collective.allreduce_bfp16(p.data)
+                    seconds.append(time.perf_counter() - t0)
+                    digests.add(sums_digest(sums))
+            else:
                 t0 = time.perf_counter()
-                out = p.collective.allreduce_lanes(lanes)
-                seconds.append(time.perf_counter() - t0)
-                digests.add(lanes_digest(out))
+                e = p.collective.agree_exponent(member_exponent(p.data))
+                agree_s = time.perf_counter() - t0
+                lanes = to_lanes(p.data, p.workers, e)
+                for _ in range(p.repeat):
+                    t0 = time.perf_counter()
+                    out = p.collective.allreduce_lanes(lanes)
+                    seconds.append(time.perf_counter() - t0)
+                    digests.add(lanes_digest(out))
             stats = self.counters(p, before)
         finally:
             self.release()

@@ -248,6 +248,7 @@ def failures_reported(name: str, fn: Any, a: argparse.Namespace) -> int:
 def _emulate(a: argparse.Namespace) -> int:
     from agents.ina.impairments import Impairments
     from controller.cli.report import text_table
+    from controller.costmodel.netparams import NetParams
     from controller.emulate.cluster import handle_signals
     from controller.emulate.collectives import Workers, ina_groups, run_group
     from controller.emulate.plans import group_runs
@@ -285,6 +286,10 @@ def _emulate(a: argparse.Namespace) -> int:
         )
     for n in notes:
         print(n)
+    # Flat INA runs the lane format the plan was priced for; the host library and the
+    # plugin run int32 and bfp16 (a plan for another format is refused with the plan).
+    ina_lanes = NetParams.from_plan_options(plan.options).ina_lanes
+    print(f"INA lanes: {ina_lanes} for flat INA groups (hierarchical INA: int32)")
     runs = group_runs(plan)
     rows: list[list[str]] = [["group", "scheme", "GPUs", "bytes", "measured ms", "predicted ms",
                               "exact", "INA retx", "TCP retx"]]  # fmt: skip
@@ -306,10 +311,13 @@ def _emulate(a: argparse.Namespace) -> int:
                 for scheme in run.schemes:
                     t0 = time.monotonic()
                     if scheme == "ina" and a.ina_client == "plugin":
-                        m = run_ina_plugin(workers, installed, run, nbytes, a.seed, a.repeat)
+                        m = run_ina_plugin(workers, installed, run, nbytes, a.seed, a.repeat,
+                                           ina_lanes)  # fmt: skip
                     else:
-                        m = run_group(workers, installed, run, scheme, nbytes, a.seed, a.repeat)
-                    pred = predict(h, scheme, run.group.gpus, run.group.switch, m.nbytes)
+                        m = run_group(workers, installed, run, scheme, nbytes, a.seed, a.repeat,
+                                      ina_lanes)  # fmt: skip
+                    pred = predict(h, scheme, run.group.gpus, run.group.switch, m.nbytes,
+                                   lanes=ina_lanes)  # fmt: skip
                     ratio[scheme] = (m.seconds, pred)
                     results.append((m, pred))
                     log.info("%s %s %d B done in %.1fs", run.name, scheme, nbytes,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from controller.costmodel.ina import ina_fixed_s
+from controller.costmodel.ina import ina_fixed_s, proposal_phase
 from controller.costmodel.netparams import NetParams
 from controller.costmodel.network import (
     CommPattern,
@@ -103,8 +103,10 @@ def _pattern(
         return None
     m = len(blocks[0])
     ina = _ina_phase([(r.members, r.paths) for r in rails], m, params)
+    proposals = proposal_phase(ina.flows, ina.groups, params)  # the rails' bfp16 round
     paths = {x: list(p) for r in rails for x, p in r.paths.items()}
-    return CommPattern("hier", [ring, ina, ring], None, paths, rails)
+    phases = [ring, ina, ring] if proposals is None else [ring, proposals, ina, ring]
+    return CommPattern("hier", phases, None, paths, rails)
 
 
 def rail_switches(fabric: Fabric, rail: Sequence[str]) -> list[str]:

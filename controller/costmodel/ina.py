@@ -3,7 +3,8 @@ streams its vector up its route to one switch, the switch adds and streams the s
 
 Holds ``T_AGG_S`` (the switch's aggregation time, Eq. 8), :func:`ina_fixed_s` (what an
 aggregation pays once), :func:`ina_from_one_way` (T_ina from the slowest member's one-way
-time, the planner's lower bound), :func:`collection_time` (T_col alone, Eqs. 9-10),
+time, the planner's lower bound), :func:`proposal_phase` (bfp16's round of exponent
+proposals before the data), :func:`collection_time` (T_col alone, Eqs. 9-10),
 :func:`ina_pattern` (routes chosen for the members) and :func:`ina_on_routes` (routes given,
 as a plan or the simulator has them). Hierarchical INA builds on these in ``hier.py``.
 """
@@ -41,15 +42,42 @@ def ina_from_one_way(one_way_s: float, params: NetParams) -> float:
     return one_way_s + T_AGG_S + params.ina_host_s  # (in this order: the floats of old plans)
 
 
+def proposal_phase(
+    flows: Sequence[tuple[Path, float]], groups: tuple[tuple[int, ...], ...], params: NetParams
+) -> Phase | None:
+    """The lane format's round of exponent proposals (``LaneFormat.proposal_round``: bfp16),
+    or None. As agents/ina/transport.py ``allreduce_bfp16`` and the C++ client run it, an
+    all-reduce of B packets per member opens with F = min(window, B) packets of zero lanes,
+    one per aggregator slot, each carrying the exponent of the slot's first block; slot k's
+    first data packet leaves when proposal k's result is back. With the window sized to the
+    bandwidth-delay product (docs/costmodel.md "Flat INA"), the F proposals fill at most one
+    round trip of the link, so the data stream starts one round trip later: the longest
+    round trip's latency and one packet of the data's routes, plus the switch's T_agg, with
+    no bytes per byte of message and no second host synchronisation (one loop sends both).
+    The paper's Eq. 8 has no such round: none as written."""
+    if params.as_written or not params.lane.proposal_round:
+        return None
+    return Phase(
+        [(list(path), 0.0) for path, _ in flows],
+        1.0,
+        0.0,
+        T_AGG_S,
+        duplex=True,
+        groups=groups,
+        packet_bytes=params.ina_frame_bytes,
+    )
+
+
 def ina_on_routes(
     routes: Mapping[str, Path], switch: str, params: NetParams, members: Sequence[str] = ()
 ) -> CommPattern:
     """Flat INA over given routes (member -> its route up to ``switch``): every member streams
     its vector, as ``params``' lanes on the wire (the FP16 message as written), up its route,
     and the switch streams the sum back down it (Eqs. 8-10; overlapped when pipelined; as
-    written, each member's round trip alone)."""
+    written, each member's round trip alone), after the lane format's proposal round
+    (:func:`proposal_phase`) where it has one."""
     order = list(members) or list(routes)
-    flows = [(list(routes[m]), params.ina_bytes_ratio) for m in order]
+    flows: list[tuple[Path, float]] = [(list(routes[m]), params.ina_bytes_ratio) for m in order]
     phase = Phase(
         flows,
         1.0,
@@ -59,7 +87,9 @@ def ina_on_routes(
         packet_bytes=params.ina_frame_bytes,
         alone=params.as_written,
     )
-    return CommPattern("ina", [phase], switch, {m: list(routes[m]) for m in order})
+    proposals = proposal_phase(flows, (), params)
+    phases = [phase] if proposals is None else [proposals, phase]
+    return CommPattern("ina", phases, switch, {m: list(routes[m]) for m in order})
 
 
 def ina_pattern(

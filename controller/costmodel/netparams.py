@@ -44,6 +44,10 @@ class LaneFormat:
     # (benchmarks/lane_error.py, docs/dataplane.md "Lane formats"): no format is offered
     # without it.
     error: str
+    # The members propose each packet's exponent one round ahead on its aggregator slot, so
+    # an all-reduce opens with a round of proposals before the data (docs/dataplane.md "How
+    # the group agrees the exponent"): priced as ``ina.proposal_phase``.
+    proposal_round: bool = False
 
 
 INA_LANES: dict[str, LaneFormat] = {
@@ -67,6 +71,7 @@ INA_LANES: dict[str, LaneFormat] = {
             0.0,
             "int16 lanes, per-packet exponent; p4/heroserve_ina.p4",
             "1.0e-3",
+            LANE_FORMATS["bfp16"].exponent == "packet",
         ),
         # FPISA (NSDI'22): floating-point addition in a Tofino pipeline, 16-bit lanes.
         LaneFormat("fp16", 2, 0.0, "FPISA 16-bit floating-point lanes (not run here)", "3.3e-4"),

@@ -5,8 +5,10 @@ the host's namespace and kept for the whole run (the INA rounds of each aggregat
 it). For each group and scheme, every member is told what to do (its INA group as the switch
 agent installed it, its ring channels), then all go at once; each answers its times, the
 agreed lane exponent and a SHA-256 of its result. The expected result is computed here from
-the same reproducible data (``member_data``): the exact int32 sum of every member's lanes;
-a run is exact when every member's digest equals it.
+the same reproducible data (``member_data``): the exact int32 sum of every member's lanes,
+or for a flat INA group in bfp16 lanes (the plan's ``ina_lanes``) the float64 sums of the
+exact sum of the quantized values (``lanes.bfp16_reference``); a run is exact when every
+member's digest equals it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 
 from agents.ina import lanes
 from agents.ina.packet import GENERATIONS, SESSIONS
-from agents.ina.worker import lanes_digest, member_data
+from agents.ina.worker import lanes_digest, member_data, sums_digest
 from controller.costmodel.ring import ring_order, server_blocks
 from controller.emulate.cluster import Cluster, Proc
 from controller.emulate.mn import ROOT
@@ -240,6 +242,15 @@ def expected(seed: int, n: int, workers: int) -> tuple[str, int, float, float]:
     return lanes_digest(wrapped), e, err, lanes.error_bound(workers, e)
 
 
+def expected_bfp16(seed: int, n: int, workers: int) -> tuple[str, float, float]:
+    """(digest of the float64 sums, max error against the float64 sum, the documented
+    bound) of a bfp16 all-reduce of ``workers`` members' data."""
+    data = [member_data(seed, i, n) for i in range(workers)]
+    sums, bound = lanes.bfp16_reference(data)
+    real = np.sum(np.stack(data).astype(np.float64), axis=0)
+    return sums_digest(sums), float(np.max(np.abs(sums - real))), bound
+
+
 def run_group(
     workers: Workers,
     installed: dict,
@@ -248,8 +259,12 @@ def run_group(
     nbytes: int,
     seed: int,
     repeat: int,
+    lanes_of_ina: str = "int32",
 ) -> Measurement:
-    """One scheme on one group: prepare every member, go, check the result exactly."""
+    """One scheme on one group: prepare every member, go, check the result exactly. Flat
+    INA runs the plan's lane format ``lanes_of_ina``; the ring and hierarchical INA (which
+    the host library runs in int32 only) run int32 lanes."""
+    bfp16 = scheme == "ina" and lanes_of_ina == "bfp16"
     cluster = workers.cluster
     grp = run.group
     members = sorted(grp.gpus, key=gpu_sort_key(cluster.g))
@@ -269,6 +284,7 @@ def run_group(
         for w, gpu in enumerate(grp.gpus):
             ina = {"group_id": info.group_id, "worker_id": w, "num_workers": len(grp.gpus),
                    "window": info.window, "switch_ip": info.switch_ip,
+                   "lanes": "bfp16" if bfp16 else "int32",
                    **workers.ina_session(info.group_id)}  # fmt: skip
             cmds[gpu] = {**base, "index": w, "ina": ina}
     elif scheme == "ring":
@@ -301,9 +317,14 @@ def run_group(
     except CollectiveError as exc:
         m.error = str(exc)
         return m
-    digest, e, err, bound = expected(seed, n, len(members))
+    if bfp16:
+        e = None
+        digest, err, bound = expected_bfp16(seed, n, len(members))
+    else:
+        digest, e, err, bound = expected(seed, n, len(members))
     m.exact = all(r["digest"] == digest and r["exponent"] == e for r in replies.values())
-    m.extra.update(digests=sorted({r["digest"] for r in replies.values()}), seed=seed, elements=n)
+    m.extra.update(digests=sorted({r["digest"] for r in replies.values()}), seed=seed, elements=n,
+                   lanes="bfp16" if bfp16 else "int32")  # fmt: skip
     m.max_error, m.error_bound = err, bound
     per_repeat = [max(r["seconds"][k] for r in replies.values()) for k in range(repeat)]
     m.seconds = statistics.median(per_repeat)

@@ -52,7 +52,9 @@ def plugin_missing() -> str | None:
     return None
 
 
-def _config(run: GroupRun, w: int, info: Any, session: dict[str, int], bind_ip: str) -> dict:
+def _config(
+    run: GroupRun, w: int, info: Any, session: dict[str, int], bind_ip: str, lanes: str
+) -> dict:
     return {
         "groups": [
             {
@@ -66,6 +68,7 @@ def _config(run: GroupRun, w: int, info: Any, session: dict[str, int], bind_ip: 
                 "bind_ip": bind_ip,
                 "give_up_s": GIVE_UP_S,
                 "float_sums": True,
+                "lane_format": lanes,
             }
         ]
     }
@@ -100,10 +103,17 @@ def _collect(procs: dict[str, Any], timeout_s: float) -> dict[str, tuple[int, li
 
 
 def run_ina_plugin(
-    workers: Workers, installed: dict, run: GroupRun, nbytes: int, seed: int, repeat: int
+    workers: Workers,
+    installed: dict,
+    run: GroupRun,
+    nbytes: int,
+    seed: int,
+    repeat: int,
+    lanes_of_ina: str = "int32",
 ) -> Measurement:
-    """Scheme ``ina`` of ``run``'s group through the plugin: ``repeat`` all-reduces of
-    ``nbytes`` (float32) per member, the median of the slowest member's seconds."""
+    """Scheme ``ina`` of ``run``'s group through the plugin in the plan's lane format
+    ``lanes_of_ina``: ``repeat`` all-reduces of ``nbytes`` (float32) per member, the median
+    of the slowest member's seconds."""
     cluster = workers.cluster
     grp = run.group
     members = list(grp.gpus)  # worker id = index in the plan's list, as the controller
@@ -125,10 +135,11 @@ def run_ina_plugin(
     procs = {}
     for w, gpu in enumerate(members):
         cfg = d / f"ina-{gpu}.json"
-        cfg.write_text(json.dumps(_config(run, w, info, session, cluster.spec.hosts[gpu].nic_ip)))
+        nic = cluster.spec.hosts[gpu].nic_ip
+        cfg.write_text(json.dumps(_config(run, w, info, session, nic, lanes_of_ina)))
         argv = [str(HARNESS), "--lib", str(LIBRARY), "--dir", str(d), "--rank", str(w),
                 "--nranks", str(len(members)), "--types", "float32", "--seed", str(seed),
-                "--sizes", ",".join([str(n * 4)] * repeat),
+                "--sizes", ",".join([str(n * 4)] * repeat), "--lanes", lanes_of_ina,
                 "--exchange-timeout", str(GIVE_UP_S)]  # fmt: skip
         path = d / f"harness-{gpu}.log"
         with open(path, "ab") as err:
@@ -164,10 +175,14 @@ def run_ina_plugin(
     per_repeat = [max(res[k]["seconds"] for res in results.values()) for k in range(repeat)]
     m.seconds = statistics.median(per_repeat)
     first = next(iter(results.values()))[0]
+    m.max_error = max(r["max_err"] for res in results.values() for r in res)
+    if lanes_of_ina == "bfp16":  # the harness's largest block bound, + float32's rounding
+        m.error_bound = float(first["bound"]) + float(first["max_abs_sum"]) * 2.0**-24
+        m.extra.update(seed=seed, elements=n, lanes="bfp16", session=session["session"])
+        return m
     # The harness's scale 2^s, s = lanes.scale_exponent(members, e): the same bound as the
     # Python path, plus the result's one rounding to float32 (relative 2^-24).
     e = lanes.SUM_BITS - lanes.ceil_log2(len(members)) - int(first["scale_exp"])
-    m.max_error = max(r["max_err"] for res in results.values() for r in res)
     m.error_bound = lanes.error_bound(len(members), e) + float(first["max_abs_sum"]) * 2.0**-24
     m.extra.update(seed=seed, elements=n, exponent=e, session=session["session"])
     log.info("%s: plugin all-reduce of %d B, %d members", run.name, n * 4, len(members))

@@ -24,7 +24,7 @@ import networkx as nx
 from agents.ina.packet import HEADER_LEN, VECTOR_BYTES
 from controller.costmodel.hier import hier_pattern
 from controller.costmodel.ina import ina_pattern
-from controller.costmodel.netparams import NetParams
+from controller.costmodel.netparams import InaLanes, NetParams
 from controller.costmodel.ring import ring_pattern
 from controller.emulate.spec import NetworkSpec
 
@@ -78,24 +78,33 @@ def emulated_graph(g: nx.Graph, slowdown: float, hop_latency: dict[str, float]) 
     return h
 
 
-def lane_params() -> NetParams:
-    """The cost model's NetParams for the emulated wire (module docstring)."""
+def lane_params(lanes: InaLanes = "int32") -> NetParams:
+    """The cost model's NetParams for the emulated wire (module docstring), INA in
+    ``lanes``: an element is ``LANE_BYTES`` of message whatever the format (bfp16 carries
+    it in half the wire's bytes, with its proposal round)."""
     return dataclasses.replace(
         NetParams(),
         dtype_bytes=LANE_BYTES,
-        ina_lanes="int32",
+        ina_lanes=lanes,
         ina_overhead_bytes=FRAME_HEADER_BYTES,
         packet_bytes=TCP_FRAME_BYTES,
     )
 
 
 def predict(
-    h: nx.Graph, scheme: str, members: list[str], switch: str | None, nbytes: int, rails=()
+    h: nx.Graph,
+    scheme: str,
+    members: list[str],
+    switch: str | None,
+    nbytes: int,
+    rails=(),
+    lanes: InaLanes = "int32",
 ) -> float | None:
     """Predicted seconds of one all-reduce of ``nbytes`` on the emulated graph ``h``; None
     when the cost model has no pattern for it. INA routes are the members' own NICs, as the
-    emulation sends them (no NVLink relay); the ring is the cost model's own."""
-    params = lane_params()
+    emulation sends them (no NVLink relay); the ring is the cost model's own; flat INA in
+    ``lanes`` (hierarchical INA runs int32)."""
+    params = lane_params(lanes if scheme == "ina" else "int32")
     if scheme == "ina":
         fab = params.fabric(h, relay=False)
         pat = ina_pattern(fab, members, str(switch), nbytes, params)

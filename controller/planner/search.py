@@ -206,7 +206,9 @@ class PhaseSearch:
             gkey = (grouper, role, frozenset(fit), tp, pp, nbytes)
             groups = self._groupings.get(gkey)
             if groups is None:
-                self.problem.say(f"  {role}: TP={tp} PP={pp} on {len(fit)} GPUs")
+                # Named, since each grouping of one candidate is its own line of work.
+                name = getattr(grouper, "__name__", "").removesuffix("_grouper")
+                self.problem.say(f"  {role}: TP={tp} PP={pp} on {len(fit)} GPUs, {name} grouping")
                 groups = grouper(ev, role, fit, tp, pp, nbytes)
                 self._groupings[gkey] = groups
             self.n_priced += 1

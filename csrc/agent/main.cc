@@ -69,7 +69,7 @@ void PrintHelp() {
       "  --version                  print the version and exit\n"
       "  -h, --help                 print this help and exit\n",
       kProg, kMaxTelemetryIntervalS, kMinShmCapacity,
-      static_cast<unsigned long long>(heroserve::shm::kMaxCapacity),
+      static_cast<unsigned long long>(heroserve::shm::kMaxPayloadBytes),
       heroserve::shm::kDefaultCapacity);
 }
 
@@ -210,10 +210,13 @@ int main(int argc, char** argv) {
         break;
       case kShmCapacity: {
         unsigned long long cap = 0;
-        if (!ParseUnsigned(optarg, heroserve::shm::kMaxCapacity, &cap) || cap < kMinShmCapacity) {
+        // Bounded by the payload limit, not the largest mapping a reader accepts: the
+        // writer refuses any payload above kMaxPayloadBytes, so more capacity is never used.
+        if (!ParseUnsigned(optarg, heroserve::shm::kMaxPayloadBytes, &cap) ||
+            cap < kMinShmCapacity) {
           return Usage("--shm-capacity '" + v + "' must be a whole number of bytes from " +
                        std::to_string(kMinShmCapacity) + " to " +
-                       std::to_string(heroserve::shm::kMaxCapacity));
+                       std::to_string(heroserve::shm::kMaxPayloadBytes));
         }
         o.shm_capacity = static_cast<size_t>(cap);
         break;

@@ -148,7 +148,9 @@ static void PluginNs(const char* path, uint64_t iters) {
   // The segment a collective reads and parses anew every call (publish between calls).
   const uint64_t reads = std::max<uint64_t>(iters / 1000, 200);
   PrintCall("plugin_getcollinfo_new_table policies=16",
-            CallNs(v6, ctx, reads, [&](uint64_t) { seg.Publish(doc, 1, &err); }),
+            // New bytes each time: a republish of the bytes held is not parsed again.
+            CallNs(v6, ctx, reads,
+                   [&](uint64_t i) { seg.Publish(i & 1 ? doc + " " : doc, 1, &err); }),
             " payload_bytes=" + std::to_string(doc.size()));
   // Garbled: the counter moves, the checksum does not match (read, checked, refused).
   PrintCall("plugin_getcollinfo_garbled", CallNs(v6, ctx, reads, [&](uint64_t) {

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 namespace heroserve::ina {
@@ -558,8 +559,13 @@ Engine::State Engine::Wait(Op* op) {
 bool Engine::Join(std::string* err) {
   uint32_t mine[MAX_WORKERS] = {0};
   uint32_t sum[MAX_WORKERS] = {0};
+  float mine_f[MAX_WORKERS] = {0};
+  float sum_f[MAX_WORKERS] = {0};
   mine[g_.worker_id] = 1;
-  Op* op = Submit(mine, sum, MAX_WORKERS, ElemType::kUint32);
+  mine_f[g_.worker_id] = 1.0f;
+  const bool bfp16 = g_.lanes.kind == LaneKind::kBfp16;
+  Op* op = bfp16 ? Submit(mine_f, sum_f, MAX_WORKERS, ElemType::kFloat32)
+                 : Submit(mine, sum, MAX_WORKERS, ElemType::kUint32);
   if (op == nullptr) {
     *err = error_.empty() ? "cannot submit" : error_;
     return false;
@@ -572,8 +578,11 @@ bool Engine::Join(std::string* err) {
   }
   for (uint32_t w = 0; w < MAX_WORKERS; w++) {
     uint32_t want = w < g_.num_workers ? 1 : 0;
-    if (sum[w] != want) {
-      *err = "join: worker " + std::to_string(w) + " counted " + std::to_string(sum[w]) +
+    double got = bfp16 ? static_cast<double>(sum_f[w]) : static_cast<double>(sum[w]);
+    if (got != want) {
+      char times[32];
+      snprintf(times, sizeof times, "%g", got);
+      *err = "join: worker " + std::to_string(w) + " counted " + times +
              " times (members must hold distinct worker ids 0.." +
              std::to_string(g_.num_workers - 1) + ")";
       std::lock_guard<std::mutex> lock(mu_);

@@ -154,7 +154,9 @@ class Engine {
   State Wait(Op* op);
 
   // One all-reduce that every member must join: each contributes a 1 in the lane of its
-  // worker id; fine when every worker's lane is exactly 1. Bounded by give_up_s.
+  // worker id; fine when every worker's lane is exactly 1. Bounded by give_up_s. In the
+  // group's own lanes (a TNA build runs one format): uint32 in int32 lanes, float32 in
+  // bfp16 lanes (a one-hot block sums exactly: every lane's total is 0 or 1 x 2^s).
   bool Join(std::string* err);
 
   const GroupSpec& group() const { return g_; }

@@ -5,6 +5,11 @@
 #include <cstdarg>
 #include <cstdio>
 #include <map>
+#include <thread>
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "heroserve/json.h"
 #include "heroserve/log.h"
@@ -37,12 +42,14 @@ void GroupFeed::Warn(hsNcclLogger log, WarnLimiter* w, int64_t now, const std::s
   }
 }
 
-SegState GroupFeed::Refresh(hsNcclLogger log, int64_t wait_ns, bool block, uint64_t* refused) {
+SegState GroupFeed::Refresh(hsNcclLogger log, int64_t wait_ns, bool block,
+                            hsTunerStats* stats) {
   shm::Segment* s = seg.load(std::memory_order_acquire);
   if (s) {
     uint64_t v = s->seq();
     if (v == seq_done.load(std::memory_order_acquire)) return SegState::kCurrent;
     if ((v & 1) && v == seq_stalled.load(std::memory_order_relaxed)) return SegState::kStalled;
+    if (!block && v == seq_deferred.load(std::memory_order_relaxed)) return SegState::kCurrent;
   } else if (NowNs() < next_open_ns.load(std::memory_order_relaxed)) {
     return SegState::kMissing;
   }
@@ -52,7 +59,51 @@ SegState GroupFeed::Refresh(hsNcclLogger log, int64_t wait_ns, bool block, uint6
   } else if (!lock.try_lock()) {
     return SegState::kCurrent;
   }
-  return RefreshLocked(log, wait_ns, refused);
+  return RefreshLocked(log, wait_ns, stats, block ? shm::kMaxPayloadBytes : kInlineReadBytes);
+}
+
+void GroupFeed::Defer(hsNcclLogger log, uint64_t seq) {
+  // Never waits: the reader thread, at its lower priority, may be descheduled holding
+  // reader_mu; then the counter is not marked handed over and the next collective tries again.
+  std::unique_lock<std::mutex> lock(reader_mu, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  reader_wanted = true;
+  reader_log = log;
+  const int64_t pid = static_cast<int64_t>(getpid());
+  if (reader_pid != pid) {  // first use, or a forked child (threads do not survive fork)
+    try {
+      std::thread([this] { ReaderLoop(); }).detach();
+      reader_pid = pid;
+    } catch (...) {
+      return;  // no thread: the payload stays unread until init or a shorter publish
+    }
+  }
+  seq_deferred.store(seq, std::memory_order_relaxed);
+  reader_cv.notify_one();
+}
+
+void GroupFeed::ReaderLoop() {
+  // Background work at nice 10 (about a tenth of a serving thread's share of a busy core):
+  // a writer keeping it busy (a padded table republished before every decision) takes
+  // little CPU time from the serving threads, and a legitimate long table is still read
+  // within tens of milliseconds on a saturated core (0.6 MiB parses in about 4 ms).
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+  for (;;) {
+    hsNcclLogger log;
+    {
+      std::unique_lock<std::mutex> lock(reader_mu);
+      reader_cv.wait(lock, [this] { return reader_wanted; });
+      reader_wanted = false;
+      log = reader_log;
+    }
+    hsTunerStats st{};
+    {
+      std::lock_guard<std::mutex> lock(refresh_mu);
+      RefreshLocked(log, kAttachWaitNs, &st, shm::kMaxPayloadBytes);
+    }
+    async_parsed.fetch_add(st.parsed, std::memory_order_relaxed);
+    async_refused.fetch_add(st.refused, std::memory_order_relaxed);
+  }
 }
 
 void GroupFeed::Refuse(hsNcclLogger log, int64_t now, uint64_t* refused, const std::string& why) {
@@ -81,6 +132,7 @@ bool GroupFeed::Attach(hsNcclLogger log, int64_t now, uint64_t* refused, bool re
     return false;
   }
   slot.store(m->ClaimSlot(), std::memory_order_relaxed);
+  parsed_stamp = shm::Segment::Stamp{};  // another mapping: its payload is read in full
   if (!remap) {
     seq_read = 0;
     seq_done.store(0, std::memory_order_relaxed);
@@ -92,8 +144,10 @@ bool GroupFeed::Attach(hsNcclLogger log, int64_t now, uint64_t* refused, bool re
   return true;
 }
 
-SegState GroupFeed::RefreshLocked(hsNcclLogger log, int64_t wait_ns, uint64_t* refused) {
+SegState GroupFeed::RefreshLocked(hsNcclLogger log, int64_t wait_ns, hsTunerStats* stats,
+                                  size_t max_copy) {
   const int64_t now = NowNs();
+  uint64_t* refused = &stats->refused;
   shm::Segment* s = seg.load(std::memory_order_relaxed);
   if (!s) {
     if (now < next_open_ns.load(std::memory_order_relaxed)) return SegState::kMissing;
@@ -102,7 +156,7 @@ SegState GroupFeed::RefreshLocked(hsNcclLogger log, int64_t wait_ns, uint64_t* r
   }
   std::string payload;
   using RS = shm::Segment::ReadStatus;
-  RS st = s->Read(&seq_read, &payload, wait_ns);
+  RS st = s->Read(&seq_read, &payload, wait_ns, &parsed_stamp, max_copy);
   for (int remaps = 0; st == RS::kResized && remaps < 2; ++remaps) {
     // The daemon grew the segment: map it again and read through the new mapping. When
     // that fails, keep the old mapping and wait for the writer's next publish.
@@ -111,13 +165,23 @@ SegState GroupFeed::RefreshLocked(hsNcclLogger log, int64_t wait_ns, uint64_t* r
       return SegState::kCurrent;
     }
     s = seg.load(std::memory_order_relaxed);
-    st = s->Read(&seq_read, &payload, wait_ns);
+    st = s->Read(&seq_read, &payload, wait_ns, &parsed_stamp, max_copy);
   }
   switch (st) {
     case RS::kEmpty:
       return SegState::kCurrent;
+    case RS::kDeferred:  // too long to read on a collective: the reader thread reads it
+      Defer(log, s->seq());
+      return SegState::kCurrent;
     case RS::kUnchanged:
+    case RS::kSame:  // the bytes last parsed, published again: nothing to do
       seq_done.store(seq_read, std::memory_order_release);
+      return SegState::kCurrent;
+    case RS::kOversized:
+      seq_done.store(seq_read, std::memory_order_release);
+      Refuse(log, now, refused,
+             "its header declares a payload above the limit of " +
+                 std::to_string(shm::kMaxPayloadBytes) + " bytes (nothing read)");
       return SegState::kCurrent;
     case RS::kBusy: {
       uint64_t v = s->seq();
@@ -148,6 +212,7 @@ SegState GroupFeed::RefreshLocked(hsNcclLogger log, int64_t wait_ns, uint64_t* r
   }
   // The store first, then the counter: a context that sees the counter current (and so
   // neither waits nor reads) must find the tables it stands for already in the store.
+  ++stats->parsed;
   if (Install(log, now, payload, refused)) {
     // The writer removed the group and unlinks this segment: stop using it (the tables held
     // stay in force) and look for the segment under its name again from the next call.

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -32,6 +33,13 @@ constexpr int64_t kRetryOpenNs = 100000000;      // segment absent: look again e
 constexpr int64_t kWarnEveryNs = 60000000000;    // a repeated warning: at most once a minute
 constexpr size_t kMaxMappings = 8;               // mappings of a group's segment (never unmapped)
 constexpr size_t kMaxTablesPerSegment = 16;      // the daemon keeps 4 versions
+// A payload longer than this is never copied or parsed on a collective: the group's reader
+// thread reads it, and collectives decide from the tables held meanwhile (as they do while
+// another context reads). 64 KiB holds 4 versions of a typical table (8-GPU group, 3
+// policies, ids of 20 characters, 6- to 8-node routes: 31-38 KiB) and parses in about 0.4 ms
+// on the shared 2-core machine (bench_tuner_table: about 6 ms per MiB), so a collective pays
+// at most that; longer payloads (up to the limit, shm::kMaxPayloadBytes, 4 MiB) cost it none.
+constexpr size_t kInlineReadBytes = size_t{64} << 10;
 
 // A line through NCCL's logger, or the shared log format on stderr without one.
 void LogTo(hsNcclLogger fn, int level, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -81,6 +89,9 @@ class GroupFeed {
   uint64_t seq_read = 0;                  // guarded by refresh_mu: counter last read or refused
   std::atomic<uint64_t> seq_done{0};      // counter whose content the store reflects
   std::atomic<uint64_t> seq_stalled{0};   // odd counter a read gave up on (0: none)
+  std::atomic<uint64_t> seq_deferred{0};  // counter handed to the reader thread (0: none)
+  // What the reader thread parsed and refused; every context's statistics include them.
+  std::atomic<uint64_t> async_parsed{0}, async_refused{0};
   std::atomic<int64_t> next_open_ns{0};
   std::atomic<int> slot{-1};
   // One context per group per process counts selections (all members choose alike, and
@@ -93,8 +104,13 @@ class GroupFeed {
   // Brings the store up to date with the segment. Cheap when nothing changed: one load of
   // the seqlock counter. `block`: wait for another context's read in progress (init) rather
   // than decide without it; a collective never waits for one (the tables it holds are those
-  // every rank uses until the new version's apply_from_seq). *refused counts refusals.
-  SegState Refresh(hsNcclLogger log, int64_t wait_ns, bool block, uint64_t* refused);
+  // every rank uses until the new version's apply_from_seq). Counts refusals and parses in
+  // *stats. A parse happens only for a new counter value whose header names a payload within
+  // shm::kMaxPayloadBytes and other than the one last parsed (length and checksum); on a
+  // collective (!block) only when it is at most kInlineReadBytes long, a longer one being
+  // handed to the group's reader thread. So a writer republishing before every decision
+  // costs each collective at most one parse of kInlineReadBytes.
+  SegState Refresh(hsNcclLogger log, int64_t wait_ns, bool block, hsTunerStats* stats);
 
  private:
   // Writer generations (docs/policy-table.md): the generation named by the last payload read
@@ -102,6 +118,9 @@ class GroupFeed {
   std::string writer_gen;
   bool have_writer_gen = false;
   uint64_t writer_epoch = 0;
+  // Length and checksum of the payload last parsed (guarded by refresh_mu; reset when a
+  // mapping is made): a republish of the same bytes is not copied or parsed again.
+  shm::Segment::Stamp parsed_stamp;
 
   // Refused content is not read again until the writer moves the counter (seq_done).
   void Refuse(hsNcclLogger log, int64_t now, uint64_t* refused, const std::string& why);
@@ -110,7 +129,18 @@ class GroupFeed {
   // successor). False when absent or refused.
   bool Attach(hsNcclLogger log, int64_t now, uint64_t* refused, bool remap);
 
-  SegState RefreshLocked(hsNcclLogger log, int64_t wait_ns, uint64_t* refused);
+  SegState RefreshLocked(hsNcclLogger log, int64_t wait_ns, hsTunerStats* stats,
+                         size_t max_copy);
+
+  // The reader thread (started on first use, again in a forked child): reads what a
+  // collective deferred, under refresh_mu, with the init wait and the whole payload limit.
+  std::mutex reader_mu;
+  std::condition_variable reader_cv;
+  bool reader_wanted = false;        // guarded by reader_mu
+  int64_t reader_pid = 0;            // guarded by reader_mu: the process that started it
+  hsNcclLogger reader_log = nullptr; // guarded by reader_mu
+  void Defer(hsNcclLogger log, uint64_t seq);
+  void ReaderLoop();
 
   // Starts a new writer epoch when the payload comes from another writer generation, or
   // when its versions went back below the newest held of the current epoch (only a group

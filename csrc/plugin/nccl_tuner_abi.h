@@ -129,7 +129,13 @@ typedef struct {
                                 the wait bound (writer died mid-publish): decided from the
                                 tables already held, NCCL's defaults when none */
   uint64_t refused;          /* segment reads refused by this context: garbled, truncated,
-                                foreign or resized too often, or not a table list */
+                                foreign or resized too often, a declared length above the
+                                payload limit, or not a table list */
+  uint64_t parsed;           /* payloads this context copied, checked and parsed on its own
+                                calls: at most one per publish of new bytes, and on a
+                                collective only payloads of at most 64 KiB */
+  uint64_t reader_parsed;    /* payloads the group's reader thread parsed (longer ones a
+                                collective handed over), shared by the group's contexts */
 } hsTunerStats;
 int heroserveTunerStats(void* context, hsTunerStats* out);
 

@@ -20,7 +20,9 @@
 // held odd is waited on for at most kCollectiveWaitNs per collective (then the tables
 // already held decide; counted as `stalled` and logged at most once a minute), a garbled,
 // truncated or foreign segment is refused (counted as `refused`, logged likewise) and the
-// last good table stays in force.
+// last good table stays in force. A payload is parsed once per publish of new bytes, never
+// when its header declares more than shm::kMaxPayloadBytes, and on a collective only when it
+// is at most kInlineReadBytes long: a longer one is read by the group's reader thread.
 //
 // A single-rank communicator (a TP=1 group) has no all-reduce on the network, and the
 // controller publishes no table for it (docs/policy-table.md): its context attaches to no
@@ -91,7 +93,7 @@ hsNcclResult InitCommon(size_t nranks, size_t nnodes, hsNcclLogger log, void** c
       ctx->feed->counter_owner.compare_exchange_strong(none, ctx);
       // The tables already published may govern this communicator's first collectives: read
       // them now, waiting (boundedly) for a publish in progress or another context's read.
-      if (ctx->feed->Refresh(log, kAttachWaitNs, true, &ctx->stats.refused) ==
+      if (ctx->feed->Refresh(log, kAttachWaitNs, true, &ctx->stats) ==
           SegState::kStalled) {
         ++ctx->stats.stalled;
       }
@@ -149,7 +151,7 @@ int AlgorithmFor(Scheme s, const float* table, int numAlgo, int numProto, int* p
 // Runs the scheduler for one collective; false when NCCL's defaults must stand.
 bool Decide(Context* ctx, hsNcclFunc coll, size_t nbytes, Selection* sel) {
   if (coll != HS_NCCL_FUNC_ALLREDUCE || !ctx->sched) return false;
-  if (ctx->feed->Refresh(ctx->log, kCollectiveWaitNs, false, &ctx->stats.refused) ==
+  if (ctx->feed->Refresh(ctx->log, kCollectiveWaitNs, false, &ctx->stats) ==
       SegState::kStalled) {
     ++ctx->stats.stalled;
   }
@@ -309,7 +311,12 @@ const hsTunerV2 ncclTunerPlugin_v2 = {
 
 HS_EXPORT int heroserveTunerStats(void* context, hsTunerStats* out) {
   if (!context || !out) return -1;
-  *out = static_cast<Context*>(context)->stats;
+  const auto* ctx = static_cast<Context*>(context);
+  *out = ctx->stats;
+  if (ctx->feed) {  // what the group's reader thread did for every context
+    out->reader_parsed = ctx->feed->async_parsed.load(std::memory_order_relaxed);
+    out->refused += ctx->feed->async_refused.load(std::memory_order_relaxed);
+  }
   return 0;
 }
 

@@ -204,6 +204,11 @@ bool Segment::Unlink(std::string* error) {
 
 bool Segment::Publish(const std::string& payload, uint64_t newest_version, std::string* error) {
   if (!hdr_) return Fail(error, "segment not open");
+  if (payload.size() > kMaxPayloadBytes) {
+    return Fail(error, "policy tables (" + std::to_string(payload.size()) +
+                           " bytes) exceed the shm payload limit (" +
+                           std::to_string(kMaxPayloadBytes) + " bytes)");
+  }
   if (payload.size() > capacity_) {
     return Fail(error, "policy tables (" + std::to_string(payload.size()) +
                            " bytes) exceed the shm capacity (" + std::to_string(capacity_) +
@@ -222,8 +227,8 @@ bool Segment::Publish(const std::string& payload, uint64_t newest_version, std::
 
 uint64_t Segment::seq() const { return hdr_ ? Load(&hdr_->seq) : 0; }
 
-Segment::ReadStatus Segment::Read(uint64_t* last_seq, std::string* payload,
-                                  int64_t wait_ns) const {
+Segment::ReadStatus Segment::Read(uint64_t* last_seq, std::string* payload, int64_t wait_ns,
+                                  Stamp* held, size_t max_copy) const {
   if (!hdr_) return ReadStatus::kEmpty;
   if (Load(&hdr_->capacity) != capacity_) return ReadStatus::kResized;
   // A file cut below this mapping would fault on the next access to the lost pages: look
@@ -252,8 +257,14 @@ Segment::ReadStatus Segment::Read(uint64_t* last_seq, std::string* payload,
     if (s1 & 1) continue;
     uint64_t len = __atomic_load_n(&hdr_->length, __ATOMIC_ACQUIRE);
     uint64_t sum = __atomic_load_n(&hdr_->checksum, __ATOMIC_ACQUIRE);
-    bool len_ok = len <= capacity_;  // the mapping's size, never the header's capacity
-    if (len_ok) {
+    // The limit first: a declared length above it is refused on the header alone, so a
+    // padded table costs this comparison, not a copy, a checksum and a parse.
+    const bool oversized = len > kMaxPayloadBytes;
+    const bool same = !oversized && held && held->valid && held->length == len &&
+                      held->checksum == sum;
+    bool len_ok = !oversized && len <= capacity_;  // the mapping's size, not the header's
+    if (len_ok && !same && len > max_copy) return ReadStatus::kDeferred;
+    if (len_ok && !same) {
       payload->resize(len);
       CopyOut(payload->data(), data_, len);
     }
@@ -268,10 +279,16 @@ Segment::ReadStatus Segment::Read(uint64_t* last_seq, std::string* payload,
     // The counter did not move during the copy, so no writer touched the payload: a bad
     // length or checksum is garbage in the segment, not a race. Report it once.
     *last_seq = s1;
+    if (oversized) {
+      payload->clear();
+      return ReadStatus::kOversized;
+    }
+    if (same) return ReadStatus::kSame;
     if (!len_ok || Checksum(payload->data(), payload->size()) != sum) {
       payload->clear();
       return ReadStatus::kGarbled;
     }
+    if (held) *held = Stamp{len, sum, true};
     return ReadStatus::kOk;
   }
 }

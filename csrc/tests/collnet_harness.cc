@@ -94,11 +94,19 @@ void MemberData(uint64_t seed, int rank, const TypeInfo& t, size_t bytes, uint8_
   for (size_t i = 0; i < bytes; i++) out[i] = static_cast<uint8_t>(Mix(base + i / 8) >> (8 * (i % 8)));
 }
 
-// Errors of a float result against the float64 sum of the members' values.
+// Errors of a float result against the float64 sum of the members' values. bfp16:
+// `bound_ok` says every element is within the format's documented bound, w 2^(-s-1) for its
+// block's s (docs/dataplane.md "bfp16 numbers"), plus the result type's own rounding;
+// `bound` is the largest of those bounds.
 struct FloatErr {
-  double max_err = 0, rms_err = 0, best_max = 0, best_rms = 0, max_abs = 0;
+  double max_err = 0, rms_err = 0, best_max = 0, best_rms = 0, max_abs = 0, bound = 0;
   int scale_exp = 0;
+  bool bound_ok = true;
 };
+
+// --lanes: the group's lane format (the group config's "lane_format"), which the reference
+// follows.
+bool g_bfp16 = false;
 
 // The float sum every rank must get, computed here on its own: the agreed exponent (the
 // largest of any member, lanes.py), each member's values rounded half to even at 2^s, the
@@ -153,6 +161,75 @@ void FloatReference(uint64_t seed, int nranks, const TypeInfo& t, size_t bytes, 
   err->best_rms = n ? std::sqrt(sb / n) : 0;
 }
 
+// The bfp16 float sum every rank must get, worked here from docs/dataplane.md ("bfp16
+// numbers") alone: each iallreduce of `slice_elems` is cut into blocks of BFP16_LANES from
+// its start; a block's exponent E is the largest over the members (every |x| < 2^E, E in
+// [EXP_MIN, EXP_MAX]); each member's values rounded half to even at 2^s, s = BFP16_SUM_BITS -
+// ceil(log2 w) - E; the int64 sum of those (it must fit int16: honest members never
+// saturate), scaled back and rounded to the type once.
+void Bfp16Reference(uint64_t seed, int nranks, const TypeInfo& t, size_t bytes,
+                    size_t slice_elems, uint8_t* out, FloatErr* err) {
+  size_t n = bytes / t.size;
+  std::vector<std::vector<uint8_t>> m(nranks, std::vector<uint8_t>(bytes));
+  for (int r = 0; r < nranks; r++) MemberData(seed, r, t, bytes, m[r].data());
+  int lw = 0;
+  while ((1 << lw) < nranks) lw++;
+  double se = 0, sb = 0;
+  std::vector<uint8_t> best(t.size);
+  err->scale_exp = 1 << 20;
+  for (size_t start = 0; start < n; start += slice_elems) {
+    size_t end = std::min(n, start + slice_elems);
+    for (size_t b = start; b < end; b += ina::BFP16_LANES) {
+      size_t e_end = std::min(end, b + ina::BFP16_LANES);
+      int e = ina::EXP_MIN;
+      for (int r = 0; r < nranks; r++) {
+        for (size_t i = b; i < e_end; i++) {
+          double a = std::fabs(ina::ToDouble(ElemOf(t), m[r].data(), i));
+          int x = ina::EXP_MIN;
+          if (!std::isfinite(a)) {  // no reference: the plugin must refuse
+            err->scale_exp = -1000;
+            return;
+          }
+          if (a > 0) std::frexp(a, &x);
+          e = std::max(e, x);
+        }
+      }
+      int s = static_cast<int>(ina::BFP16_SUM_BITS) - lw - e;
+      err->scale_exp = std::min(err->scale_exp, s);
+      double bound = nranks * std::ldexp(1.0, -s - 1);
+      err->bound = std::max(err->bound, bound);
+      for (size_t i = b; i < e_end; i++) {
+        int64_t q = 0;
+        double exact = 0;
+        for (int r = 0; r < nranks; r++) {
+          double x = ina::ToDouble(ElemOf(t), m[r].data(), i);
+          q += static_cast<int64_t>(std::nearbyint(std::ldexp(x, s)));
+          exact += x;
+        }
+        if (q > INT16_MAX || q < INT16_MIN) {
+          fprintf(stderr, "reference: a bfp16 sum leaves int16 (the exponent rule is broken)\n");
+          std::abort();
+        }
+        double r = std::ldexp(static_cast<double>(q), -s);
+        ina::FromDouble(ElemOf(t), r, out, i);
+        double got = ina::ToDouble(ElemOf(t), out, i);
+        ina::FromDouble(ElemOf(t), exact, best.data(), 0);
+        double bst = ina::ToDouble(ElemOf(t), best.data(), 0);
+        // The format's bound holds for r; the type's rounding of r comes on top.
+        if (std::fabs(r - exact) > bound || std::fabs(got - exact) > bound + std::fabs(got - r))
+          err->bound_ok = false;
+        err->max_err = std::max(err->max_err, std::fabs(got - exact));
+        err->best_max = std::max(err->best_max, std::fabs(bst - exact));
+        err->max_abs = std::max(err->max_abs, std::fabs(exact));
+        se += (got - exact) * (got - exact);
+        sb += (bst - exact) * (bst - exact);
+      }
+    }
+  }
+  err->rms_err = n ? std::sqrt(se / n) : 0;
+  err->best_rms = n ? std::sqrt(sb / n) : 0;
+}
+
 // The sum every rank must get: integer sums wrap in the type's width (as NCCL's do).
 void Reference(uint64_t seed, int nranks, const TypeInfo& t, size_t bytes, uint8_t* out) {
   std::vector<uint8_t> m(bytes);
@@ -199,6 +276,11 @@ bool Parse(int argc, char** argv, Args* a) {
     else if (k == "--float-scale") g_float.scale = std::atof(val().c_str());
     else if (k == "--outlier-rate") g_float.outlier_rate = std::atof(val().c_str());
     else if (k == "--outlier-mag") g_float.outlier_mag = std::atof(val().c_str());
+    else if (k == "--lanes") {
+      std::string v = val();
+      if (v != "int32" && v != "bfp16") return false;
+      g_bfp16 = v == "bfp16";
+    }
     else return false;
   }
   return harness::CommonValid(*a) && (a->version == 12 || a->version == 8) && a->slice > 0 &&
@@ -283,7 +365,8 @@ int main(int argc, char** argv) {
             "usage: collnet_harness --lib SO --dir DIR --rank R --nranks N [--version 12|8] "
             "[--types int32,...] [--sizes BYTES,...] [--seed S] [--comm-id ID] [--slice B] "
             "[--outstanding K] [--exchange-timeout S] [--leave-after-listen] "
-            "[--wait-for-go] [--float-scale X] [--outlier-rate P] [--outlier-mag M]\n");
+            "[--wait-for-go] [--float-scale X] [--outlier-rate P] [--outlier-mag M] "
+            "[--lanes int32|bfp16]\n");
     return 2;
   }
   void* lib = dlopen(a.lib.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -391,14 +474,17 @@ int main(int argc, char** argv) {
       std::vector<uint8_t> send(bytes), recv(bytes, 0xA5), want(bytes);
       MemberData(a.seed, a.rank, *t, bytes, send.data());
       FloatErr ferr;
-      if (IsFloat(*t)) FloatReference(a.seed, a.nranks, *t, bytes, want.data(), &ferr);
+      size_t slice = a.slice - a.slice % t->size;
+      if (IsFloat(*t) && g_bfp16)
+        Bfp16Reference(a.seed, a.nranks, *t, bytes, std::max<size_t>(1, slice / t->size),
+                       want.data(), &ferr);
+      else if (IsFloat(*t)) FloatReference(a.seed, a.nranks, *t, bytes, want.data(), &ferr);
       else Reference(a.seed, a.nranks, *t, bytes, want.data());
       void *smh = nullptr, *rmh = nullptr;
       if ((rc = api.RegMr(coll, send.data(), bytes ? bytes : 1, &smh)) != ncclSuccess ||
           (rc = api.RegMr(coll, recv.data(), bytes ? bytes : 1, &rmh)) != ncclSuccess)
         return fail("regMr", rc, t0);
       double start = Now();
-      size_t slice = a.slice - a.slice % t->size;
       size_t posted = 0, next = 0;
       std::map<size_t, void*> inflight;  // offset -> request
       bool first = true;
@@ -444,9 +530,11 @@ int main(int argc, char** argv) {
       if (IsFloat(*t))
         snprintf(extra, sizeof extra,
                  ", \"max_err\": %.6g, \"rms_err\": %.6g, \"best_max_err\": %.6g, "
-                 "\"best_rms_err\": %.6g, \"max_abs_sum\": %.6g, \"scale_exp\": %d",
+                 "\"best_rms_err\": %.6g, \"max_abs_sum\": %.6g, \"scale_exp\": %d, "
+                 "\"lanes\": \"%s\", \"bound\": %.6g, \"bound_ok\": %s",
                  ferr.max_err, ferr.rms_err, ferr.best_max, ferr.best_rms, ferr.max_abs,
-                 ferr.scale_exp);
+                 ferr.scale_exp, g_bfp16 ? "bfp16" : "int32", ferr.bound,
+                 ferr.bound_ok ? "true" : "false");
       printf("{\"event\": \"result\", \"type\": \"%s\", \"bytes\": %zu, \"posted\": %zu, "
              "\"exact\": %s, \"seconds\": %.4f%s}\n",
              t->name, bytes, posted, exact ? "true" : "false", secs, extra);

@@ -228,6 +228,9 @@ class FakeSwitch {
   }
   uint16_t port() const { return port_; }
   int dropped() const { return dropped_; }
+  // From now on every bfp16 result carries the overflow flag, as the switch sets it when a
+  // contribution saturated a lane (a member that scaled with another exponent).
+  void FlagOverflow() { flag_overflow_ = true; }
 
  private:
   struct Round {
@@ -280,7 +283,7 @@ class FakeSwitch {
       if (r.count == n_) {
         h.is_result = true;
         h.is_retx = false;
-        h.overflow = h.bfp16 && r.overflow;
+        h.overflow = h.bfp16 && (r.overflow || flag_overflow_);
         h.exp = h.bfp16 ? r.exp : 0;
         EncodeHeader(h, r.result);
         for (uint32_t i = 0; i < VECTOR_LEN && !h.bfp16; i++) {
@@ -309,6 +312,7 @@ class FakeSwitch {
   uint16_t port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<int> dropped_{0};
+  std::atomic<bool> flag_overflow_{false};
   std::thread thread_;
   std::map<int, sockaddr_in> addr_;
   std::map<std::tuple<uint16_t, uint32_t, uint8_t>, Round> rounds_;
@@ -473,6 +477,47 @@ TEST(InaEngine, Bfp16SumsAtTheAgreedBlockExponent) {
   for (const std::string& e : run(ones, got)) EXPECT_EQ(e, "");
   for (int w = 0; w < n; w++) EXPECT_EQ(got[w], std::vector<float>(100, 1.5f));
   EXPECT_GT(sw.dropped(), 0);
+}
+
+// A result flagged as saturated is refused by every member: the all-reduce fails naming the
+// block, and no lane of the refused sum reaches the receive buffer.
+TEST(InaEngine, Bfp16RefusesASaturatedResult) {
+  const int n = 2;
+  FakeSwitch sw(n);
+  std::vector<std::unique_ptr<Engine>> eng;
+  for (int w = 0; w < n; w++) {
+    std::string err;
+    auto ep = Endpoint::Open(htonl(INADDR_LOOPBACK), 0, &err);
+    ASSERT_TRUE(ep) << err;
+    GroupSpec g = Spec(sw.port(), w, n, 2);
+    g.lanes = kBfp16Lanes;
+    eng.push_back(Engine::Create(g, Fast(), ep, &err));
+    ASSERT_TRUE(eng.back()) << err;
+  }
+  auto run = [&](std::vector<float>* out) {
+    std::vector<float> in(100, 0.25f);
+    std::vector<Engine::Op*> op(n);
+    std::vector<std::string> errs(n);
+    for (int w = 0; w < n; w++)
+      op[w] = eng[w]->Submit(in.data(), out[w].data(), in.size(), ElemType::kFloat32);
+    std::vector<std::thread> th;
+    for (int w = 0; w < n; w++)
+      th.emplace_back([&, w] {
+        if (eng[w]->Wait(op[w]) != Engine::State::kDone) errs[w] = eng[w]->ErrorOf(op[w]);
+        eng[w]->Release(op[w]);
+      });
+    for (auto& t : th) t.join();
+    return errs;
+  };
+  std::vector<float> out[n] = {std::vector<float>(100, -1.0f), std::vector<float>(100, -1.0f)};
+  for (const std::string& e : run(out)) EXPECT_EQ(e, "");
+  EXPECT_EQ(out[0], std::vector<float>(100, 0.5f));
+  sw.FlagOverflow();
+  out[0].assign(100, -1.0f);
+  out[1].assign(100, -1.0f);
+  for (const std::string& e : run(out))
+    EXPECT_NE(e.find("block 0: the switch saturated a lane"), std::string::npos) << e;
+  EXPECT_EQ(out[1], std::vector<float>(100, -1.0f));  // no block of a refused sum delivered
 }
 
 TEST(InaEngine, IgnoresForeignAndStaleResults) {

@@ -43,6 +43,63 @@ TEST(Shm, PublishThenReadOnceThenUnchanged) {
   shm_unlink(name.c_str());
 }
 
+// The payload limit holds on both sides: the writer refuses to publish past it even into a
+// segment with room, and a reader refuses a header declaring more before copying anything,
+// even when the bytes are there and the checksum matches (a forged publish).
+TEST(Shm, PayloadAboveTheLimitIsRefusedByWriterAndReader) {
+  std::string name = UniqueName("limit");
+  Segment w, r;
+  std::string err;
+  ASSERT_TRUE(w.Create(name, kMaxPayloadBytes + 4096, &err)) << err;
+  const std::string big(kMaxPayloadBytes + 8, ' ');
+  EXPECT_FALSE(w.Publish(big, 1, &err));
+  EXPECT_NE(err.find("payload limit (" + std::to_string(kMaxPayloadBytes)), std::string::npos);
+  EXPECT_TRUE(w.Publish(std::string(kMaxPayloadBytes, ' '), 1, &err)) << err;  // at the limit
+  ASSERT_TRUE(r.Open(name, &err)) << err;
+  uint64_t seen = 0;
+  std::string payload;
+  EXPECT_EQ(r.Read(&seen, &payload), Segment::ReadStatus::kOk);
+  EXPECT_EQ(payload.size(), kMaxPayloadBytes);
+  // Forge what Publish refused: the bytes, their length and checksum, a new counter value.
+  char* data = reinterpret_cast<char*>(w.header()) + ((sizeof(Header) + 63) & ~size_t{63});
+  std::memcpy(data, big.data(), big.size());
+  __atomic_store_n(&w.header()->length, big.size(), __ATOMIC_RELEASE);
+  __atomic_store_n(&w.header()->checksum, Checksum(big.data(), big.size()), __ATOMIC_RELEASE);
+  __atomic_fetch_add(&w.header()->seq, 2, __ATOMIC_RELEASE);
+  payload = "held";
+  EXPECT_EQ(r.Read(&seen, &payload), Segment::ReadStatus::kOversized);
+  EXPECT_TRUE(payload.empty());  // cleared, never resized to the declared length and filled
+  EXPECT_EQ(r.Read(&seen, &payload), Segment::ReadStatus::kUnchanged);  // reported once
+  shm_unlink(name.c_str());
+}
+
+// A republish of the bytes a reader holds (same length and checksum) is not copied again;
+// new bytes are, and the stamp follows them.
+TEST(Shm, RepublishOfTheHeldPayloadIsNotCopied) {
+  std::string name = UniqueName("same");
+  Segment w, r;
+  std::string err;
+  ASSERT_TRUE(w.Create(name, 4096, &err)) << err;
+  ASSERT_TRUE(r.Open(name, &err)) << err;
+  ASSERT_TRUE(w.Publish("{\"tables\": []}", 1, &err));
+  uint64_t seen = 0;
+  std::string payload;
+  Segment::Stamp held;
+  EXPECT_EQ(r.Read(&seen, &payload, 0, &held), Segment::ReadStatus::kOk);
+  EXPECT_TRUE(held.valid);
+  EXPECT_EQ(held.length, payload.size());
+  ASSERT_TRUE(w.Publish("{\"tables\": []}", 1, &err));
+  payload = "untouched";
+  EXPECT_EQ(r.Read(&seen, &payload, 0, &held), Segment::ReadStatus::kSame);
+  EXPECT_EQ(payload, "untouched");
+  EXPECT_EQ(r.Read(&seen, &payload, 0, &held), Segment::ReadStatus::kUnchanged);
+  ASSERT_TRUE(w.Publish("{\"tables\": [] }", 2, &err));
+  EXPECT_EQ(r.Read(&seen, &payload, 0, &held), Segment::ReadStatus::kOk);
+  EXPECT_EQ(payload, "{\"tables\": [] }");
+  EXPECT_EQ(held.length, payload.size());
+  shm_unlink(name.c_str());
+}
+
 TEST(Shm, GarbledPayloadIsDetectedOnce) {
   std::string name = UniqueName("garble");
   Segment w, r;
@@ -136,11 +193,16 @@ TEST(Shm, LengthOrCapacityBeyondTheMappingIsNeverRead) {
   ASSERT_TRUE(w.Create(name, 4096, &err));
   ASSERT_TRUE(w.Publish("{}", 1, &err));
   ASSERT_TRUE(r.Open(name, &err));
-  __atomic_store_n(&w.header()->length, uint64_t{1} << 40, __ATOMIC_RELEASE);
+  // Within the payload limit but beyond the 4 KiB mapping: garbled.
+  __atomic_store_n(&w.header()->length, uint64_t{8192}, __ATOMIC_RELEASE);
   __atomic_fetch_add(&w.header()->seq, 2, __ATOMIC_RELEASE);
   uint64_t seen = 0;
   std::string payload;
   EXPECT_EQ(r.Read(&seen, &payload), Segment::ReadStatus::kGarbled);
+  // Beyond the payload limit as well: refused on the limit first.
+  __atomic_store_n(&w.header()->length, uint64_t{1} << 40, __ATOMIC_RELEASE);
+  __atomic_fetch_add(&w.header()->seq, 2, __ATOMIC_RELEASE);
+  EXPECT_EQ(r.Read(&seen, &payload), Segment::ReadStatus::kOversized);
   __atomic_store_n(&w.header()->capacity, uint64_t{1} << 40, __ATOMIC_RELEASE);
   __atomic_fetch_add(&w.header()->seq, 2, __ATOMIC_RELEASE);
   EXPECT_EQ(r.Read(&seen, &payload), Segment::ReadStatus::kResized);

@@ -43,6 +43,7 @@ COUNTERS = {
     "InaIngress.ina_drops": 16,
     "InaIngress.ina_events": 8,
     "InaIngress.slot_reclaims": 1,
+    "InaIngress.lane_overflows": 1,
     "InaIngress.port_rx": 16,
     "InaEgress.port_tx": 16,
 }

@@ -158,7 +158,8 @@ def _main(argv: list[str]) -> dict:
         sh.teardown()
         return {"ok": True}
     sh = connect(port, None)
-    res = read_counters(sh, {"InaIngress.ina_drops": 16, "InaIngress.ina_events": 8})
+    cells = {"InaIngress.ina_drops": 16, "InaIngress.ina_events": 8, "InaIngress.lane_overflows": 1}
+    res = read_counters(sh, cells)
     sh.teardown()
     return {name.split(".")[-1]: cells for name, cells in res.items()}
 

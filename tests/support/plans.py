@@ -16,11 +16,11 @@ from controller.units import gbps
 HIER_DECODE = ["srv2-gpu0", "srv2-gpu1", "srv3-gpu0", "srv3-gpu1"]
 
 
-def hier_plan(g, mode: str = "pipelined"):
+def hier_plan(g, mode: str = "pipelined", lanes: str = "int32"):
     """A hand-made testbed plan whose decode group (TP4 over two V100 servers, two GPUs on
-    each) runs hierarchical INA: rail 0 (GPU 0 of both) at s1, rail 1 (GPU 1) at s2, with
-    the routes ``hier_pattern`` chooses; prefill is one TP4 ring inside srv0."""
-    net = NetParams(cost_mode=mode)
+    each) runs hierarchical INA in ``lanes``: rail 0 (GPU 0 of both) at s1, rail 1 (GPU 1)
+    at s2, with the routes ``hier_pattern`` chooses; prefill is one TP4 ring inside srv0."""
+    net = NetParams(cost_mode=mode, ina_lanes=lanes)
     h = hier_pattern(net.fabric(g), HIER_DECODE, 48 * 5120 * 2, net)
     rails = [
         Rail(r.switch, r.shard, r.shards, r.members, SlotRange(8 * r.shard, 8), r.paths)

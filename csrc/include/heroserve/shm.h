@@ -30,6 +30,16 @@ constexpr size_t kDefaultCapacity = 1 << 20;
 // Largest payload capacity a reader maps (the daemon's --shm-capacity limit): a bigger
 // segment is not one of ours.
 constexpr size_t kMaxCapacity = size_t{1} << 30;
+// Largest payload a writer publishes and a reader copies or parses, whatever the segment's
+// capacity: the header's declared length is checked against it before anything is copied,
+// so a hostile writer's padded table costs a reader one comparison, not a parse
+// (csrc/README.md, "Shared memory"). Source: the largest payload the controller can produce
+// is 4 versions (the daemon's kKeepVersions) of a table with 3 policies
+// (controller/service/tables.py build_tables) for a 128-GPU group (above the largest TP the
+// model catalog allows, 96 heads) with 8-node routes and every id at its 64-character limit
+// (controller/inputs/limits.py MAX_ID_CHARS): 1.27 MiB (benchmarks/bench_tuner_table.py
+// prints it); 4 MiB leaves a 3x margin.
+constexpr size_t kMaxPayloadBytes = size_t{4} << 20;
 
 struct PolicyCounter {
   uint64_t selections;
@@ -87,7 +97,8 @@ class Segment {
   // Writer: removes the segment's name (shm_unlink); mappings, this one included, stay valid.
   bool Unlink(std::string* error);
 
-  // Writer: publish a payload under the seqlock.
+  // Writer: publish a payload under the seqlock. Refuses one above kMaxPayloadBytes (no
+  // reader would take it) or above the capacity.
   bool Publish(const std::string& payload, uint64_t newest_version, std::string* error);
 
   enum class ReadStatus {
@@ -98,14 +109,29 @@ class Segment {
     kEmpty,      // nothing published yet
     kResized,    // the header's capacity differs from this mapping's: reopen the segment
     kTruncated,  // the file is now smaller than this mapping: refuse it
+    kOversized,  // the header declares more than kMaxPayloadBytes: refused, nothing copied
+    kSame,       // the header names the payload the caller holds (*held): nothing copied
+    kDeferred,   // the declared length is above the caller's max_copy: nothing copied, and
+                 // *last_seq unchanged (the caller reads it later, elsewhere)
+  };
+  // What identifies a payload without reading it: its declared length and checksum.
+  struct Stamp {
+    uint64_t length = 0;
+    uint64_t checksum = 0;
+    bool valid = false;
   };
   // Reader: cheap check of the seqlock counter (even and != last seen means new data).
   uint64_t seq() const;
   // Copies the payload when the counter differs from *last_seq, waiting at most wait_ns for
-  // an odd counter to turn even (0: not at all). Updates *last_seq on kOk and on kGarbled
-  // (so a garbled payload is reported once, not on every call). Never reads outside the
-  // mapping whatever the header says.
-  ReadStatus Read(uint64_t* last_seq, std::string* payload, int64_t wait_ns = 0) const;
+  // an odd counter to turn even (0: not at all). Updates *last_seq on kOk, kSame, kOversized
+  // and kGarbled (so a refused payload is reported once, not on every call). Never reads
+  // outside the mapping whatever the header says, and copies nothing when the declared
+  // length is above kMaxPayloadBytes. With `held` (the stamp of the payload the caller last
+  // took), a republish of the same length and checksum is kSame, not copied; *held is set
+  // on kOk. A forged checksum that matches *held keeps the caller's payload: safe.
+  // `max_copy`: a payload within the limit but longer than this is kDeferred.
+  ReadStatus Read(uint64_t* last_seq, std::string* payload, int64_t wait_ns = 0,
+                  Stamp* held = nullptr, size_t max_copy = kMaxPayloadBytes) const;
 
   // Counters (plugin side). Claims a slot for this process; -1 when none is free.
   int ClaimSlot();

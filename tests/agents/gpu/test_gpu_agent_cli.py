@@ -61,6 +61,9 @@ def logs_until(args: list[str], needle: str, timeout: float = 10.0) -> list[str]
         (["--controller=127.0.0.1:1", "--node-id=x", "--telemetry-interval=nan"], "(0, 3600]"),
         (["--controller=127.0.0.1:1", "--node-id=x", "--shm-capacity=1e6"], "whole number"),
         (["--controller=127.0.0.1:1", "--node-id=x", "--shm-capacity=100"], "from 4096"),
+        # One byte past the payload limit (shm.h kMaxPayloadBytes, 4 MiB): capacity no
+        # payload can use is refused.
+        (["--controller=127.0.0.1:1", "--node-id=x", "--shm-capacity=4194305"], "to 4194304"),
         (["--controller=127.0.0.1:1", "--node-id=x", "--gpu=g0:abc"], "CUDA index"),
         (["--controller=127.0.0.1:1", "--node-id=x", "--gpu=:1"], "GPU id is empty"),
         (["--controller=127.0.0.1:1", "--node-id=x", "--log-format=xml"], "text or json"),

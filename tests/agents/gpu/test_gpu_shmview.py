@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from agents.gpu.shmview import (
     LAYOUT_VERSION,
     MAGIC,
     MAX_CAPACITY,
+    MAX_PAYLOAD,
     MAX_POLICIES,
     MAX_PROCS,
     Published,
@@ -123,3 +125,15 @@ def test_reader_constants_are_shm_h_constants() -> None:
     assert int(const("kMaxPolicies")) == MAX_POLICIES
     assert const("kMaxCapacity") == "size_t{1} << 30" and MAX_CAPACITY == 1 << 30
     assert const("kDefaultCapacity") == "1 << 20" and DEFAULT_CAPACITY == 1 << 20
+    assert const("kMaxPayloadBytes") == "size_t{4} << 20" and MAX_PAYLOAD == 4 << 20
+
+
+def test_reader_refuses_a_declared_length_above_the_payload_limit(tmp_path: Path) -> None:
+    """A header declaring more than shm.h's kMaxPayloadBytes is refused on the header alone
+    (the file holds the bytes, so only the limit can refuse it)."""
+    length = MAX_PAYLOAD + 8
+    header = struct.pack("<8sII6Q", MAGIC, LAYOUT_VERSION, 0, length, 2, length, 0, 1, 1)
+    path = tmp_path / "seg"
+    path.write_bytes(header.ljust(DATA_OFFSET, b"\0") + b" " * length)
+    got = read_segment(path)
+    assert got == Published(0, [], f"payload length {length} above the limit of {MAX_PAYLOAD}")

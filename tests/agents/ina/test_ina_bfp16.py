@@ -1,12 +1,14 @@
 """bfp16 lanes in the host library (agents/ina/lanes.py, transport.py) against the
 executable switch on loopback: hand-worked scales and bounds, the headroom that keeps honest
 sums inside int16, exact sums of the quantized values with members and blocks of different
-exponents, bad data refused by every member alike, and the int32 agreement's bad-data lane
-(docs/dataplane.md, "Lane formats")."""
+exponents, bad data refused by every member alike, the int32 agreement's bad-data lane
+(docs/dataplane.md, "Lane formats"), and the emulation's worker (agents/ina/worker.py) in
+bfp16: its digest is the exact sum's."""
 
 from __future__ import annotations
 
 import math
+import socket
 
 import numpy as np
 import pytest
@@ -15,7 +17,9 @@ from support.threads import in_threads
 from agents.ina import lanes
 from agents.ina.loopback import LoopbackSwitch
 from agents.ina.packet import BFP16_LANES, EXP_BAD, EXP_BIAS
+from agents.ina.ring import PeerListener
 from agents.ina.transport import InaGroup, InaSession, Timeouts
+from agents.ina.worker import CommandError, Worker, member_data, sums_digest
 
 FAST = Timeouts(initial_rto_s=0.05, min_rto_s=0.01, max_rto_s=0.5, give_up_s=20.0)
 
@@ -99,6 +103,7 @@ def test_bfp16_allreduce_exact_with_different_exponents() -> None:
                 [lambda s=s, d=d: s.allreduce_bfp16(d) for s, d in zip(ms, data, strict=True)]
             )
             want = reference(data)
+            assert np.array_equal(lanes.bfp16_reference(data)[0], want)
             exact = np.sum(data, axis=0)
             for g in got:
                 assert np.array_equal(g, want)
@@ -142,6 +147,39 @@ def test_int32_agreement_bad_data_lane_reaches_every_member() -> None:
         assert all("1 member(s) hold data that cannot travel" in e for e in errors), errors
         for s in ms:
             s.close()
+
+
+def test_emulation_worker_sums_bfp16_exactly() -> None:
+    """Three emulation workers (agents/ina/worker.py) run scheme ina in bfp16 twice over the
+    loopback switch: every member's digest is the float64 sums' of the exact sum of the
+    quantized values (lanes.bfp16_reference), no exponent round is run apart, and bfp16 is
+    refused for hierarchical INA, which the library runs in int32 only."""
+    n, w = 300, 3  # 5 blocks on a window of 2: proposals ride on the data
+    with LoopbackSwitch() as sw:
+        sw.add_group(6, 2, [1, 2, 3])
+        workers = []
+        for i in range(w):
+            udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            udp.bind(("127.0.0.1", 0))
+            sw.register(1 + i, udp.getsockname())
+            listener = PeerListener.open("127.0.0.1", 0)
+            workers.append(Worker(f"g{i}", udp, listener, FAST, switch_port=sw.address[1]))
+        ina = {"group_id": 6, "num_workers": w, "window": 2, "switch_ip": sw.address[0],
+               "lanes": "bfp16"}  # fmt: skip
+        base = {"op": "prepare", "run": 1, "scheme": "ina", "elements": n, "repeat": 2,
+                "seed": 5, "workers": w}  # fmt: skip
+        for i, wk in enumerate(workers):
+            wk.prepare({**base, "index": i, "ina": {**ina, "worker_id": i}})
+        replies = in_threads([lambda wk=wk: wk.go({"op": "go", "run": 1}) for wk in workers])
+        with pytest.raises(CommandError, match="bfp16 for scheme ina"):  # HierMember: int32
+            workers[0].prepare({**base, "scheme": "hier", "index": 0, "ina": ina, "ring": {}})
+        for wk in workers:
+            wk.listener.close()
+            wk.udp.close()
+    want, _bound = lanes.bfp16_reference([member_data(5, i, n) for i in range(w)])
+    assert [r["digest"] for r in replies] == [sums_digest(want)] * w
+    assert all(r["exponent"] is None and r["agree_s"] == 0.0 for r in replies)
+    assert all(len(r["seconds"]) == 2 for r in replies)
 
 
 def _error_of(call) -> str:

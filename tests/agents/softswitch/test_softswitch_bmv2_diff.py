@@ -4,7 +4,9 @@ p4c give the same output frames on every port, in order, and the same counters.
 
 Sequences: normal rounds, loss and retransmission, duplication, reordering, late packets
 (the delayed duplicate, stale generations), malformed packets (one of each drop
-reason, truncations at every length, fragments, random mutations), L2 traffic, and the
+reason, truncations at every length, fragments, random mutations), L2 traffic, bfp16 lanes
+(docs/dataplane.md "Lane formats": exponent proposals, saturation, a round's format, rounds
+of both formats on one slot; their results also checked against hand-worked sums), and the
 switch inputs of the property test's random interleavings (tests/support/ina_sim.py), so that
 "the same sequences through BMv2 give the same results" holds for those too. Where
 they differ, the P4 program is the reference and the model is to be fixed.
@@ -23,7 +25,8 @@ import pytest
 from support.bmv2 import COUNTERS, Bmv2Netns, bmv2_missing, compile_v1model
 from support.ina_sim import HostSimulation, Network, worker_port
 
-from agents.ina.packet import VECTOR_LEN, InaHeader, build_frame
+from agents.ina.packet import BFP16_LANES, EXP_BAD, VECTOR_LEN, InaHeader, build_frame, unpack
+from agents.softswitch.headers import DROP_LANE_FORMAT, DROP_RESERVED_BITS
 from agents.softswitch.pipeline import InaPipeline
 from agents.softswitch.tables import TableEntry
 
@@ -47,6 +50,8 @@ def frame(
     values: list[int] | None = None,
     retx: bool = False,
     dst_mac: str = "02:00:00:00:00:fe",
+    lanes: str = "int32",
+    exp: int = 0,
 ) -> bytes:
     vals = (
         values
@@ -54,7 +59,7 @@ def frame(
         else [(port * 1000 + round_ * 10 + i) * (-1) ** i for i in range(VECTOR_LEN)]
     )
     return build_frame(
-        InaHeader.at_round(group, agg, w, n, round_, is_retx=retx),
+        InaHeader.at_round(group, agg, w, n, round_, is_retx=retx, lanes=lanes, exp=exp),
         vals,
         src_mac=mac(port),
         dst_mac=dst_mac,
@@ -233,6 +238,68 @@ def seq_malformed() -> list[tuple[int, bytes]]:
     return out
 
 
+def b16(group: int, agg: int, w: int, n: int, round_: int, values: list[int], exp: int) -> bytes:
+    """A bfp16 contribution of worker ``w`` (on port w + 1 for group 7, w + 5 for group 8)."""
+    port = w + 1 if group == 7 else w + 5
+    return frame(group, agg, w, n, round_, port, values=values, lanes="bfp16", exp=exp)
+
+
+def honest16(w: int) -> list[int]:
+    # Mixed signs up to the largest an honest member of 4 sends (|q| <= 2**12).
+    return [(-1) ** (i + w) * ((i * 67 + w * 1013) % 4097) for i in range(BFP16_LANES)]
+
+
+BIG16 = [30000, -30000] * (BFP16_LANES // 2)
+# Group 7's bfp16 rounds, in the order their results leave on port 1: (the members'
+# proposals, their lanes) per round; the hand-worked results are in BFP16_RESULTS.
+BFP16_ROUNDS = [
+    (0, 0, [130, 127, 140, 0], [[0] * BFP16_LANES] * 4),  # proposal round: E = 3, 0, 13, -127
+    (0, 1, [1, 2, 3, 4], [honest16(w) for w in range(4)]),
+    (1, 0, [127] * 4, [BIG16, BIG16, [1] * BFP16_LANES, [1] * BFP16_LANES]),  # saturates
+    (1, 1, [127] * 4, [[-32768] * BFP16_LANES, [0] * BFP16_LANES, [5] * 64, [-5] * 64]),
+    (2, 0, [9, 8, 7, 6], [[1] * BFP16_LANES] * 4),  # worker 1's int32 packet dropped first
+    (2, 1, [10, 10, EXP_BAD, 10], [[w] * BFP16_LANES for w in range(4)]),  # EXP_BAD wins
+]
+# (exp byte, overflow flag, lanes) of each result above, worked by hand.
+BFP16_RESULTS = [
+    (140, False, [0] * BFP16_LANES),
+    (4, False, [sum(honest16(w)[i] for w in range(4)) for i in range(BFP16_LANES)]),
+    # Lane 0: 30000 + 30000 saturates at 32767, + 1 + 1 stays there (saturated each time);
+    # lane 1: -30000 - 30000 saturates at -32768, + 1 + 1 = -32766: never wrapped.
+    (127, True, [32767, -32766] * (BFP16_LANES // 2)),
+    (127, False, [-32768] * BFP16_LANES),  # -32768 + 0 + 5 - 5: the extreme, no overflow
+    (9, False, [4] * BFP16_LANES),
+    (EXP_BAD, False, [6] * BFP16_LANES),
+]
+# Contributions that saturated a lane: workers 1, 2, 3 of group 7's agg 1 round 0, and
+# group 8's second member in its bfp16 round.
+BFP16_OVERFLOWS = 4
+
+
+def seq_bfp16() -> list[tuple[int, bytes]]:
+    out = []
+    for agg, rnd, exps, lanes in BFP16_ROUNDS:
+        for w in range(4):
+            if (agg, rnd, w) == (2, 0, 1):  # another format on the open round: dropped
+                out.append((2, frame(7, 2, 1, 4, 0, 2, values=[1] * VECTOR_LEN)))
+            if (agg, rnd, w) == (1, 1, 0):  # agg 1 round 0's result lost at worker 2
+                out.append((3, frame(7, 1, 2, 4, 0, 3, retx=True, lanes="bfp16", exp=127,
+                                     values=[1] * BFP16_LANES)))  # fmt: skip
+            out.append((w + 1, b16(7, agg, w, 4, rnd, lanes[w], exps[w])))
+    # Group 8: one slot running int32, bfp16, int32 rounds; reserved uses of exp/overflow.
+    for rnd in range(3):
+        for w in range(2):
+            if rnd == 1:
+                out.append((5 + w, b16(8, 0, w, 2, rnd, [-32768 + w] * BFP16_LANES, 127 + w)))
+            else:
+                out.append((5 + w, frame(8, 0, w, 2, rnd, 5 + w)))
+    bad = bytearray(b16(8, 0, 0, 2, 3, [1] * BFP16_LANES, 127))
+    bad[14 + 20 + 8 + 6] |= 0x08  # the overflow flag on a contribution
+    int32_exp = bytearray(frame(8, 0, 0, 2, 3, 5))
+    int32_exp[14 + 20 + 8 + 7] = 127  # an exp byte on an int32 packet
+    return out + [(5, bytes(bad)), (5, bytes(int32_exp))]
+
+
 def seq_property(seed: int, workers: int, window: int, chunks: int) -> list[tuple[int, bytes]]:
     p = InaPipeline()
     apply_setup(p, sim_setup(workers, window))
@@ -255,6 +322,7 @@ def sequences() -> list[tuple[str, dict, list[tuple[int, bytes]]]]:
         ("reordering", BASE_SETUP, seq_reordering()),
         ("late", BASE_SETUP, seq_late()),
         ("malformed", BASE_SETUP, seq_malformed()),
+        ("bfp16", BASE_SETUP, seq_bfp16()),
         ("property-4w", sim_setup(4, 2), seq_property(3, 4, 2, 60)),
         ("property-8w", sim_setup(8, 1), seq_property(5, 8, 1, 30)),
         ("property-2w", sim_setup(2, 3), seq_property(6, 2, 3, 90)),
@@ -269,7 +337,7 @@ def test_sequences_exercise_every_drop_reason_and_event() -> None:
         c = run_model(setup, frames)["counters"]
         drops = [a + b[0] for a, b in zip(drops, c["InaIngress.ina_drops"], strict=True)]
         events = [a + b[0] for a, b in zip(events, c["InaIngress.ina_events"], strict=True)]
-    assert all(drops[i] > 0 for i in range(10)), drops
+    assert all(drops[i] > 0 for i in range(11)), drops
     assert all(events[i] > 0 for i in range(5)), events
 
 
@@ -290,7 +358,7 @@ def bmv2_results(tmp_path_factory: pytest.TempPathFactory) -> tuple[list, list]:
 @pytest.mark.needs_root
 @pytest.mark.parametrize(
     "index",
-    range(9),
+    range(10),
     ids=[
         "normal",
         "loss",
@@ -298,6 +366,7 @@ def bmv2_results(tmp_path_factory: pytest.TempPathFactory) -> tuple[list, list]:
         "reordering",
         "late",
         "malformed",
+        "bfp16",
         "prop4",
         "prop8",
         "prop2",
@@ -315,3 +384,41 @@ def test_model_and_bmv2_agree(bmv2_results: tuple[list, list], index: int) -> No
             assert x == y, f"{name}: port {port} frame {i}:\nmodel {x}\nbmv2  {y}"
     for counter, cells in want["counters"].items():
         assert cells == bm["counters"][counter], f"{name}: counter {counter}"
+
+
+def bfp16_results(outputs: dict[str, list[str]], port: int) -> list[tuple[int, bool, list[int]]]:
+    """(exp byte, overflow flag, lanes) of each bfp16 result frame sent on ``port``."""
+    msgs = [unpack(bytes.fromhex(f)[14 + 20 + 8 :]) for f in outputs.get(str(port), [])]
+    return [
+        (m.header.exp, m.header.overflow, list(m.values))
+        for m in msgs
+        if m.header.is_result and m.header.lanes == "bfp16"
+    ]
+
+
+def check_bfp16(run: dict) -> None:
+    """One switch's results of seq_bfp16 against the hand-worked ones: the exact int16 sums,
+    the maximum of the proposals as the result's exponent, saturation flagged and counted."""
+    for port in (1, 2, 4):  # group 7's results go to every member
+        assert bfp16_results(run["outputs"], port) == BFP16_RESULTS
+    # Worker 2 (port 3) retransmitted after agg 1 round 0 completed: the flagged result again.
+    again = [*BFP16_RESULTS[:3], BFP16_RESULTS[2], *BFP16_RESULTS[3:]]
+    assert bfp16_results(run["outputs"], 3) == again
+    # Group 8's bfp16 round between int32 rounds on one slot: -32768 + -32767 saturates.
+    assert bfp16_results(run["outputs"], 5) == [(128, True, [-32768] * BFP16_LANES)]
+    assert run["counters"]["InaIngress.lane_overflows"] == [[BFP16_OVERFLOWS, 0]]
+    drops = [c[0] for c in run["counters"]["InaIngress.ina_drops"]]
+    assert drops[DROP_LANE_FORMAT] == 1 and drops[DROP_RESERVED_BITS] == 2
+
+
+def test_model_bfp16_results_are_the_hand_worked_ones() -> None:
+    check_bfp16(run_model(BASE_SETUP, seq_bfp16()))
+
+
+@pytest.mark.slow
+@pytest.mark.needs_root
+def test_bmv2_bfp16_results_are_the_hand_worked_ones(bmv2_results: tuple[list, list]) -> None:
+    """BMv2's own bfp16 results, not only its agreement with the model."""
+    seqs, got = bmv2_results
+    index = next(i for i, (name, _, _) in enumerate(seqs) if name == "bfp16")
+    check_bfp16(got[index])

@@ -117,11 +117,18 @@ def assert_nothing_left(tag: str) -> None:
 
 
 def made_plan(
-    tmp_path: Path, topology: str, *, ina_only: bool = True, hier: bool = False, slots: int = 0
+    tmp_path: Path,
+    topology: str,
+    *,
+    ina_only: bool = True,
+    hier: bool = False,
+    slots: int = 0,
+    lanes: str = "int32",
 ) -> Path:
     """The plan emulate makes itself, trimmed to its flat INA group (the runs' time goes to
     the group under test) and, with ``hier``, its hierarchical group; ``slots``
-    overrides the flat group's slot count."""
+    overrides the flat group's slot count; ``lanes`` is the INA lane format it is priced
+    for (the plan's ``ina_lanes`` option)."""
     from controller.emulate.plans import emulation_plan
     from controller.topology import resolve_topology
 
@@ -130,6 +137,7 @@ def made_plan(
         plan.decode.groups, plan.decode.instances = [], []
     if slots:
         plan.prefill.groups[0].slots.count = slots  # type: ignore[union-attr]
+    plan.options["ina_lanes"] = lanes
     path = tmp_path / f"plan-{topology}.json"
     plan.save(path)
     return path
@@ -211,6 +219,67 @@ def test_ina_through_the_cxx_plugin_is_exact_beside_the_python_ring(tmp_path: Pa
         assert ina["extra"]["client"] == "plugin", ina
         assert 0 < ina["max_error"] <= ina["error_bound"], ina
     assert got[2]["extra"]["session"] == (got[0]["extra"]["session"] + 2) % 2**32
+    assert_nothing_left(tag)
+
+
+def bfp16_digest(seed: int, n: int, workers: int) -> str:
+    """A bfp16 all-reduce's float64 sums computed here from scratch: per block of 64, the
+    largest member exponent E (|x| < 2^E), s = 14 - ceil(log2 w) - E, the int64 sum of every
+    member's round(x 2^s), scaled back; their SHA-256."""
+    import hashlib
+
+    xs = [
+        np.random.default_rng([seed, i]).uniform(-1.0, 1.0, n).astype(np.float32).astype(float)
+        for i in range(workers)
+    ]
+    out = np.zeros(n)
+    for b in range(0, n, 64):
+        e = max(int(np.frexp(np.max(np.abs(x[b : b + 64])))[1]) for x in xs)
+        s = 14 - (workers - 1).bit_length() - e
+        q = sum(np.rint(x[b : b + 64] * 2.0**s).astype(np.int64) for x in xs)
+        out[b : b + 64] = q / 2.0**s
+    return hashlib.sha256(out.astype("<f8").tobytes()).hexdigest()
+
+
+def test_bfp16_plan_runs_its_flat_ina_in_bfp16_exact(tmp_path: Path) -> None:
+    """A plan priced for bfp16 lanes: the flat INA group's members run bfp16 all-reduces
+    through the switch (the block exponents agreed in band), each result the exact sum of
+    the quantized values, within the format's bound; the ring beside it runs int32."""
+    plan = made_plan(tmp_path, "fig2", lanes="bfp16")
+    out_json = tmp_path / "m.json"
+    rc, out, err, tag = run(
+        ["emulate", "--topology", "fig2", "--plan", str(plan), "--bytes", str(64 << 10),
+         "--json", str(out_json)]
+    )  # fmt: skip
+    assert rc == 0, out + err[-3000:]
+    assert "INA lanes: bfp16 for flat INA groups" in out
+    ina, ring = json.loads(out_json.read_text())
+    assert (ina["scheme"], ina["extra"]["lanes"]) == ("ina", "bfp16")
+    assert ina["exact"] and not ina["error"] and ina["members"] == 2, ina
+    seed, n = ina["extra"]["seed"], ina["extra"]["elements"]
+    assert ina["extra"]["digests"] == [bfp16_digest(seed, n, 2)]
+    assert 0 < ina["max_error"] <= ina["error_bound"]
+    assert ring["exact"] and ring["extra"]["digests"] == [numpy_digest(seed, n, 2)]
+    assert_nothing_left(tag)
+
+
+@pytest.mark.skipif(
+    not (GPU_AGENT.parent / "collnet_harness").exists(), reason="collnet_harness not built"
+)
+def test_bfp16_plan_through_the_cxx_plugin_is_exact(tmp_path: Path) -> None:
+    """The same bfp16 plan with --ina-client plugin: the hosts' harnesses get the group's
+    ``lane_format`` and check their sums bit for bit against their own bfp16 reference."""
+    plan = made_plan(tmp_path, "fig2", lanes="bfp16")
+    out_json = tmp_path / "m.json"
+    rc, out, err, tag = run(
+        ["emulate", "--topology", "fig2", "--plan", str(plan), "--ina-client", "plugin",
+         "--bytes", str(64 << 10), "--json", str(out_json)]
+    )  # fmt: skip
+    assert rc == 0, out + err[-3000:]
+    ina, ring = json.loads(out_json.read_text())
+    assert (ina["extra"]["client"], ina["extra"]["lanes"]) == ("plugin", "bfp16"), ina
+    assert ina["exact"] and ring["exact"] and not ina["error"], (ina, ring)
+    assert 0 < ina["max_error"] <= ina["error_bound"], ina
     assert_nothing_left(tag)
 
 

@@ -17,8 +17,9 @@ from support import ROOT
 
 from agents.ina import lanes
 from agents.ina.impairments import MIN_REORDER_DELAY_S, Impairments
-from agents.ina.worker import lanes_digest, member_data
-from controller.emulate.collectives import expected, ring_channels
+from agents.ina.packet import BFP16_LANES
+from agents.ina.worker import lanes_digest, member_data, sums_digest
+from controller.emulate.collectives import expected, expected_bfp16, ring_channels
 from controller.emulate.plans import check_plan, emulation_plan, group_runs
 from controller.emulate.predict import emulated_graph, predict
 from controller.emulate.spec import network_spec, ring_route, shape
@@ -196,6 +197,36 @@ def test_expected_result_is_the_exact_lane_sum() -> None:
     total = sum(lanes.to_lanes(x, 3, e).astype(np.int64) for x in data)
     assert digest == lanes_digest(total.astype(np.int32))
     assert 0 < err <= bound == 3 * 2.0 ** -(30 - 2 - 0 + 1)
+
+
+def test_expected_bfp16_result_is_the_exact_sum_of_the_quantized_values() -> None:
+    """The emulation's bfp16 reference, worked here block by block: data below 1 gives each
+    64-element block E = 0 (some element above 1/2), so s = 14 - 2 - 0 = 12 for 3 members
+    and the bound per element is 3 x 2^-13."""
+    digest, err, bound = expected_bfp16(seed=3, n=1000, workers=3)
+    data = [member_data(3, i, 1000).astype(np.float64) for i in range(3)]
+    want = np.zeros(1000)
+    for b in range(0, 1000, BFP16_LANES):
+        q = sum(np.rint(d[b : b + BFP16_LANES] * 2.0**12).astype(np.int64) for d in data)
+        want[b : b + BFP16_LANES] = q / 2.0**12
+    assert digest == sums_digest(want)
+    assert 0 < err <= bound == 3 * 2.0**-13
+
+
+def test_bfp16_prediction_halves_the_wire(testbed: nx.Graph) -> None:
+    """Flat INA priced in the plan's lanes: bfp16 carries an element in 2 wire bytes where
+    int32 takes 4, so with no latency a large message takes half the time (the proposal
+    round adds only its packets and T_agg); the ring and hierarchical INA keep int32."""
+    members = ["srv0-gpu0", "srv0-gpu2", "srv1-gpu0", "srv1-gpu2"]
+    h = emulated_graph(testbed, 1000, {"ethernet": 0.0, "nvlink": 0.0})
+    i32 = predict(h, "ina", members, "s1", 64 << 20)
+    b16 = predict(h, "ina", members, "s1", 64 << 20, lanes="bfp16")
+    assert i32 is not None and b16 is not None
+    assert b16 / i32 == pytest.approx(0.5, rel=1e-3)
+    for scheme in ("ring", "hier"):
+        assert predict(h, scheme, members, "s1", 1 << 20, lanes="bfp16") == predict(
+            h, scheme, members, "s1", 1 << 20
+        )
 
 
 def test_prediction_scales_with_the_slowdown(testbed: nx.Graph) -> None:

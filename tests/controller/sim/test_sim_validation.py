@@ -143,17 +143,23 @@ def test_doubling_every_link_never_lowers_the_max_rate(tb):
     assert br["2x"].lo >= br["1x"].lo
 
 
-@pytest.mark.parametrize("mode", ["pipelined", "paper"])
-def test_low_load_hier_plan_matches_the_cost_model(mode):
-    """A hierarchical-INA decode group: each decode step's all-reduces are the three phases of
-    ``hier_pattern`` (reduce-scatter, INA per rail, all-gather); alone, the simulator's step
-    is the evaluator's with that pattern, in both cost modes."""
+@pytest.mark.parametrize(
+    "mode,lanes,phases",
+    [("pipelined", "int32", 3), ("paper", "int32", 3), ("pipelined", "bfp16", 4),
+     ("paper", "bfp16", 3)],
+)  # fmt: skip
+def test_low_load_hier_plan_matches_the_cost_model(mode, lanes, phases):
+    """A hierarchical-INA decode group: each decode step's all-reduces are the phases of
+    ``hier_pattern`` (reduce-scatter, bfp16's proposal round when pipelined, INA per rail,
+    all-gather); alone, the simulator's step is the evaluator's with that pattern, in both
+    cost modes and both lane formats the switch runs."""
     g = make_testbed()
-    p = hier_plan(g, mode)
+    p = hier_plan(g, mode, lanes)
+    assert p.options["ina_lanes"] == lanes
     fixed = Workload("fixed", np.full(10, IN), np.full(10, OUT))
     m = build_model(p, g, fixed)
     st = m.decode[0].stages[0]
-    assert st.options[0].scheme == "hier" and len(st.options[0].phases) == 3
+    assert st.options[0].scheme == "hier" and len(st.options[0].phases) == phases
     r = Simulator(m).run([Request(1000.0 * i, IN, OUT) for i in range(3)])
     assert r.finished == 3 and set(r.policy_use) >= {"hier"}
     want_step = m.evaluator.decode_step([HIER_DECODE], 1).step_s

@@ -22,7 +22,7 @@ import sys
 import pytest
 from support import ROOT
 
-from controller.costmodel.netparams import NetParams
+from controller.costmodel.netparams import DEFAULT_INA_LANES, INA_LANES, NetParams
 from controller.models import model_spec
 from controller.planner import plan
 from controller.planner.options import PlannerOptions
@@ -33,12 +33,16 @@ from controller.workload import chatbot, default_sla
 D = 32 * 9216 * 2
 
 
-def _ina_map():
-    spec = importlib.util.spec_from_file_location("ina_map", ROOT / "benchmarks" / "ina_map.py")
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["ina_map"] = mod  # its dataclasses look their module up
+    sys.modules[name] = mod  # its dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
+
+
+def _ina_map():
+    return _bench("ina_map")
 
 
 def test_l40s_rack_loads_and_validates_as_built():
@@ -91,6 +95,26 @@ def test_ring_wins_two_gpus_over_two_servers_at_100g_by_hand():
     assert c.times["ring"] == pytest.approx(ring, rel=1e-12)
     assert c.times["ina"] == pytest.approx(ina, rel=1e-12)
     assert c.winner == "ring" and c.gain == 1.0
+
+
+def test_spot_cells_run_in_every_lane_format_and_match_the_planner():
+    """The script's spot checks, as its run makes them: every ``SPOT_CELLS`` geometry in every
+    format of ``INA_LANES`` prices through the planner's ``AllReducePricer`` to the map's
+    figures (a scheme the planner does not route is the one its bound rules out)."""
+    mod = _ina_map()
+    cells = [_cell(mod, ln, *key) for ln in INA_LANES for key in mod.SPOT_CELLS]
+    checked = mod.spot_checks(cells, D)
+    assert [c.lanes for c, _ in checked] == [ln for ln in INA_LANES for _ in mod.SPOT_CELLS]
+    for c, planner in checked:
+        assert planner["ring"] == pytest.approx(c.times["ring"], rel=1e-9)
+        for k, t in planner.items():
+            assert t == pytest.approx(c.times[k], rel=1e-9), (c.lanes, c.intra, k)
+
+
+def test_ina_rack_offers_exactly_the_cost_models_lane_formats():
+    ap = _bench("ina_rack").parser()
+    lanes = next(a for a in ap._actions if a.dest == "ina_lanes")
+    assert tuple(lanes.choices) == tuple(INA_LANES) and lanes.default == DEFAULT_INA_LANES
 
 
 def test_heroserve_plans_ina_on_the_l40s_rack():
