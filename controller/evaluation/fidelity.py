@@ -9,7 +9,7 @@ aggregate in the network costs nothing), the ablation of the ratio, predicted an
 (``ablation_report``), and why the figures differ. Nothing here is tuned: the parameters are
 the cost model's, each with its source in docs/costmodel.md.
 
-    heroserve fidelity [--out docs/fidelity.md] [--eval-dir eval] [--servers 48] [--quick]
+    heroserve fidelity [--out fidelity.md] [--eval-dir eval] [--servers 1200] [--quick]
                        [--workers N] [--ray ADDRESS] [--journal FILE] [--fresh]
                        [--sim-requests 20000] [--requests N]
                        [--section ablation]
@@ -40,6 +40,7 @@ from controller.evaluation.ablation_report import replace_section, section, sect
 from controller.evaluation.deployment import deployment_key, simulated_together
 from controller.evaluation.scenarios import Scenario, scenario
 from controller.evaluation.sweep import Runner
+from controller.evaluation.why_text import WHY
 from controller.plan import Plan
 from controller.planner import BASELINES, PlannerOptions, plan
 from controller.planner.options import DEFAULT_TIME_LIMIT_S
@@ -170,6 +171,18 @@ def _ina_groups(p: Plan | None) -> str:
     hier = sum(g.scheme == "hier" for g in groups)
     flat = sum(g.scheme == "ina" for g in groups)
     return f"{hier} hier, {flat} flat of {sum(len(g.gpus) > 1 for g in groups)}"
+
+
+def _ina_group_time(p: Plan) -> str:
+    """How the plan's first INA group all-reduces, against the ring, for the lanes text."""
+    ina = [g for g in p.decode.groups + p.prefill.groups if g.scheme != "ring"]
+    if not ina:
+        return "no group chooses INA"
+    g, how = ina[0], {"hier": "hierarchically", "ina": "with flat INA"}[ina[0].scheme]
+    return (
+        f"a TP-{len(g.gpus)} group all-reduces {how} in {g.allreduce_s * 1e6:.1f} us "
+        f"against the ring's {g.ring_s * 1e6:.1f}"
+    )
 
 
 def _shape(p: Plan | None) -> str:
@@ -388,41 +401,6 @@ def _case_rows(case: Case) -> tuple[list[str], list[tuple[str, str, float, float
     return lines, tpot_rows
 
 
-WHY = """## Why the figures differ from the paper's
-
-- **The same search for every planner.** The paper's baselines are DistServe-style placements
-  (instances kept inside a server) to which ATP or SwitchML add INA. Here all planners share
-  HeroServe's role-split search, candidates and H objective (docs/design.md §6: "never handicap a
-  baseline"), and DistServe's own low-affinity placement is reported beside them
-  (`distserve-paper`). What remains of the ratio is not all network use: the ablation above
-  splits it into the search space, each INA scheme, the placement, the lanes and the role
-  split. On the testbed (chatbot, predicted H, pipelined mode: `heroserve plan --topology
-  testbed` with and without `--fixed-roles`, as `_why` in controller/evaluation/fidelity.py
-  plans them) the role split moves H more than any scheme, and not alike: with the paper's
-  fixed split (decode on the A100 servers) DistServe plans {ds_fixed:.3f} req/s and HeroServe
-  {fixed_h:.3f} ({fixed_ratio} of DistServe's); the planner's free split lifts DistServe
-  {ds_lift:.2f}x (to {ds_free:.3f}) and HeroServe {hero_lift:.2f}x (to {free_h:.3f}), which
-  leaves HeroServe {free_ratio} of DistServe's. HeroServe's lead under the paper's split is
-  the planner's search space (cross-server TP among unequal pools), and the free split gives
-  DistServe's search what that space gave HeroServe.
-- **NVLink inside a server beats any NIC.** A tensor group that fits in a server all-reduces
-  over NVLink (V100: 150 GB/s per direction, A100: 300) in tens of microseconds; no route
-  through a 100 Gb/s NIC comes close, so INA can only pay for groups that must span servers
-  (TP above the server's GPU count), and there only for messages small enough for latency to
-  dominate: the ring moves 2 (P - 1) / P of the message over the NICs, INA the whole message
-  per member, and hierarchical INA 1/m of it per rail.
-- **INA lanes.** The project's P4 program aggregates 32-bit fixed point (SwitchML), twice the
-  bytes of FP16, and each {payload}-byte vector travels with {overhead} bytes of headers and
-  framing: {wire:.2f} bytes on the wire per byte of message. 16-bit lanes (`--ina-lanes fp16`,
-  FPISA) make hierarchical INA win on more groups: on the testbed (chatbot) HeroServe's H is
-  {fp16_ratio} of the baselines' with them (docs/costmodel.md).
-- **NVLink per direction.** The datasheets' 300 and 600 GB/s are both directions together; a
-  link's capacity here is per direction, half of that.
-- **TPOT charges the KV transfer once per request**, spread over its output tokens (as
-  DistServe and the simulator measure it), not per token as Eq. 4 reads (`--tpot-mode eq4`).
-"""
-
-
 def _ablation_section(
     servers: int,
     quick: bool,
@@ -476,9 +454,12 @@ def _why() -> str:
     ds_fixed, ds_free = fixed_ps["distserve"], free_ps["distserve"]
     s = tb.scenario()
     g, model, w, sla = s.cluster(), s.model_spec(), s.load(), s.sla()
-    opts = PlannerOptions(net=NetParams(ina_lanes="fp16"))
-    hero16 = plan(g, model, w, sla, opts)
-    base16 = plan(g, model, w, sla, opts, planner="distserve")
+    lanes = {}
+    for fmt in ("fp16", "bfp16"):
+        opts = PlannerOptions(net=NetParams(ina_lanes=fmt))
+        hero = plan(g, model, w, sla, opts)
+        lanes[f"{fmt}_ratio"] = _ratio(hero, plan(g, model, w, sla, opts, planner="distserve"))
+        lanes[f"{fmt}_group"] = _ina_group_time(hero)
     net = NetParams()
     return WHY.format(
         fixed_h=_h(fixed_h),
@@ -492,5 +473,5 @@ def _why() -> str:
         payload=net.ina_payload_bytes,
         overhead=net.ina_overhead_bytes,
         wire=net.ina_wire_ratio,
-        fp16_ratio=_ratio(hero16, base16),
+        **lanes,
     )
