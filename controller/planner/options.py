@@ -119,6 +119,11 @@ class Problem:
     progress: object = None  # callable(str) for progress lines, or None
     started: float = field(default_factory=time.process_time)  # the planner's CPU clock
     timed_out: bool = False  # a search stopped at the time limit (``out_of_time``)
+    # the cluster's fabrics (relay or not -> Fabric), built by the first pricing context and
+    # shared by every evaluator of this problem (a search prices its contained planners'
+    # balance points with evaluators of their own): a fabric depends only on the cluster and
+    # the cost mode, and its memos (routes, segments) hold no policy's choices
+    fabrics: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def engine(self) -> EngineProfile | None:
