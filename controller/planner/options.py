@@ -64,7 +64,9 @@ class PlannerOptions:
         None, help="force the decode parallelism, e.g. 8x1", parse=parallelism, metavar="TPxPP"
     )
     max_gpus: int | None = option(
-        None, help="plan for at most N GPUs of the cluster", flag="--gpus", metavar="N",
+        None, flag="--gpus", metavar="N",
+        help="plan for at most N GPUs of the cluster (a track cluster without --servers: the "
+        "fewest whole units that hold them)",
         low=0, low_open=True, default_help="all of them",
     )  # fmt: skip
     max_splits: int = 64  # role splits priced one by one; beyond, around the balance point
