@@ -43,10 +43,18 @@ def default_model(topology: str) -> str:
     return "OPT-175B" if topology in LARGE_CLUSTERS else "OPT-66B"
 
 
-def sized_topology(topology: str, servers: int | None) -> str:
-    """The topology name ``--topology`` and ``--servers`` give together: a track cluster of
-    ``servers`` servers is ``KIND-N`` (``controller.topology.resolve_topology`` builds it);
-    ``--servers`` with any other topology is refused."""
+def sized_topology(topology: str, servers: int | None, gpus: int | None = None) -> str:
+    """The topology name ``--topology``, ``--servers`` and ``--gpus`` give together: a track
+    cluster of ``servers`` servers is ``KIND-N`` (``controller.topology.resolve_topology``
+    builds it); without ``--servers``, ``--gpus N`` sizes a track cluster to the fewest whole
+    units that hold N GPUs, so the search prices pools of the size it plans, not the paper's
+    9,600 GPUs; ``--servers`` with any other topology is refused."""
+    if servers is None and gpus is not None and topology in LARGE_CLUSTERS:
+        from controller.topology.generators import PAPER_SERVERS, track_servers_for
+
+        servers = track_servers_for(topology, gpus)
+        if servers == PAPER_SERVERS:
+            return topology
     if servers is None:
         return topology
     if topology not in LARGE_CLUSTERS:
@@ -65,7 +73,13 @@ def resolve_inputs(
     from controller.models import model_spec
     from controller.workload import default_sla, resolve_workload
 
-    g = resolve_cluster(sized_topology(a.topology, getattr(a, "servers", None)))
+    gpus = getattr(a, "gpus", None)  # `--gpus` (PlannerOptions.max_gpus)
+    name = sized_topology(a.topology, getattr(a, "servers", None), gpus)
+    g = resolve_cluster(name)
+    if gpus is not None:
+        have = sum(1 for _, kind in g.nodes(data="kind") if kind == "gpu")
+        if gpus > have:
+            raise InputError(f"--gpus {gpus} is more than the {have} GPUs of {name}")
     model = model_spec(default_model(a.topology) if a.model is None else a.model)
     workload = resolve_workload(a.workload, seed=a.seed)
     scale = "large" if a.topology in LARGE_CLUSTERS else "testbed"

@@ -58,6 +58,7 @@ class PricingContext:
     # node -> its server (None: not a server's), read in the hot loops as a plain dict
     # (networkx's node views cost a call per lookup)
     server_of: dict[str, str | None]
+    memory_gb: dict[str, float]  # GPU -> its memory (``fit``'s and the KV room's hot loops)
     # memo: one entry per GPU type asked: at most the cluster's GPU types
     _coeffs: dict[str, ComputeCoefficients] = field(default_factory=dict, repr=False)
     # memo: one entry per distinct tuple of parts asked (a group, a hop's two stages, an
@@ -73,12 +74,15 @@ class PricingContext:
 
     @classmethod
     def of(cls, problem: Problem, policy: Policy) -> PricingContext:
-        """The context of ``problem`` under ``policy``: its fabrics built, its workload's
-        means read once."""
+        """The context of ``problem`` under ``policy``: its fabrics (built by the problem's
+        first context, ``Problem.fabrics``), its workload's means read once."""
         g = problem.cluster
         net = problem.options.net
-        ring = net.fabric(g, relay=True)
-        eth = net.fabric(g, relay=False)
+        fabrics = problem.fabrics
+        if not fabrics:
+            fabrics[True] = net.fabric(g, relay=True)
+            fabrics[False] = net.fabric(g, relay=False)
+        ring, eth = fabrics[True], fabrics[False]
         w = problem.workload
         lengths, counts = np.unique(np.asarray(w.inputs, dtype=float), return_counts=True)
         return cls(
@@ -99,6 +103,7 @@ class PricingContext:
             input_lengths=(lengths, counts / counts.sum()),
             server_gpus=servers(g),
             server_of=dict(g.nodes(data="server")),
+            memory_gb={n: d for n, d in g.nodes(data="memory_gb") if d is not None},
         )
 
     def grouping_cache(self, key: tuple) -> dict:
@@ -163,4 +168,5 @@ class PricingContext:
         """The GPUs of ``pool`` with enough memory for a 1/(TP*PP) weight shard (Alg. 1
         lines 5-6)."""
         need = self.model.param_bytes / (tp * pp * self.problem.options.r_frac)
-        return [x for x in pool if self.g.nodes[x]["memory_gb"] * GB >= need]
+        memory = self.memory_gb
+        return [x for x in pool if memory[x] * GB >= need]

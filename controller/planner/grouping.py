@@ -116,6 +116,8 @@ class _Static:
         self.g = g
         key = gpu_sort_key(g)
         self.sort_key = {n: key(n) for n, d in g.nodes(data=True) if d["kind"] == "gpu"}
+        # node -> its server (None off servers): a plain dict, not networkx's node views
+        self.server_of: dict[str, str | None] = dict(g.nodes(data="server"))
         h = nx.Graph()
         for n in self.sort_key:
             s = ("srv", g.nodes[n].get("server") or n)
@@ -178,8 +180,9 @@ def pods(g: nx.Graph, gpus: Sequence[str]) -> list[list[str]]:
     never cheaper than the pod's own access switches). O(N log N) once the graph is indexed."""
     st = static(g)
     by_pod: dict[int, list[str]] = {}
+    pod, server_of = st.pod, st.server_of
     for n in gpus:
-        by_pod.setdefault(st.pod[g.nodes[n].get("server") or n], []).append(n)
+        by_pod.setdefault(pod[server_of[n] or n], []).append(n)
     key = st.sort_key.__getitem__
     out = [sorted(members, key=key) for members in by_pod.values()]
     out.sort(key=lambda p: key(p[0]))

@@ -272,7 +272,8 @@ class InstancePricer:
         """Memory left per GPU for KV cache: r_frac of its memory minus its weight shard."""
         r = self.ctx.problem.options.r_frac
         weights = self.ctx.model.param_bytes / (tp * pp)
-        return min(self.ctx.g.nodes[x]["memory_gb"] * GB * r for x in members) - weights
+        memory = self.ctx.memory_gb
+        return min(memory[x] * GB * r for x in members) - weights
 
     def decode_step(
         self, stages: list[list[str]], batch: int, util: Mapping[Edge, float] | None = None

@@ -64,7 +64,9 @@ class PlannerOptions:
         None, help="force the decode parallelism, e.g. 8x1", parse=parallelism, metavar="TPxPP"
     )
     max_gpus: int | None = option(
-        None, help="plan for at most N GPUs of the cluster", flag="--gpus", metavar="N",
+        None, flag="--gpus", metavar="N",
+        help="plan for at most N GPUs of the cluster (a track cluster without --servers: the "
+        "fewest whole units that hold them)",
         low=0, low_open=True, default_help="all of them",
     )  # fmt: skip
     max_splits: int = 64  # role splits priced one by one; beyond, around the balance point
@@ -119,6 +121,11 @@ class Problem:
     progress: object = None  # callable(str) for progress lines, or None
     started: float = field(default_factory=time.process_time)  # the planner's CPU clock
     timed_out: bool = False  # a search stopped at the time limit (``out_of_time``)
+    # the cluster's fabrics (relay or not -> Fabric), built by the first pricing context and
+    # shared by every evaluator of this problem (a search prices its contained planners'
+    # balance points with evaluators of their own): a fabric depends only on the cluster and
+    # the cost mode, and its memos (routes, segments) hold no policy's choices
+    fabrics: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def engine(self) -> EngineProfile | None:

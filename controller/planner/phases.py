@@ -204,8 +204,8 @@ class PhasePricer:
         return res
 
     def _placeable(self, stages: list[list[str]]) -> bool:
-        g = self.ctx.g
-        server_of = {x: g.nodes[x].get("server") or x for st in stages for x in st}
+        of = self.ctx.server_of
+        server_of = {x: of.get(x) or x for st in stages for x in st}
         return placement_problem(self._engine, "", stages, server_of) is None
 
 

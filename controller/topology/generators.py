@@ -172,6 +172,15 @@ def eight_tracks(servers: int = 1200) -> nx.Graph:
 # switches at its 1,200 servers, and the fewest cores a smaller cluster keeps.
 TRACK_CLUSTERS = {"2tracks": (6, 2, 27, 2), "8tracks": (16, 8, 280, 4)}
 PAPER_SERVERS = 1200
+TRACK_SERVER_GPUS = 8  # §V's servers: 8 A100s each
+
+
+def track_servers_for(kind: str, gpus: int) -> int:
+    """The servers of the smallest ``kind`` cluster (whole units, at most the paper's 1,200)
+    that holds ``gpus`` GPUs: the cluster ``plan --gpus N`` searches."""
+    unit = TRACK_CLUSTERS[kind][0]
+    per_unit = unit * TRACK_SERVER_GPUS
+    return min(PAPER_SERVERS, -(-gpus // per_unit) * unit)
 
 
 def paper_cores(kind: str, servers: int) -> int:
@@ -194,7 +203,9 @@ def track_cluster(kind: str, servers: int = PAPER_SERVERS, cores: int = 0) -> nx
     if servers < unit or servers % unit:
         raise InputError(f"{kind} has whole units of {unit} servers: {servers} is not a multiple")
     name = kind if servers == PAPER_SERVERS else f"{kind}-{servers}"
-    return tracks(servers, 8, n_tracks, unit, cores or paper_cores(kind, servers), name=name)
+    return tracks(
+        servers, TRACK_SERVER_GPUS, n_tracks, unit, cores or paper_cores(kind, servers), name=name
+    )
 
 
 def fig2() -> nx.Graph:

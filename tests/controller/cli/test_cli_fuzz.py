@@ -66,7 +66,7 @@ SPECS: dict[str, Spec] = {
             "--json": (["{tmp}/p.json"], ["{dir}", "{missing}", "/proc/x/p.json"]),
             "--prefill-par": ([], ["0x1", "4x", "x", "1000x1", "-1x2"]),
             "--decode-par": ([], ["1x0", "2x2x2", ""]),
-            "--gpus": ([], ["0", "-3", "1e9", *NUMBER_JUNK]),
+            "--gpus": ([], ["0", "-3", "1e9", "99999", *NUMBER_JUNK]),
             "--ina-lanes": (["int32"], ["int7", ""]),
             "--cost-mode": (["paper", "pipelined"], ["fast", ""]),
             "--tpot-mode": (["eq4"], ["x"]),
