@@ -72,7 +72,8 @@ def holder(port: int, proc: Path = Path("/proc")) -> str | None:
             try:
                 if os.readlink(proc / pid / "fd" / fd) in inodes:
                     raw = (proc / pid / "cmdline").read_bytes()[: MAX_CMDLINE * 4]
-                    cmd = raw.replace(b"\0", b" ").decode(errors="replace").strip()
+                    # one line: a command line may hold newlines (python -c '...')
+                    cmd = " ".join(raw.replace(b"\0", b" ").decode(errors="replace").split())
                     return f"pid {pid} ({cmd[:MAX_CMDLINE]})"
             except OSError:
                 continue

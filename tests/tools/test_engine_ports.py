@@ -87,3 +87,20 @@ def test_e2e_refuses_a_held_port_in_one_line_before_starting_anything(
     assert "\n" not in err and err.startswith("engine_e2e: ")
     assert f"port {held}, prefill/0's HTTP port (--port), is held by pid {os.getpid()} (" in err
     assert not list((tmp_path / "w").glob("*.log"))  # no engine was started
+
+
+def test_the_holder_is_read_from_proc_and_shown_on_one_line(tmp_path: Path) -> None:
+    # a /proc of one process listening on port 0x1F90 = 8080 (socket inode 777), started
+    # with a command line that holds a newline
+    (tmp_path / "net").mkdir()
+    head = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid"
+    row = "   0: 0100007F:1F90 00000000:0000 {} 00000000:00000000 00:00000000 00000000  0  0 777"
+    (tmp_path / "net" / "tcp").write_text(f"{head}\n{row.format('0A')}\n")
+    (tmp_path / "42" / "fd").mkdir(parents=True)
+    os.symlink("socket:[777]", tmp_path / "42" / "fd" / "5")
+    (tmp_path / "42" / "cmdline").write_bytes(b"python\0-c\0import x\nx.serve()\0")
+    assert ports.holder(8080, tmp_path) == "pid 42 (python -c import x x.serve())"
+    assert ports.holder(8081, tmp_path) is None
+    # a socket that only connects (not LISTEN, state 01) holds no port
+    (tmp_path / "net" / "tcp").write_text(f"{head}\n{row.format('01')}\n")
+    assert ports.holder(8080, tmp_path) is None
