@@ -86,9 +86,12 @@ def run(a: argparse.Namespace) -> int:
     try:  # what plan --profile accepts
         prof = profile_from_doc(doc, "the engine's measurements")
     except InputError as e:
+        # what was measured stays for a reader: a refused run may have taken half an hour
+        kept = Path(a.out + ".refused.json")
+        kept.write_text(json.dumps(doc, indent=1) + "\n")
         raise InputError(
             f"{e} (a decode step is the difference of two runs: on a busy machine raise "
-            "--decode-steps or --repeats)"
+            f"--decode-steps or --repeats; the measurements are in {kept})"
         ) from None
     Path(a.out).write_text(profile_json(prof.to_doc()))
     print(f"profile of {spec.name} on {prof.hardware} ({prof.engine}) written to {a.out}")

@@ -198,5 +198,7 @@ def test_profile_writes_what_plan_reads_and_refuses_a_bad_measurement(tmp_path, 
     assert main([*argv, "--engine-python", str(_fake_engine(tmp_path, -0.001))]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "decode.time_s[0][0]" in err[-1] and "--decode-steps" in err[-1]
+    kept = json.loads((tmp_path / "p.json.refused.json").read_text())  # the run is not lost
+    assert kept["decode"]["time_s"][0][0] == -0.001 and kept["prefill"]["time_s"][3][3] == 0.01
     assert main([*argv, "--engine-python", str(tmp_path / "none")]) == 2
     assert "no engine Python" in capsys.readouterr().err
