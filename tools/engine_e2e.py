@@ -80,7 +80,10 @@ CPU_ENV = {
 SGLANG_CPU_FLAGS = ["--device", "cpu", "--load-format", "dummy", "--skip-tokenizer-init",
     "--context-length", "256", "--max-total-tokens", "8192", "--disable-cuda-graph",
     "--enable-metrics", "--disaggregation-decode-retraction-backup", "cpu_tensor"]  # fmt: skip
-SGLANG_CPU_ENV = {"PYTHONFAULTHANDLER": "1"}
+# SGLANG_NCCL_SO_PATH naming no file: SGLang builds an NCCL communicator for every TP group off
+# NPU/XPU (sglang/srt/distributed/parallel_state.py:2185), which stops a CPU TP group in
+# torch.cuda.device (device_communicators/pynccl.py:116) unless loading NCCL fails (pynccl.py:73)
+SGLANG_CPU_ENV = {"PYTHONFAULTHANDLER": "1", "SGLANG_NCCL_SO_PATH": "/nonexistent/libnccl.so.2"}
 CPU = {"vllm": (CPU_FLAGS, CPU_ENV), "sglang": (SGLANG_CPU_FLAGS, SGLANG_CPU_ENV)}
 # --sglang-backend mooncake: SGLang's NIXL backend cannot register a CPU KV cache (it declares
 # its KV buffers VRAM, sglang/srt/disaggregation/decode.py "kv_data_mem_kinds", and NIXL's UCX
