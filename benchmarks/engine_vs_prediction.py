@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 from engine_check import DEFAULT_ENGINES, heroserve, is_engine  # noqa: E402
-from engine_e2e import TOPOLOGY, engine_argv, router_argv, wait_healthy  # noqa: E402
+from engine_e2e import engine_argv, router_argv, topology, wait_healthy, with_router_ports  # noqa: E402
+from engine_ports import check_ports, needed_ports  # noqa: E402
 
 from controller.models import model_spec  # noqa: E402
 from controller.models.hfconfig import write_model_config  # noqa: E402
@@ -47,7 +48,7 @@ MODEL = "OPT-125M"
 # holds: its KV cache (VLLM_CPU_KVCACHE_SPACE=1 GiB, engine_e2e's CPU_ENV) and OPT-125M's
 # weights (0.25 GB in 16 bits), over the planner's R_frac of 0.9: 1.47 GB
 SLOT_GB = (1 * 2**30 / 1e9 + 0.25) / 0.9
-CPU_TOPOLOGY = TOPOLOGY.replace("role: any}", f"role: any, memory_gb: {SLOT_GB:.3f}}}")
+CPU_TOPOLOGY = topology(2).replace("role: any}", f"role: any, memory_gb: {SLOT_GB:.3f}}}")
 # the requests: short chat turns that fit the CPU engines' --max-model-len 256 (the
 # export's CPU additions, tools/engine_e2e.py), lengths drawn uniformly
 PROMPTS, OUTPUTS = (32, 128), (8, 32)
@@ -140,17 +141,21 @@ def crossing(rates: list[float], att: list[float], goal: float) -> float | None:
 def start_pool(work: Path, venv: Path, timeout: float) -> tuple[list[subprocess.Popen], str]:
     doc = json.loads((work / "vllm.json").read_text())
     cmds = [c for c in doc["commands"] if is_engine("vllm", c["argv"])]
+    runs = [(c["instance"], *engine_argv(c, venv, doc.get("addresses", {}).get(c["server"])))
+            for c in cmds]  # fmt: skip
+    rargv = with_router_ports(router_argv(doc, venv), None)
+    held = check_ports(needed_ports([*runs, ("the router", rargv, {})]))
+    if held:
+        raise SystemExit(f"engine_vs_prediction: {held}")
     procs = []
     deadline = time.monotonic() + timeout
-    for c in cmds:
-        argv, env = engine_argv(c, venv, doc.get("addresses", {}).get(c["server"]))
-        log = open(work / f"{c['instance'].replace('/', '-')}.log", "w")
+    for name, argv, env in runs:
+        log = open(work / f"{name.replace('/', '-')}.log", "w")
         procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                                       start_new_session=True))  # fmt: skip
     urls = {i["name"]: i["url"] for i in doc["instances"]}
     for c in cmds:
         wait_healthy(urls[c["instance"]] + "/health", procs, deadline)
-    rargv = router_argv(doc, venv)
     log = open(work / "router.log", "w")
     procs.append(subprocess.Popen(rargv, stdout=log, stderr=subprocess.STDOUT,
                                   start_new_session=True))  # fmt: skip
@@ -194,9 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     model = write_model_config(model_spec(MODEL), a.work / "opt-125m")
     topo, trace = str(a.work / "topology.yaml"), str(a.work / "trace.csv")
     hs("plan", "--planner", "heroserve", "--topology", topo, "--model", MODEL, "--workload",
-       trace, "--prefill-par", "1x1", "--decode-par", "1x1", "--profile", str(a.profile),
-       "--sla-ttft", str(a.sla_ttft), "--sla-tpot", str(a.sla_tpot), "--quiet", "--json",
-       str(a.work / "plan.json"))  # fmt: skip
+       trace, "--prefill-par", "1x1", "--decode-par", "1x1", "--engine", "vllm", "--profile",
+       str(a.profile), "--sla-ttft", str(a.sla_ttft), "--sla-tpot", str(a.sla_tpot), "--quiet",
+       "--json", str(a.work / "plan.json"))  # fmt: skip
     plan = json.loads((a.work / "plan.json").read_text())
     hs("export", "--plan", str(a.work / "plan.json"), "--topology", topo, "--format", "vllm",
        "--out", str(a.work), "--model-path", str(model))  # fmt: skip

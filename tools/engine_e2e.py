@@ -54,6 +54,7 @@ TOOLS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TOOLS))
 
 from engine_check import DEFAULT_ENGINES, heroserve, is_engine, opt_config  # noqa: E402
+from engine_ports import check_ports, free_port, needed_ports  # noqa: E402
 
 from controller.export.engines import ADDR  # noqa: E402
 from controller.models.engines import PROFILES  # noqa: E402
@@ -79,7 +80,10 @@ CPU_ENV = {
 SGLANG_CPU_FLAGS = ["--device", "cpu", "--load-format", "dummy", "--skip-tokenizer-init",
     "--context-length", "256", "--max-total-tokens", "8192", "--disable-cuda-graph",
     "--enable-metrics", "--disaggregation-decode-retraction-backup", "cpu_tensor"]  # fmt: skip
-SGLANG_CPU_ENV = {"PYTHONFAULTHANDLER": "1"}
+# SGLANG_NCCL_SO_PATH naming no file: SGLang builds an NCCL communicator for every TP group off
+# NPU/XPU (sglang/srt/distributed/parallel_state.py:2185), which stops a CPU TP group in
+# torch.cuda.device (device_communicators/pynccl.py:116) unless loading NCCL fails (pynccl.py:73)
+SGLANG_CPU_ENV = {"PYTHONFAULTHANDLER": "1", "SGLANG_NCCL_SO_PATH": "/nonexistent/libnccl.so.2"}
 CPU = {"vllm": (CPU_FLAGS, CPU_ENV), "sglang": (SGLANG_CPU_FLAGS, SGLANG_CPU_ENV)}
 # --sglang-backend mooncake: SGLang's NIXL backend cannot register a CPU KV cache (it declares
 # its KV buffers VRAM, sglang/srt/disaggregation/decode.py "kv_data_mem_kinds", and NIXL's UCX
@@ -240,6 +244,23 @@ def router_argv(doc: dict, venv: Path) -> list[str]:
     return argv + ["--host", "127.0.0.1", "--port", str(ROUTER_PORT)]
 
 
+class PortHeld(RuntimeError):
+    """A port the run needs is held by another process (the message names both)."""
+
+
+def with_router_ports(argv: list[str], router_port: int | None) -> list[str]:
+    """The router's command with ``router_port`` (beside another run on this machine) in
+    place of the export's, and its Prometheus exporter on a free port the tool chooses where
+    the export names none: both routers default to 29000, which any router still running from
+    an earlier run holds."""
+    out = list(argv)
+    if router_port is not None:
+        out[out.index("--port") + 1] = str(router_port)
+    if "--prometheus-port" not in out:
+        out += ["--prometheus-port", str(free_port())]
+    return out
+
+
 def metric_mode(text: str, name: str, mode: str) -> float:
     """Sum of a counter's samples whose ``mode`` label is ``mode``."""
     return sum(
@@ -338,20 +359,26 @@ def run(
     if engine == "sglang":
         result["kv_backend"] = sglang_backend
     logs = [work / f"{c['instance'].replace('/', '-')}.log" for c in engines_cmds]
+    runs = []
+    for c in engines_cmds:
+        argv, env = engine_argv(c, venv, doc.get("addresses", {}).get(c["server"]), engine)
+        argv = shift_bootstrap(argv, base_port - DEFAULT_BASE_PORT)
+        if engine == "sglang":
+            argv, env = with_backend(argv, env, sglang_backend)
+        runs.append((c["instance"], argv, env))
+    rargv = with_router_ports(
+        shift_bootstrap(router_argv(doc, venv), base_port - DEFAULT_BASE_PORT), router_port
+    )
+    held = check_ports(needed_ports([*runs, ("the router", rargv, {})]))
+    if held:  # before anything starts, not when an engine dies minutes later
+        raise PortHeld(held)
     try:
-        for c, path in zip(engines_cmds, logs, strict=True):
-            argv, env = engine_argv(c, venv, doc.get("addresses", {}).get(c["server"]), engine)
-            argv = shift_bootstrap(argv, base_port - DEFAULT_BASE_PORT)
-            if engine == "sglang":
-                argv, env = with_backend(argv, env, sglang_backend)
+        for (_, argv, env), path in zip(runs, logs, strict=True):
             result["commands"].append(" ".join(argv))
             procs.append(start(argv, path, env))
         urls = {i["name"]: i["url"] for i in doc["instances"]}
         for c in engines_cmds:
             wait_healthy(urls[c["instance"]] + "/health", procs, deadline)
-        rargv = shift_bootstrap(router_argv(doc, venv), base_port - DEFAULT_BASE_PORT)
-        if router_port is not None:  # beside another run on this machine
-            rargv[rargv.index("--port") + 1] = str(router_port)
         result["commands"].append(" ".join(rargv))
         procs.append(start(rargv, work / "router.log"))
         port = rargv[rargv.index("--port") + 1]
@@ -406,8 +433,13 @@ def main(argv: list[str] | None = None) -> int:
         if not re.fullmatch(r"[1-9]\d?x[1-9]\d?", par):
             print(f"engine_e2e: parallelism {par!r} is not TPxPP", file=sys.stderr)
             return 2
-    res = run(a.engines, a.work.resolve(), a.timeout, a.engine, a.prefill_par, a.decode_par,
-              a.base_port, a.router_port, a.sglang_backend)  # fmt: skip
+    try:
+        res = run(a.engines, a.work.resolve(), a.timeout, a.engine, a.prefill_par,
+                  a.decode_par, a.base_port, a.router_port, a.sglang_backend)  # fmt: skip
+    except PortHeld as e:
+        print(f"engine_e2e: {e} (stop it, or move the run: --base-port, --router-port)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     print(json.dumps(res, indent=1))
     return 0 if res.get("token_ids") and transferred(a.engine, res) else 1
 

@@ -25,7 +25,7 @@ from controller.inputs.flags import add_flags
 
 PROBE = Path(__file__).with_name("profile_probe.py")
 DEFAULT_PYTHON = Path.home() / ".cache" / "heroserve-engines" / "vllm" / "bin" / "python"
-MAX_PROBE_OUTPUT = 4 << 20  # bytes of the probe's stdout read back
+MAX_PROBE_OUTPUT = 4 << 20  # bytes of the probe's result read back
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -63,7 +63,7 @@ def run(a: argparse.Namespace) -> int:
         # standard library's profile module in the engine's Python
         probe = Path(tmp) / PROBE.name
         probe.write_bytes(PROBE.read_bytes())
-        measured = _probe(python, probe, folder, grid, a)
+        measured = _probe(python, probe, folder, grid, a, Path(tmp) / "measured.json")
     doc = {
         "format": FORMAT,
         "model": spec.name,
@@ -86,18 +86,24 @@ def run(a: argparse.Namespace) -> int:
     try:  # what plan --profile accepts
         prof = profile_from_doc(doc, "the engine's measurements")
     except InputError as e:
+        # what was measured stays for a reader: a refused run may have taken half an hour
+        kept = Path(a.out + ".refused.json")
+        kept.write_text(json.dumps(doc, indent=1) + "\n")
         raise InputError(
             f"{e} (a decode step is the difference of two runs: on a busy machine raise "
-            "--decode-steps or --repeats)"
+            f"--decode-steps or --repeats; the measurements are in {kept})"
         ) from None
     Path(a.out).write_text(profile_json(prof.to_doc()))
     print(f"profile of {spec.name} on {prof.hardware} ({prof.engine}) written to {a.out}")
     return 0
 
 
-def _probe(python: Path, probe: Path, folder: Path, grid: dict, a: argparse.Namespace) -> dict:
-    """The probe's measurements (its last stdout line, a JSON object)."""
+def _probe(
+    python: Path, probe: Path, folder: Path, grid: dict, a: argparse.Namespace, result: Path
+) -> dict:
+    """The probe's measurements (the JSON object it writes to ``result``)."""
     argv = [str(python), str(probe), "--model-dir", str(folder), "--grid", json.dumps(grid)]
+    argv += ["--result", str(result)]
     argv += ["--dtype", a.dtype, "--tp", str(a.tp)]
     # vLLM's CPU build (ignored on a GPU): 1 GiB of KV cache (its default sizes it from the
     # machine) and OpenMP threads left unbound (its default binding reserves cores a small
@@ -108,18 +114,19 @@ def _probe(python: Path, probe: Path, folder: Path, grid: dict, a: argparse.Name
     log = Path(a.out + ".log")  # the engine's own messages, for when it fails or stalls
     try:
         with log.open("wb") as err:
-            r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=err, timeout=a.timeout, env=env)
+            # stdout too: vLLM's logger writes there
+            r = subprocess.run(argv, stdout=err, stderr=err, timeout=a.timeout, env=env)
     except subprocess.TimeoutExpired:
         raise InputError(
             f"the engine did not finish within {a.timeout:g} s (--timeout; its log: {log})"
         ) from None
     if r.returncode != 0:
         raise InputError(f"the engine's probe failed (status {r.returncode}; its log: {log})")
-    lines = r.stdout[-MAX_PROBE_OUTPUT:].decode(errors="replace").strip().splitlines()
     try:
-        out = json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
-        raise InputError("the engine's probe printed no measurements") from None
+        with result.open("rb") as f:
+            out = json.loads(f.read(MAX_PROBE_OUTPUT + 1)[:MAX_PROBE_OUTPUT])
+    except (OSError, ValueError):
+        raise InputError(f"the engine's probe wrote no measurements (its log: {log})") from None
     if not isinstance(out, dict):
-        raise InputError("the engine's probe printed no measurements")
+        raise InputError(f"the engine's probe wrote no measurements (its log: {log})")
     return out

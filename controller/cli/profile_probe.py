@@ -3,7 +3,7 @@ imports vLLM and the standard library only, never the controller): it starts vLL
 engine on a model folder with dummy weights and times engine steps over a grid
 (docs/engine-profile.md).
 
-    <vllm python> profile_probe.py --model-dir DIR --grid JSON [--dtype D] [--tp N]
+    <vllm python> profile_probe.py --model-dir DIR --grid JSON --result FILE [--dtype D] [--tp N]
 
 ``--grid``: {"prefill": [[batch sizes], [prompt lengths]], "decode": [[batch sizes],
 [context lengths]], "steps": N, "repeats": R}. Prefill time at (B, L): one ``generate`` of B
@@ -11,8 +11,10 @@ distinct prompts of L tokens making 1 token each (the engine's step that prefill
 sampling and scheduling included, as a prefill instance serves a request). Decode step at
 (B, c): B prompts of c tokens making 1 + N tokens, less the same making 1, over N (the
 context grows from c to c + N during the N steps). Each figure is the median of R runs;
-prompts never repeat (prefix caching off too), so no run reuses another's KV cache. Prints one
-JSON object on its last line: engine, hardware, and the two tables in seconds.
+prompts never repeat (prefix caching off too), so no run reuses another's KV cache. Writes one
+JSON object to ``--result``: engine, hardware, and the two tables in seconds. Not to stdout:
+vLLM's logger writes there, also after the measurements (at shutdown), so a last line of stdout
+is not the probe's.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--model-dir", required=True)
     p.add_argument("--grid", required=True)
+    p.add_argument("--result", required=True)
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--tp", type=int, default=1)
     a = p.parse_args()
@@ -102,7 +105,8 @@ def main() -> int:
         "prefill": prefill,
         "decode": decode,
     }
-    print(json.dumps(out))
+    with open(a.result, "w") as f:
+        json.dump(out, f)
     return 0
 
 

@@ -167,12 +167,16 @@ def test_a_profile_of_another_model_or_gpu_type_is_refused(tmp_path, capsys):
 
 
 def _fake_engine(tmp_path: Path, decode_time: float) -> Path:
-    """An executable standing in for the engine's Python: it prints the measurements a probe
-    of the default grid's shape (4 x 4 prefill, 5 x 4 decode) would."""
+    """An executable standing in for the engine's Python: it writes the measurements a probe
+    of the default grid's shape (4 x 4 prefill, 5 x 4 decode) would to the file after
+    ``--result``, and then logs to stdout as vLLM does at shutdown."""
     out = {"engine": "fake 0", "hardware": "test", "prefill": [[0.01] * 4] * 4,
            "decode": [[decode_time] * 4] * 5}  # fmt: skip
     exe = tmp_path / "python"
-    exe.write_text(f"#!/bin/sh\necho '{json.dumps(out)}'\n")
+    exe.write_text(
+        '#!/bin/sh\nwhile [ "$1" != --result ]; do shift; done\n'
+        f"echo '{json.dumps(out)}' > \"$2\"\necho 'INFO [core.py] shutting down'\n"
+    )
     exe.chmod(0o755)
     return exe
 
@@ -194,5 +198,7 @@ def test_profile_writes_what_plan_reads_and_refuses_a_bad_measurement(tmp_path, 
     assert main([*argv, "--engine-python", str(_fake_engine(tmp_path, -0.001))]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert "decode.time_s[0][0]" in err[-1] and "--decode-steps" in err[-1]
+    kept = json.loads((tmp_path / "p.json.refused.json").read_text())  # the run is not lost
+    assert kept["decode"]["time_s"][0][0] == -0.001 and kept["prefill"]["time_s"][3][3] == 0.01
     assert main([*argv, "--engine-python", str(tmp_path / "none")]) == 2
     assert "no engine Python" in capsys.readouterr().err
