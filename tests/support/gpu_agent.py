@@ -14,10 +14,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from support import ROOT
+from support import CSRC_BUILD
 from support.waiting import HANG_GUARD_S, wait_for
 
-BUILD = ROOT / "build" / "csrc"
+BUILD = CSRC_BUILD
 AGENT = BUILD / "heroserve-gpu-agent"
 PLUGIN = BUILD / "libnccl-tuner-heroserve.so"
 GROUP = "prefill/0/0"

@@ -22,7 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tests"))
-from support import p4rt  # noqa: E402
+from support import CSRC_BUILD, p4rt  # noqa: E402
 from support.bmv2 import bmv2_missing, compile_v1model, start_on_ports  # noqa: E402
 from support.netns import (  # noqa: E402
     SWITCH_IP,
@@ -37,7 +37,7 @@ from agents.ina.packet import BFP16_LANES  # noqa: E402
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.slow]
 
-BUILD = Path(os.environ.get("HEROSERVE_CSRC_BUILD", ROOT / "build" / "csrc"))
+BUILD = CSRC_BUILD
 LIB = BUILD / "libnccl-net-heroserve.so"
 HARNESS = BUILD / "collnet_harness"
 GROUP, WINDOW = 9, 8

@@ -21,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tests"))
-from support import p4rt  # noqa: E402
+from support import CSRC_BUILD, p4rt  # noqa: E402
 from support.netns import (  # noqa: E402
     SWITCH_IP,
     N,
@@ -34,7 +34,7 @@ from support.netns import (  # noqa: E402
 
 pytestmark = [pytest.mark.needs_root]
 
-BUILD = Path(os.environ.get("HEROSERVE_CSRC_BUILD", ROOT / "build" / "csrc"))
+BUILD = CSRC_BUILD
 LIB = BUILD / "libnccl-net-heroserve.so"
 HARNESS = BUILD / "collnet_harness"
 ENV = p4rt.CHILD_ENV

@@ -23,13 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from support import CSRC_BUILD
 from support.waiting import wait_for
 
 from agents.ina.impairments import Impairments
 from agents.ina.loopback import LoopbackSwitch
 
 ROOT = Path(__file__).resolve().parents[3]
-BUILD = Path(os.environ.get("HEROSERVE_CSRC_BUILD", ROOT / "build" / "csrc"))
+BUILD = CSRC_BUILD
 LIB = BUILD / "libnccl-net-heroserve.so"
 HARNESS = BUILD / "collnet_harness"
 

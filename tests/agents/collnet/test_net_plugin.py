@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
+from support import CSRC_BUILD
 
 ROOT = Path(__file__).resolve().parents[3]
-BUILD = Path(os.environ.get("HEROSERVE_CSRC_BUILD", ROOT / "build" / "csrc"))
+BUILD = CSRC_BUILD
 LIB = BUILD / "libnccl-net-heroserve.so"
 HARNESS = BUILD / "net_harness"
 
