@@ -365,7 +365,7 @@ def test_demo_reads_what_the_gpu_agents_writer_published(
     import os
 
     from agents.gpu.policy_core import library_path, publish_to_shm
-    from agents.gpu.shmview import DATA_OFFSET, describe, read_segment
+    from agents.gpu.shmview import DATA_OFFSET, MAX_PAYLOAD, describe, read_segment
 
     if not library_path().exists():
         pytest.skip(f"{library_path()} not built (make cxx)")
@@ -404,8 +404,10 @@ def test_demo_reads_what_the_gpu_agents_writer_published(
     writing[24] |= 1  # the seqlock odd: a write in progress that never ends
     assert "odd seqlock" in variant("writing", bytes(writing))
     long = bytearray(raw)
-    long[32:40] = (1 << 40).to_bytes(8, "little")  # payload length past the segment
+    long[32:40] = MAX_PAYLOAD.to_bytes(8, "little")  # within the limit, past the segment
     assert "outside the segment" in variant("long", bytes(long))
+    long[32:40] = (1 << 40).to_bytes(8, "little")  # refused on the limit, before the segment
+    assert f"above the limit of {MAX_PAYLOAD}" in variant("huge", bytes(long))
     assert "shorter than its header" in variant("short", raw[:100])
     assert "not a policy segment" in variant("other", b"X" * len(raw))
     assert "unreadable" in describe(read_segment(tmp_path / "absent"))
