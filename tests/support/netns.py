@@ -68,6 +68,18 @@ class NetnsBed:
             run_checked("sysctl", "-qw", f"net.ipv6.conf.{port}.disable_ipv6=1")
             run_checked("ip", "link", "set", port, "up")
 
+    def __enter__(self) -> NetnsBed:
+        """The bed up; whatever part of it came up is taken down if the rest fails."""
+        try:
+            self.up()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
     def down(self) -> None:
         for ns in self.ns:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)

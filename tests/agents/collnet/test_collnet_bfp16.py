@@ -67,12 +67,8 @@ def testbed():
         pytest.skip(reason)
     if not (LIB.exists() and HARNESS.exists()):
         pytest.skip(f"{LIB.name} / collnet_harness not built in {BUILD}")
-    bed = NetnsBed()
-    try:
-        bed.up()
+    with NetnsBed() as bed:
         yield bed
-    finally:
-        bed.down()
 
 
 def run_ranks(bed: NetnsBed, tmp_path: Path, bound_s: float) -> list[tuple[int, list[dict], str]]:

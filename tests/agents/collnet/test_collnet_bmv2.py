@@ -46,12 +46,8 @@ def testbed():
         pytest.skip(reason)
     if not (LIB.exists() and HARNESS.exists()):
         pytest.skip(f"{LIB.name} / collnet_harness not built in {BUILD}")
-    bed = NetnsBed()
-    try:
-        bed.up()
+    with NetnsBed() as bed:
         yield bed
-    finally:
-        bed.down()
 
 
 def test_collnet_exact_through_bmv2(testbed: NetnsBed, tmp_path: Path) -> None:

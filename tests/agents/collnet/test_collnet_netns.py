@@ -73,12 +73,8 @@ def testbed():
         pytest.skip("`tc` not found (Debian package iproute2)")
     if not (LIB.exists() and HARNESS.exists()):
         pytest.skip(f"{LIB.name} / collnet_harness not built in {BUILD}")
-    bed = NetnsBed()
-    try:
-        bed.up()
+    with NetnsBed() as bed:
         yield bed
-    finally:
-        bed.down()
 
 
 def chunks(count: int) -> int:

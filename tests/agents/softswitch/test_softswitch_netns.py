@@ -53,12 +53,8 @@ def testbed():
     reason = netns_unavailable()
     if reason:
         pytest.skip(reason)
-    bed = NetnsBed()
-    try:
-        bed.up()
+    with NetnsBed() as bed:
         yield bed
-    finally:
-        bed.down()
 
 
 def _child(*args: str, ns: str | None = None, stdin=None) -> subprocess.Popen:
