@@ -193,14 +193,19 @@ def bfp16_scale_exponent(workers: int, exp_byte: int) -> int:
 def to_bfp16(x: np.ndarray, workers: int, exp_byte: int) -> np.ndarray:
     """A block of at most ``BFP16_LANES`` reals as int16 lanes (padded with zeros) at the
     group's agreed ``exp_byte``. LaneError when a member marked the block bad (EXP_BAD) or
-    this block exceeds the agreed exponent (its lanes could overflow the sum)."""
+    this block exceeds the agreed exponent (its lanes could overflow the sum; the agreement
+    being a maximum over the members' proposals, only a wrong proposal round does that)."""
     if exp_byte == EXP_BAD:
         raise LaneError("a member's block cannot travel (NaN, infinity or too large)")
     if x.size > BFP16_LANES:
         raise ValueError(f"a bfp16 block holds {BFP16_LANES} elements, got {x.size}")
     mine = block_exponent(x)
     if mine > exp_byte:
-        raise LaneError(f"block exponent byte {mine} exceeds the agreed {exp_byte}")
+        raise LaneError(
+            f"this member's exponent byte {mine} exceeds the agreed {exp_byte} the switch "
+            "returned, which is no maximum over the members: a wrong proposal round (a faulty "
+            "switch or foreign traffic on the slot)"
+        )
     q = np.zeros(BFP16_LANES, dtype=BFP16_DTYPE)
     scaled = np.ldexp(np.asarray(x, dtype=np.float64), bfp16_scale_exponent(workers, exp_byte))
     q[: x.size] = np.rint(scaled).astype(BFP16_DTYPE)

@@ -40,6 +40,7 @@ import numpy as np
 from agents.ina.hier import HierMember
 from agents.ina.lanes import LaneError, member_exponent, to_lanes
 from agents.ina.packet import (
+    BFP16_LANES,
     GENERATIONS,
     INA_UDP_PORT,
     MAX_AGGREGATOR_SLOTS,
@@ -60,11 +61,24 @@ class CommandError(ValueError):
     """A command this worker refuses (names the field)."""
 
 
+# Member 0's data is this many times the others' (its exponent is 7 where theirs is 0), so
+# the group's agreed exponent is not every member's own: a member scaling by its own
+# exponent instead of the agreed one gets a wrong sum (the exponent agreements' test).
+LEAD_MEMBER_SCALE = 100.0
+
+
 def member_data(seed: int, index: int, elements: int) -> np.ndarray:
-    """Member ``index``'s vector for run ``seed``: float32 in [-1, 1), reproducible, so the
-    orchestrator can compute the exact expected sum without receiving anything."""
+    """Member ``index``'s vector for run ``seed``: float32, reproducible, so the orchestrator
+    can compute the exact expected sum without receiving anything. Uniform in [-1, 1),
+    member 0's times LEAD_MEMBER_SCALE; member 1's first bfp16 block (BFP16_LANES elements)
+    is zeros, the block whose proposal is the smallest exponent."""
     rng = np.random.default_rng([seed, index])
-    return rng.uniform(-1.0, 1.0, elements).astype(np.float32)
+    x = rng.uniform(-1.0, 1.0, elements)
+    if index == 0:
+        x *= LEAD_MEMBER_SCALE
+    elif index == 1:
+        x[:BFP16_LANES] = 0.0
+    return x.astype(np.float32)
 
 
 def lanes_digest(lanes: np.ndarray) -> str:

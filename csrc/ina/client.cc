@@ -302,10 +302,20 @@ void Engine::Start(uint32_t index, Op* op, size_t chunk, double now) {
       size_t n = std::min<size_t>(per, op->count - first);
       h.exp = op->proposals[c + g_.window];
       uint8_t agreed = agreed_[index];
-      if (agreed == EXP_BAD || op->proposals[c] > agreed) {  // zeros keep rounds in step
+      // Either refusal sends zeros, which keep the group's rounds in step.
+      if (agreed == EXP_BAD) {
         if (op->error.empty())
           op->error = "block " + std::to_string(c) + ": a member's block cannot travel " +
                       "(NaN, infinity or beyond 2^" + std::to_string(EXP_MAX) + ")";
+      } else if (op->proposals[c] > agreed) {
+        // The agreement is a maximum over the members' proposals, this one's included: a
+        // smaller one is no member's doing but a wrong proposal round.
+        if (op->error.empty())
+          op->error = "block " + std::to_string(c) + ": this member's exponent byte " +
+                      std::to_string(op->proposals[c]) + " exceeds the agreed " +
+                      std::to_string(agreed) + " the switch returned, which is no maximum " +
+                      "over the members: a wrong proposal round (a faulty switch or foreign " +
+                      "traffic on the slot)";
       } else {
         EncodeLanes(f, op->type, op->send + first * esz, n, s.payload.data() + HEADER_LEN,
                     Bfp16ScaleExponent(g_.num_workers, agreed));

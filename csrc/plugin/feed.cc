@@ -5,7 +5,10 @@
 #include <cstdarg>
 #include <cstdio>
 #include <map>
+#include <new>
 #include <thread>
+
+#include <pthread.h>
 
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -70,7 +73,7 @@ void GroupFeed::Defer(hsNcclLogger log, uint64_t seq) {
   reader_wanted = true;
   reader_log = log;
   const int64_t pid = static_cast<int64_t>(getpid());
-  if (reader_pid != pid) {  // first use, or a forked child (threads do not survive fork)
+  if (reader_pid != pid) {  // first use, or a forked child (UnlockAfterFork reset it)
     try {
       std::thread([this] { ReaderLoop(); }).detach();
       reader_pid = pid;
@@ -295,9 +298,49 @@ bool GroupFeed::Install(hsNcclLogger log, int64_t now, const std::string& payloa
   return false;
 }
 
+void GroupFeed::LockForFork() {
+  refresh_mu.lock();  // waits for a read in progress: kAttachWaitNs and one parse at most
+  reader_mu.lock();
+}
+
+void GroupFeed::UnlockAfterFork(bool child) {
+  if (child) {
+    // The copy of the parent's wake-up still counts the parent's thread as a waiter; it is
+    // made anew in place (destroying it would wait for that waiter).
+    new (&reader_cv) std::condition_variable();
+    reader_pid = 0;
+    reader_wanted = false;
+    seq_deferred.store(0, std::memory_order_relaxed);
+  }
+  reader_mu.unlock();
+  refresh_mu.unlock();
+}
+
+namespace {
+
 std::mutex g_feeds_mu;
 std::map<std::string, std::unique_ptr<GroupFeed>>* g_feeds = nullptr;  // never freed: NCCL
                                                                        // may unload us late
+
+// The fork handlers stay valid after NCCL's dlclose: the library is linked -z nodelete.
+void PrepareFork() {
+  g_feeds_mu.lock();
+  if (g_feeds)
+    for (auto& [name, f] : *g_feeds) f->LockForFork();
+}
+
+void AfterFork(bool child) {
+  if (g_feeds)
+    for (auto& [name, f] : *g_feeds) f->UnlockAfterFork(child);
+  g_feeds_mu.unlock();
+}
+
+// Registered when the library is loaded, not under g_feeds_mu: glibc runs the handlers
+// holding its own lock, which pthread_atfork takes too.
+const int g_fork_handlers =
+    pthread_atfork(PrepareFork, [] { AfterFork(false); }, [] { AfterFork(true); });
+
+}  // namespace
 
 GroupFeed* FeedFor(const std::string& group) {
   std::lock_guard<std::mutex> lock(g_feeds_mu);

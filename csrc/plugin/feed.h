@@ -112,6 +112,15 @@ class GroupFeed {
   // costs each collective at most one parse of kInlineReadBytes.
   SegState Refresh(hsNcclLogger log, int64_t wait_ns, bool block, hsTunerStats* stats);
 
+  // fork() (pthread_atfork handlers, registered with the first feed): before it, take this
+  // feed's locks, so no other thread holds one mid-update when the child's copy is made
+  // (the child has no such thread to release it); after it, release them, and in the child
+  // also forget the parent's reader thread: a fresh wake-up (the parent's thread stays a
+  // waiter in the copied one for ever, and glibc's signal then waits on it), no thread (the
+  // next long table starts one) and no payload handed over (the child reads it again).
+  void LockForFork();
+  void UnlockAfterFork(bool child);
+
  private:
   // Writer generations (docs/policy-table.md): the generation named by the last payload read
   // and the epoch its tables are stamped with; both guarded by refresh_mu.
@@ -134,6 +143,7 @@ class GroupFeed {
 
   // The reader thread (started on first use, again in a forked child): reads what a
   // collective deferred, under refresh_mu, with the init wait and the whole payload limit.
+  // Lock order: refresh_mu before reader_mu (Defer runs under refresh_mu).
   std::mutex reader_mu;
   std::condition_variable reader_cv;
   bool reader_wanted = false;        // guarded by reader_mu

@@ -231,6 +231,9 @@ class FakeSwitch {
   // From now on every bfp16 result carries the overflow flag, as the switch sets it when a
   // contribution saturated a lane (a member that scaled with another exponent).
   void FlagOverflow() { flag_overflow_ = true; }
+  // From now on every bfp16 result carries an exp byte of at most `byte`, as a faulty switch
+  // (or foreign traffic on the slot) could answer a proposal round.
+  void CapAgreement(uint8_t byte) { agreement_cap_ = byte; }
 
  private:
   struct Round {
@@ -284,7 +287,7 @@ class FakeSwitch {
         h.is_result = true;
         h.is_retx = false;
         h.overflow = h.bfp16 && (r.overflow || flag_overflow_);
-        h.exp = h.bfp16 ? r.exp : 0;
+        h.exp = h.bfp16 ? std::min<uint8_t>(r.exp, agreement_cap_) : 0;
         EncodeHeader(h, r.result);
         for (uint32_t i = 0; i < VECTOR_LEN && !h.bfp16; i++) {
           uint8_t* v = r.result + HEADER_LEN + 4 * i;
@@ -313,6 +316,7 @@ class FakeSwitch {
   std::atomic<bool> stop_{false};
   std::atomic<int> dropped_{0};
   std::atomic<bool> flag_overflow_{false};
+  std::atomic<uint8_t> agreement_cap_{0xFF};
   std::thread thread_;
   std::map<int, sockaddr_in> addr_;
   std::map<std::tuple<uint16_t, uint32_t, uint8_t>, Round> rounds_;
@@ -518,6 +522,44 @@ TEST(InaEngine, Bfp16RefusesASaturatedResult) {
   for (const std::string& e : run(out))
     EXPECT_NE(e.find("block 0: the switch saturated a lane"), std::string::npos) << e;
   EXPECT_EQ(out[1], std::vector<float>(100, -1.0f));  // no block of a refused sum delivered
+}
+
+// A proposal round answered below this member's own proposal (no honest switch does: the
+// agreement is a maximum over the members) fails the op with its own error naming the block
+// and both exponent bytes, not as data that cannot travel.
+TEST(InaEngine, Bfp16RefusesAnAgreementBelowItsOwnProposal) {
+  const int n = 2;
+  FakeSwitch sw(n);
+  std::vector<std::unique_ptr<Engine>> eng;
+  for (int w = 0; w < n; w++) {
+    std::string err;
+    auto ep = Endpoint::Open(htonl(INADDR_LOOPBACK), 0, &err);
+    ASSERT_TRUE(ep) << err;
+    GroupSpec g = Spec(sw.port(), w, n, 2);
+    g.lanes = kBfp16Lanes;
+    eng.push_back(Engine::Create(g, Fast(), ep, &err));
+    ASSERT_TRUE(eng.back()) << err;
+  }
+  // 100 = 0.78 * 2^7: exp byte 127 + 7 = 134; 0.5 = 0.5 * 2^0: byte 127.
+  std::vector<float> in[n] = {std::vector<float>(100, 100.0f), std::vector<float>(100, 0.5f)};
+  std::vector<float> out[n] = {std::vector<float>(100), std::vector<float>(100)};
+  sw.CapAgreement(127);
+  std::vector<Engine::Op*> op(n);
+  std::vector<std::string> errs(n);
+  for (int w = 0; w < n; w++)
+    op[w] = eng[w]->Submit(in[w].data(), out[w].data(), in[w].size(), ElemType::kFloat32);
+  std::vector<std::thread> th;
+  for (int w = 0; w < n; w++)
+    th.emplace_back([&, w] {
+      if (eng[w]->Wait(op[w]) != Engine::State::kDone) errs[w] = eng[w]->ErrorOf(op[w]);
+      eng[w]->Release(op[w]);
+    });
+  for (auto& t : th) t.join();
+  EXPECT_EQ(errs[0],
+            "block 0: this member's exponent byte 134 exceeds the agreed 127 the switch "
+            "returned, which is no maximum over the members: a wrong proposal round (a faulty "
+            "switch or foreign traffic on the slot)");
+  EXPECT_EQ(errs[1], "");  // its own proposal is within the (wrong) agreement
 }
 
 TEST(InaEngine, IgnoresForeignAndStaleResults) {

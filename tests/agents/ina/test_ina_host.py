@@ -280,6 +280,11 @@ def test_member_data_is_reproducible_and_bounded() -> None:
     a, b = member_data(7, 3, 100), member_data(7, 3, 100)
     assert np.array_equal(a, b) and not np.array_equal(a, member_data(7, 4, 100))
     assert a.dtype == np.float32 and float(np.max(np.abs(a))) < 1.0
+    # Member 0's data is 100 times the others' (64 <= max |x| < 100 here); member 1's first
+    # bfp16 block is zeros and the rest of it below 1.
+    lead, zeros = member_data(7, 0, 200), member_data(7, 1, 200)
+    assert 64.0 <= float(np.max(np.abs(lead))) < 100.0
+    assert not zeros[:64].any() and 0.5 <= float(np.max(np.abs(zeros))) < 1.0
 
 
 def test_the_wire_as_scapy_reads_it_window_rounds_and_a_retransmission() -> None:

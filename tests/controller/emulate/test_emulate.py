@@ -143,15 +143,26 @@ def made_plan(
     return path
 
 
+def scratch_data(seed: int, n: int, workers: int) -> list[np.ndarray]:
+    """Every member's float32 data, restated here from the worker's documented rule: uniform
+    in [-1, 1), member 0's times 100, member 1's first 64 elements zero."""
+    xs = []
+    for i in range(workers):
+        x = np.random.default_rng([seed, i]).uniform(-1.0, 1.0, n)
+        if i == 0:
+            x *= 100.0
+        elif i == 1:
+            x[:64] = 0.0
+        xs.append(x.astype(np.float32))
+    return xs
+
+
 def numpy_digest(seed: int, n: int, workers: int) -> str:
     """The expected result computed here from scratch: each member's float32 data, one
     shared power-of-two scale, the int64 sum wrapped to int32, its SHA-256."""
     import hashlib
 
-    xs = [
-        np.random.default_rng([seed, i]).uniform(-1.0, 1.0, n).astype(np.float32)
-        for i in range(workers)
-    ]
+    xs = scratch_data(seed, n, workers)
     e = max(int(np.frexp(np.max(np.abs(x)))[1]) for x in xs)
     scale = 2.0 ** (30 - (workers - 1).bit_length() - e)
     total = sum(np.rint(x.astype(np.float64) * scale).astype(np.int64) for x in xs)
@@ -222,29 +233,35 @@ def test_ina_through_the_cxx_plugin_is_exact_beside_the_python_ring(tmp_path: Pa
     assert_nothing_left(tag)
 
 
-def bfp16_digest(seed: int, n: int, workers: int) -> str:
+def bfp16_digest(seed: int, n: int, workers: int) -> tuple[str, float, float]:
     """A bfp16 all-reduce's float64 sums computed here from scratch: per block of 64, the
     largest member exponent E (|x| < 2^E), s = 14 - ceil(log2 w) - E, the int64 sum of every
-    member's round(x 2^s), scaled back; their SHA-256."""
+    member's round(x 2^s), scaled back; their SHA-256, the largest error against the float64
+    sum and the documented bound, the largest w / (2 * 2^s) over the blocks. Every block's
+    agreed E must differ from some member's own (member 0's data is 100 times the others'),
+    or a member scaling by its own exponent would go unnoticed."""
     import hashlib
 
-    xs = [
-        np.random.default_rng([seed, i]).uniform(-1.0, 1.0, n).astype(np.float32).astype(float)
-        for i in range(workers)
-    ]
-    out = np.zeros(n)
+    xs = [x.astype(float) for x in scratch_data(seed, n, workers)]
+    out, bound = np.zeros(n), 0.0
     for b in range(0, n, 64):
-        e = max(int(np.frexp(np.max(np.abs(x[b : b + 64])))[1]) for x in xs)
+        own = [int(np.frexp(np.max(np.abs(x[b : b + 64])))[1]) for x in xs]
+        e = max(own)
+        assert min(own) < e, own
         s = 14 - (workers - 1).bit_length() - e
         q = sum(np.rint(x[b : b + 64] * 2.0**s).astype(np.int64) for x in xs)
         out[b : b + 64] = q / 2.0**s
-    return hashlib.sha256(out.astype("<f8").tobytes()).hexdigest()
+        bound = max(bound, workers / (2 * 2.0**s))
+    err = float(np.max(np.abs(out - sum(xs))))
+    return hashlib.sha256(out.astype("<f8").tobytes()).hexdigest(), err, bound
 
 
 def test_bfp16_plan_runs_its_flat_ina_in_bfp16_exact(tmp_path: Path) -> None:
     """A plan priced for bfp16 lanes: the flat INA group's members run bfp16 all-reduces
     through the switch (the block exponents agreed in band), each result the exact sum of
-    the quantized values, within the format's bound; the ring beside it runs int32."""
+    the quantized values at each block's agreed exponent (member 0's data 100 times the
+    other's, whose first block is zeros: the agreement is not every member's own exponent),
+    within the format's bound; the ring beside it runs int32."""
     plan = made_plan(tmp_path, "fig2", lanes="bfp16")
     out_json = tmp_path / "m.json"
     rc, out, err, tag = run(
@@ -257,8 +274,10 @@ def test_bfp16_plan_runs_its_flat_ina_in_bfp16_exact(tmp_path: Path) -> None:
     assert (ina["scheme"], ina["extra"]["lanes"]) == ("ina", "bfp16")
     assert ina["exact"] and not ina["error"] and ina["members"] == 2, ina
     seed, n = ina["extra"]["seed"], ina["extra"]["elements"]
-    assert ina["extra"]["digests"] == [bfp16_digest(seed, n, 2)]
-    assert 0 < ina["max_error"] <= ina["error_bound"]
+    digest, err, bound = bfp16_digest(seed, n, 2)
+    assert ina["extra"]["digests"] == [digest]
+    assert (ina["max_error"], ina["error_bound"]) == (err, bound)
+    assert 0 < err <= bound == 2 / (2 * 2.0 ** (14 - 1 - 7))  # E = 7: 100 x [-1, 1)
     assert ring["exact"] and ring["extra"]["digests"] == [numpy_digest(seed, n, 2)]
     assert_nothing_left(tag)
 

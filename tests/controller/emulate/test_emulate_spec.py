@@ -193,24 +193,31 @@ def test_ring_channels_spread_traffic_between_servers_over_two_nics(testbed: nx.
 def test_expected_result_is_the_exact_lane_sum() -> None:
     digest, e, err, bound = expected(seed=3, n=1000, workers=3)
     data = [member_data(3, i, 1000) for i in range(3)]
-    assert e == max(lanes.exponent_of(lanes.max_abs(x)) for x in data) == 0  # |x| < 1
+    # Member 0's data is 100 x [-1, 1): 64 <= max |x| < 128, E = 7; the others' E = 0.
+    assert e == max(lanes.exponent_of(lanes.max_abs(x)) for x in data) == 7
+    assert [lanes.exponent_of(lanes.max_abs(x)) for x in data[1:]] == [0, 0]
     total = sum(lanes.to_lanes(x, 3, e).astype(np.int64) for x in data)
     assert digest == lanes_digest(total.astype(np.int32))
-    assert 0 < err <= bound == 3 * 2.0 ** -(30 - 2 - 0 + 1)
+    assert 0 < err <= bound == 3 * 2.0 ** -(30 - 2 - 7 + 1)
 
 
 def test_expected_bfp16_result_is_the_exact_sum_of_the_quantized_values() -> None:
-    """The emulation's bfp16 reference, worked here block by block: data below 1 gives each
-    64-element block E = 0 (some element above 1/2), so s = 14 - 2 - 0 = 12 for 3 members
-    and the bound per element is 3 x 2^-13."""
+    """The emulation's bfp16 reference, worked here block by block: member 0's data,
+    100 x [-1, 1), gives each 64-element block E = 7 (some element above 64) where the
+    others propose E = 0 (member 1's first block, zeros, the smallest exponent), so
+    s = 14 - 2 - 7 = 5 for 3 members and the bound per element is 3 x 2^-6."""
     digest, err, bound = expected_bfp16(seed=3, n=1000, workers=3)
     data = [member_data(3, i, 1000).astype(np.float64) for i in range(3)]
+    assert not data[1][:BFP16_LANES].any()
     want = np.zeros(1000)
     for b in range(0, 1000, BFP16_LANES):
-        q = sum(np.rint(d[b : b + BFP16_LANES] * 2.0**12).astype(np.int64) for d in data)
-        want[b : b + BFP16_LANES] = q / 2.0**12
+        assert [lanes.block_exponent(d[b : b + BFP16_LANES]) - 127 for d in data] == [
+            7, -127 if b == 0 else 0, 0
+        ]  # fmt: skip
+        q = sum(np.rint(d[b : b + BFP16_LANES] * 2.0**5).astype(np.int64) for d in data)
+        want[b : b + BFP16_LANES] = q / 2.0**5
     assert digest == sums_digest(want)
-    assert 0 < err <= bound == 3 * 2.0**-13
+    assert 0 < err <= bound == 3 * 2.0**-6
 
 
 def test_bfp16_prediction_halves_the_wire(testbed: nx.Graph) -> None:
