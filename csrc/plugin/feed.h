@@ -112,7 +112,7 @@ class GroupFeed {
   // costs each collective at most one parse of kInlineReadBytes.
   SegState Refresh(hsNcclLogger log, int64_t wait_ns, bool block, hsTunerStats* stats);
 
-  // fork() (pthread_atfork handlers, registered with the first feed): before it, take this
+  // fork() (pthread_atfork handlers, registered when the library loads): before it, take this
   // feed's locks, so no other thread holds one mid-update when the child's copy is made
   // (the child has no such thread to release it); after it, release them, and in the child
   // also forget the parent's reader thread: a fresh wake-up (the parent's thread stays a
