@@ -361,6 +361,11 @@ def build_plan(result: SearchResult, planner: str, topology: str, workload: str)
             f"time limit reached ({problem.options.time_limit_s:g} s): the best plan found "
             "by then, not the search's end"
         )
+    if not result.kv_contention:
+        notes.append(
+            "the KV transfers' load on decode groups' links is not priced (the time limit "
+            "came first): H is an upper bound on what this deployment serves"
+        )
     if result.split is not None:
         notes.append(f"role split {result.split.label}, the best of {result.splits_priced} priced")
     notes.append(f"{result.candidates_tried} candidate pair(s) priced with KV transfer")

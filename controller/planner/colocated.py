@@ -25,7 +25,7 @@ from controller.planner.candidates import valid_tp
 from controller.planner.combine import Combination, combine
 from controller.planner.deployment import SearchResult, settle_kv
 from controller.planner.evaluate import Evaluator
-from controller.planner.options import Problem
+from controller.planner.options import Problem, TimeLimitReached
 from controller.planner.ttft import checked_ttft
 from controller.topology.graph import servers
 from controller.units import GB
@@ -103,8 +103,11 @@ def colocated_search(ev: Evaluator) -> SearchResult | None:
     best: SearchResult | None = None
     stated: Combination | None = None  # ``best``'s combination as its plan states it
     tried = 0
+    stopped = False  # by the time limit, inside a settlement
     g = problem.cluster
     for gpu_type, nodes in sorted(_nodes_by_type(problem).items()):
+        if stopped:
+            break
         size = min(len(n) for n in nodes)
         mem = min(g.nodes[x]["memory_gb"] for n in nodes for x in n)
         units = unit_candidates(problem, size, len(nodes), mem)
@@ -137,14 +140,18 @@ def colocated_search(ev: Evaluator) -> SearchResult | None:
             comb0 = combine(pre, dec, problem.sla.ttft_s, problem.options.max_gpus)
             if comb0 is None:
                 continue
-            settled = settle_kv(
-                ev,
-                pre,
-                dec,
-                lambda t_f, dec=dec: ev.reevaluate(dec, t_f),
-                comb0,
-                kv_contention=True,
-            )
+            try:
+                settled = settle_kv(
+                    ev,
+                    pre,
+                    dec,
+                    lambda t_f, dec=dec: ev.reevaluate(dec, t_f),
+                    comb0,
+                    kv_contention=True,
+                )
+            except TimeLimitReached:  # the search's plan is in hand: keep the best layout
+                stopped = True
+                break
             if settled is None:
                 continue
             comb = settled.combination

@@ -22,6 +22,7 @@ from functools import partial
 
 from controller.planner.combine import Combination, best_prefill, combine, deployed_ttft
 from controller.planner.evaluate import Evaluator
+from controller.planner.options import TimeLimitReached
 from controller.planner.results import PhaseResult
 from controller.planner.roles import Split
 
@@ -44,6 +45,9 @@ class SearchResult:
     split: Split | None = None
     splits_priced: int = 0
     pair: tuple[int, int] | None = None  # the split's (prefill, decode) candidates, numbered
+    # decode priced under the KV transfers' load on its groups' links (``settle_kv``); False
+    # only when the time limit stopped the search before that pass settled a deployment
+    kv_contention: bool = True
 
 
 @dataclass
@@ -133,6 +137,7 @@ def settle_kv(
         # again under their load (the deployment settles in a round or two), and a rate that
         # saturates them serves nothing. The flows come as a function: only the rate kept
         # needs them listed.
+        problem.tick()  # a rate is the step between two checks (TimeLimitReached)
         c, d, t, cur = None, rd, 0.0, load
         lost: dict[tuple, float] = {}  # per shape, the rate its instances lost to KV load
         for _ in range(3):
@@ -178,7 +183,14 @@ def settle_kv(
         if mid <= served:
             lo = mid
             continue
-        got = at(mid)
+        try:
+            got = at(mid)
+        except TimeLimitReached:
+            if best is None or best.combination is None:
+                raise
+            # the time limit: the highest rate served so far (``best`` was priced at it), a
+            # lower bound on the deployment's H
+            return _kv_bound(best, max(lo, served), pre, problem.sla.ttft_s)
         if got.combination is not None and got.combination.rate >= mid:
             lo, best = mid, got
         else:

@@ -152,6 +152,9 @@ class PhasePricer:
             if stage_key(i.stages) not in deployed or i.rate <= 0:
                 evals.append(None)
                 continue
+            # an instance is the step between two checks: a settlement prices thousands at
+            # 65,536 GPUs, each routing its groups around the KV load (TimeLimitReached)
+            ctx.problem.tick()
             nb = ctx.activation_bytes(max(1, i.batch))
             if not inst.shares_kv_links(i.stages, nb, util, inside):
                 evals.append(i)

@@ -43,7 +43,7 @@ from controller.planner.deployment import SearchResult, Settled, settle_kv
 from controller.planner.evaluate import Evaluator
 from controller.planner.grouping import PodGroups
 from controller.planner.infeasible import explain_infeasible
-from controller.planner.options import Policy, Problem
+from controller.planner.options import Policy, Problem, TimeLimitReached
 from controller.planner.results import PhaseResult
 from controller.planner.roles import (
     ROLES,
@@ -277,15 +277,20 @@ def _best_pair(
             continue  # T_f = 0 already cannot beat it; the KV transfer only lowers H
         tried += 1
         pre = po.result
-        settled = settle_kv(
-            ev,
-            pre,
-            d0.result,
-            lambda t_f, d0=d0: ev.decode_phase(d0.tp, d0.pp, d0.groups, t_f),
-            comb0,
-            beat,
-            kv_contention=kv_contention,
-        )
+        try:
+            settled = settle_kv(
+                ev,
+                pre,
+                d0.result,
+                lambda t_f, d0=d0: ev.decode_phase(d0.tp, d0.pp, d0.groups, t_f),
+                comb0,
+                beat,
+                kv_contention=kv_contention,
+            )
+        except TimeLimitReached:
+            if best is None:
+                raise  # the split above keeps its best
+            break
         if settled is None:
             continue
         if best is None or settled.combination.better_than(best.settled.combination):
@@ -388,7 +393,15 @@ def search(
     if first is not None:
         order = [x for x in bounded if x[2] is first.split]
         order += [x for x in bounded if x[2] is not first.split]
-        best = _search_splits(ps, order, quiet=False, first=first.pair, kv_contention=True)
+        try:
+            best = _search_splits(ps, order, quiet=False, first=first.pair, kv_contention=True)
+        except TimeLimitReached:
+            # stopped before the second pass settled one deployment: the first pass's, its H
+            # without the KV load on decode groups' links (an upper bound), marked so
+            label = first.split.label if first.split is not None else "fixed roles"
+            problem.say(f"  split {label}: H {first.combination.rate:.3f} req/s, the KV "
+                        "load on decode groups' links not priced (time limit)")  # fmt: skip
+            best = first
         tried = first.candidates_tried
     if best is not None:
         tried += best.candidates_tried
@@ -440,9 +453,14 @@ def _search_splits(
             continue  # this split cannot beat the best plan
         if problem.out_of_time(best is not None):
             break
-        found = _best_pair(
-            ps, split, floor, first if k == bounded[0][1] else None, kv_contention=kv_contention
-        )
+        try:
+            found = _best_pair(
+                ps, split, floor, first if k == bounded[0][1] else None, kv_contention=kv_contention
+            )
+        except TimeLimitReached:
+            if best is None:
+                raise  # ``search`` keeps the first pass's
+            break
         if found is None:
             continue
         tried += found.tried
@@ -450,8 +468,10 @@ def _search_splits(
         comb = s.combination
         if best is None or comb.better_than(best.combination):
             best = SearchResult(
-                ps.ev, found.prefill, s.decode, comb, s.t_f, s.kv_flows, tried, split, k, found.pair
-            )
+                ps.ev, found.prefill, s.decode, comb, s.t_f, s.kv_flows, tried, split, k,
+                found.pair, kv_contention=kv_contention,
+            )  # fmt: skip
+            problem.plan_in_hand = True
             if not quiet:
                 problem.say(
                     f"  split {k}/{len(bounded)} ({split.label}): H {comb.rate:.3f} req/s "

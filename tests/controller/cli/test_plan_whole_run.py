@@ -38,6 +38,28 @@ def test_the_time_limit_counts_the_inputs_before_the_search(tmp_path, monkeypatc
     assert json.loads(out.read_text())["time_limit_reached"] is True
 
 
+def test_baselines_not_started_by_the_limit_are_not_planned(tmp_path, monkeypatch, capsys):
+    """With ``--planner all`` a limit spent before a baseline starts leaves it unplanned,
+    said on its line: each would still plan to its first deployment (at 65,536 GPUs minutes
+    each, four times over), so the limit would not cover the run."""
+    real = common.resolve_inputs
+
+    def slow(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        _burn(3.0)
+        return real(*a, **k)
+
+    monkeypatch.setattr(common, "resolve_inputs", slow)
+    out = tmp_path / "p.json"
+    argv = ["plan", "--planner", "all", "--planner-time-limit", "3", "--json", str(out)]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "heroserve (time limit)" in text
+    for n in ("distserve", "ds-atp", "ds-switchml", "distserve-paper"):
+        assert f"{n}: no plan (not planned: the time limit of 3 CPU-s came first)" in text
+        assert not out.with_name(f"p.{n}.json").exists()
+    assert json.loads(out.read_text())["time_limit_reached"] is True
+
+
 def test_without_slow_inputs_the_same_limit_is_not_reached(tmp_path, capsys):
     out = tmp_path / "p.json"
     argv = ["plan", "--planner", "heroserve", "--planner-time-limit", "30", "--json", str(out)]
