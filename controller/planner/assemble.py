@@ -322,6 +322,9 @@ def _settle_slots(result: SearchResult) -> _SlotsSettled:
 def build_plan(result: SearchResult, planner: str, topology: str, workload: str) -> Plan:
     ev = result.evaluator
     problem = ev.problem
+    # the search is over: the assembly's settlements (groups that lost their slots) run to
+    # their end, the time limit stops only the search (``Problem.tick``)
+    problem.plan_in_hand = False
     s = _settle_slots(result)
     pre, dec, comb, t_f, flows = s.prefill, s.decode, s.combination, s.t_f, s.kv_flows
     pre_groups, dec_groups = s.prefill_groups, s.decode_groups

@@ -19,7 +19,7 @@ from controller.inputs.plan_checks import parse_plan
 from controller.models import model_spec
 from controller.planner import PlannerOptions, plan
 from controller.topology import testbed
-from controller.workload import chatbot, default_sla
+from controller.workload import chatbot, default_sla, summarization
 
 UPPER = "H is an upper bound on what this deployment serves"
 
@@ -90,3 +90,25 @@ def test_without_a_plan_in_hand_the_check_inside_a_step_goes_on(ticking):
     with pytest.raises(options.TimeLimitReached):
         problem.tick()
     assert problem.timed_out
+
+
+def test_the_assembly_after_a_stop_is_not_cut_short(ticking):
+    """A plan whose group finds no aggregator slots is settled again in the assembly
+    (``assemble._settle_slots``); stopped by the limit, the search hands over its plan and
+    that settlement runs to its end (before, it raised ``TimeLimitReached`` out of ``plan``)."""
+    g = testbed()
+    for _, d in g.nodes(data=True):
+        if d.get("ina"):
+            d["aggregator_slots"] = 0
+    model, w, sla = model_spec("OPT-66B"), summarization(), default_sla("summarization")
+    fell = "1 group(s) fell back to ring: aggregator slots exhausted"
+    full = plan(g, model, w, sla, PlannerOptions(time_limit_s=1e9), started=0.0)
+    assert fell in full.notes
+    stopped = []
+    for n in range(1, int(ticking.t) + 1):
+        ticking.t = 0.0
+        cut = plan(g, model, w, sla, PlannerOptions(time_limit_s=float(n)), started=0.0)
+        assert fell in cut.notes
+        assert parse_plan(cut.to_json()) == cut
+        stopped += [n] if cut.time_limit_reached else []
+    assert stopped[:3] == [1, 2, 3]
