@@ -105,10 +105,22 @@ class Fabric:
         # each switch's neighbours (indices, in name order) and link costs are its row: the
         # equal-cost paths' next hops are one vectorised test over it
         self._switch_graph = m.sorted_indices()
-        if n:
-            self.switch_dist, self._pred = dijkstra(m, directed=False, return_predecessors=True)
-        else:
-            self.switch_dist, self._pred = np.zeros((0, 0)), np.zeros((0, 0), dtype=int)
+        # each source switch's shortest paths (distances, predecessors), found when first
+        # asked (``_row``): all pairs at once took minutes holding the GIL (the progress
+        # line fell silent) and n^2 x 12 bytes at 8,192 servers, where a plan asks for the
+        # rows of the switches its routes start or end at
+        self._rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _row(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Switch ``i``'s distances to every switch (link cost ``ref_bytes / available +
+        latency``) and its shortest-path predecessors (scipy's Dijkstra from ``i`` alone:
+        the row the all-pairs run gave). O(E log V) once per source."""
+        hit = self._rows.get(i)
+        if hit is None:
+            d, p = dijkstra(self._switch_graph, directed=False, indices=[i],
+                            return_predecessors=True)  # fmt: skip
+            hit = self._rows[i] = (d[0], p[0])
+        return hit
 
     # -- switch tier ---------------------------------------------------------------------
     def switch_path(self, a: str, b: str) -> Path | None:
@@ -124,12 +136,13 @@ class Fabric:
         i, j = self.switch_index[a], self.switch_index[b]
         if i == j:
             return [a]
-        if not np.isfinite(self.switch_dist[i, j]):
+        dist, pred = self._row(i)
+        if not np.isfinite(dist[j]):
             return None
         out = [b]
         k = j
         while k != i:
-            k = int(self._pred[i, k])
+            k = int(pred[k])
             out.append(self.switch_names[k])
         return out[::-1]
 
@@ -145,9 +158,9 @@ class Fabric:
 
     def _switch_paths(self, a: str, b: str) -> tuple[Path, ...]:
         i, j = self.switch_index[a], self.switch_index[b]
-        if not np.isfinite(self.switch_dist[i, j]):
+        dist = self._row(j)[0]  # every switch's distance to b (the links are undirected)
+        if not np.isfinite(dist[i]):
             return ()
-        dist = self.switch_dist[:, j]
         out: list[Path] = []
         stack = [[i]]
         while stack and len(out) < ECMP_MAX_PATHS:
