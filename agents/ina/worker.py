@@ -8,15 +8,17 @@ stdin, answering each with one JSON line on stdout:
     Make member ``I``'s data (:func:`member_data`), open what the scheme needs (the INA
     session of ``ina``: group_id, worker_id, num_workers, window, switch_ip, and the group's
     session and first_generation where the coordinator gives them, and its ``lanes``:
-    ``int32`` (default) or, for scheme ina, ``bfp16``; the TCP rings of
+    ``int32`` (default) or ``bfp16``, for scheme hier its rail's; the TCP rings of
     ``ring``: token and one [rank, size, next_ip] per channel) and answer
     ``{"run": R, "prepared": true}``.
 ``{"op": "go", "run": R}``
     int32: agree on the lane exponent with the scheme's own collective, then run ``K``
     all-reduces of the int32 lanes; bfp16: ``K`` all-reduces of the data itself, each
     agreeing its block exponents in band (``InaSession.allreduce_bfp16``; exponent null,
-    agree_s 0). Answer the times, the exponent, a SHA-256 of the result (int32 lanes, or
-    the float64 sums) and the transport's counters (INA and TCP retransmissions).
+    agree_s 0; scheme hier: ``HierMember.allreduce_bfp16``, float32 reduce-scatter, the
+    rail's bfp16, float32 all-gather). Answer the times, the exponent, a SHA-256 of the
+    result (int32 lanes, or the sums as float64) and the transport's counters (INA and TCP
+    retransmissions).
 ``{"op": "quit"}``
 
 INA state (the round of every aggregator index) lives as long as the process, so one
@@ -86,7 +88,8 @@ def lanes_digest(lanes: np.ndarray) -> str:
 
 
 def sums_digest(sums: np.ndarray) -> str:
-    """SHA-256 of a bfp16 all-reduce's float64 sums (exact: the integer sum scaled by 2^-s)."""
+    """SHA-256 of a bfp16 all-reduce's sums as float64 (exact: the integer sum scaled by
+    2^-s; a hierarchical one's float32 sums widen exactly)."""
     return hashlib.sha256(np.ascontiguousarray(sums, dtype="<f8").tobytes()).hexdigest()
 
 
@@ -120,7 +123,7 @@ class Prepared:
     repeat: int
     collective: Any  # InaSession, Ring or HierMember
     ring: Ring | None = None
-    lanes: str = "int32"  # the INA group's lane format (scheme ina: int32 or bfp16)
+    lanes: str = "int32"  # the INA group's lane format (int32 or bfp16; ring: int32)
 
 
 @dataclass
@@ -190,8 +193,8 @@ class Worker:
         repeat = _int(cmd, "repeat", 1, MAX_REPEAT)
         ring = None
         lanes = _section(cmd, "ina").get("lanes", "int32") if scheme != "ring" else "int32"
-        if lanes not in ("int32", "bfp16") or (lanes == "bfp16" and scheme != "ina"):
-            raise CommandError(f"ina.lanes must be int32, or bfp16 for scheme ina, got {lanes!r}")
+        if lanes not in ("int32", "bfp16"):
+            raise CommandError(f"ina.lanes must be int32 or bfp16, got {lanes!r}")
         if scheme == "ina":
             collective: Any = self.session(_section(cmd, "ina"))
         elif scheme == "ring":

@@ -286,10 +286,11 @@ def _emulate(a: argparse.Namespace) -> int:
         )
     for n in notes:
         print(n)
-    # Flat INA runs the lane format the plan was priced for; the host library and the
-    # plugin run int32 and bfp16 (a plan for another format is refused with the plan).
+    # INA, flat and hierarchical, runs the lane format the plan was priced for; the host
+    # library and the plugin run int32 and bfp16 (a plan for another format is refused with
+    # the plan).
     ina_lanes = NetParams.from_plan_options(plan.options).ina_lanes
-    print(f"INA lanes: {ina_lanes} for flat INA groups (hierarchical INA: int32)")
+    print(f"INA lanes: {ina_lanes} for flat and hierarchical INA groups (the ring: int32)")
     runs = group_runs(plan)
     rows: list[list[str]] = [["group", "scheme", "GPUs", "bytes", "measured ms", "predicted ms",
                               "exact", "INA retx", "TCP retx"]]  # fmt: skip

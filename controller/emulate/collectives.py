@@ -6,9 +6,10 @@ it). For each group and scheme, every member is told what to do (its INA group a
 agent installed it, its ring channels), then all go at once; each answers its times, the
 agreed lane exponent and a SHA-256 of its result. The expected result is computed here from
 the same reproducible data (``member_data``): the exact int32 sum of every member's lanes,
-or for a flat INA group in bfp16 lanes (the plan's ``ina_lanes``) the float64 sums of the
-exact sum of the quantized values (``lanes.bfp16_reference``); a run is exact when every
-member's digest equals it.
+or for an INA group in bfp16 lanes (the plan's ``ina_lanes``) the sums of the quantized
+values, exact (flat: ``lanes.bfp16_reference``; hierarchical: the servers' float32 sums in
+their rings' order, then each rail's bfp16, ``hier.hier_bfp16_reference``); a run is exact
+when every member's digest equals it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from agents.ina import lanes
+from agents.ina.hier import hier_bfp16_reference
 from agents.ina.packet import GENERATIONS, SESSIONS
 from agents.ina.worker import lanes_digest, member_data, sums_digest
 from controller.costmodel.ring import ring_order, server_blocks
@@ -251,6 +253,15 @@ def expected_bfp16(seed: int, n: int, workers: int) -> tuple[str, float, float]:
     return sums_digest(sums), float(np.max(np.abs(sums - real))), bound
 
 
+def expected_hier_bfp16(seed: int, n: int, servers: list[list[int]]) -> tuple[str, float, float]:
+    """As :func:`expected_bfp16` for a hierarchical group whose server ``j`` holds the
+    members of data indices ``servers[j]`` in local-rank (shard) order."""
+    data = [[member_data(seed, i, n) for i in srv] for srv in servers]
+    sums, bound = hier_bfp16_reference(data)
+    real = np.sum(np.stack([x for srv in data for x in srv]).astype(np.float64), axis=0)
+    return sums_digest(sums), float(np.max(np.abs(sums - real))), bound
+
+
 def run_group(
     workers: Workers,
     installed: dict,
@@ -261,10 +272,12 @@ def run_group(
     repeat: int,
     lanes_of_ina: str = "int32",
 ) -> Measurement:
-    """One scheme on one group: prepare every member, go, check the result exactly. Flat
-    INA runs the plan's lane format ``lanes_of_ina``; the ring and hierarchical INA (which
-    the host library runs in int32 only) run int32 lanes."""
-    bfp16 = scheme == "ina" and lanes_of_ina == "bfp16"
+    """One scheme on one group: prepare every member, go, check the result exactly. INA,
+    flat and hierarchical (its rails), runs the plan's lane format ``lanes_of_ina``; the
+    ring runs int32 lanes."""
+    bfp16 = scheme != "ring" and lanes_of_ina == "bfp16"
+    lane_format = "bfp16" if bfp16 else "int32"
+    ranked: list[list[int]] = []  # hier: each server's data indices in local-rank order
     cluster = workers.cluster
     grp = run.group
     members = sorted(grp.gpus, key=gpu_sort_key(cluster.g))
@@ -284,8 +297,7 @@ def run_group(
         for w, gpu in enumerate(grp.gpus):
             ina = {"group_id": info.group_id, "worker_id": w, "num_workers": len(grp.gpus),
                    "window": info.window, "switch_ip": info.switch_ip,
-                   "lanes": "bfp16" if bfp16 else "int32",
-                   **workers.ina_session(info.group_id)}  # fmt: skip
+                   "lanes": lane_format, **workers.ina_session(info.group_id)}  # fmt: skip
             cmds[gpu] = {**base, "index": w, "ina": ina}
     elif scheme == "ring":
         chans = ring_channels(cluster, members)
@@ -296,16 +308,19 @@ def run_group(
         by_server: dict[str, list[str]] = {}
         for gpu in members:
             by_server.setdefault(cluster.g.nodes[gpu].get("server") or gpu, []).append(gpu)
+        for srv in by_server.values():
+            srv.sort(key=lambda x: shard_of[x].shard)
+        ranked = [[members.index(x) for x in by_server[s]] for s in sorted(by_server)]
         for i, gpu in enumerate(members):
             rail = shard_of[gpu]
-            local = sorted(by_server[cluster.g.nodes[gpu].get("server") or gpu],
-                           key=lambda x: shard_of[x].shard)  # fmt: skip
+            local = by_server[cluster.g.nodes[gpu].get("server") or gpu]
             k = local.index(gpu)
             nxt = local[(k + 1) % len(local)]
             info = _ina_of(cluster, installed, rail.switch, rail.members)
             ina = {"group_id": info.group_id, "worker_id": rail.members.index(gpu),
                    "num_workers": len(rail.members), "window": info.window,
-                   "switch_ip": info.switch_ip, **workers.ina_session(info.group_id)}  # fmt: skip
+                   "switch_ip": info.switch_ip, "lanes": lane_format,
+                   **workers.ina_session(info.group_id)}  # fmt: skip
             server_idx = sorted(by_server).index(cluster.g.nodes[gpu].get("server") or gpu)
             hop = ring_route(cluster.spec, gpu, nxt)[0]
             ring = {"token": rid * 1024 + server_idx, "channels": [[k, len(local), hop]]}
@@ -319,12 +334,15 @@ def run_group(
         return m
     if bfp16:
         e = None
-        digest, err, bound = expected_bfp16(seed, n, len(members))
+        if scheme == "hier":
+            digest, err, bound = expected_hier_bfp16(seed, n, ranked)
+        else:
+            digest, err, bound = expected_bfp16(seed, n, len(members))
     else:
         digest, e, err, bound = expected(seed, n, len(members))
     m.exact = all(r["digest"] == digest and r["exponent"] == e for r in replies.values())
     m.extra.update(digests=sorted({r["digest"] for r in replies.values()}), seed=seed, elements=n,
-                   lanes="bfp16" if bfp16 else "int32")  # fmt: skip
+                   lanes=lane_format)  # fmt: skip
     m.max_error, m.error_bound = err, bound
     per_repeat = [max(r["seconds"][k] for r in replies.values()) for k in range(repeat)]
     m.seconds = statistics.median(per_repeat)

@@ -6,8 +6,9 @@ here), so a hop costs what a frame takes through a veth and, on Ethernet, the so
 switch. That latency is measured once per run with ``ping`` (:func:`measure_hop_latency`)
 and put on every Ethernet and NVLink hop of the graph the cost model prices.
 
-Both schemes move the same int32 lanes (4 bytes per element), so the prediction prices the
-message as it travels (``dtype_bytes = 4`` with int32 INA lanes), and the frames as the
+Both schemes move 4 bytes per element (int32 lanes; in a bfp16 plan, INA's float32 data
+and NVLink rings, and 2-byte lanes on the switch's wire), so the prediction prices the
+message as it travels (``dtype_bytes = 4``, the plan's INA lanes), and the frames as the
 emulated links count them: a token bucket charges a frame's bytes from its Ethernet header
 on (no FCS, preamble or gap), 178 per INA packet and 1,514 per full TCP segment. Everything
 else is the cost model's default (its cost mode included).
@@ -102,9 +103,9 @@ def predict(
 ) -> float | None:
     """Predicted seconds of one all-reduce of ``nbytes`` on the emulated graph ``h``; None
     when the cost model has no pattern for it. INA routes are the members' own NICs, as the
-    emulation sends them (no NVLink relay); the ring is the cost model's own; flat INA in
-    ``lanes`` (hierarchical INA runs int32)."""
-    params = lane_params(lanes if scheme == "ina" else "int32")
+    emulation sends them (no NVLink relay); the ring is the cost model's own (int32); INA,
+    flat and hierarchical (its rails, with their proposal round), in ``lanes``."""
+    params = lane_params("int32" if scheme == "ring" else lanes)
     if scheme == "ina":
         fab = params.fabric(h, relay=False)
         pat = ina_pattern(fab, members, str(switch), nbytes, params)

@@ -152,8 +152,9 @@ def test_int32_agreement_bad_data_lane_reaches_every_member() -> None:
 def test_emulation_worker_sums_bfp16_exactly() -> None:
     """Three emulation workers (agents/ina/worker.py) run scheme ina in bfp16 twice over the
     loopback switch: every member's digest is the float64 sums' of the exact sum of the
-    quantized values (lanes.bfp16_reference), no exponent round is run apart, and bfp16 is
-    refused for hierarchical INA, which the library runs in int32 only."""
+    quantized values (lanes.bfp16_reference), no exponent round is run apart, and a lane
+    format the host library does not run is refused (hierarchical INA in bfp16:
+    tests/agents/ina/test_ina_hier_bfp16.py)."""
     n, w = 300, 3  # 5 blocks on a window of 2: proposals ride on the data
     with LoopbackSwitch() as sw:
         sw.add_group(6, 2, [1, 2, 3])
@@ -171,8 +172,8 @@ def test_emulation_worker_sums_bfp16_exactly() -> None:
         for i, wk in enumerate(workers):
             wk.prepare({**base, "index": i, "ina": {**ina, "worker_id": i}})
         replies = in_threads([lambda wk=wk: wk.go({"op": "go", "run": 1}) for wk in workers])
-        with pytest.raises(CommandError, match="bfp16 for scheme ina"):  # HierMember: int32
-            workers[0].prepare({**base, "scheme": "hier", "index": 0, "ina": ina, "ring": {}})
+        with pytest.raises(CommandError, match="ina.lanes must be int32 or bfp16, got 'fp16'"):
+            workers[0].prepare({**base, "index": 0, "ina": {**ina, "lanes": "fp16"}})
         for wk in workers:
             wk.listener.close()
             wk.udp.close()

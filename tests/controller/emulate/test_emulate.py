@@ -269,7 +269,7 @@ def test_bfp16_plan_runs_its_flat_ina_in_bfp16_exact(tmp_path: Path) -> None:
          "--json", str(out_json)]
     )  # fmt: skip
     assert rc == 0, out + err[-3000:]
-    assert "INA lanes: bfp16 for flat INA groups" in out
+    assert "INA lanes: bfp16 for flat and hierarchical INA groups" in out
     ina, ring = json.loads(out_json.read_text())
     assert (ina["scheme"], ina["extra"]["lanes"]) == ("ina", "bfp16")
     assert ina["exact"] and not ina["error"] and ina["members"] == 2, ina
@@ -279,6 +279,64 @@ def test_bfp16_plan_runs_its_flat_ina_in_bfp16_exact(tmp_path: Path) -> None:
     assert (ina["max_error"], ina["error_bound"]) == (err, bound)
     assert 0 < err <= bound == 2 / (2 * 2.0 ** (14 - 1 - 7))  # E = 7: 100 x [-1, 1)
     assert ring["exact"] and ring["extra"]["digests"] == [numpy_digest(seed, n, 2)]
+    assert_nothing_left(tag)
+
+
+def hier_bfp16_digest(seed: int, n: int) -> tuple[str, float, float]:
+    """A hierarchical bfp16 all-reduce of 2 servers of 2 (data indices 0, 1 on one, 2, 3 on
+    the other, in shard order) computed here from scratch: each server's float32 sum, shard
+    k = elements [k n / 2, (k + 1) n / 2), per block of 64 of a shard the larger server
+    exponent E, s = 14 - 1 - E, the int64 sum of both servers' round(x 2^s), scaled back;
+    its SHA-256, the largest error against the float64 sum, and the documented bound: the
+    largest 2 / (2 2^s) plus u / (1 - u) (u = 2^-24, one float32 addition per server) times
+    the largest sum of |x|. Every block's E must exceed one server's own."""
+    import hashlib
+
+    xs = scratch_data(seed, n, 4)
+    servers = [(xs[0] + xs[1]).astype(float), (xs[2] + xs[3]).astype(float)]
+    out, bound = np.zeros(n), 0.0
+    for lo, hi in ((0, n // 2), (n // 2, n)):
+        for b in range(lo, hi, 64):
+            blk = [x[b : min(b + 64, hi)] for x in servers]
+            own = [int(np.frexp(np.max(np.abs(x)))[1]) for x in blk]
+            assert min(own) < max(own), own
+            s = 14 - 1 - max(own)
+            out[b : b + blk[0].size] = (
+                sum(np.rint(x * 2.0**s).astype(np.int64) for x in blk) / 2.0**s
+            )
+            bound = max(bound, 2 / (2 * 2.0**s))
+    real = sum(x.astype(float) for x in xs)
+    u = 2.0**-24
+    bound += u / (1 - u) * float(np.max(sum(np.abs(x.astype(float)) for x in xs)))
+    digest = hashlib.sha256(out.astype("<f8").tobytes()).hexdigest()
+    return digest, float(np.max(np.abs(out - real))), bound
+
+
+def test_bfp16_plan_runs_its_hier_ina_in_bfp16_exact(tmp_path: Path) -> None:
+    """A testbed plan priced for bfp16 with a hierarchical group (2 servers of 2, both rails
+    on s2): its members reduce-scatter float32 over NVLink, each rail sums its 2 server sums
+    in bfp16 through the switch, every member's result is the sum worked here from scratch
+    and within the documented bound (a quarter of a flat group's of 4: the switch sums 2
+    server sums); the flat INA group beside it runs bfp16 too, the rings int32."""
+    plan = made_plan(tmp_path, "testbed", hier=True, lanes="bfp16")
+    out_json = tmp_path / "m.json"
+    rc, out, err, tag = run(
+        ["emulate", "--plan", str(plan), "--bytes", str(64 << 10), "--json", str(out_json)]
+    )
+    assert rc == 0, out + err[-3000:]
+    assert "INA lanes: bfp16 for flat and hierarchical INA groups" in out
+    ina, ring, hier, ring2 = json.loads(out_json.read_text())
+    assert [m["scheme"] for m in (ina, ring, hier, ring2)] == ["ina", "ring", "hier", "ring"]
+    assert (ina["extra"]["lanes"], hier["extra"]["lanes"]) == ("bfp16", "bfp16")
+    assert all(m["exact"] and not m["error"] for m in (ina, ring, hier, ring2)), (ina, hier)
+    seed, n = hier["extra"]["seed"], hier["extra"]["elements"]
+    digest, err, bound = hier_bfp16_digest(seed, n)
+    assert hier["extra"]["digests"] == [digest]
+    assert hier["max_error"] == pytest.approx(err, rel=1e-9)
+    assert hier["error_bound"] == pytest.approx(bound, rel=1e-12)
+    assert 0 < err <= bound < 2.0**-6 + 1e-5  # E = 7: 100 x [-1, 1), s = 6
+    assert ina["error_bound"] == 4 / (2 * 2.0 ** (14 - 2 - 7))
+    assert ring2["extra"]["digests"] == [numpy_digest(seed, n, 4)]
     assert_nothing_left(tag)
 
 

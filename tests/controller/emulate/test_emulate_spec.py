@@ -19,9 +19,15 @@ from agents.ina import lanes
 from agents.ina.impairments import MIN_REORDER_DELAY_S, Impairments
 from agents.ina.packet import BFP16_LANES
 from agents.ina.worker import lanes_digest, member_data, sums_digest
-from controller.emulate.collectives import expected, expected_bfp16, ring_channels
+from controller.costmodel.hier import hier_pattern
+from controller.emulate.collectives import (
+    expected,
+    expected_bfp16,
+    expected_hier_bfp16,
+    ring_channels,
+)
 from controller.emulate.plans import check_plan, emulation_plan, group_runs
-from controller.emulate.predict import emulated_graph, predict
+from controller.emulate.predict import emulated_graph, lane_params, predict
 from controller.emulate.spec import network_spec, ring_route, shape
 from controller.errors import InputError
 from controller.topology import resolve_topology
@@ -220,20 +226,48 @@ def test_expected_bfp16_result_is_the_exact_sum_of_the_quantized_values() -> Non
     assert 0 < err <= bound == 3 * 2.0**-6
 
 
+def test_expected_hier_bfp16_sums_each_servers_float32_sum() -> None:
+    """The emulation's hierarchical bfp16 reference: servers {0, 1} and {2, 3} (data
+    indices in local-rank order), 2 shards of 500; each rail's sum is lanes.bfp16_reference
+    of the two servers' float32 sums of its shard. Which members share a server matters:
+    member 0's 100x data beside member 1 or beside member 2 quantises differently."""
+    n = 1000
+    digest, err, bound = expected_hier_bfp16(3, n, [[0, 1], [2, 3]])
+    x = [member_data(3, i, n) for i in range(4)]
+    want = np.concatenate(
+        [lanes.bfp16_reference([x[0][a:b] + x[1][a:b], x[2][a:b] + x[3][a:b]])[0]
+         for a, b in ((0, 500), (500, 1000))]
+    )  # fmt: skip
+    assert digest == sums_digest(want.astype(np.float32))
+    assert 0 < err <= bound
+    assert expected_hier_bfp16(3, n, [[0, 2], [1, 3]])[0] != digest
+
+
 def test_bfp16_prediction_halves_the_wire(testbed: nx.Graph) -> None:
-    """Flat INA priced in the plan's lanes: bfp16 carries an element in 2 wire bytes where
+    """INA priced in the plan's lanes: bfp16 carries an element in 2 wire bytes where
     int32 takes 4, so with no latency a large message takes half the time (the proposal
-    round adds only its packets and T_agg); the ring and hierarchical INA keep int32."""
+    round adds only its packets and T_agg); the ring keeps int32. Hierarchical INA's rails
+    halve the same way, its NVLink rings (float32, 4 bytes) unchanged."""
     members = ["srv0-gpu0", "srv0-gpu2", "srv1-gpu0", "srv1-gpu2"]
     h = emulated_graph(testbed, 1000, {"ethernet": 0.0, "nvlink": 0.0})
     i32 = predict(h, "ina", members, "s1", 64 << 20)
     b16 = predict(h, "ina", members, "s1", 64 << 20, lanes="bfp16")
     assert i32 is not None and b16 is not None
     assert b16 / i32 == pytest.approx(0.5, rel=1e-3)
-    for scheme in ("ring", "hier"):
-        assert predict(h, scheme, members, "s1", 1 << 20, lanes="bfp16") == predict(
-            h, scheme, members, "s1", 1 << 20
-        )
+    assert predict(h, "ring", members, "s1", 1 << 20, lanes="bfp16") == predict(
+        h, "ring", members, "s1", 1 << 20
+    )
+    phases = {}
+    for fmt in ("int32", "bfp16"):
+        params = lane_params(fmt)  # type: ignore[arg-type]
+        fab = params.fabric(h, relay=False)
+        pat = hier_pattern(fab, members, 64 << 20, params)
+        assert pat is not None
+        phases[fmt] = [c.time(64 << 20) for c in pat.compiled(fab)]
+        assert predict(h, "hier", members, "s1", 64 << 20, lanes=fmt) == sum(phases[fmt])
+    (rs, ina, ag), (rs16, proposals, ina16, ag16) = phases["int32"], phases["bfp16"]
+    assert (rs16, ag16) == (rs, ag) and proposals < 1e-3 * ina16
+    assert ina16 / ina == pytest.approx(0.5, rel=1e-3)
 
 
 def test_prediction_scales_with_the_slowdown(testbed: nx.Graph) -> None:
