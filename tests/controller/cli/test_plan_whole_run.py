@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 import controller.cli.common as common
 import controller.cli.plan as plan_cli
 from controller.cli import main
@@ -20,10 +22,9 @@ def _burn(cpu_s: float) -> None:
         pass
 
 
-def test_the_time_limit_counts_the_inputs_before_the_search(tmp_path, monkeypatch, capsys):
-    """Reading the inputs takes the whole limit here (3 CPU-s, as the 65,536-GPU topology
-    takes minutes): the search starts past it and keeps its first plan, marked. Before, the
-    limit started with the search, which on the testbed never reaches 3 CPU-s."""
+@pytest.fixture
+def slow_inputs(monkeypatch):  # noqa: ANN001, ANN201
+    """Reading the inputs takes 3 CPU-s (as the 65,536-GPU topology takes minutes)."""
     real = common.resolve_inputs
 
     def slow(*a, **k):  # noqa: ANN002, ANN003, ANN202
@@ -31,6 +32,12 @@ def test_the_time_limit_counts_the_inputs_before_the_search(tmp_path, monkeypatc
         return real(*a, **k)
 
     monkeypatch.setattr(common, "resolve_inputs", slow)
+
+
+def test_the_time_limit_counts_the_inputs_before_the_search(tmp_path, slow_inputs, capsys):
+    """Reading the inputs takes the whole limit here: the search starts past it and keeps
+    its first plan, marked. Before, the limit started with the search, which on the testbed
+    never reaches 3 CPU-s."""
     out = tmp_path / "p.json"
     argv = ["plan", "--planner", "heroserve", "--planner-time-limit", "3", "--json", str(out)]
     assert main(argv) == 0
@@ -38,17 +45,10 @@ def test_the_time_limit_counts_the_inputs_before_the_search(tmp_path, monkeypatc
     assert json.loads(out.read_text())["time_limit_reached"] is True
 
 
-def test_baselines_not_started_by_the_limit_are_not_planned(tmp_path, monkeypatch, capsys):
+def test_baselines_not_started_by_the_limit_are_not_planned(tmp_path, slow_inputs, capsys):
     """With ``--planner all`` a limit spent before a baseline starts leaves it unplanned,
     said on its line: each would still plan to its first deployment (at 65,536 GPUs minutes
     each, four times over), so the limit would not cover the run."""
-    real = common.resolve_inputs
-
-    def slow(*a, **k):  # noqa: ANN002, ANN003, ANN202
-        _burn(3.0)
-        return real(*a, **k)
-
-    monkeypatch.setattr(common, "resolve_inputs", slow)
     out = tmp_path / "p.json"
     argv = ["plan", "--planner", "all", "--planner-time-limit", "3", "--json", str(out)]
     assert main(argv) == 0
