@@ -27,16 +27,22 @@ namespace plugin_test {
 inline std::mutex g_log_mu;
 inline std::vector<std::string> g_log;
 
+// One logger call's line, formatted as NCCL's loggers do (at most 1023 characters).
+inline std::string FormatLine(const char* fmt, va_list ap) {
+  char buf[1024];
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  return buf;
+}
+
 // An NCCL-shaped logger that keeps every line the plugin writes.
 inline void Logger(int /*level*/, unsigned long /*flags*/, const char* /*file*/, int /*line*/,
             const char* fmt, ...) {
-  char buf[1024];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
+  std::string line = FormatLine(fmt, ap);
   va_end(ap);
   std::lock_guard<std::mutex> lock(g_log_mu);
-  g_log.emplace_back(buf);
+  g_log.push_back(std::move(line));
 }
 
 inline size_t LogLinesWith(const std::string& needle) {

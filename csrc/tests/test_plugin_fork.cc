@@ -44,13 +44,12 @@ bool g_armed = false, g_inside = false, g_forked = false;
 
 void GateLogger(int /*level*/, unsigned long /*flags*/, const char* /*file*/, int /*line*/,
                 const char* fmt, ...) {
-  char buf[1024];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
+  const std::string line = plugin_test::FormatLine(fmt, ap);
   va_end(ap);
   std::unique_lock<std::mutex> lock(g_gate_mu);
-  if (!g_armed || std::string(buf).find("refused") == std::string::npos) return;
+  if (!g_armed || line.find("refused") == std::string::npos) return;
   g_armed = false;
   g_inside = true;
   g_gate_cv.notify_all();
