@@ -1,7 +1,8 @@
 """Routes over the cluster graph (Alg. 2 lines 1-3 of the paper), and how a path is priced.
 
-Shortest paths between switches are computed once per bandwidth update with Dijkstra over the
-switch tier (scipy's C implementation; O(S (S + E_s) log S) for S switches), weighted by the
+Shortest paths between switches are computed with Dijkstra over the switch tier, from each
+source switch when a route first needs it (scipy's C implementation; O((S + E_s) log S) per
+source for S switches and E_s links between them; once per bandwidth update), weighted by the
 store-and-forward cost of a reference message, ``ref_bytes / B(e) + latency(e)`` (an additive
 proxy in either cost mode: a pipelined price is not additive over hops). A GPU leaves the GPU
 tier through an *exit*: one of its own NIC ports, or, when NVLink relay is allowed, the NIC
