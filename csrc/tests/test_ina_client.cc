@@ -344,6 +344,27 @@ Timeouts Fast(double give_up = 5.0) {
   return t;
 }
 
+// The n members of one bfp16 group on the fake switch, each on its own loopback endpoint;
+// fewer than n when one could not be made (the failure is recorded: callers check the size).
+std::vector<std::unique_ptr<Engine>> Bfp16Group(FakeSwitch& sw, int n, uint32_t window) {
+  std::vector<std::unique_ptr<Engine>> eng;
+  for (int w = 0; w < n; w++) {
+    std::string err;
+    auto ep = Endpoint::Open(htonl(INADDR_LOOPBACK), 0, &err);
+    EXPECT_TRUE(ep) << err;
+    if (!ep) break;
+    GroupSpec g = Spec(sw.port(), w, n, window);
+    g.lanes = kBfp16Lanes;
+    eng.push_back(Engine::Create(g, Fast(), ep, &err));
+    EXPECT_TRUE(eng.back()) << err;
+    if (!eng.back()) {
+      eng.pop_back();
+      break;
+    }
+  }
+  return eng;
+}
+
 }  // namespace
 
 TEST(InaEngine, ExactSumsUnderLossAcrossCollectives) {
@@ -423,16 +444,8 @@ TEST(InaEngine, Bfp16SumsAtTheAgreedBlockExponent) {
   const int n = 3;
   const uint32_t window = 4;
   FakeSwitch sw(n, 5);
-  std::vector<std::unique_ptr<Engine>> eng;
-  for (int w = 0; w < n; w++) {
-    std::string err;
-    auto ep = Endpoint::Open(htonl(INADDR_LOOPBACK), 0, &err);
-    ASSERT_TRUE(ep) << err;
-    GroupSpec g = Spec(sw.port(), w, n, window);
-    g.lanes = kBfp16Lanes;
-    eng.push_back(Engine::Create(g, Fast(), ep, &err));
-    ASSERT_TRUE(eng.back()) << err;
-  }
+  auto eng = Bfp16Group(sw, n, window);
+  ASSERT_EQ(eng.size(), static_cast<size_t>(n));
   const size_t count = 1000;  // 16 blocks on 4 indices
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;
@@ -488,16 +501,8 @@ TEST(InaEngine, Bfp16SumsAtTheAgreedBlockExponent) {
 TEST(InaEngine, Bfp16RefusesASaturatedResult) {
   const int n = 2;
   FakeSwitch sw(n);
-  std::vector<std::unique_ptr<Engine>> eng;
-  for (int w = 0; w < n; w++) {
-    std::string err;
-    auto ep = Endpoint::Open(htonl(INADDR_LOOPBACK), 0, &err);
-    ASSERT_TRUE(ep) << err;
-    GroupSpec g = Spec(sw.port(), w, n, 2);
-    g.lanes = kBfp16Lanes;
-    eng.push_back(Engine::Create(g, Fast(), ep, &err));
-    ASSERT_TRUE(eng.back()) << err;
-  }
+  auto eng = Bfp16Group(sw, n, 2);
+  ASSERT_EQ(eng.size(), static_cast<size_t>(n));
   auto run = [&](std::vector<float>* out) {
     std::vector<float> in(100, 0.25f);
     std::vector<Engine::Op*> op(n);
@@ -530,16 +535,8 @@ TEST(InaEngine, Bfp16RefusesASaturatedResult) {
 TEST(InaEngine, Bfp16RefusesAnAgreementBelowItsOwnProposal) {
   const int n = 2;
   FakeSwitch sw(n);
-  std::vector<std::unique_ptr<Engine>> eng;
-  for (int w = 0; w < n; w++) {
-    std::string err;
-    auto ep = Endpoint::Open(htonl(INADDR_LOOPBACK), 0, &err);
-    ASSERT_TRUE(ep) << err;
-    GroupSpec g = Spec(sw.port(), w, n, 2);
-    g.lanes = kBfp16Lanes;
-    eng.push_back(Engine::Create(g, Fast(), ep, &err));
-    ASSERT_TRUE(eng.back()) << err;
-  }
+  auto eng = Bfp16Group(sw, n, 2);
+  ASSERT_EQ(eng.size(), static_cast<size_t>(n));
   // 100 = 0.78 * 2^7: exp byte 127 + 7 = 134; 0.5 = 0.5 * 2^0: byte 127.
   std::vector<float> in[n] = {std::vector<float>(100, 100.0f), std::vector<float>(100, 0.5f)};
   std::vector<float> out[n] = {std::vector<float>(100), std::vector<float>(100)};
