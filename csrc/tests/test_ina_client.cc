@@ -365,6 +365,27 @@ std::vector<std::unique_ptr<Engine>> Bfp16Group(FakeSwitch& sw, int n, uint32_t 
   return eng;
 }
 
+// One all-reduce on every member at once (member w sums data[w] into out[w]): each member's
+// error, "" where it completed.
+std::vector<std::string> AllReduceEach(std::vector<std::unique_ptr<Engine>>& eng,
+                                       std::vector<std::vector<float>>& data,
+                                       std::vector<std::vector<float>>& out) {
+  const size_t n = eng.size();
+  std::vector<Engine::Op*> op(n);
+  std::vector<Engine::State> st(n);
+  for (size_t w = 0; w < n; w++)
+    op[w] = eng[w]->Submit(data[w].data(), out[w].data(), data[w].size(), ElemType::kFloat32);
+  std::vector<std::thread> th;
+  for (size_t w = 0; w < n; w++) th.emplace_back([&, w] { st[w] = eng[w]->Wait(op[w]); });
+  for (auto& t : th) t.join();
+  std::vector<std::string> errs;
+  for (size_t w = 0; w < n; w++) {
+    errs.push_back(st[w] == Engine::State::kDone ? "" : eng[w]->ErrorOf(op[w]));
+    eng[w]->Release(op[w]);
+  }
+  return errs;
+}
+
 }  // namespace
 
 TEST(InaEngine, ExactSumsUnderLossAcrossCollectives) {
@@ -469,29 +490,14 @@ TEST(InaEngine, Bfp16SumsAtTheAgreedBlockExponent) {
       want[i] = static_cast<float>(std::ldexp(q, -s));
     }
   }
-  auto run = [&](std::vector<std::vector<float>>& data, std::vector<std::vector<float>>& out) {
-    std::vector<Engine::Op*> op(n);
-    std::vector<Engine::State> st(n);
-    for (int w = 0; w < n; w++)
-      op[w] = eng[w]->Submit(data[w].data(), out[w].data(), data[w].size(), ElemType::kFloat32);
-    std::vector<std::thread> th;
-    for (int w = 0; w < n; w++) th.emplace_back([&, w] { st[w] = eng[w]->Wait(op[w]); });
-    for (auto& t : th) t.join();
-    std::vector<std::string> errs;
-    for (int w = 0; w < n; w++) {
-      errs.push_back(st[w] == Engine::State::kDone ? "" : eng[w]->ErrorOf(op[w]));
-      eng[w]->Release(op[w]);
-    }
-    return errs;
-  };
   std::vector<std::vector<float>> out(n, std::vector<float>(count, -1.0f));
-  for (const std::string& e : run(in, out)) EXPECT_EQ(e, "");
+  for (const std::string& e : AllReduceEach(eng, in, out)) EXPECT_EQ(e, "");
   for (int w = 0; w < n; w++) EXPECT_EQ(out[w], want) << "worker " << w;
   in[1][200] = NAN;  // block 3 of member 1
-  for (const std::string& e : run(in, out))
+  for (const std::string& e : AllReduceEach(eng, in, out))
     EXPECT_NE(e.find("block 3: a member's block cannot travel"), std::string::npos) << e;
   std::vector<std::vector<float>> ones(n, std::vector<float>(100, 0.5f)), got = ones;
-  for (const std::string& e : run(ones, got)) EXPECT_EQ(e, "");
+  for (const std::string& e : AllReduceEach(eng, ones, got)) EXPECT_EQ(e, "");
   for (int w = 0; w < n; w++) EXPECT_EQ(got[w], std::vector<float>(100, 1.5f));
   EXPECT_GT(sw.dropped(), 0);
 }
@@ -503,28 +509,14 @@ TEST(InaEngine, Bfp16RefusesASaturatedResult) {
   FakeSwitch sw(n);
   auto eng = Bfp16Group(sw, n, 2);
   ASSERT_EQ(eng.size(), static_cast<size_t>(n));
-  auto run = [&](std::vector<float>* out) {
-    std::vector<float> in(100, 0.25f);
-    std::vector<Engine::Op*> op(n);
-    std::vector<std::string> errs(n);
-    for (int w = 0; w < n; w++)
-      op[w] = eng[w]->Submit(in.data(), out[w].data(), in.size(), ElemType::kFloat32);
-    std::vector<std::thread> th;
-    for (int w = 0; w < n; w++)
-      th.emplace_back([&, w] {
-        if (eng[w]->Wait(op[w]) != Engine::State::kDone) errs[w] = eng[w]->ErrorOf(op[w]);
-        eng[w]->Release(op[w]);
-      });
-    for (auto& t : th) t.join();
-    return errs;
-  };
-  std::vector<float> out[n] = {std::vector<float>(100, -1.0f), std::vector<float>(100, -1.0f)};
-  for (const std::string& e : run(out)) EXPECT_EQ(e, "");
+  std::vector<std::vector<float>> in(n, std::vector<float>(100, 0.25f));
+  std::vector<std::vector<float>> out(n, std::vector<float>(100, -1.0f));
+  for (const std::string& e : AllReduceEach(eng, in, out)) EXPECT_EQ(e, "");
   EXPECT_EQ(out[0], std::vector<float>(100, 0.5f));
   sw.FlagOverflow();
   out[0].assign(100, -1.0f);
   out[1].assign(100, -1.0f);
-  for (const std::string& e : run(out))
+  for (const std::string& e : AllReduceEach(eng, in, out))
     EXPECT_NE(e.find("block 0: the switch saturated a lane"), std::string::npos) << e;
   EXPECT_EQ(out[1], std::vector<float>(100, -1.0f));  // no block of a refused sum delivered
 }
@@ -538,20 +530,11 @@ TEST(InaEngine, Bfp16RefusesAnAgreementBelowItsOwnProposal) {
   auto eng = Bfp16Group(sw, n, 2);
   ASSERT_EQ(eng.size(), static_cast<size_t>(n));
   // 100 = 0.78 * 2^7: exp byte 127 + 7 = 134; 0.5 = 0.5 * 2^0: byte 127.
-  std::vector<float> in[n] = {std::vector<float>(100, 100.0f), std::vector<float>(100, 0.5f)};
-  std::vector<float> out[n] = {std::vector<float>(100), std::vector<float>(100)};
+  std::vector<std::vector<float>> in = {std::vector<float>(100, 100.0f),
+                                        std::vector<float>(100, 0.5f)};
+  std::vector<std::vector<float>> out(n, std::vector<float>(100));
   sw.CapAgreement(127);
-  std::vector<Engine::Op*> op(n);
-  std::vector<std::string> errs(n);
-  for (int w = 0; w < n; w++)
-    op[w] = eng[w]->Submit(in[w].data(), out[w].data(), in[w].size(), ElemType::kFloat32);
-  std::vector<std::thread> th;
-  for (int w = 0; w < n; w++)
-    th.emplace_back([&, w] {
-      if (eng[w]->Wait(op[w]) != Engine::State::kDone) errs[w] = eng[w]->ErrorOf(op[w]);
-      eng[w]->Release(op[w]);
-    });
-  for (auto& t : th) t.join();
+  const std::vector<std::string> errs = AllReduceEach(eng, in, out);
   EXPECT_EQ(errs[0],
             "block 0: this member's exponent byte 134 exceeds the agreed 127 the switch "
             "returned, which is no maximum over the members: a wrong proposal round (a faulty "
